@@ -1,0 +1,31 @@
+from setuptools import find_packages, setup
+
+from pathlib import Path
+
+version = {}
+exec((Path(__file__).parent / "miyamoto" / "version.py").read_text(), version)
+
+setup(
+    name="miyamoto",
+    version=version["__version__"],
+    description="A clustered webhook task queue server",
+    long_description=(Path(__file__).parent / "README").read_text(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    python_requires=">=3.11",
+    install_requires=[
+        "gevent>=24.2",
+        "pyzmq>=26.0",
+        "requests>=2.31",
+        "ujson>=5.9",
+        "geventhttpclient>=2.3",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8.0",
+            "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
+        ],
+    },
+    entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},
+)
