@@ -1,0 +1,231 @@
+"""The HTTP API: one WSGI app that parses, routes and answers JSON.
+
+It holds no state and no policy: every route calls the node (``service``), and every
+failure becomes a 4xx/503 JSON body that names the problem. A handler that raises
+anything unexpected is logged and answered 500 with no detail; the tests treat any
+500 as a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qs
+
+import ujson
+
+from miyamoto.errors import Conflict, Duplicate, Unavailable
+from miyamoto.task import QUEUE_NAME_RE, State
+from miyamoto.validate import Limits, ValidationError, parse_batch, parse_enqueue
+
+log = logging.getLogger(__name__)
+
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found",
+            405: "Method Not Allowed", 409: "Conflict", 411: "Length Required",
+            413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+Handler = Callable[..., tuple[int, Any]]
+
+
+class Api:
+    def __init__(self, service: Any, limits: Limits, max_batch: int,
+                 clock: Callable[[], float] = time.time):
+        self.service = service
+        self.limits = limits
+        self.max_batch = max_batch
+        self.clock = clock
+        q = r"(?P<queue>[^/]+)"
+        t = r"(?P<task_id>[^/]+)"
+        self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+            (re.compile(r"/queue/?"), {"POST": self.enqueue}),
+            (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
+            (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
+            (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.cancel_task}),
+            (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
+            (re.compile(r"/queues/?"), {"GET": self.list_queues}),
+            (re.compile(rf"/queues/{q}"), {"GET": self.get_queue}),
+            (re.compile(rf"/queues/{q}/tasks"), {"GET": self.list_tasks}),
+            (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
+            (re.compile(r"/cluster/?"), {"GET": self.cluster}),
+            (re.compile(r"/healthz"), {"GET": self.healthz}),
+            (re.compile(r"/readyz"), {"GET": self.readyz}),
+            (re.compile(r"/metrics"), {"GET": self.metrics}),
+            (re.compile(r"/openapi.json"), {"GET": self.openapi}),
+            (re.compile(r"/"), {"GET": self.dashboard}),
+        ]
+
+    # ------------------------------------------------------------ WSGI
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        try:
+            status, body = self._dispatch(environ)
+        except HTTPError as e:
+            status, body = e.status, _error(e.message, e.field)
+        except ValidationError as e:
+            status, body = e.status, _error(e.message, e.field)
+        except Duplicate as e:
+            status, body = 409, {"status": "duplicate", "id": e.original_id}
+        except Conflict as e:
+            status, body = 409, _error(str(e))
+        except Unavailable as e:
+            status, body = 503, _error(str(e))
+        except Exception:
+            log.exception("api: %s %s failed", environ.get("REQUEST_METHOD"),
+                          environ.get("PATH_INFO"))
+            status, body = 500, _error("internal error")
+        if isinstance(body, Raw):
+            data, ctype = body.data, body.content_type
+        else:
+            data, ctype = ujson.dumps(body, ensure_ascii=False).encode(), "application/json"
+        start_response(f"{status} {_REASONS.get(status, 'Error')}",
+                       [("Content-Type", ctype), ("Content-Length", str(len(data)))])
+        return [data]
+
+    def _dispatch(self, environ: dict) -> tuple[int, Any]:
+        path = environ.get("PATH_INFO") or "/"
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        for pattern, handlers in self.routes:
+            m = pattern.fullmatch(path)
+            if m is None:
+                continue
+            handler = handlers.get(method) or (handlers.get("GET") if method == "HEAD" else None)
+            if handler is None:
+                raise HTTPError(405, f"{method} is not allowed on {path}")
+            args = m.groupdict()
+            if "queue" in args:
+                _check_queue(args["queue"])
+            if "task_id" in args and not _ID_RE.fullmatch(args["task_id"]):
+                raise HTTPError(404, "no such task", "id")
+            return handler(environ, **args)
+        raise HTTPError(404, f"no route for {path}")
+
+    def _body(self, environ: dict) -> bytes:
+        length = environ.get("CONTENT_LENGTH") or ""
+        stream = environ["wsgi.input"]
+        if length:
+            try:
+                n = int(length)
+            except ValueError:
+                raise HTTPError(400, "bad Content-Length") from None
+            if n > self.limits.max_body:
+                raise HTTPError(413, f"body is larger than {self.limits.max_body} bytes", "body")
+            return stream.read(n)
+        data = stream.read(self.limits.max_body + 1)
+        if len(data) > self.limits.max_body:
+            raise HTTPError(413, f"body is larger than {self.limits.max_body} bytes", "body")
+        return data
+
+    # ------------------------------------------------------------ tasks
+    def enqueue(self, environ: dict, queue: str | None = None) -> tuple[int, Any]:
+        body = self._body(environ)
+        task = parse_enqueue(environ.get("CONTENT_TYPE") or "", body, path_queue=queue,
+                             idempotency_key=environ.get("HTTP_IDEMPOTENCY_KEY"),
+                             limits=self.limits, now=self.clock())
+        return 200, self.service.enqueue(task)
+
+    def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
+        body = self._body(environ)
+        tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
+                            max_batch=self.max_batch)
+        results = self.service.enqueue_many(tasks)
+        return 200, {"status": "ok", "tasks": results}
+
+    def get_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        found = self.service.get_task(task_id)
+        if found is None:
+            raise HTTPError(404, "no such task", "id")
+        return 200, found
+
+    def cancel_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        found = self.service.cancel(task_id)
+        if found is None:
+            raise HTTPError(404, "no such task", "id")
+        return 200, found
+
+    def retry_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        found = self.service.rerun(task_id)
+        if found is None:
+            raise HTTPError(404, "no such task", "id")
+        return 200, found
+
+    # ------------------------------------------------------------ queues
+    def list_queues(self, environ: dict) -> tuple[int, Any]:
+        return 200, {"queues": self.service.queues()}
+
+    def get_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
+        return 200, self.service.queue(queue)
+
+    def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        state_name = (query.get("state") or ["scheduled"])[0]
+        try:
+            state = State(state_name)
+        except ValueError:
+            raise HTTPError(400, f"state must be one of {', '.join(s.value for s in State)}",
+                            "state") from None
+        try:
+            limit = int((query.get("limit") or ["100"])[0])
+        except ValueError:
+            raise HTTPError(400, "limit must be an integer", "limit") from None
+        if not 1 <= limit <= 1000:
+            raise HTTPError(400, "limit must be between 1 and 1000", "limit")
+        return 200, {"queue": queue, "state": state.value,
+                     "tasks": self.service.list_tasks(queue, state, limit)}
+
+    def control(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
+        return 200, self.service.control(queue, action)
+
+    # ------------------------------------------------------------ operations
+    def cluster(self, environ: dict) -> tuple[int, Any]:
+        return 200, self.service.cluster_info()
+
+    def healthz(self, environ: dict) -> tuple[int, Any]:
+        return 200, {"status": "ok", "node": self.service.node_id}
+
+    def readyz(self, environ: dict) -> tuple[int, Any]:
+        ready, why = self.service.ready()
+        return (200 if ready else 503), {"status": "ready" if ready else "not ready",
+                                         "reason": why}
+
+    def metrics(self, environ: dict) -> tuple[int, Any]:
+        return 200, Raw(self.service.metrics_text().encode(), "text/plain; version=0.0.4")
+
+    def openapi(self, environ: dict) -> tuple[int, Any]:
+        from miyamoto.openapi import SPEC
+
+        return 200, SPEC
+
+    def dashboard(self, environ: dict) -> tuple[int, Any]:
+        from miyamoto.dashboard import render
+
+        return 200, Raw(render(self.service).encode(), "text/html; charset=utf-8")
+
+
+class Raw:
+    def __init__(self, data: bytes, content_type: str):
+        self.data = data
+        self.content_type = content_type
+
+
+def _error(message: str, field: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": "error", "error": message}
+    if field is not None:
+        out["field"] = field
+    return out
+
+
+def _check_queue(name: str) -> None:
+    if not QUEUE_NAME_RE.fullmatch(name):
+        raise HTTPError(400, "queue names are 1-100 characters of A-Z a-z 0-9 _ -", "queue")

@@ -1,0 +1,345 @@
+"""One validated, frozen configuration: defaults <- INI <- MIYAMOTO_* environment <- flags.
+
+Each option is declared once (``Setting``) with its type, default, validator and help,
+as gunicorn does; the INI file, the environment and the command line all read that one
+table, so an option cannot exist in one place and not another. Queue settings live in
+``[queue:NAME]`` sections; ``[node:ID]`` sections let one file describe a whole cluster
+(``miyamoto serve --config cluster.example.ini --node a``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+
+class ConfigError(ValueError):
+    """A bad option value; the message names the option."""
+
+
+# ---------------------------------------------------------------- value parsers
+
+def _float_ge(lo: float) -> Callable[[str], float]:
+    def parse(v: str) -> float:
+        x = float(v)
+        if not x >= lo or x != x or x == float("inf"):
+            raise ValueError(f"must be a number >= {lo}")
+        return x
+    return parse
+
+
+def _int_ge(lo: int) -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        x = int(str(v).strip())
+        if x < lo:
+            raise ValueError(f"must be an integer >= {lo}")
+        return x
+    return parse
+
+
+def _bool(v: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _hostport(v: str) -> str:
+    host, sep, port = str(v).strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError("must be HOST:PORT")
+    return f"{host}:{int(port)}"
+
+
+def _zmq_endpoint(v: str) -> str:
+    s = str(v).strip()
+    if not s.startswith("tcp://"):
+        raise ValueError("must be tcp://HOST:PORT")
+    _hostport(s[len("tcp://"):])
+    return s
+
+
+def _seeds(v: str) -> tuple[str, ...]:
+    return tuple(_zmq_endpoint(s) for s in str(v).split(",") if s.strip())
+
+
+def _level(v: str) -> str:
+    s = str(v).strip().upper()
+    if s not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError("must be debug, info, warning, error or critical")
+    return s
+
+
+def _str(v: str) -> str:
+    return str(v).strip()
+
+
+def _secret(v: str) -> str:
+    s = str(v).strip()
+    if s and not s.startswith("whsec_"):
+        raise ValueError("must start with whsec_ (Standard Webhooks secret)")
+    return s
+
+
+def _z85_key(v: str) -> str:
+    s = str(v).strip()
+    if s and len(s) != 40:
+        raise ValueError("must be a 40-character Z85 CurveZMQ key (miyamoto keygen)")
+    return s
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    flag: bool = True  # exposed as --name on `miyamoto serve`
+    secret: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("node", _str, "", "this node's id (default: HOSTNAME-HTTPPORT)"),
+    Setting("http", _hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
+    Setting("cluster", _zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
+    Setting("advertise", _str, "", "cluster endpoint peers use to reach this node (default: cluster)"),
+    Setting("seeds", _seeds, (), "comma-separated cluster endpoints of other nodes to join"),
+    Setting("data_dir", _str, "./miyamoto-data", "journal directory, or :memory: for no disk"),
+    Setting("replication", _int_ge(1), 2, "copies of each task (replication_factor)"),
+    Setting("min_replicas", _int_ge(1), 1, "copies that must be stored before enqueue answers 200"),
+    Setting("replica_offset", _float_ge(0), 5.0, "seconds between the fire times of successive replicas"),
+    Setting("replication_timeout", _float_ge(0.01), 2.0, "seconds to wait for replicas to answer STORED"),
+    Setting("heartbeat_interval", _float_ge(0.01), 0.5, "leader heartbeat period, seconds"),
+    Setting("failure_timeout", _float_ge(0.05), 3.0, "a member silent this long is dropped"),
+    Setting("election_timeout_min", _float_ge(0.05), 1.5, "election timeout lower bound"),
+    Setting("election_timeout_max", _float_ge(0.05), 3.0, "election timeout upper bound"),
+    Setting("curve_public", _z85_key, "", "cluster CurveZMQ public key (Z85)", flag=False),
+    Setting("curve_secret", _z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
+    Setting("signing_secret", _secret, "", "Standard Webhooks secret whsec_... to sign deliveries",
+            flag=False, secret=True),
+    Setting("log_level", _level, "INFO", "debug, info, warning, error"),
+    Setting("max_body", _int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
+    Setting("max_url", _int_ge(16), 2083, "longest target URL"),
+    Setting("max_delay", _float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
+    Setting("max_name", _int_ge(1), 500, "longest task name"),
+    Setting("max_batch", _int_ge(1), 1000, "most tasks in one batch request"),
+    Setting("dedup_window", _float_ge(0), 3600.0, "seconds a task name stays reserved"),
+    Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
+    Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
+    Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
+    Setting("claim_lease", _float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
+    Setting("callback_timeout", _float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's limits; Cloud Tasks' RateLimits and RetryConfig in one record."""
+
+    name: str = "default"
+    rate: float = 0.0  # dispatches per second for the whole cluster; 0 = unlimited
+    burst: int = 100
+    max_concurrent: int = 1000
+    max_attempts: int = 25
+    min_backoff: float = 0.5
+    max_backoff: float = 3600.0
+    max_doublings: int = 16
+    max_retry_duration: float = 0.0  # 0 = no limit
+    timeout: float = 30.0
+    paused: bool = False
+
+
+QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
+    "rate": _float_ge(0),
+    "burst": _int_ge(1),
+    "max_concurrent": _int_ge(1),
+    "max_attempts": _int_ge(1),
+    "min_backoff": _float_ge(0),
+    "max_backoff": _float_ge(0),
+    "max_doublings": _int_ge(0),
+    "max_retry_duration": _float_ge(0),
+    "timeout": _float_ge(0.01),
+    "paused": _bool,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    node: str
+    http: str
+    cluster: str
+    advertise: str
+    seeds: tuple[str, ...]
+    data_dir: str
+    replication: int
+    min_replicas: int
+    replica_offset: float
+    replication_timeout: float
+    heartbeat_interval: float
+    failure_timeout: float
+    election_timeout_min: float
+    election_timeout_max: float
+    curve_public: str
+    curve_secret: str
+    signing_secret: str
+    log_level: str
+    max_body: int
+    max_url: int
+    max_delay: float
+    max_name: int
+    max_batch: int
+    dedup_window: float
+    retention: float
+    concurrency: int
+    shutdown_timeout: float
+    claim_lease: float
+    callback_timeout: float
+    queues: Mapping[str, QueueConfig] = field(default_factory=dict)
+
+    @property
+    def http_host(self) -> str:
+        return self.http.rpartition(":")[0]
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http.rpartition(":")[2])
+
+    def queue(self, name: str) -> QueueConfig:
+        """The declared queue, or a new one with [queue:default]'s values."""
+        q = self.queues.get(name)
+        if q is None:
+            q = dataclasses.replace(self.queues.get("default", QueueConfig()), name=name)
+        return q
+
+    def redacted(self) -> dict[str, Any]:
+        """Every option, secrets masked: safe to log or serve."""
+        out: dict[str, Any] = {}
+        for s in SETTINGS:
+            v = getattr(self, s.name)
+            out[s.name] = ("***" if v else "") if s.secret else v
+        return out
+
+
+def _env_name(name: str) -> str:
+    return "MIYAMOTO_" + name.upper()
+
+
+def _read_ini(path: str, node: str | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f)
+    except (OSError, configparser.Error) as e:
+        raise ConfigError(f"config: cannot read {path}: {e}") from e
+    values: dict[str, str] = {}
+    queues: dict[str, dict[str, str]] = {}
+    for section in parser.sections():
+        items = dict(parser.items(section))
+        if section == "miyamoto":
+            values.update(items)
+        elif section.startswith("queue:"):
+            queues[section[len("queue:"):]] = items
+        elif section.startswith("node:"):
+            continue
+        else:
+            raise ConfigError(f"config: unknown section [{section}] in {path}")
+    if node:
+        section = f"node:{node}"
+        if parser.has_section(section):
+            values.update(dict(parser.items(section)))
+            values.setdefault("node", node)
+        elif any(s.startswith("node:") for s in parser.sections()):
+            raise ConfigError(f"node: no [node:{node}] section in {path}")
+    return values, queues
+
+
+def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueConfig:
+    values: dict[str, Any] = {}
+    for key, text in raw.items():
+        parse = QUEUE_FIELDS.get(key)
+        if parse is None:
+            raise ConfigError(f"queue:{name}.{key}: unknown queue option")
+        try:
+            values[key] = parse(text)
+        except ValueError as e:
+            raise ConfigError(f"queue:{name}.{key}: {e}") from e
+    q = dataclasses.replace(base, name=name, **values)
+    if q.max_backoff < q.min_backoff:
+        raise ConfigError(f"queue:{name}.max_backoff: must be >= min_backoff")
+    return q
+
+
+def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> Config:
+    """Build the frozen Config; raise ConfigError naming the bad option."""
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    config_file = flags.pop("config", None) or env.get("MIYAMOTO_CONFIG") or config_file
+    node_hint = flags.get("node") or env.get(_env_name("node"))
+    raw: dict[str, Any] = {}
+    raw_queues: dict[str, dict[str, str]] = {}
+    if config_file:
+        raw, raw_queues = _read_ini(config_file, node_hint)
+    for s in SETTINGS:
+        if _env_name(s.name) in env:
+            raw[s.name] = env[_env_name(s.name)]
+    for key, v in flags.items():
+        raw[key] = v
+    values: dict[str, Any] = {}
+    for key in raw:
+        if key not in _BY_NAME:
+            raise ConfigError(f"{key}: unknown option")
+    for s in SETTINGS:
+        if s.name in raw:
+            try:
+                values[s.name] = s.parse(raw[s.name])
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{s.name}: {e}") from e
+        else:
+            values[s.name] = s.default
+    if not values["node"]:
+        values["node"] = f"{socket.gethostname()}-{values['http'].rpartition(':')[2]}"
+    if not values["advertise"]:
+        values["advertise"] = values["cluster"]
+    else:
+        values["advertise"] = _zmq_endpoint(values["advertise"])
+    if values["election_timeout_max"] < values["election_timeout_min"]:
+        raise ConfigError("election_timeout_max: must be >= election_timeout_min")
+    if bool(values["curve_public"]) != bool(values["curve_secret"]):
+        raise ConfigError("curve_secret: curve_public and curve_secret go together")
+    default_q = _parse_queue("default", raw_queues.get("default", {}), QueueConfig())
+    queues = {"default": default_q}
+    for name, items in raw_queues.items():
+        if name != "default":
+            _check_queue_name(name)
+            queues[name] = _parse_queue(name, items, default_q)
+    return Config(queues=queues, **values)
+
+
+def _check_queue_name(name: str) -> None:
+    from miyamoto.task import QUEUE_NAME_RE  # one definition of a valid queue name
+
+    if not QUEUE_NAME_RE.fullmatch(name):
+        raise ConfigError(f"queue:{name}: queue names are 1-100 of [A-Za-z0-9_-]")
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add --config and one flag per Setting (dest = the setting's name)."""
+    parser.add_argument("--config", help="INI file (see cluster.example.ini)")
+    for s in SETTINGS:
+        if s.flag:
+            flag = "--" + s.name.replace("_", "-")
+            aliases = [flag]
+            if s.name == "replication":
+                aliases.append("--replication-factor")
+            parser.add_argument(*aliases, dest=s.name, default=None,
+                                help=f"{s.help} [env {_env_name(s.name)}; default {s.default!r}]")

@@ -1,0 +1,90 @@
+"""What one delivery attempt sends, and what its answer means.
+
+``build_request`` is pure (task, clock, secret -> method, url, headers, body), so the
+headers promised in the README are tested directly; ``Outcome`` is what the engine
+records and decides on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+from miyamoto.task import LAST_BODY_BYTES, Task
+from miyamoto.version import __version__
+
+USER_AGENT = f"miyamoto/{__version__}"
+FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    status: int | None = None  # None: no HTTP response at all
+    headers: dict[str, str] | None = None
+    body: bytes = b""
+    error: str | None = None
+    at: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The last-response record kept with the task (first 4 KiB of the body)."""
+        return {
+            "status": self.status, "headers": self.headers or {},
+            "body": self.body[:LAST_BODY_BYTES].decode("utf-8", "replace"),
+            "error": self.error, "at": self.at,
+        }
+
+    def retry_after(self) -> str | None:
+        for k, v in (self.headers or {}).items():
+            if k.lower() == "retry-after":
+                return v
+        return None
+
+
+def _header_value(s: str) -> str:
+    """Header-safe text: ASCII as is, anything else percent-encoded (UTF-8)."""
+    return s if s.isascii() and s.isprintable() else quote(s, safe="")
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks signature: v1,base64(HMAC-SHA256(key, id.timestamp.body))."""
+    key = base64.b64decode(secret[len("whsec_"):] if secret.startswith("whsec_") else secret)
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def build_request(task: Task, now: float, secret: str = "") -> tuple[str, str, dict[str, str], bytes]:
+    url = task.url
+    headers: dict[str, str] = dict(task.headers)
+    if task.body is not None:
+        body = task.body.encode("utf-8")
+        headers["Content-Type"] = task.content_type or "text/plain; charset=utf-8"
+    elif task.method in ("GET", "DELETE"):
+        body = b""
+        if task.params:
+            parts = urlsplit(url)
+            query = urlencode(task.params, doseq=True)
+            url = urlunsplit(parts._replace(query=f"{parts.query}&{query}" if parts.query else query))
+    else:
+        body = urlencode(task.params, doseq=True).encode()
+        headers["Content-Type"] = FORM
+    headers["User-Agent"] = USER_AGENT
+    headers["X-Task-Id"] = task.id
+    headers["X-Task-Queue"] = task.queue
+    if task.name:
+        headers["X-Task-Name"] = headers["Idempotency-Key"] = _header_value(task.name)
+    headers["X-Task-Retry-Count"] = str(task.attempts)
+    headers["X-Task-Execution-Count"] = str(task.executions)
+    headers["X-Task-Eta"] = f"{task.eta:.6f}"
+    if task.attempts and task.last and task.last.get("status") is not None:
+        headers["X-Task-Previous-Response"] = str(task.last["status"])
+    if secret:
+        ts = int(now)
+        headers["webhook-id"] = task.id
+        headers["webhook-timestamp"] = str(ts)
+        headers["webhook-signature"] = sign(secret, task.id, ts, body)
+    return task.method, url, headers, body

@@ -1,0 +1,125 @@
+"""Who may deliver now: per-queue token buckets and concurrency limits, one pool.
+
+Due tasks wait in their queue's ready line. One pump greenlet moves them into a
+bounded greenlet pool while their queue is not paused, has a token, and is under its
+``max_concurrent``; the pool bounds the node's deliveries in flight. Nothing here
+knows HTTP: ``run(task_id)`` is the engine's.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Callable
+
+import gevent
+import gevent.event
+import gevent.pool
+
+from miyamoto.config import QueueConfig
+from miyamoto.ratelimit import TokenBucket
+
+log = logging.getLogger(__name__)
+
+
+class QueueState:
+    """A queue's config plus its runtime: bucket, ready line, in-flight count."""
+
+    def __init__(self, config: QueueConfig, now: float, share: int = 1):
+        self.config = config
+        self.paused = config.paused
+        self.bucket = TokenBucket(config.rate / max(1, share), config.burst, now)
+        self.ready: collections.deque[str] = collections.deque()
+        self.inflight = 0
+
+    def set_share(self, members: int) -> None:
+        """A queue's rate is shared among the live members of the cluster."""
+        self.bucket.configure(self.config.rate / max(1, members), self.config.burst)
+
+
+class Dispatcher:
+    def __init__(self, run: Callable[[str], None], queue_config: Callable[[str], QueueConfig],
+                 concurrency: int, clock: Callable[[], float] = time.time):
+        self._run = run
+        self._queue_config = queue_config
+        self._clock = clock
+        self.pool = gevent.pool.Pool(concurrency)
+        self.queues: dict[str, QueueState] = {}
+        self._share = 1
+        self._wake = gevent.event.Event()
+        self._greenlet: gevent.Greenlet | None = None
+        self._stopping = False
+
+    def queue(self, name: str) -> QueueState:
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = QueueState(self._queue_config(name), self._clock(), self._share)
+        return q
+
+    def set_share(self, members: int) -> None:
+        self._share = max(1, members)
+        for q in self.queues.values():
+            q.set_share(self._share)
+
+    def submit(self, queue: str, task_id: str) -> None:
+        self.queue(queue).ready.append(task_id)
+        self._wake.set()
+
+    def discard(self, queue: str, task_ids: set[str]) -> None:
+        q = self.queues.get(queue)
+        if q is not None and task_ids:
+            q.ready = collections.deque(t for t in q.ready if t not in task_ids)
+
+    def pause(self, queue: str, paused: bool) -> None:
+        self.queue(queue).paused = paused
+        self._wake.set()
+
+    def start(self) -> None:
+        self._greenlet = gevent.spawn(self._pump)
+
+    def stop(self, timeout: float) -> None:
+        """Stop starting deliveries; give those in flight ``timeout`` seconds, then kill."""
+        self._stopping = True
+        if self._greenlet is not None:
+            self._greenlet.kill()
+        self.pool.join(timeout=timeout)
+        self.pool.kill(timeout=1)
+
+    def _pump(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            wait = self._dispatch_ready()
+            if wait == 0.0:
+                gevent.sleep(0)
+                continue
+            self._wake.wait(wait)
+
+    def _dispatch_ready(self) -> float | None:
+        """Start what may start; return how long to wait (None: until woken)."""
+        wait: float | None = None
+        for q in list(self.queues.values()):
+            if q.paused or not q.ready:
+                continue
+            limit = q.config.max_concurrent
+            while q.ready and q.inflight < limit:
+                if self.pool.free_count() <= 0:
+                    return None  # a finishing delivery wakes us
+                now = self._clock()
+                if not q.bucket.take(now):
+                    w = q.bucket.wait_time(now)
+                    wait = w if wait is None else min(wait, w)
+                    break
+                task_id = q.ready.popleft()
+                q.inflight += 1
+                self.pool.spawn(self._deliver, q, task_id)
+        return wait
+
+    def _deliver(self, q: QueueState, task_id: str) -> None:
+        try:
+            self._run(task_id)
+        except Exception:
+            log.exception("dispatch: delivery of %s failed unexpectedly", task_id)
+        finally:
+            q.inflight -= 1
+            self._wake.set()

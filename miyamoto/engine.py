@@ -1,0 +1,354 @@
+"""A node's own copies of tasks, from stored to ended.
+
+The engine owns the live tasks (scheduled or running) in memory, the scheduler that
+times them, the dispatcher that runs them, and the journal that makes every change
+durable. It knows nothing of the cluster: the replication layer plugs in through
+``Hooks`` (tell the sibling replicas) and ``spawn_task`` (where callback tasks go).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+import gevent
+import gevent.pool
+import ujson
+
+from miyamoto.backoff import backoff, jittered, retry_after
+from miyamoto.client import ClientPool, DeliveryError
+from miyamoto.config import Config, QueueConfig
+from miyamoto.delivery import Outcome, build_request
+from miyamoto.dispatch import Dispatcher
+from miyamoto.errors import Conflict, Duplicate
+from miyamoto.journal import Journal
+from miyamoto.scheduler import Scheduler
+from miyamoto.task import State, Task
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL = 60.0
+
+
+class Hooks:
+    """What the engine tells the rest of the cluster; a single node tells nobody."""
+
+    def claim(self, task: Task) -> None: ...
+    def done(self, task: Task) -> None: ...
+    def retried(self, task: Task) -> None: ...
+    def failed(self, task: Task) -> None: ...
+    def cancelled(self, task: Task) -> None: ...
+
+
+@dataclass
+class Stats:
+    stored: int = 0
+    attempts: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+
+
+class Engine:
+    def __init__(self, config: Config, journal: Journal, client: ClientPool | None = None,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        self.config = config
+        self.journal = journal
+        self.client = client or ClientPool(concurrency=min(config.concurrency, 256))
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.live: dict[str, Task] = {}
+        self.names: dict[tuple[str, str], tuple[str, float]] = {}
+        self.scheduler = Scheduler(self._due, clock)
+        self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock)
+        self.hooks = Hooks()
+        self.spawn_task: Callable[[Task], None] = self._spawn_local
+        self.stats = Stats()
+        self._group = gevent.pool.Group()
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        tasks, names, paused = self.journal.load()
+        now = self.clock()
+        for t in tasks:
+            if t.state == State.RUNNING:  # it was being delivered when we died: deliver again
+                t = t.evolve(state=State.SCHEDULED, fire_at=now)
+            self.live[t.id] = t
+            self.scheduler.schedule(t.id, t.fire_at)
+        self.names = {k: v for k, v in names.items() if v[1] > now}
+        for queue, is_paused in paused.items():
+            self.dispatcher.pause(queue, is_paused)
+        if tasks:
+            log.info("engine: reloaded %d pending tasks", len(tasks))
+        self.scheduler.start()
+        self.dispatcher.start()
+        self._group.spawn(self._sweep_loop)
+
+    def stop(self, timeout: float) -> None:
+        """Stop timing and starting tasks; let deliveries in flight finish within timeout."""
+        self.scheduler.stop()
+        self._group.kill()
+        self.dispatcher.stop(timeout)
+        self.client.close()
+
+    def _sweep_loop(self) -> None:
+        while True:
+            gevent.sleep(min(SWEEP_INTERVAL, max(1.0, self.config.retention)))
+            now = self.clock()
+            try:
+                removed = self.journal.sweep(now, self.config.retention)
+            except Exception:
+                log.exception("engine: journal sweep failed")
+                continue
+            for key in [k for k, v in self.names.items() if v[1] <= now]:
+                del self.names[key]
+            if removed:
+                log.debug("engine: swept %d expired records", removed)
+
+    def queue_config(self, name: str) -> QueueConfig:
+        return self.dispatcher.queue(name).config
+
+    # ------------------------------------------------------------ storing
+    def check_name(self, task: Task) -> None:
+        if task.name is None:
+            return
+        held = self.names.get((task.queue, task.name))
+        if held is not None and held[1] > self.clock() and held[0] != task.id:
+            raise Duplicate(held[0])
+
+    def add(self, task: Task, *, wait: bool = True) -> Task:
+        """Store a new copy (durably when wait) and time it; Duplicate if the name is taken."""
+        existing = self.live.get(task.id)
+        if existing is not None:
+            return existing  # a repeated STORE of the same copy
+        self.check_name(task)
+        name_expires = None
+        if task.name is not None:
+            name_expires = task.created + self.config.dedup_window
+            self.names[(task.queue, task.name)] = (task.id, name_expires)
+        try:
+            self.journal.put(task, wait=wait, name_expires=name_expires)
+        except Exception:
+            if task.name is not None:
+                self.names.pop((task.queue, task.name), None)
+            raise
+        self.live[task.id] = task
+        self.stats.stored += 1
+        self.scheduler.schedule(task.id, task.fire_at)
+        return task
+
+    def _spawn_local(self, task: Task) -> None:
+        self.add(task, wait=False)
+
+    # ------------------------------------------------------------ running
+    def _due(self, task_id: str) -> None:
+        t = self.live.get(task_id)
+        if t is not None and t.state == State.SCHEDULED:
+            self.dispatcher.submit(t.queue, task_id)
+
+    def _run(self, task_id: str) -> None:
+        t = self.live.get(task_id)
+        if t is None or t.state != State.SCHEDULED:
+            return
+        now = self.clock()
+        if t.fire_at > now + 0.001:  # pushed back (a sibling's claim) while it waited
+            self.scheduler.schedule(task_id, t.fire_at)
+            return
+        t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
+        self.live[task_id] = t
+        self.hooks.claim(t)
+        q = self.queue_config(t.queue)
+        timeout = t.timeout or q.timeout
+        method, url, headers, body = build_request(t, now, self.config.signing_secret)
+        self.stats.attempts += 1
+        try:
+            resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
+            outcome = Outcome(ok=200 <= resp.status < 300, status=resp.status,
+                              headers=resp.headers, body=resp.body, at=self.clock())
+        except DeliveryError as e:
+            outcome = Outcome(ok=False, error=str(e), at=self.clock())
+        self.finish(task_id, outcome)
+
+    def finish(self, task_id: str, outcome: Outcome) -> None:
+        """Record an attempt's outcome: success, a retry, or the final failure."""
+        t = self.live.get(task_id)
+        if t is None:
+            return
+        now = self.clock()
+        t = t.evolve(attempts=t.attempts + 1,
+                     executions=t.executions + (outcome.status is not None),
+                     last=outcome.record())
+        q = self.queue_config(t.queue)
+        if t.state == State.CANCELLED:
+            self._end(t.evolve(finished=t.finished or now))
+        elif outcome.ok:
+            t = t.evolve(state=State.SUCCEEDED, finished=now)
+            self._end(t)
+            self.stats.succeeded += 1
+            self.hooks.done(t)
+            if t.callback:
+                self._callback(t, t.callback)
+        elif self._exhausted(t, q, now):
+            t = t.evolve(state=State.FAILED, finished=now)
+            self._end(t)
+            self.stats.failed += 1
+            log.info("task %s failed after %d attempts (last: %s)", t.id, t.attempts,
+                     outcome.status or outcome.error)
+            self.hooks.failed(t)
+            if t.failure_callback:
+                self._callback(t, t.failure_callback)
+        else:
+            delay = jittered(backoff(t.attempts, q), self.rng)
+            asked = retry_after(outcome.retry_after(), now, q.max_backoff)
+            if asked is not None:
+                delay = asked
+            t = t.evolve(state=State.SCHEDULED, fire_at=now + delay)
+            self.live[task_id] = t
+            self.journal.put(t)
+            self.scheduler.schedule(task_id, t.fire_at)
+            self.stats.retried += 1
+            self.hooks.retried(t)
+
+    @staticmethod
+    def _exhausted(t: Task, q: QueueConfig, now: float) -> bool:
+        if t.attempts >= (t.max_attempts or q.max_attempts):
+            return True
+        return bool(q.max_retry_duration and t.first_attempt is not None
+                    and now - t.first_attempt >= q.max_retry_duration)
+
+    def _end(self, t: Task) -> None:
+        self.live.pop(t.id, None)
+        self.scheduler.cancel(t.id)
+        self.journal.put(t)
+
+    def _callback(self, t: Task, url: str) -> None:
+        """Tell ``url`` the outcome, as a task of its own in the same queue."""
+        now = self.clock()
+        body = ujson.dumps({"task": t.summary(), "state": t.state.value,
+                            "response": t.last}, ensure_ascii=False)
+        cb = Task(id=_new_id(), queue=t.queue, url=url, method="POST", body=body,
+                  content_type="application/json", eta=now, created=now, fire_at=now,
+                  timeout=self.config.callback_timeout,
+                  headers={"X-Task-Callback-For": t.id})
+        try:
+            self.spawn_task(cb)
+        except Exception:
+            log.exception("task %s: could not store its callback task", t.id)
+
+    # ------------------------------------------------------------ sibling updates
+    def apply_remote(self, task_id: str, *, state: State | None = None,
+                     fire_at: float | None = None, attempts: int | None = None,
+                     last: dict | None = None) -> Task | None:
+        """Bring this copy in step with what a sibling replica did; None if unknown."""
+        t = self.live.get(task_id)
+        if t is None:
+            return None
+        changes: dict = {}
+        if attempts is not None and attempts > t.attempts:
+            changes["attempts"] = attempts
+        if last is not None:
+            changes["last"] = last
+        if state is not None and state.ended:
+            t = t.evolve(state=state, finished=self.clock(), **changes)
+            if self.live[task_id].state == State.RUNNING:
+                self.live[task_id] = t  # our own attempt's finish() ends it
+            else:
+                self._end(t)
+            self.dispatcher.discard(t.queue, {task_id})
+            return t
+        if fire_at is not None and t.state == State.SCHEDULED:
+            changes["fire_at"] = max(fire_at, t.fire_at) if state is None else fire_at
+        if changes:
+            t = t.evolve(**changes)
+            self.live[task_id] = t
+            self.journal.put(t)
+            if t.state == State.SCHEDULED:
+                self.scheduler.schedule(task_id, t.fire_at)
+        return t
+
+    # ------------------------------------------------------------ operations
+    def get(self, task_id: str) -> Task | None:
+        t = self.live.get(task_id)
+        return t if t is not None else self.journal.get(task_id)
+
+    def cancel(self, task_id: str) -> Task | None:
+        """Cancel this copy; None if unknown. Conflict if it already ended."""
+        t = self.live.get(task_id)
+        if t is None:
+            ended = self.journal.get(task_id)
+            if ended is None:
+                return None
+            if ended.state == State.CANCELLED:
+                return ended
+            raise Conflict(f"task is already {ended.state.value}")
+        now = self.clock()
+        t = t.evolve(state=State.CANCELLED, finished=now)
+        self.stats.cancelled += 1
+        if self.live[task_id].state == State.RUNNING:
+            self.live[task_id] = t  # finish() ends it when the attempt returns
+            self.journal.put(t)
+        else:
+            self._end(t)
+            self.dispatcher.discard(t.queue, {task_id})
+        return t
+
+    def rerun(self, task_id: str, *, wait: bool = True) -> Task | None:
+        """Run a task again now: a failed or cancelled one with a fresh set of attempts,
+        a scheduled one at once. None if unknown; Conflict if running or succeeded."""
+        now = self.clock()
+        t = self.live.get(task_id)
+        if t is not None:
+            if t.state != State.SCHEDULED:
+                raise Conflict(f"task is {t.state.value}")
+            t = t.evolve(fire_at=now)
+            self.live[task_id] = t
+            self.journal.put(t)
+            self.scheduler.schedule(task_id, now)
+            return t
+        t = self.journal.get(task_id)
+        if t is None:
+            return None
+        if t.state == State.SUCCEEDED:
+            raise Conflict("task already succeeded")
+        t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
+                     finished=None)
+        self.journal.put(t, wait=wait)
+        self.live[task_id] = t
+        self.scheduler.schedule(task_id, now)
+        return t
+
+    def purge(self, queue: str) -> int:
+        """Cancel every scheduled task of the queue on this node."""
+        ids = [i for i, t in self.live.items() if t.queue == queue and t.state == State.SCHEDULED]
+        for i in ids:
+            self.cancel(i)
+        return len(ids)
+
+    def pause(self, queue: str, paused: bool) -> None:
+        self.dispatcher.pause(queue, paused)
+        self.journal.set_paused(queue, paused)
+
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        counts = self.journal.counts()
+        for t in self.live.values():
+            c = counts.setdefault(t.queue, {})
+            c[t.state.value] = c.get(t.state.value, 0) + 1
+        for name in self.dispatcher.queues:
+            counts.setdefault(name, {})
+        return counts
+
+    def list(self, queue: str, state: State, limit: int) -> list[Task]:
+        if state in (State.SCHEDULED, State.RUNNING):
+            out = [t for t in self.live.values() if t.queue == queue and t.state == state]
+            out.sort(key=lambda t: t.fire_at)
+            return out[:limit]
+        return self.journal.list(queue, state.value, limit)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())

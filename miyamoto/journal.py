@@ -1,0 +1,315 @@
+"""The durable record of tasks: SQLite in WAL mode, written in groups.
+
+All SQLite work runs on one dedicated thread (a gevent ThreadPool of size 1), so the
+hub never blocks on the disk and the connection is only ever touched by one thread.
+Writers hand records to a writer greenlet, which commits everything that piled up
+while the previous transaction ran in one transaction: a burst of 50 enqueues costs
+one commit, not 50. ``put(..., wait=True)`` returns only after the record's group is
+committed; that is what lets the API answer 200 (and a replica answer STORED) only
+for a task that survives ``kill -9``.
+
+WAL with ``synchronous=NORMAL`` survives a process crash; ``synchronous=FULL`` (option
+``fsync``) also survives a power cut, at the price of an fsync per group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from typing import Iterable
+
+import gevent
+import gevent.event
+import gevent.threadpool
+import ujson
+
+from miyamoto.protocol import DecodeError
+from miyamoto.task import State, Task
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    state TEXT NOT NULL,
+    finished REAL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (queue, state);
+CREATE INDEX IF NOT EXISTS tasks_state_finished ON tasks (state, finished);
+CREATE TABLE IF NOT EXISTS names (
+    queue TEXT NOT NULL,
+    name TEXT NOT NULL,
+    id TEXT NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (queue, name)
+);
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY,
+    paused INTEGER NOT NULL
+);
+"""
+
+_LIVE = (State.SCHEDULED.value, State.RUNNING.value)
+
+
+class JournalClosed(RuntimeError):
+    pass
+
+
+class Journal:
+    def __init__(self, data_dir: str, *, sync_full: bool = False):
+        self.data_dir = data_dir
+        self.memory = data_dir == ":memory:"
+        self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
+        self._sync_full = sync_full
+        self._pool = gevent.threadpool.ThreadPool(1)
+        self._db: sqlite3.Connection | None = None
+        self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
+        self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
+        self._queues: dict[str, bool] = {}
+        self._waiters: list[gevent.event.AsyncResult] = []
+        self._wake = gevent.event.Event()
+        self._writer: gevent.Greenlet | None = None
+        self._closed = False
+        self.commits = 0
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        if not self.memory:
+            os.makedirs(self.data_dir, exist_ok=True)
+        self._pool.apply(self._open_db)
+        self._writer = gevent.spawn(self._write_loop)
+
+    def _open_db(self) -> None:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        if not self.memory:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if self._sync_full else 'NORMAL'}")
+        db.executescript(_SCHEMA)
+        self._db = db
+
+    def close(self) -> None:
+        """Commit what is pending, then close the database."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._writer is not None:
+            self._writer.join(timeout=30)
+            self._writer.kill()
+        if self._tasks or self._names or self._queues:
+            self._flush_once()
+        self._pool.apply(self._close_db)
+        self._pool.kill()
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            if not self.memory:
+                try:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error:
+                    log.exception("journal: checkpoint on close failed")
+            self._db.close()
+            self._db = None
+
+    # ------------------------------------------------------------ writes
+    def put(self, task: Task, *, wait: bool = False, name_expires: float | None = None) -> None:
+        """Record the task (and, with name_expires, reserve its name); wait=True blocks
+        until the group holding it is committed."""
+        self._check_open()
+        self._tasks[task.id] = task
+        if name_expires is not None and task.name:
+            self._names[(task.queue, task.name)] = (task.id, name_expires)
+        self._kick(wait)
+
+    def put_many(self, tasks: Iterable[Task], *, wait: bool = False) -> None:
+        self._check_open()
+        for t in tasks:
+            self._tasks[t.id] = t
+        self._kick(wait)
+
+    def delete(self, task_id: str) -> None:
+        self._check_open()
+        self._tasks[task_id] = None
+        self._kick(False)
+
+    def release_name(self, queue: str, name: str) -> None:
+        self._check_open()
+        self._names[(queue, name)] = None
+        self._kick(False)
+
+    def set_paused(self, queue: str, paused: bool, *, wait: bool = True) -> None:
+        self._check_open()
+        self._queues[queue] = paused
+        self._kick(wait)
+
+    def flush(self) -> None:
+        """Block until everything handed in so far is committed."""
+        self._kick(True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosed("journal is closed")
+
+    def _kick(self, wait: bool) -> None:
+        if not wait:
+            self._wake.set()
+            return
+        result = gevent.event.AsyncResult()
+        self._waiters.append(result)
+        self._wake.set()
+        result.get()
+
+    def _write_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                break
+            self._flush_once()
+
+    def _flush_once(self) -> None:
+        tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
+        self._tasks, self._names, self._queues, self._waiters = {}, {}, {}, []
+        if not (tasks or names or queues):
+            for w in waiters:
+                w.set(None)
+            return
+        rows = []
+        deletes = []
+        for task_id, t in tasks.items():
+            if t is None:
+                deletes.append((task_id,))
+            else:
+                rows.append((t.id, t.queue, t.state.value, t.finished,
+                             ujson.dumps(t.encode(), ensure_ascii=False)))
+        name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items() if v is not None]
+        name_dels = [(q, n) for (q, n), v in names.items() if v is None]
+        queue_rows = [(q, int(p)) for q, p in queues.items()]
+        try:
+            self._pool.apply(self._commit, (rows, deletes, name_rows, name_dels, queue_rows))
+        except BaseException as e:
+            log.exception("journal: commit of %d records failed", len(rows) + len(deletes))
+            # keep what failed so that a later group retries it (newer writes win)
+            for k, v in tasks.items():
+                self._tasks.setdefault(k, v)
+            for k2, v2 in names.items():
+                self._names.setdefault(k2, v2)
+            for w in waiters:
+                w.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+            gevent.sleep(0.1)
+            return
+        self.commits += 1
+        for w in waiters:
+            w.set(None)
+
+    def _commit(self, rows: list, deletes: list, name_rows: list, name_dels: list,
+                queue_rows: list) -> None:
+        db = self._db
+        assert db is not None
+        db.execute("BEGIN")
+        try:
+            if rows:
+                db.executemany("INSERT OR REPLACE INTO tasks (id, queue, state, finished, data) "
+                               "VALUES (?, ?, ?, ?, ?)", rows)
+            if deletes:
+                db.executemany("DELETE FROM tasks WHERE id = ?", deletes)
+            if name_rows:
+                db.executemany("INSERT OR REPLACE INTO names (queue, name, id, expires) "
+                               "VALUES (?, ?, ?, ?)", name_rows)
+            if name_dels:
+                db.executemany("DELETE FROM names WHERE queue = ? AND name = ?", name_dels)
+            if queue_rows:
+                db.executemany("INSERT OR REPLACE INTO queues (name, paused) VALUES (?, ?)",
+                               queue_rows)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # ------------------------------------------------------------ reads
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        def run() -> list[tuple]:
+            assert self._db is not None
+            return self._db.execute(sql, args).fetchall()
+        return self._pool.apply(run)
+
+    @staticmethod
+    def _decode(data: str) -> Task | None:
+        try:
+            return Task.decode(ujson.loads(data))
+        except (DecodeError, ValueError) as e:
+            log.error("journal: skipping an unreadable task row: %s", e)
+            return None
+
+    def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
+        """Everything a restarting node needs: pending tasks, reserved names, paused queues."""
+        rows = self._query("SELECT data FROM tasks WHERE state IN (?, ?)", _LIVE)
+        tasks = [t for t in (self._decode(r[0]) for r in rows) if t is not None]
+        names = {(q, n): (i, e) for q, n, i, e in
+                 self._query("SELECT queue, name, id, expires FROM names")}
+        queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
+        return tasks, names, queues
+
+    def get(self, task_id: str) -> Task | None:
+        if task_id in self._tasks:
+            return self._tasks[task_id]
+        rows = self._query("SELECT data FROM tasks WHERE id = ?", (task_id,))
+        return self._decode(rows[0][0]) if rows else None
+
+    def list(self, queue: str, state: str, limit: int) -> list[Task]:
+        pending = [t for t in self._tasks.values()
+                   if t is not None and t.queue == queue and t.state.value == state]
+        rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
+                           "ORDER BY finished DESC LIMIT ?", (queue, state, limit))
+        seen = {t.id for t in pending}
+        out = pending[:limit]
+        for r in rows:
+            if len(out) >= limit:
+                break
+            t = self._decode(r[0])
+            if t is not None and t.id not in seen:
+                out.append(t)
+        return out
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Ended tasks per queue and state (live ones are counted in memory)."""
+        out: dict[str, dict[str, int]] = {}
+        for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
+                                   "WHERE state NOT IN (?, ?) GROUP BY queue, state", _LIVE):
+            out.setdefault(q, {})[s] = n
+        return out
+
+    def sweep(self, now: float, retention: float) -> int:
+        """Delete ended tasks past retention and expired names; returns rows removed."""
+        cutoff = now - retention
+
+        def run() -> int:
+            assert self._db is not None
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                n = db.execute("DELETE FROM tasks WHERE state NOT IN (?, ?) AND finished < ?",
+                               (*_LIVE, cutoff)).rowcount
+                n += db.execute("DELETE FROM names WHERE expires < ?", (now,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return n
+        return self._pool.apply(run)
+
+    def size_bytes(self) -> int:
+        if self.memory:
+            return 0
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                total += os.path.getsize(self.path + suffix)
+            except OSError:
+                pass
+        return total
+

@@ -1,0 +1,180 @@
+"""One Miyamoto node: the engine, the HTTP server and (when it has peers) the cluster.
+
+``Node`` is the service the API calls. Where a cluster is attached it routes
+enqueues through replication and asks peers for what it does not hold; alone it
+serves everything from its own engine. It owns every long-lived greenlet through its
+parts, and ``stop()`` takes them down in order: refuse new work, drain deliveries,
+close the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+
+from miyamoto.api import Api
+from miyamoto.config import Config
+from miyamoto.engine import Engine
+from miyamoto.errors import Unavailable
+from miyamoto.journal import Journal
+from miyamoto.server import HTTPServer
+from miyamoto.task import State, Task
+from miyamoto.validate import Limits
+from miyamoto.version import __version__
+
+log = logging.getLogger(__name__)
+
+
+class Node:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node
+        self.journal = Journal(config.data_dir)
+        self.engine = Engine(config, self.journal, clock=clock)
+        self.cluster: Any = None  # miyamoto.cluster.Cluster, attached by start()
+        limits = Limits(max_body=config.max_body, max_url=config.max_url,
+                        max_delay=config.max_delay, max_name=config.max_name)
+        self.api = Api(self, limits, config.max_batch, clock)
+        self.server: HTTPServer | None = None
+        self.draining = False
+        self.started = 0.0
+        self._stopped = gevent.event.Event()
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.journal.open()
+        self.engine.start()
+        from miyamoto.cluster import Cluster  # the cluster layer is optional at import time
+
+        self.cluster = Cluster(self)
+        self.cluster.start()
+        self.server = HTTPServer((self.config.http_host, self.config.http_port), self.api)
+        self.server.start()
+        self.started = self.clock()
+        log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
+                 self.config.http, self.config.cluster, self.config.data_dir)
+
+    @property
+    def http_port(self) -> int:
+        assert self.server is not None
+        return self.server.server_port
+
+    def serve_forever(self) -> None:
+        self._stopped.wait()
+
+    def stop(self) -> None:
+        """Graceful stop: 503 for new tasks, hand due work to siblings, drain, close."""
+        if self.draining:
+            self._stopped.wait()
+            return
+        self.draining = True
+        log.info("node %s stopping", self.node_id)
+        if self.cluster is not None:
+            self.cluster.leave()
+        self.engine.stop(self.config.shutdown_timeout)
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.server is not None:
+            self.server.stop(timeout=1)
+        self.journal.close()
+        log.info("node %s stopped", self.node_id)
+        self._stopped.set()
+
+    # ------------------------------------------------------------ tasks
+    def _check_open(self) -> None:
+        if self.draining:
+            raise Unavailable("node is stopping")
+
+    def enqueue(self, task: Task) -> dict[str, Any]:
+        self._check_open()
+        stored = self.cluster.enqueue(task)
+        return {"status": "scheduled", "id": stored.id, "queue": stored.queue,
+                "eta": stored.eta, "name": stored.name, "replicas": list(stored.replicas)}
+
+    def enqueue_many(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        self._check_open()
+        return self.cluster.enqueue_many(tasks)
+
+    def get_task(self, task_id: str) -> dict[str, Any] | None:
+        return self.cluster.get_task(task_id)
+
+    def cancel(self, task_id: str) -> dict[str, Any] | None:
+        return self.cluster.cancel(task_id)
+
+    def rerun(self, task_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        return self.cluster.rerun(task_id)
+
+    # ------------------------------------------------------------ queues
+    def queues(self) -> list[dict[str, Any]]:
+        counts = self.cluster.queue_counts()
+        names = sorted(set(counts) | set(self.config.queues) | set(self.engine.dispatcher.queues))
+        return [self._queue_view(n, counts.get(n, {})) for n in names]
+
+    def queue(self, name: str) -> dict[str, Any]:
+        return self._queue_view(name, self.cluster.queue_counts().get(name, {}))
+
+    def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
+        qs = self.engine.dispatcher.queue(name)
+        c = qs.config
+        return {
+            "name": name, "paused": qs.paused,
+            "config": {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
+                       "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
+                       "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
+                       "max_retry_duration": c.max_retry_duration, "timeout": c.timeout},
+            "counts": {s.value: counts.get(s.value, 0) for s in State},
+        }
+
+    def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
+        return self.cluster.list_tasks(queue, state, limit)
+
+    def control(self, queue: str, action: str) -> dict[str, Any]:
+        result = self.cluster.control(queue, action)
+        return {"status": "ok", "queue": queue, "action": action, **result}
+
+    # ------------------------------------------------------------ operations
+    def cluster_info(self) -> dict[str, Any]:
+        return self.cluster.info()
+
+    def ready(self) -> tuple[bool, str]:
+        if self.draining:
+            return False, "stopping"
+        return self.cluster.ready()
+
+    def metrics_text(self) -> str:
+        s = self.engine.stats
+        lines = [
+            "# TYPE miyamoto_tasks_stored_total counter",
+            f"miyamoto_tasks_stored_total {s.stored}",
+            "# TYPE miyamoto_attempts_total counter",
+            f"miyamoto_attempts_total {s.attempts}",
+            "# TYPE miyamoto_tasks_succeeded_total counter",
+            f"miyamoto_tasks_succeeded_total {s.succeeded}",
+            "# TYPE miyamoto_tasks_failed_total counter",
+            f"miyamoto_tasks_failed_total {s.failed}",
+            "# TYPE miyamoto_retries_total counter",
+            f"miyamoto_retries_total {s.retried}",
+            "# TYPE miyamoto_tasks_cancelled_total counter",
+            f"miyamoto_tasks_cancelled_total {s.cancelled}",
+            "# TYPE miyamoto_tasks_live gauge",
+            f"miyamoto_tasks_live {len(self.engine.live)}",
+            "# TYPE miyamoto_deliveries_in_flight gauge",
+            f"miyamoto_deliveries_in_flight {len(self.engine.dispatcher.pool)}",
+            "# TYPE miyamoto_journal_commits_total counter",
+            f"miyamoto_journal_commits_total {self.journal.commits}",
+            "# TYPE miyamoto_cluster_members gauge",
+            f"miyamoto_cluster_members {len(self.cluster.info().get('members', []))}",
+            "# TYPE miyamoto_info gauge",
+            f'miyamoto_info{{version="{__version__}",node="{_label(self.node_id)}"}} 1',
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _label(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,0 +1,124 @@
+"""The task record and its states.
+
+A ``Task`` is a frozen dataclass: every state change makes a new record with
+``dataclasses.replace`` (``Task.evolve``), so a record handed to the journal or to a
+peer can never change under it. ``encode``/``decode`` turn it into a plain dict for
+ujson (the journal row and the STORE message); ``decode`` turns any malformed input
+into ``DecodeError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from miyamoto.protocol import DecodeError
+
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+LAST_BODY_BYTES = 4096
+
+
+class State(str, enum.Enum):
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self in (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+
+METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    # what the client asked for
+    id: str
+    queue: str
+    url: str
+    method: str = "POST"
+    params: dict[str, Any] = field(default_factory=dict)
+    body: str | None = None  # raw body (or encoded JSON) instead of params
+    content_type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    eta: float = 0.0
+    max_attempts: int | None = None
+    timeout: float | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
+    created: float = 0.0
+    # where it is in its life (this node's copy)
+    state: State = State.SCHEDULED
+    fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
+    attempts: int = 0  # deliveries attempted
+    executions: int = 0  # attempts that got an HTTP response
+    first_attempt: float | None = None
+    last: dict[str, Any] | None = None  # last response: status, headers, body, error, at
+    finished: float | None = None
+    replicas: tuple[str, ...] = ()
+    replica: int = 0  # this copy's index in replicas
+
+    def evolve(self, **changes: Any) -> "Task":
+        return dataclasses.replace(self, **changes)
+
+    def encode(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["state"] = self.state.value
+        d["replicas"] = list(self.replicas)
+        return d
+
+    def summary(self) -> dict[str, Any]:
+        """The public view served by GET /tasks/<id>."""
+        return {
+            "id": self.id, "queue": self.queue, "state": self.state.value, "name": self.name,
+            "url": self.url, "method": self.method, "eta": self.eta, "created": self.created,
+            "next_attempt": self.fire_at if self.state == State.SCHEDULED else None,
+            "attempts": self.attempts, "executions": self.executions,
+            "max_attempts": self.max_attempts, "timeout": self.timeout,
+            "last_response": self.last, "finished": self.finished,
+            "replicas": list(self.replicas), "replica": self.replica,
+            "callback": self.callback, "failure_callback": self.failure_callback,
+        }
+
+    @classmethod
+    def decode(cls, d: Any) -> "Task":
+        """Rebuild a task from ``encode()``'s dict; DecodeError on anything malformed."""
+        if not isinstance(d, dict):
+            raise DecodeError("task is not an object")
+        try:
+            kwargs = {k: d[k] for k in _FIELD_NAMES if k in d}
+            unknown = set(d) - _FIELD_NAMES
+            if unknown:
+                raise DecodeError(f"task has unknown fields {sorted(unknown)[:5]}")
+            for k, types in _REQUIRED_TYPES.items():
+                if not isinstance(kwargs.get(k), types) or isinstance(kwargs.get(k), bool):
+                    raise DecodeError(f"task field {k!r} is missing or of the wrong type")
+            if kwargs["method"] not in METHODS or not isinstance(kwargs.get("params", {}), dict):
+                raise DecodeError("task has a bad method or params")
+            if not isinstance(kwargs.get("headers", {}), dict):
+                raise DecodeError("task headers are not an object")
+            kwargs["state"] = State(kwargs.get("state", "scheduled"))
+            kwargs["replicas"] = tuple(str(r) for r in kwargs.get("replicas", ()))
+            for k in ("eta", "created", "fire_at"):
+                kwargs[k] = float(kwargs.get(k, 0.0))
+            for k in ("attempts", "executions", "replica"):
+                kwargs[k] = int(kwargs.get(k, 0))
+            return cls(**kwargs)
+        except DecodeError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise DecodeError(f"malformed task: {e}") from e
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Task))
+_REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "queue": (str,), "url": (str,), "method": (str,),
+    "eta": (int, float), "fire_at": (int, float),
+}
