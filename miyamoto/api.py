@@ -88,7 +88,8 @@ class Api:
         if isinstance(body, Raw):
             data, ctype = body.data, body.content_type
         else:
-            data, ctype = ujson.dumps(body, ensure_ascii=False).encode(), "application/json"
+            data = ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode()
+            ctype = "application/json"
         start_response(f"{status} {_REASONS.get(status, 'Error')}",
                        [("Content-Type", ctype), ("Content-Length", str(len(data)))])
         return [data]
@@ -107,7 +108,7 @@ class Api:
             if "queue" in args:
                 _check_queue(args["queue"])
             if "task_id" in args and not _ID_RE.fullmatch(args["task_id"]):
-                raise HTTPError(404, "no such task", "id")
+                raise HTTPError(404, "names no known task", "id")
             return handler(environ, **args)
         raise HTTPError(404, f"no route for {path}")
 
@@ -120,11 +121,11 @@ class Api:
             except ValueError:
                 raise HTTPError(400, "bad Content-Length") from None
             if n > self.limits.max_body:
-                raise HTTPError(413, f"body is larger than {self.limits.max_body} bytes", "body")
+                raise HTTPError(413, f"is larger than {self.limits.max_body} bytes", "body")
             return stream.read(n)
         data = stream.read(self.limits.max_body + 1)
         if len(data) > self.limits.max_body:
-            raise HTTPError(413, f"body is larger than {self.limits.max_body} bytes", "body")
+            raise HTTPError(413, f"is larger than {self.limits.max_body} bytes", "body")
         return data
 
     # ------------------------------------------------------------ tasks
@@ -145,19 +146,19 @@ class Api:
     def get_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         found = self.service.get_task(task_id)
         if found is None:
-            raise HTTPError(404, "no such task", "id")
+            raise HTTPError(404, "names no known task", "id")
         return 200, found
 
     def cancel_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         found = self.service.cancel(task_id)
         if found is None:
-            raise HTTPError(404, "no such task", "id")
+            raise HTTPError(404, "names no known task", "id")
         return 200, found
 
     def retry_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         found = self.service.rerun(task_id)
         if found is None:
-            raise HTTPError(404, "no such task", "id")
+            raise HTTPError(404, "names no known task", "id")
         return 200, found
 
     # ------------------------------------------------------------ queues
@@ -173,14 +174,14 @@ class Api:
         try:
             state = State(state_name)
         except ValueError:
-            raise HTTPError(400, f"state must be one of {', '.join(s.value for s in State)}",
+            raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
                             "state") from None
         try:
             limit = int((query.get("limit") or ["100"])[0])
         except ValueError:
-            raise HTTPError(400, "limit must be an integer", "limit") from None
+            raise HTTPError(400, "must be an integer", "limit") from None
         if not 1 <= limit <= 1000:
-            raise HTTPError(400, "limit must be between 1 and 1000", "limit")
+            raise HTTPError(400, "must be between 1 and 1000", "limit")
         return 200, {"queue": queue, "state": state.value,
                      "tasks": self.service.list_tasks(queue, state, limit)}
 
@@ -222,10 +223,11 @@ class Raw:
 def _error(message: str, field: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"status": "error", "error": message}
     if field is not None:
+        out["error"] = f"{field} {message}"
         out["field"] = field
     return out
 
 
 def _check_queue(name: str) -> None:
     if not QUEUE_NAME_RE.fullmatch(name):
-        raise HTTPError(400, "queue names are 1-100 characters of A-Z a-z 0-9 _ -", "queue")
+        raise HTTPError(400, "must be 1-100 characters of A-Z a-z 0-9 _ -", "queue")

@@ -1,0 +1,547 @@
+"""miyamoto.transport on real sockets (loopback, OS-assigned ports).
+
+Waits are conditions with deadlines (``wait_until``), never bare sleeps. A
+test that proves something did NOT arrive first waits for a later event that
+the same connection (or the server's counters) shows was processed after it.
+Raw peers use plain synchronous pyzmq sockets in their own context and are
+only ever used with non-blocking calls, so they never block the gevent hub.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import gevent
+import pytest
+import zmq
+from gevent import socket as gsocket
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zmq.utils import z85
+from zmq.utils.monitor import recv_monitor_message
+
+from miyamoto import protocol
+from miyamoto.protocol import DecodeError, Verb
+from miyamoto.transport import (
+    MAX_MESSAGE_SIZE,
+    CurveKeys,
+    Transport,
+    _Throttle,
+    keygen,
+    parse_frames,
+    zap_reply,
+)
+
+LOOPBACK = "tcp://127.0.0.1:0"
+
+
+def wait_until(condition, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        gevent.sleep(0.005)
+
+
+class Inbox:
+    """An on_message callback that records what it is given."""
+
+    def __init__(self, fail_on=None):
+        self.messages: list[tuple[str, Verb, dict]] = []
+        self.fail_on = fail_on
+
+    def __call__(self, sender, verb, payload):
+        self.messages.append((sender, verb, payload))
+        if self.fail_on is not None and self.fail_on(payload):
+            raise RuntimeError("handler failure for the test")
+
+    def payloads(self):
+        return [p for _, _, p in self.messages]
+
+    def wait_for(self, predicate, timeout=5.0):
+        wait_until(lambda: any(predicate(m) for m in self.messages), timeout,
+                   "a matching message")
+
+
+def send_until_ok(t: Transport, to, address, verb, payload, timeout=5.0) -> None:
+    """The first sends to a new peer fail while it connects: retry until queued."""
+    wait_until(lambda: t.send(to, address, verb, payload), timeout, f"send to {address}")
+
+
+@pytest.fixture
+def make():
+    """Factory for started Transports, all stopped at teardown."""
+    made: list[Transport] = []
+
+    def _make(node_id: str, inbox=None, bind=LOOPBACK, **kw) -> tuple[Transport, Inbox]:
+        inbox = inbox if inbox is not None else Inbox()
+        t = Transport(node_id, bind, inbox, **kw)
+        made.append(t)
+        t.start()
+        return t, inbox
+
+    yield _make
+    for t in made:
+        t.stop()
+
+
+@pytest.fixture
+def raw():
+    """Plain pyzmq sockets (and their monitors) for misbehaving peers."""
+    ctx = zmq.Context()
+    socks: list[zmq.Socket] = []
+
+    def _dealer(identity: bytes | None = None, curve: tuple[bytes, bytes, bytes] | None = None):
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        if identity is not None:
+            s.routing_id = identity
+        if curve is not None:
+            s.curve_publickey, s.curve_secretkey, s.curve_serverkey = curve
+        socks.append(s)
+        return s
+
+    yield _dealer
+    for s in socks:
+        s.close(linger=0)
+    ctx.destroy(linger=0)
+
+
+def monitor_events(sock: zmq.Socket):
+    """Start monitoring `sock`; returns a function that drains events seen so far."""
+    mon = sock.get_monitor_socket()
+    seen: list[int] = []
+
+    def drain() -> list[int]:
+        while True:
+            try:
+                seen.append(recv_monitor_message(mon, zmq.NOBLOCK)["event"])
+            except zmq.Again:
+                return seen
+
+    return drain
+
+
+# -- pure parts --------------------------------------------------------------
+
+def test_parse_frames_accepts_a_message():
+    frames = [b"node-\xc3\xa9", *protocol.encode(Verb.STORE, {"a": [1, {"b": "c"}]})]
+    assert parse_frames(frames) == ("node-é", Verb.STORE, {"a": [1, {"b": "c"}]})
+
+
+@pytest.mark.parametrize("frames", [
+    [b"id"],
+    [b"id", b"HEARTBEAT"],
+    [b"id", b"HEARTBEAT", b"{}", b"extra"],
+    [b"id", b"NOPE", b"{}"],
+    [b"id", b"HEARTBEAT", b"not json"],
+    [b"id", b"HEARTBEAT", b"[1, 2]"],
+    [b"id", b"HEARTBEAT", b"\xff\xfe"],
+    [b"\xff\xfe", b"HEARTBEAT", b"{}"],
+    [b"\x00\x01\x02\x03\x04", b"HEARTBEAT", b"{}"],
+    [b"", b"HEARTBEAT", b"{}"],
+    [b"id", b"HEARTBEAT", b"[" * 100_000],
+    [b"id", b"HEARTBEAT", b" " * (protocol.MAX_FRAME + 1)],
+])
+@pytest.mark.timeout(10)
+def test_parse_frames_rejects_garbage(frames):
+    with pytest.raises(DecodeError):
+        parse_frames(frames)
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=5))
+def test_parse_frames_raises_only_decode_error(frames):
+    try:
+        parse_frames(frames)
+    except DecodeError:
+        pass
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(Verb)), st.dictionaries(st.text(), json_values, max_size=5))
+def test_parse_frames_round_trips(verb, payload):
+    assert parse_frames([b"n1", *protocol.encode(verb, payload)]) == ("n1", verb, payload)
+
+
+@pytest.mark.timeout(10)
+def test_zap_reply_admits_only_the_cluster_key():
+    keys, other = keygen(), keygen()
+    cluster = z85.decode(keys.public.encode())
+
+    def request(mechanism, *credentials):
+        return [b"1.0", b"req-7", b"miyamoto", b"127.0.0.1", b"", mechanism, *credentials]
+
+    reply, ok = zap_reply(request(b"CURVE", cluster), cluster)
+    assert ok and reply[:3] == [b"1.0", b"req-7", b"200"] and len(reply) == 6
+    for bad in (request(b"CURVE", z85.decode(other.public.encode())),
+                request(b"CURVE", cluster[:31]),
+                request(b"CURVE"),
+                request(b"PLAIN", b"user", b"pass"),
+                request(b"NULL"),
+                [b"1.0", b"req-7"],
+                [b"0.9", b"req-7", b"d", b"a", b"", b"CURVE", cluster]):
+        reply, ok = zap_reply(bad, cluster)
+        assert not ok and reply[2] in (b"400", b"500") and reply[1] == b"req-7"
+
+
+@pytest.mark.timeout(10)
+def test_curve_keys_validate_and_hide_the_secret():
+    keys = keygen()
+    assert len(keys.public) == 40 and len(keys.secret) == 40
+    assert keys.secret not in repr(keys)
+    with pytest.raises(ValueError) as e:
+        CurveKeys(keys.public, keygen().secret)  # a pair that does not match
+    assert keys.public not in str(e.value)
+    with pytest.raises(ValueError):
+        CurveKeys("short", keys.secret)
+    with pytest.raises(ValueError):
+        CurveKeys(keys.public, "~" * 40)  # '~' is not a Z85 character
+
+
+@pytest.mark.timeout(10)
+def test_throttle_limits_warnings(caplog):
+    now = [0.0]
+    throttle = _Throttle(burst=3, window=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="miyamoto.transport"):
+        for _ in range(100):
+            throttle.warning("garbage")
+        assert [r.getMessage() for r in caplog.records] == ["garbage"] * 3
+        now[0] = 11.0
+        throttle.warning("garbage")
+    assert "97 more" in caplog.records[3].getMessage()
+    assert caplog.records[4].getMessage() == "garbage"
+
+
+@pytest.mark.timeout(10)
+def test_node_id_is_validated():
+    for bad in ("", "\x00abc", "x" * 256):
+        with pytest.raises(ValueError):
+            Transport(bad, LOOPBACK, Inbox())
+
+
+# -- 1. two transports, both ways ---------------------------------------------
+
+@pytest.mark.timeout(20)
+def test_two_transports_exchange_messages_both_ways(make):
+    a, inbox_a = make("node-a")
+    b, inbox_b = make("nœud-b")
+    assert not a.address.endswith(":0") and a.address != b.address
+
+    payload = {"text": "ünïcødé ✓ 東京", "nested": {"list": [1, 2.5, None, True, {"k": "v"}]},
+               "empty": {}, "big": 2**62}
+    send_until_ok(a, "nœud-b", b.address, Verb.STORE, payload)
+    inbox_b.wait_for(lambda m: True)
+    assert inbox_b.messages == [("node-a", Verb.STORE, payload)]
+
+    send_until_ok(b, "node-a", a.address, Verb.STORED, {"id": "t1", "ok": True})
+    inbox_a.wait_for(lambda m: True)
+    assert inbox_a.messages == [("nœud-b", Verb.STORED, {"id": "t1", "ok": True})]
+
+    # once connected, a burst arrives complete and in order
+    for i in range(500):
+        assert a.send("nœud-b", b.address, Verb.HEARTBEAT, {"i": i})
+    wait_until(lambda: len(inbox_b.messages) == 501, what="the burst")
+    assert [p["i"] for p in inbox_b.payloads()[1:]] == list(range(500))
+    assert b.stats.received == 501 and b.stats.dropped == 0
+
+
+@pytest.mark.timeout(20)
+def test_send_to_self_and_to_unknown_seed(make):
+    a, inbox_a = make("a")
+    send_until_ok(a, None, a.address, Verb.JOIN, {"from": "seed"})
+    inbox_a.wait_for(lambda m: m == ("a", Verb.JOIN, {"from": "seed"}))
+
+
+# -- 2. dead peer, then reconnect ---------------------------------------------
+
+@pytest.mark.timeout(20)
+def test_send_to_nobody_fails_fast_then_reconnects(make):
+    a, _ = make("a")
+    b, _ = make("b")
+    address = b.address
+    b.stop()  # frees the port: nothing listens at `address` now
+
+    started = time.monotonic()
+    results = [a.send("b", address, Verb.HEARTBEAT, {"i": i}) for i in range(200)]
+    assert time.monotonic() - started < 1.0
+    assert not any(results)
+    assert a.stats.send_failed == 200 and a.stats.sent == 0
+    assert a.send(None, "not-an-endpoint", Verb.HEARTBEAT, {}) is False
+    assert a.send(None, "tcp://", Verb.HEARTBEAT, {}) is False
+
+    b2, inbox_b2 = make("b", bind=address)
+    assert b2.address == address
+    send_until_ok(a, "b", address, Verb.HEARTBEAT, {"back": True})
+    inbox_b2.wait_for(lambda m: m == ("a", Verb.HEARTBEAT, {"back": True}))
+    # nothing sent while b was down was queued for it
+    assert [p for p in inbox_b2.payloads() if "i" in p] == []
+
+
+@pytest.mark.timeout(20)
+def test_forget_closes_the_dealer(make):
+    a, _ = make("a")
+    b, inbox_b = make("b")
+    assert a.connect(b.address)
+    send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"n": 1})
+    inbox_b.wait_for(lambda m: True)
+    a.forget(b.address)
+    a.forget(b.address)  # unknown address: no-op
+    assert b.address not in a._dealers
+    send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"n": 2})  # a new DEALER
+    inbox_b.wait_for(lambda m: m[2] == {"n": 2})
+
+
+# -- 3. garbage ---------------------------------------------------------------
+
+@pytest.mark.timeout(30)
+def test_garbage_never_reaches_on_message(make, raw):
+    target, inbox = make("target")
+    good, _ = make("good")
+
+    # a zmq peer that sends malformed messages, then one valid sentinel on the
+    # same connection: when the sentinel arrives, everything before it was seen
+    mallory = raw(b"mallory")
+    mallory.connect(target.address)
+    garbage = [
+        [b"HEARTBEAT"],                                   # 1 frame
+        [b"HEARTBEAT", b"{}", b"x"],                      # 3 frames
+        [b"HEARTBEAT", b"{}", b"x", b"y", b"z"],          # 5 frames
+        [b"NOT_A_VERB", b"{}"],                           # unknown verb
+        [b"HEARTBEAT", b"not json"],                      # non-JSON
+        [b"HEARTBEAT", b"[1, 2, 3]"],                     # JSON array
+        [b"HEARTBEAT", b'"a string"'],                    # JSON scalar
+        [b"HEARTBEAT", b"\xff\xfe\xfd"],                  # invalid utf-8 payload
+        [b"HEARTBEAT", b"[" * 10_000],                    # too deep
+        [b"HEARTBEAT", b" " * (protocol.MAX_FRAME + 1)],  # over the protocol limit
+        [b"", b""],                                       # empty frames
+    ]
+    for frames in garbage:
+        mallory.send_multipart(frames)
+    mallory.send_multipart(protocol.encode(Verb.HEARTBEAT, {"sentinel": 1}))
+    inbox.wait_for(lambda m: m[2] == {"sentinel": 1})
+    assert inbox.messages == [("mallory", Verb.HEARTBEAT, {"sentinel": 1})]
+    assert target.stats.dropped == len(garbage)
+
+    # identities that are not node ids: invalid utf-8, and none at all
+    for identity in (b"\xff\xfe", None):
+        peer = raw(identity)
+        peer.connect(target.address)
+        peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {"from": repr(identity)}))
+    wait_until(lambda: target.stats.dropped == len(garbage) + 2, what="identity drops")
+
+    # raw TCP: random bytes, an HTTP request, a fake ZMTP greeting. libzmq
+    # may read some of it as ZMTP/1.0 frames; those reach parse_frames and are
+    # dropped there (so not counted exactly here)
+    rng = random.Random(20240607)
+    host, port = target.address.rsplit("/", 1)[1].rsplit(":", 1)
+    for junk in (rng.randbytes(4096), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                 b"\xff" + rng.randbytes(9) + b"\x7f" + rng.randbytes(200)):
+        with gsocket.create_connection((host, int(port)), timeout=2) as s:
+            s.sendall(junk)
+
+    # a frame above MAXMSGSIZE: libzmq disconnects the sender before we see it
+    hog = raw(b"hog")
+    hog_events = monitor_events(hog)
+    hog.connect(target.address)
+    hog.send_multipart([b"HEARTBEAT", b" " * (MAX_MESSAGE_SIZE + 1)])
+    wait_until(lambda: zmq.EVENT_DISCONNECTED in hog_events(), what="hog disconnected")
+
+    # the transport still works, and nothing else got through
+    send_until_ok(good, "target", target.address, Verb.HEARTBEAT, {"after": "garbage"})
+    inbox.wait_for(lambda m: m == ("good", Verb.HEARTBEAT, {"after": "garbage"}))
+    gevent.sleep(0.2)  # grace period for anything straggling (not the assertion's trigger)
+    assert [m[0] for m in inbox.messages] == ["mallory", "good"]
+    assert target.stats.handler_errors == 0
+    assert target.running
+
+
+@pytest.mark.timeout(20)
+def test_garbage_floods_are_rate_limited_in_the_log(make, raw, caplog):
+    target, inbox = make("target")
+    mallory = raw(b"mallory")
+    mallory.connect(target.address)
+    with caplog.at_level(logging.WARNING, logger="miyamoto.transport"):
+        for i in range(300):
+            mallory.send_multipart([b"NOPE", b"%d" % i])
+        mallory.send_multipart(protocol.encode(Verb.HEARTBEAT, {"sentinel": 1}))
+        inbox.wait_for(lambda m: m[2] == {"sentinel": 1})
+    assert target.stats.dropped == 300
+    warnings = [r for r in caplog.records if r.name == "miyamoto.transport"
+                and r.levelno == logging.WARNING]
+    assert 1 <= len(warnings) <= 20
+
+
+# -- 4. on_message raising ----------------------------------------------------
+
+@pytest.mark.timeout(20)
+def test_on_message_exception_is_logged_and_loop_survives(make, caplog):
+    inbox = Inbox(fail_on=lambda p: p.get("boom"))
+    b, _ = make("b", inbox=inbox)
+    a, _ = make("a")
+    with caplog.at_level(logging.ERROR, logger="miyamoto.transport"):
+        send_until_ok(a, "b", b.address, Verb.STORE, {"boom": True})
+        for i in range(3):
+            assert a.send("b", b.address, Verb.STORE, {"boom": True, "i": i})
+        assert a.send("b", b.address, Verb.STORE, {"ok": 1})
+        inbox.wait_for(lambda m: m[2] == {"ok": 1})
+    assert len(inbox.messages) == 5
+    assert b.stats.handler_errors == 4 and b.stats.received == 5
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and all(r.exc_info and r.exc_info[0] is RuntimeError for r in errors)
+
+
+# -- 5. CurveZMQ ----------------------------------------------------------------
+
+@pytest.mark.timeout(30)
+def test_curve_admits_the_cluster_and_refuses_everyone_else(make, raw, caplog):
+    keys = keygen()
+    a, inbox_a = make("a", curve=keys)
+    b, inbox_b = make("b", curve=keys)
+
+    send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"to": "b", "é": "✓"})
+    inbox_b.wait_for(lambda m: m == ("a", Verb.HEARTBEAT, {"to": "b", "é": "✓"}))
+    send_until_ok(b, "a", a.address, Verb.HEARTBEAT_ACK, {"to": "a"})
+    inbox_a.wait_for(lambda m: m == ("b", Verb.HEARTBEAT_ACK, {"to": "a"}))
+
+    server = keys.public.encode()
+    other = keygen()
+    refused = {
+        # knows the server key, holds another key pair: refused by ZAP
+        "other-pair": raw(b"eve", curve=(other.public.encode(), other.secret.encode(), server)),
+        # claims the cluster's public key without its secret: CURVE handshake fails
+        "stolen-public": raw(b"eve2", curve=(server, other.secret.encode(), server)),
+        # no CURVE at all: mechanism mismatch
+        "plain": raw(b"eve3"),
+    }
+    events = {}
+    for name, sock in refused.items():
+        events[name] = monitor_events(sock)
+        sock.connect(a.address)
+        for i in range(5):
+            sock.send_multipart(protocol.encode(Verb.HEARTBEAT, {"intruder": name, "i": i}))
+
+    # a node of another cluster (it uses its own public key as the server key,
+    # so the CURVE handshake fails before ZAP): its DEALER never gets connected
+    stranger, _ = make("stranger", curve=other)
+    assert stranger.connect(a.address)
+
+    failed = {zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+              zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_DISCONNECTED}
+    for name, drain in events.items():
+        wait_until(lambda: failed & set(drain()), what=f"{name} refused")
+    wait_until(lambda: a.stats.zap_denied >= 1, what="ZAP denial of other-pair")
+    stranger_sent = []
+    for _ in range(10):  # across several reconnect-and-handshake attempts
+        stranger_sent.append(stranger.send("a", a.address, Verb.JOIN, {"intruder": "stranger"}))
+        gevent.sleep(0.05)
+    assert zmq.EVENT_HANDSHAKE_SUCCEEDED not in set().union(*(d() for d in events.values()))
+
+    # a control: a raw peer with the cluster keys gets in the same way
+    friend = raw(b"friend", curve=(server, keys.secret.encode(), server))
+    friend.connect(a.address)
+    friend.send_multipart(protocol.encode(Verb.HEARTBEAT, {"friend": True}))
+    inbox_a.wait_for(lambda m: m == ("friend", Verb.HEARTBEAT, {"friend": True}))
+
+    # the keyed peer keeps working; no intruder message ever arrived
+    send_until_ok(b, "a", a.address, Verb.HEARTBEAT, {"still": "here"})
+    inbox_a.wait_for(lambda m: m[2] == {"still": "here"})
+    gevent.sleep(0.2)  # grace period for stragglers (not the assertion's trigger)
+    assert not any("intruder" in p for p in inbox_a.payloads())
+    assert {m[0] for m in inbox_a.messages} == {"b", "friend"}
+    assert not any(stranger_sent)
+    assert a.stats.dropped == 0
+
+
+@pytest.mark.timeout(20)
+def test_curve_fails_closed_without_the_zap_handler(make, raw):
+    keys = keygen()
+    a, inbox_a = make("a", curve=keys)
+    # simulate the ZAP handler dying: even a keyed client must then be refused
+    a._zap_greenlet.kill()
+    a._zap.close(linger=0)
+    server = keys.public.encode()
+    friend = raw(b"friend", curve=(server, keys.secret.encode(), server))
+    drain = monitor_events(friend)
+    friend.connect(a.address)
+    friend.send_multipart(protocol.encode(Verb.HEARTBEAT, {"x": 1}))
+    wait_until(lambda: zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL in drain()
+               or zmq.EVENT_DISCONNECTED in drain(), what="refusal")
+    assert zmq.EVENT_HANDSHAKE_SUCCEEDED not in drain()
+    assert inbox_a.messages == []
+
+
+@pytest.mark.timeout(10)
+def test_curve_and_plain_nodes_do_not_talk(make):
+    a, inbox_a = make("a", curve=keygen())
+    b, _ = make("b")
+    results = []
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        results.append(b.send("a", a.address, Verb.HEARTBEAT, {}))
+        gevent.sleep(0.02)
+    assert not any(results) and inbox_a.messages == []
+
+
+# -- 6. stop --------------------------------------------------------------------
+
+@pytest.mark.timeout(20)
+def test_stop_is_idempotent_and_frees_the_port(make):
+    a, _ = make("a", curve=keygen())
+    b, _ = make("b")
+    address = a.address
+    send_until_ok(b, "a", address, Verb.HEARTBEAT, {})
+    groups = list(a._group)
+    a.stop()
+    a.stop()
+    assert not a.running and all(g.dead for g in groups)
+    assert a.send("b", b.address, Verb.HEARTBEAT, {}) is False
+
+    a2, inbox_a2 = make("a", bind=address, curve=keygen())  # same port, and a new ZAP handler
+    assert a2.address == address
+    c, _ = make("c", curve=a2.curve)
+    send_until_ok(c, "a", address, Verb.HEARTBEAT, {"again": 1})
+    inbox_a2.wait_for(lambda m: m == ("c", Verb.HEARTBEAT, {"again": 1}))
+
+    never_started = Transport("z", LOOPBACK, Inbox())
+    never_started.stop()
+    never_started.stop()
+    with pytest.raises(RuntimeError):
+        never_started.send(None, address, Verb.HEARTBEAT, {})
+
+
+@pytest.mark.timeout(20)
+def test_stop_from_inside_on_message(make):
+    holder = {}
+
+    def on_message(sender, verb, payload):
+        holder["t"].stop()
+
+    b, _ = make("b", inbox=on_message)
+    holder["t"] = b
+    a, _ = make("a")
+    groups = list(b._group)
+    send_until_ok(a, "b", b.address, Verb.LEAVE, {})
+    wait_until(lambda: all(g.dead for g in groups), what="b's greenlets to end")
+    assert not b.running
+
+
+@pytest.mark.timeout(10)
+def test_bind_failure_raises_and_cleans_up(make):
+    a, _ = make("a")
+    t = Transport("dup", a.address, Inbox())
+    with pytest.raises(zmq.ZMQError):
+        t.start()
+    assert not t.running
+    t.stop()
