@@ -333,9 +333,11 @@ class Engine:
         self.dispatcher.pause(queue, paused)
         self.journal.set_paused(queue, paused)
 
-    def queue_counts(self) -> dict[str, dict[str, int]]:
-        counts = self.journal.counts()
+    def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
+        counts = self.journal.counts(primary_only)
         for t in self.live.values():
+            if primary_only and t.replica != 0:
+                continue
             c = counts.setdefault(t.queue, {})
             c[t.state.value] = c.get(t.state.value, 0) + 1
         for name in self.dispatcher.queues:

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     queue TEXT NOT NULL,
     state TEXT NOT NULL,
     finished REAL,
+    replica INTEGER NOT NULL DEFAULT 0,
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (queue, state);
@@ -184,7 +185,7 @@ class Journal:
             if t is None:
                 deletes.append((task_id,))
             else:
-                rows.append((t.id, t.queue, t.state.value, t.finished,
+                rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
                              ujson.dumps(t.encode(), ensure_ascii=False)))
         name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items() if v is not None]
         name_dels = [(q, n) for (q, n), v in names.items() if v is None]
@@ -213,8 +214,8 @@ class Journal:
         db.execute("BEGIN")
         try:
             if rows:
-                db.executemany("INSERT OR REPLACE INTO tasks (id, queue, state, finished, data) "
-                               "VALUES (?, ?, ?, ?, ?)", rows)
+                db.executemany("INSERT OR REPLACE INTO tasks (id, queue, state, finished, replica, "
+                               "data) VALUES (?, ?, ?, ?, ?, ?)", rows)
             if deletes:
                 db.executemany("DELETE FROM tasks WHERE id = ?", deletes)
             if name_rows:
@@ -275,11 +276,14 @@ class Journal:
                 out.append(t)
         return out
 
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Ended tasks per queue and state (live ones are counted in memory)."""
+    def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
+        """Ended tasks per queue and state (live ones are counted in memory); with
+        primary_only, only first copies (replica 0), so a cluster can add up nodes."""
         out: dict[str, dict[str, int]] = {}
+        extra = " AND replica = 0" if primary_only else ""
         for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
-                                   "WHERE state NOT IN (?, ?) GROUP BY queue, state", _LIVE):
+                                   f"WHERE state NOT IN (?, ?){extra} GROUP BY queue, state",
+                                   _LIVE):
             out.setdefault(q, {})[s] = n
         return out
 

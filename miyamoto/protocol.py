@@ -39,6 +39,7 @@ class Verb(str, enum.Enum):
     FAILED = "FAILED"
     CANCEL = "CANCEL"
     HANDOFF = "HANDOFF"
+    REPLICAS = "REPLICAS"
     # cluster-wide queries and control (miyamoto.cluster)
     REQUEST = "REQUEST"
     REPLY = "REPLY"
