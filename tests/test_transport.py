@@ -498,8 +498,9 @@ def test_curve_and_plain_nodes_do_not_talk(make):
 
 @pytest.mark.timeout(20)
 def test_stop_is_idempotent_and_frees_the_port(make):
-    a, _ = make("a", curve=keygen())
-    b, _ = make("b")
+    keys = keygen()
+    a, _ = make("a", curve=keys)
+    b, _ = make("b", curve=keys)
     address = a.address
     send_until_ok(b, "a", address, Verb.HEARTBEAT, {})
     groups = list(a._group)
