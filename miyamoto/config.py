@@ -316,6 +316,13 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         raise ConfigError("election_timeout_max: must be >= election_timeout_min")
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
         raise ConfigError("curve_secret: curve_public and curve_secret go together")
+    if values["curve_public"]:
+        from miyamoto.transport import CurveKeys
+
+        try:
+            CurveKeys(values["curve_public"], values["curve_secret"])
+        except ValueError as e:
+            raise ConfigError(f"curve_secret: {e}") from None
     default_q = _parse_queue("default", raw_queues.get("default", {}), QueueConfig())
     queues = {"default": default_q}
     for name, items in raw_queues.items():
