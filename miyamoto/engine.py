@@ -37,7 +37,10 @@ SWEEP_INTERVAL = 60.0
 class Hooks:
     """What the engine tells the rest of the cluster; a single node tells nobody."""
 
-    def claim(self, task: Task) -> None: ...
+    def claim(self, task: Task) -> bool:
+        """About to deliver; False vetoes it (the copy was already dealt with)."""
+        return True
+
     def done(self, task: Task) -> None: ...
     def retried(self, task: Task) -> None: ...
     def failed(self, task: Task) -> None: ...
@@ -161,7 +164,12 @@ class Engine:
             return
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
-        self.hooks.claim(t)
+        if not self.hooks.claim(t):
+            current = self.live.get(task_id)
+            if current is not None and current.state == State.RUNNING:
+                self.live[task_id] = current.evolve(state=State.SCHEDULED)
+                self.scheduler.schedule(task_id, current.fire_at)
+            return
         q = self.queue_config(t.queue)
         timeout = t.timeout or q.timeout
         method, url, headers, body = build_request(t, now, self.config.signing_secret)
@@ -243,8 +251,11 @@ class Engine:
     # ------------------------------------------------------------ sibling updates
     def apply_remote(self, task_id: str, *, state: State | None = None,
                      fire_at: float | None = None, attempts: int | None = None,
-                     last: dict | None = None) -> Task | None:
-        """Bring this copy in step with what a sibling replica did; None if unknown."""
+                     last: dict | None = None, earliest: bool = False) -> Task | None:
+        """Bring this copy in step with what a sibling replica did; None if unknown.
+
+        fire_at pushes the copy later (a claim), or sets it exactly when a state is
+        given (a retry), or pulls it earlier with ``earliest`` (a hand-off)."""
         t = self.live.get(task_id)
         if t is None:
             return None
@@ -262,7 +273,12 @@ class Engine:
             self.dispatcher.discard(t.queue, {task_id})
             return t
         if fire_at is not None and t.state == State.SCHEDULED:
-            changes["fire_at"] = max(fire_at, t.fire_at) if state is None else fire_at
+            if earliest:
+                changes["fire_at"] = min(fire_at, t.fire_at)
+            elif state is None:
+                changes["fire_at"] = max(fire_at, t.fire_at)
+            else:
+                changes["fire_at"] = fire_at
         if changes:
             t = t.evolve(**changes)
             self.live[task_id] = t
@@ -270,6 +286,23 @@ class Engine:
             if t.state == State.SCHEDULED:
                 self.scheduler.schedule(task_id, t.fire_at)
         return t
+
+    def set_replicas(self, task_id: str, replicas: tuple[str, ...], me: str) -> None:
+        """The replica set changed (a lost member's copy was restored elsewhere)."""
+        t = self.live.get(task_id)
+        if t is None or me not in replicas:
+            return
+        t = t.evolve(replicas=replicas, replica=replicas.index(me))
+        self.live[task_id] = t
+        self.journal.put(t)
+
+    def drop(self, task_id: str) -> None:
+        """Forget a stale copy whose task lives on elsewhere; tell nobody."""
+        t = self.live.pop(task_id, None)
+        if t is not None:
+            self.scheduler.cancel(task_id)
+            self.dispatcher.discard(t.queue, {task_id})
+            self.journal.delete(task_id)
 
     # ------------------------------------------------------------ operations
     def get(self, task_id: str) -> Task | None:
@@ -297,10 +330,10 @@ class Engine:
             self.dispatcher.discard(t.queue, {task_id})
         return t
 
-    def rerun(self, task_id: str, *, wait: bool = True) -> Task | None:
+    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:
         """Run a task again now: a failed or cancelled one with a fresh set of attempts,
         a scheduled one at once. None if unknown; Conflict if running or succeeded."""
-        now = self.clock()
+        now = self.clock() + delay
         t = self.live.get(task_id)
         if t is not None:
             if t.state != State.SCHEDULED:
@@ -323,11 +356,12 @@ class Engine:
         return t
 
     def purge(self, queue: str) -> int:
-        """Cancel every scheduled task of the queue on this node."""
-        ids = [i for i, t in self.live.items() if t.queue == queue and t.state == State.SCHEDULED]
-        for i in ids:
-            self.cancel(i)
-        return len(ids)
+        """Cancel every scheduled copy of the queue on this node; returns how many
+        of them were first copies (replica 0), i.e. distinct tasks cluster-wide."""
+        doomed = [t for t in self.live.values() if t.queue == queue and t.state == State.SCHEDULED]
+        for t in doomed:
+            self.cancel(t.id)
+        return sum(1 for t in doomed if t.replica == 0)
 
     def pause(self, queue: str, paused: bool) -> None:
         self.dispatcher.pause(queue, paused)

@@ -1,0 +1,68 @@
+"""Where a task's copies live and when each fires: pure functions, no I/O.
+
+Placement: an unnamed task goes to N consecutive ring members from a round-robin
+cursor (spreading load); a named task goes to the N members after hash(queue, name),
+so two enqueues of one name meet on the same nodes and the first of them (the name's
+owner) can refuse the second. Copy i fires at eta + i * offset; when a sibling claims,
+retries or hands off, every other copy keeps its distance, measured in ring steps from
+that sibling (``rank``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from miyamoto.task import Task
+
+
+def place(ring: Sequence[str], n: int, task: Task, cursor: int) -> tuple[str, ...]:
+    """The replica set for a new task: min(n, len(ring)) distinct members, in fire order."""
+    if not ring:
+        return ()
+    n = max(1, min(n, len(ring)))
+    if task.name is not None:
+        digest = hashlib.sha1(f"{task.queue}\x00{task.name}".encode()).digest()
+        start = int.from_bytes(digest[:8], "big") % len(ring)
+    else:
+        start = cursor % len(ring)
+    return tuple(ring[(start + i) % len(ring)] for i in range(n))
+
+
+def copies(task: Task, replicas: tuple[str, ...], offset: float) -> list[Task]:
+    """One copy per replica, copy i firing i offsets after the eta."""
+    return [task.evolve(replicas=replicas, replica=i, fire_at=task.eta + i * offset)
+            for i in range(len(replicas))]
+
+
+def rank(mine: int, theirs: int, n: int) -> int:
+    """How many offsets after copy ``theirs`` copy ``mine`` should fire (1..n-1)."""
+    if n <= 1:
+        return 0
+    r = (mine - theirs) % n
+    return r if r else n
+
+
+def sibling_fire_at(base: float, mine: int, theirs: int, n: int, offset: float) -> float:
+    """When copy ``mine`` fires, given that copy ``theirs`` fires (or is held) until ``base``."""
+    return base + rank(mine, theirs, n) * offset
+
+
+def replacement(ring: Sequence[str], replicas: tuple[str, ...], lost: str) -> str | None:
+    """A live member to take ``lost``'s place in ``replicas``: the first ring member after
+    the lost one that holds no copy yet; None if every member already holds one."""
+    holders = set(replicas)
+    candidates = [m for m in ring if m not in holders]
+    if not candidates:
+        return None
+    ordered = sorted(ring)
+    after = [m for m in ordered if m > lost and m in candidates]
+    return after[0] if after else sorted(candidates)[0]
+
+
+def restorer(replicas: tuple[str, ...], alive: set[str]) -> str | None:
+    """The surviving holder that restores lost copies: the first live one in fire order."""
+    for r in replicas:
+        if r in alive:
+            return r
+    return None
