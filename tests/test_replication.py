@@ -1,0 +1,69 @@
+"""Placement and sibling timing (miyamoto.replication): pure functions."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import given, strategies as st
+
+from miyamoto import replication
+from miyamoto.task import Task
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _task(name: str | None = None, queue: str = "default") -> Task:
+    return Task(id="t1", queue=queue, url="http://127.0.0.1/", name=name, eta=100.0,
+                fire_at=100.0)
+
+
+def test_unnamed_tasks_round_robin_over_the_ring():
+    ring = ("a", "b", "c")
+    starts = collections.Counter(replication.place(ring, 2, _task(), c)[0] for c in range(300))
+    assert starts == {"a": 100, "b": 100, "c": 100}
+    assert replication.place(ring, 2, _task(), 2) == ("c", "a")
+
+
+def test_named_tasks_meet_on_the_same_members_whatever_the_cursor():
+    ring = ("a", "b", "c", "d")
+    placements = {replication.place(ring, 2, _task("order-17"), c) for c in range(10)}
+    assert len(placements) == 1
+    other_queue = replication.place(ring, 2, _task("order-17", queue="q2"), 0)
+    names = {replication.place(ring, 2, _task(f"n{i}"), 0)[0] for i in range(200)}
+    assert names == set(ring)  # names spread over the ring
+    assert len(other_queue) == 2
+
+
+@given(st.integers(1, 7), st.integers(1, 5), st.integers(0, 10_000),
+       st.one_of(st.none(), st.text(min_size=1, max_size=20)))
+def test_placement_is_distinct_and_capped(members, n, cursor, name):
+    ring = tuple(f"m{i}" for i in range(members))
+    placed = replication.place(ring, n, _task(name), cursor)
+    assert len(placed) == min(n, members)
+    assert len(set(placed)) == len(placed)
+    assert set(placed) <= set(ring)
+
+
+def test_copies_fire_one_offset_apart():
+    cps = replication.copies(_task(), ("a", "b", "c"), 5.0)
+    assert [c.fire_at for c in cps] == [100.0, 105.0, 110.0]
+    assert [c.replica for c in cps] == [0, 1, 2]
+    assert all(c.replicas == ("a", "b", "c") for c in cps)
+
+
+def test_sibling_keeps_its_distance_from_the_claimer():
+    # copy 1 of 3 claimed and held until 200: copy 2 fires one offset later, copy 0
+    # (which already passed its turn) two offsets later
+    assert replication.sibling_fire_at(200.0, 2, 1, 3, 5.0) == 205.0
+    assert replication.sibling_fire_at(200.0, 0, 1, 3, 5.0) == 210.0
+    assert replication.rank(1, 1, 1) == 0
+
+
+def test_replacement_and_restorer():
+    ring = ("a", "c", "d")  # b was lost
+    assert replication.replacement(ring, ("a", "b"), "b") == "c"
+    assert replication.replacement(ring, ("d", "b"), "b") == "c"
+    assert replication.replacement(("a", "b"), ("a", "b"), "b") is None
+    assert replication.restorer(("b", "c", "a"), {"a", "c"}) == "c"
+    assert replication.restorer(("b",), {"a"}) is None
