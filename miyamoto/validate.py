@@ -32,6 +32,7 @@ _JSON_FIELDS = frozenset({
 })
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
+MAX_FORM_FIELDS = 10000
 
 
 class ValidationError(ValueError):
@@ -124,6 +125,30 @@ def _param_value(field: str, v: Any) -> str | list[str]:
     raise ValidationError(field, "must be a string, number, boolean or a list of those")
 
 
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(field: str, value: Any) -> None:
+    """Reject strings with no UTF-8 form (lone surrogates spelled as JSON \\u escapes):
+    they could be neither journaled nor delivered."""
+    if isinstance(value, str):
+        if not _is_text(value):
+            raise ValidationError(field, "is not valid Unicode text (a lone surrogate)")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not _is_text(k):
+                raise ValidationError(field, "has a key that is not valid Unicode text")
+            _check_text(f"{field}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_text(f"{field}[{i}]", v)
+
+
 def _headers(field: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValidationError(field, "must be an object of header names to strings")
@@ -148,6 +173,9 @@ def _headers(field: str, value: Any) -> dict[str, str]:
 def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency_key: str | None,
                limits: Limits, now: float) -> Task:
     """Validate the JSON-shaped ``fields`` into a new scheduled Task."""
+    for k, v in fields.items():
+        _check_text(k if _is_text(k) else "body", k)
+        _check_text(k, v)
     unknown = set(fields) - _JSON_FIELDS
     if unknown:
         raise ValidationError(sorted(unknown)[0], "unknown field")
@@ -259,7 +287,14 @@ def form_fields(body: bytes) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     params: dict[str, Any] = {}
     headers: dict[str, str] = {}
-    for key, value in parse_qsl(text, keep_blank_values=True, max_num_fields=10000):
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS,
+                          errors="strict")
+    except UnicodeDecodeError:
+        raise ValidationError("body", "form data must be UTF-8") from None
+    except ValueError:
+        raise ValidationError("body", f"has more than {MAX_FORM_FIELDS} fields") from None
+    for key, value in pairs:
         if key.startswith("task.header."):
             headers[key[len("task.header."):]] = value
         elif key.startswith("task."):
