@@ -1,0 +1,122 @@
+"""Shared fixtures: a sink, fresh nodes on OS-assigned ports, and the logs of both on failure.
+
+Every process a test starts goes into its ``proc_registry`` and is killed (SIGKILL) in
+the finalizer, whatever the outcome. When a test fails, the tail of each node's log is
+added to the failure report.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pytest
+
+from helpers import NodeProcess, ProcessRegistry, Sink, write_ini
+
+# Short cluster timings, so that a node (alone or not) is ready fast and replicas of a
+# task do not wait 5 s for each other. Option names as in miyamoto/config.py.
+FAST_OPTIONS: dict[str, Any] = {
+    "replica_offset": 1.0,
+    "replication_timeout": 2.0,
+    "heartbeat_interval": 0.1,
+    "failure_timeout": 1.0,
+    "election_timeout_min": 0.3,
+    "election_timeout_max": 0.6,
+    "shutdown_timeout": 5.0,
+    "log_level": "info",
+}
+
+# Retries come fast: 0.05, 0.1, 0.2, 0.4, 0.5, 0.5 ... s.
+FAST_QUEUES: dict[str, dict[str, Any]] = {
+    "default": {"min_backoff": 0.05, "max_backoff": 0.5, "max_doublings": 3, "timeout": 5},
+    "ratelimited": {"rate": 5, "burst": 1},
+    "narrow": {"max_concurrent": 2},
+    "patient": {"max_backoff": 5},  # a Retry-After of a few seconds is not capped
+}
+
+
+def write_node_config(path: Path, options: Mapping[str, Any] | None = None,
+                      queues: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The test INI: FAST_OPTIONS and FAST_QUEUES, updated by ``options`` / ``queues``."""
+    opts = dict(FAST_OPTIONS)
+    opts.update(options or {})
+    qs = copy.deepcopy(FAST_QUEUES)
+    for name, values in (queues or {}).items():
+        qs.setdefault(name, {}).update(values)
+    sections: dict[str, Mapping[str, Any]] = {"miyamoto": opts}
+    for name, values in qs.items():
+        sections[f"queue:{name}"] = values
+    return write_ini(path, sections)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when in ("setup", "call"):
+        registries = list(getattr(item, "_miyamoto_registries", []))
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, ProcessRegistry) and value not in registries:
+                registries.append(value)
+        seen: set[str] = set()
+        for reg in registries:
+            for title, text in reg.logs(tail=150):
+                if title not in seen:
+                    seen.add(title)
+                    report.sections.append((title, text))
+
+
+@pytest.fixture
+def proc_registry(request: pytest.FixtureRequest) -> ProcessRegistry:
+    reg = ProcessRegistry()
+    regs = getattr(request.node, "_miyamoto_registries", [])
+    regs.append(reg)
+    request.node._miyamoto_registries = regs
+    request.addfinalizer(reg.kill_all)
+    return reg
+
+
+@pytest.fixture
+def sink(request: pytest.FixtureRequest) -> Sink:
+    s = Sink().start()
+    request.addfinalizer(s.stop)
+    return s
+
+
+@pytest.fixture
+def node_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[..., NodeProcess]:
+    """``node_factory(node_id=None, *, options=None, queues=None, config=None, env=None,
+    data_dir=None, seeds=(), extra_args=(), start=True, ready=True)`` -> NodeProcess.
+
+    Without ``config`` it writes the fast test INI (FAST_OPTIONS / FAST_QUEUES updated by
+    ``options`` and ``queues``). With ``start`` it starts the node, with ``ready`` it
+    waits for /healthz and /readyz. The node is killed when the test ends.
+    """
+    counter = iter(range(1, 1000))
+
+    def make(node_id: str | None = None, *, options: Mapping[str, Any] | None = None,
+             queues: Mapping[str, Mapping[str, Any]] | None = None, config: str | None = None,
+             env: Mapping[str, Any] | None = None, data_dir: str | None = None,
+             seeds: tuple[str, ...] | list[str] = (), extra_args: tuple[str, ...] | list[str] = (),
+             start: bool = True, ready: bool = True, ready_timeout: float = 15.0) -> NodeProcess:
+        n = next(counter)
+        node_id = node_id or f"node{n}"
+        if config is None:
+            config = write_node_config(tmp_path / f"{node_id}.ini", options, queues)
+        proc = NodeProcess(tmp_path, node_id, config=config, env=env, data_dir=data_dir,
+                           seeds=seeds, extra_args=extra_args, registry=proc_registry)
+        if start:
+            proc.start()
+            if ready:
+                proc.wait_ready(ready_timeout)
+        return proc
+
+    return make
+
+
+@pytest.fixture
+def node(node_factory: Callable[..., NodeProcess]) -> NodeProcess:
+    """A fresh single node, started and ready, with the fast test INI."""
+    return node_factory()
