@@ -38,6 +38,7 @@ import argparse
 import ctypes
 import itertools
 import math
+import resource
 import os
 import shlex
 import shutil
@@ -49,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,6 +148,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     out.add_argument("--settle", type=float, default=2.0,
                      help="--delayed: s to wait after the last enqueue before measuring "
                           "(default 2)")
+    out.add_argument("--restart", action="store_true",
+                     help="--delayed: then stop the node(s), start them again on the same "
+                          "journal and report the time until they serve and their RSS")
     out.add_argument("--rss", action="store_true",
                      help="also report the nodes' peak RSS (VmHWM) and journal file sizes")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -177,6 +181,8 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             if parts.scheme != "http" or parts.hostname != LOCALHOST or not parts.port:
                 p.error(f"--server must be http://127.0.0.1:PORT, got {url!r}")
         args.nodes = len(args.server)
+    if args.restart and (args.delayed is None or args.server or args.memory):
+        p.error("--restart needs --delayed and started nodes with a disk journal")
     for kv in args.node_env:
         if "=" not in kv:
             p.error(f"--node-env wants KEY=VALUE, got {kv!r}")
@@ -189,8 +195,8 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- HTTP helpers
 
 
-def http_get_json(url: str, timeout: float = 2.0) -> Any:
-    """GET a JSON document from 127.0.0.1 (None on any failure or non-200)."""
+def http_get(url: str, timeout: float = 2.0) -> bytes | None:
+    """GET from 127.0.0.1 on a fresh connection (None on any failure or non-200)."""
     parts = urlsplit(url)
     assert parts.hostname == LOCALHOST, url
     client = HTTPClient(LOCALHOST, parts.port, connection_timeout=timeout,
@@ -198,13 +204,44 @@ def http_get_json(url: str, timeout: float = 2.0) -> Any:
     try:
         resp = client.get(parts.path or "/")
         body = resp.read()
-        if resp.status_code != 200:
-            return None
-        return ujson.loads(body) if body else {}
-    except Exception:  # noqa: BLE001 - a probe: any failure means "not yet"
+        return body if resp.status_code == 200 else None
+    except Exception:  # noqa: BLE001 - a probe: any failure means "not (yet) there"
         return None
     finally:
         client.close()
+
+
+def http_get_json(url: str, timeout: float = 2.0) -> Any:
+    """GET a JSON document from 127.0.0.1 (None on any failure, non-200 or bad JSON)."""
+    body = http_get(url, timeout)
+    if body is None:
+        return None
+    try:
+        return ujson.loads(body) if body else {}
+    except ValueError:
+        return None
+
+
+def server_metrics(nodes: Sequence[Node]) -> dict[str, float]:
+    """Unlabelled `miyamoto_*` samples of every node's /metrics, summed over the nodes."""
+    totals: dict[str, float] = {}
+    for node in nodes:
+        text = (http_get(node.url + "/metrics") or b"").decode("utf-8", "replace")
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if not name.startswith("miyamoto_") or "{" in name:
+                continue
+            try:
+                key = name.removeprefix("miyamoto_")
+                totals[key] = totals.get(key, 0.0) + float(value)
+            except ValueError:
+                continue
+    return {k: int(v) if v.is_integer() else v for k, v in sorted(totals.items())}
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Counters (`*_total`) as the run's increase; gauges as their value at the end."""
+    return {k: v - before.get(k, 0) if k.endswith("_total") else v for k, v in after.items()}
 
 
 def free_ports(count: int) -> list[int]:
@@ -339,12 +376,17 @@ def wait_formed(nodes: Sequence[Node], deadline: float) -> dict[str, Any]:
             assert views[0] is not None
             return views[0]
         if time.monotonic() > deadline:
-            raise BenchError(f"cluster of {want} not formed; views: {views}"
+            seen = "; ".join(
+                f"{n.id}: no answer" if not v else
+                f"{n.id}: leader {v.get('leader')}, term {v.get('term')}, "
+                f"members {[m.get('id') for m in v.get('members') or []]}"
+                for n, v in zip(nodes, views, strict=True))
+            raise BenchError(f"cluster of {want} not formed in time ({seen})"
                                + "".join(f"\n--- {n.id}:\n{n.log_tail()}" for n in nodes))
         gevent.sleep(0.2)
 
 
-def start_nodes(args: argparse.Namespace, workdir: str, nodes: list[Node]) -> dict[str, Any]:
+def start_nodes(args: argparse.Namespace, nodes: list[Node]) -> dict[str, Any]:
     """Start node 1, then the others seeded with node 1; wait for a formed cluster."""
     deadline = time.monotonic() + args.startup_timeout
     spawn_node(args, nodes[0], [])
@@ -406,6 +448,35 @@ def dir_bytes(path: str | None) -> int | None:
 
 def mb(kb: int | None) -> float | None:
     return None if kb is None else round(kb / 1024, 1)
+
+
+def proc_cpu_s(pid: int | None) -> float | None:
+    """utime + stime of a process, seconds (/proc/<pid>/stat)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(nodes: Sequence[Node]) -> dict[str, float | None]:
+    """CPU seconds used so far by the bench itself and by each node."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    snap: dict[str, float | None] = {"bench": usage.ru_utime + usage.ru_stime}
+    snap.update({n.id: proc_cpu_s(n.pid) for n in nodes})
+    return snap
+
+
+def cpu_delta(before: dict[str, float | None],
+              after: dict[str, float | None]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, end in after.items():
+        start = before.get(key)
+        out[key] = None if start is None or end is None else round(end - start, 2)
+    return out
 
 
 # --------------------------------------------------------------------------- load
@@ -660,6 +731,7 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, ru
                  report: dict[str, Any]) -> None:
     """Throughput or paced run: enqueue, wait for deliveries, grace, measure."""
     enq = Enqueuer(args, nodes, sink.url(), run)
+    cpu0, metrics0 = cpu_snapshot(nodes), server_metrics(nodes)
     t0 = clock()
     try:
         if args.paced is not None:
@@ -675,22 +747,26 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, ru
         f"delivered so far {sink.stats.delivered}")
     wait_deliveries(sink, load, nodes, args.timeout, args.quiet)
     done = clock()
+    cpu = cpu_delta(cpu0, cpu_snapshot(nodes))
     if args.grace > 0:
         log(f"grace {args.grace:g}s for duplicates")
         gevent.sleep(args.grace)
     report.update(enqueue_report(load))
     report.update(delivery_report(sink, load))
     report["elapsed_s"] = round(done - load.first_send, 3)
+    report["cpu_s"] = cpu
     if args.paced is not None:
         report["paced_rate"] = args.paced
     if args.rss:
         report.update(resources(nodes))
+    report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
 
 
 def run_delayed(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, run: str,
                 report: dict[str, Any]) -> None:
     """Enqueue far-future tasks; RSS before/after and the journal's size on disk."""
     before = {n.id: proc_status_kb(n.pid, "VmRSS") for n in nodes}
+    metrics0 = server_metrics(nodes)
     enq = Enqueuer(args, nodes, sink.url(), run)
     log(f"enqueueing {args.tasks} tasks due in {args.countdown:g}s")
     try:
@@ -706,7 +782,8 @@ def run_delayed(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, run
     report["rss_before_mb"] = {k: mb(v) for k, v in before.items()}
     report["rss_after_mb"] = {k: mb(v) for k, v in after.items()}
     report["rss_peak_mb"] = {n.id: mb(proc_status_kb(n.pid, "VmHWM")) for n in nodes}
-    growth = [after[k] - before[k] for k in before if after[k] is not None and before[k] is not None]
+    growth = [a - b for b, a in ((before[k], after[k]) for k in before)
+              if a is not None and b is not None]
     acked = enq.load.acked
     report["rss_growth_bytes_per_task"] = (
         round(sum(growth) * 1024 / acked) if growth and acked else None)
@@ -715,6 +792,18 @@ def run_delayed(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, run
     report["journal_bytes_per_task"] = round(sum(sizes) / acked) if sizes and acked else None
     report["delivered_early"] = sink.stats.requests  # due in an hour: must be 0
     report["elapsed_s"] = round(enq.load.last_done - enq.load.first_send, 3)
+    report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
+
+
+def run_restart(args: argparse.Namespace, nodes: list[Node], report: dict[str, Any]) -> None:
+    """--restart: start the stopped nodes again on their data; time until they serve."""
+    log("restarting the node(s) on their journal")
+    t0 = time.monotonic()
+    start_nodes(args, nodes)
+    report["restart_ready_s"] = round(time.monotonic() - t0, 3)
+    gevent.sleep(args.settle)
+    report["rss_restarted_mb"] = {n.id: mb(proc_status_kb(n.pid, "VmRSS")) for n in nodes}
+    report["restarted_metrics"] = server_metrics(nodes)
 
 
 @contextmanager
@@ -733,12 +822,18 @@ def target_nodes(args: argparse.Namespace, workdir: str) -> list[Node]:
     if args.server:
         pids = args.pid + [None] * (len(args.server) - len(args.pid))
         return [Node(id=f"s{i + 1}", url=url.rstrip("/"), pid=pid)
-                for i, (url, pid) in enumerate(zip(args.server, pids))]
+                for i, (url, pid) in enumerate(zip(args.server, pids, strict=True))]
     return plan_nodes(args, workdir)
 
 
-def bench(args: argparse.Namespace) -> dict[str, Any]:
-    workdir = tempfile.mkdtemp(prefix="miyamoto-bench-")
+def mode_of(args: argparse.Namespace) -> str:
+    if args.delayed is not None:
+        return "delayed"
+    return "paced" if args.paced is not None else "throughput"
+
+
+def measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    """Start (or find) the nodes and the sink, run the chosen mode, stop everything."""
     run = uuid.uuid4().hex[:12]
     sink = Sink(run=run, clock=clock).start()
     nodes: list[Node] = []
@@ -750,11 +845,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             view = cluster_view(nodes[0])
         else:
             log(f"starting {len(nodes)} node(s): " + ", ".join(n.url for n in nodes))
-            view = start_nodes(args, workdir, nodes)
+            view = start_nodes(args, nodes)
             log(f"cluster ready: leader {view.get('leader')}, term {view.get('term')}")
-        mode = "delayed" if args.delayed is not None else (
-            "paced" if args.paced is not None else "throughput")
-        report = base_report(args, view, mode)
+        report = base_report(args, view, mode_of(args))
         if args.delayed is not None:
             run_delayed(args, nodes, sink, run, report)
         else:
@@ -763,10 +856,23 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if exits:
             log(f"node(s) died during the run: {exits}")
             report["node_exits"] = exits
-        return report
+        if args.restart:
+            stop_nodes(nodes, args.stop_timeout)
+            report["journal_bytes_stopped"] = {n.id: dir_bytes(n.data_dir) for n in nodes}
+            run_restart(args, nodes, report)
     finally:
         stop_nodes(nodes, args.stop_timeout)
         sink.stop(timeout=0.5)
+    if not args.server and not args.memory and (args.rss or args.delayed is not None):
+        report["journal_bytes_stopped"] = {n.id: dir_bytes(n.data_dir) for n in nodes}
+    return report
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = tempfile.mkdtemp(prefix="miyamoto-bench-")
+    try:
+        return measure(args, workdir)
+    finally:
         if args.keep_dir:
             log(f"kept {workdir}")
         else:

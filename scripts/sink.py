@@ -91,7 +91,13 @@ def _params(environ: dict[str, Any]) -> list[tuple[str, str]]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
-    body = environ["wsgi.input"].read(min(length, MAX_BODY)) if length > 0 else b""
+    stream = environ["wsgi.input"]
+    if length > 0:
+        body = stream.read(min(length, MAX_BODY))
+    elif "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        body = stream.read(MAX_BODY)
+    else:
+        body = b""
     raw = body.decode("latin-1") if body else environ.get("QUERY_STRING", "")
     return parse_qsl(raw, keep_blank_values=True)
 
@@ -133,7 +139,7 @@ class Sink:
         start_response(self._status_line, EMPTY_200)
         return [b""]
 
-    def start(self) -> "Sink":
+    def start(self) -> Sink:
         """Bind and serve in the background (needs a running gevent hub)."""
         self._server.start()
         return self
