@@ -311,7 +311,10 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
     if not values["advertise"]:
         values["advertise"] = values["cluster"]
     else:
-        values["advertise"] = _zmq_endpoint(values["advertise"])
+        try:
+            values["advertise"] = _zmq_endpoint(values["advertise"])
+        except ValueError as e:
+            raise ConfigError(f"advertise: {e}") from e
     if values["election_timeout_max"] < values["election_timeout_min"]:
         raise ConfigError("election_timeout_max: must be >= election_timeout_min")
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
