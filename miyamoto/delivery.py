@@ -59,7 +59,7 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 
 def build_request(task: Task, now: float, secret: str = "") -> tuple[str, str, dict[str, str], bytes]:
     url = task.url
-    headers: dict[str, str] = dict(task.headers)
+    headers: dict[str, str] = {}  # the ones Miyamoto sets; the task's own are merged below
     if task.body is not None:
         body = task.body.encode("utf-8")
         headers["Content-Type"] = task.content_type or "text/plain; charset=utf-8"
@@ -87,4 +87,9 @@ def build_request(task: Task, now: float, secret: str = "") -> tuple[str, str, d
         headers["webhook-id"] = task.id
         headers["webhook-timestamp"] = str(ts)
         headers["webhook-signature"] = sign(secret, task.id, ts, body)
-    return task.method, url, headers, body
+    # HTTP header names are case-insensitive: a task header "x-task-id" must neither
+    # spoof nor duplicate the real X-Task-Id, so ours replace theirs whatever the case.
+    ours = {k.lower() for k in headers}
+    merged = {k: v for k, v in task.headers.items() if k.lower() not in ours}
+    merged.update(headers)
+    return task.method, url, merged, body
