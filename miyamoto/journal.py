@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS queues (
 _LIVE = (State.SCHEDULED.value, State.RUNNING.value)
 
 
+def _storable(*texts: str) -> bool:
+    try:
+        for s in texts:
+            s.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return False
+    return True
+
+
 class JournalClosed(RuntimeError):
     pass
 
@@ -182,13 +191,21 @@ class Journal:
         rows = []
         deletes = []
         for task_id, t in tasks.items():
+            # A record SQLite cannot bind (text with no UTF-8 form, e.g. from a peer) would
+            # fail its group and, retried, every group after it: drop it alone, loudly.
+            if not _storable(task_id, t.queue if t is not None else ""):
+                log.error("journal: dropping record %r: its id or queue is not valid text",
+                          task_id)
+                continue
             if t is None:
                 deletes.append((task_id,))
             else:
+                # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
                 rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
-                             ujson.dumps(t.encode(), ensure_ascii=False)))
-        name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items() if v is not None]
-        name_dels = [(q, n) for (q, n), v in names.items() if v is None]
+                             ujson.dumps(t.encode())))
+        name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
+                     if v is not None and _storable(q, n, v[0])]
+        name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
         queue_rows = [(q, int(p)) for q, p in queues.items()]
         try:
             self._pool.apply(self._commit, (rows, deletes, name_rows, name_dels, queue_rows))
