@@ -158,18 +158,18 @@ class Engine:
         t = self.live.get(task_id)
         if t is None or t.state != State.SCHEDULED:
             return
-        now = self.clock()
-        if t.fire_at > now + 0.001:  # pushed back (a sibling's claim) while it waited
+        if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
             self.scheduler.schedule(task_id, t.fire_at)
             return
+        if not self.hooks.claim(t):
+            return  # the hooks rescheduled, ended or dropped the copy
+        t = self.live.get(task_id)
+        now = self.clock()
+        if t is None or t.state != State.SCHEDULED or t.fire_at > now + 0.001:
+            return  # changed while the claim was made; whoever changed it rescheduled it
+        self.scheduler.cancel(task_id)
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
-        if not self.hooks.claim(t):
-            current = self.live.get(task_id)
-            if current is not None and current.state == State.RUNNING:
-                self.live[task_id] = current.evolve(state=State.SCHEDULED)
-                self.scheduler.schedule(task_id, current.fire_at)
-            return
         q = self.queue_config(t.queue)
         timeout = t.timeout or q.timeout
         method, url, headers, body = build_request(t, now, self.config.signing_secret)
