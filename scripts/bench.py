@@ -837,6 +837,7 @@ def measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     run = uuid.uuid4().hex[:12]
     sink = Sink(run=run, clock=clock).start()
     nodes: list[Node] = []
+    report: dict[str, Any] = {}
     try:
         nodes = target_nodes(args, workdir)
         log(f"sink on {sink.url()}; workdir {workdir}")
@@ -847,7 +848,7 @@ def measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             log(f"starting {len(nodes)} node(s): " + ", ".join(n.url for n in nodes))
             view = start_nodes(args, nodes)
             log(f"cluster ready: leader {view.get('leader')}, term {view.get('term')}")
-        report = base_report(args, view, mode_of(args))
+        report.update(base_report(args, view, mode_of(args)))
         if args.delayed is not None:
             run_delayed(args, nodes, sink, run, report)
         else:
@@ -861,7 +862,11 @@ def measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             report["journal_bytes_stopped"] = {n.id: dir_bytes(n.data_dir) for n in nodes}
             run_restart(args, nodes, report)
     finally:
+        t0 = time.monotonic()
         stop_nodes(nodes, args.stop_timeout)
+        if not args.server:
+            report["stop_s"] = round(time.monotonic() - t0, 3)
+            report["stop_codes"] = {n.id: n.proc.returncode for n in nodes if n.proc}
         sink.stop(timeout=0.5)
     if not args.server and not args.memory and (args.rss or args.delayed is not None):
         report["journal_bytes_stopped"] = {n.id: dir_bytes(n.data_dir) for n in nodes}
