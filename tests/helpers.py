@@ -433,6 +433,10 @@ class Sink:
             daemon_threads = True
             block_on_close = False
             allow_reuse_address = True
+            request_queue_size = 1024  # hundreds of deliveries may connect at once
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a node that hangs up on us (timeouts, kill -9) is expected
 
         self._server = Server((host, port), Handler)
         self.port = self._server.server_address[1]
