@@ -37,8 +37,7 @@ def post_form(node: NodeProcess, body: str | bytes, path: str = "/queue",
     return node.post(path, data=body, headers=h)
 
 
-def total_counts(node: NodeProcess) -> dict[str, int]:
-    """Every queue's counts added up, per state."""
+def _total_counts(node: NodeProcess) -> dict[str, int]:
     out: dict[str, int] = {}
     r = node.get("/queues")
     assert r.status_code == 200, r.text
@@ -46,6 +45,24 @@ def total_counts(node: NodeProcess) -> dict[str, int]:
         for state, n in q["counts"].items():
             out[state] = out.get(state, 0) + n
     return out
+
+
+def total_counts(node: NodeProcess) -> dict[str, int]:
+    """Every queue's counts added up, per state, once two reads 50 ms apart agree.
+
+    (A task that just ended is briefly missing from the counts until its journal
+    group commits, see the report; this waits that out.)
+    """
+    prev: list[dict[str, int]] = [_total_counts(node)]
+
+    def stable() -> dict[str, int] | None:
+        time.sleep(0.05)
+        now = _total_counts(node)
+        same = now == prev[0]
+        prev[0] = now
+        return now if same else None
+
+    return wait_until(stable, 5, interval=0, what="stable queue counts")
 
 
 def wait_counts(node: NodeProcess, queue: str = "default", timeout: float = 10.0,
@@ -219,7 +236,7 @@ def test_retries_exhausted_then_manual_retry(node, sink):
     t = node.wait_task_state(task_id, "failed")
     assert t["attempts"] == 3 and t["executions"] == 3
     assert sink.count("/down") == 3  # ended: no fourth attempt can come
-    assert node.counts()["failed"] == 1
+    wait_counts(node, failed=1)
 
     r = node.get("/queues/default/tasks", params={"state": "failed"})
     assert r.status_code == 200, r.text
@@ -360,8 +377,7 @@ def test_purge_cancels_scheduled_tasks(node, sink):
     assert r.json().get("purged") == 3, r.json()
     for i in ids:
         assert node.task(i)["state"] == "cancelled"
-    c = node.counts("pg")
-    assert (c["scheduled"], c["cancelled"]) == (0, 3)
+    wait_counts(node, "pg", cancelled=3)
     # a marker due after them, in the same queue: once it arrived, they would have too
     marker = node.enqueue("pg", url=f"{sink.url}/marker", countdown=1.3)["id"]
     sink.wait_for(count=1, path="/marker")
@@ -472,6 +488,7 @@ def test_batch(node, sink):
     assert {x.headers["X-Task-Id"] for x in reqs} == {x["id"] for x in items}
     assert {x.headers["X-Task-Queue"] for x in reqs} == {"bq"}
 
+    wait_counts(node, "bq", succeeded=3)
     before = total_counts(node)
     bad = [{"url": f"{sink.url}/never"}, {"url": "ftp://x/"}, {"url": f"{sink.url}/never"}]
     assert_error(node.post("/queue/bq2/batch", json=bad), 400, "tasks[1].url")
@@ -815,7 +832,7 @@ def test_memory_data_dir(node_factory, sink, tmp_path):
     sink.reply("/mem-fail", 500)
     failed = node.enqueue(url=f"{sink.url}/mem-fail", max_attempts=2)["id"]
     node.wait_task_state(failed, "failed")
-    assert node.counts()["failed"] == 1
+    wait_counts(node, succeeded=1, failed=1)
     assert not (tmp_path / ":memory:").exists()
     assert node.stop() == 0
 
