@@ -99,6 +99,9 @@ class Journal:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'FULL' if self._sync_full else 'NORMAL'}")
         db.executescript(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+        if "replica" not in columns:  # journals written before copies kept their index
+            db.execute("ALTER TABLE tasks ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
         self._db = db
 
     def close(self) -> None:
@@ -279,23 +282,15 @@ class Journal:
         return self._decode(rows[0][0]) if rows else None
 
     def list(self, queue: str, state: str, limit: int) -> list[Task]:
-        pending = [t for t in self._tasks.values()
-                   if t is not None and t.queue == queue and t.state.value == state]
+        self.flush()  # a record still waiting for its group would be missed or stale
         rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
                            "ORDER BY finished DESC LIMIT ?", (queue, state, limit))
-        seen = {t.id for t in pending}
-        out = pending[:limit]
-        for r in rows:
-            if len(out) >= limit:
-                break
-            t = self._decode(r[0])
-            if t is not None and t.id not in seen:
-                out.append(t)
-        return out
+        return [t for t in (self._decode(r[0]) for r in rows) if t is not None]
 
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         """Ended tasks per queue and state (live ones are counted in memory); with
         primary_only, only first copies (replica 0), so a cluster can add up nodes."""
+        self.flush()  # a task that just ended is in neither memory nor SQLite until then
         out: dict[str, dict[str, int]] = {}
         extra = " AND replica = 0" if primary_only else ""
         for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
