@@ -29,6 +29,7 @@ from gevent.pywsgi import WSGIHandler, WSGIServer
 __all__ = ["NoDelayHandler", "Sink", "SinkStats"]
 
 MAX_BODY = 1 << 20  # bytes read from one delivery; the rest is ignored
+BACKLOG = 1024  # gevent's default 128 lets a burst of new connections wait in SYN retries
 EMPTY_200 = [("Content-Length", "0"), ("Content-Type", "text/plain")]
 
 
@@ -116,6 +117,7 @@ class Sink:
         status: int = 200,
         clock: Callable[[], float] = time.perf_counter,
         error_log: Any = None,
+        backlog: int = BACKLOG,
     ) -> None:
         self.stats = SinkStats()
         self.run = run
@@ -125,6 +127,7 @@ class Sink:
             ("127.0.0.1", port),
             self._app,
             handler_class=NoDelayHandler,
+            backlog=backlog,
             log=None,
             error_log=error_log if error_log is not None else sys.stderr,
         )
