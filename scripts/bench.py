@@ -446,6 +446,14 @@ def dir_bytes(path: str | None) -> int | None:
     return total
 
 
+def loadavg() -> float | None:
+    """The box's 1-minute load average: other work on it skews every number."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def mb(kb: int | None) -> float | None:
     return None if kb is None else round(kb / 1024, 1)
 
@@ -724,7 +732,8 @@ def base_report(args: argparse.Namespace, view: dict[str, Any] | None,
     else:
         journal = "memory" if args.memory else "disk"
     return {"mode": mode, "tasks": args.tasks, "nodes": args.nodes, "replication": replication,
-            "journal": journal, "connections": args.connections}
+            "journal": journal, "connections": args.connections,
+            "loadavg_1m": None if (la := loadavg()) is None else round(la, 2)}
 
 
 def run_delivery(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, run: str,
