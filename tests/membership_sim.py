@@ -1,0 +1,375 @@
+"""A deterministic simulator for ``miyamoto.membership``: nodes, a network, faults.
+
+Time is fake: the clock advances in steps of ``dt`` and every message is delivered at
+its own (randomly delayed) time. The network loses messages at a settable rate, splits
+into partitions, and drops whatever is sent to a crashed node. A crash throws the
+node's ``Membership`` away; a restart builds a fresh one with the same id and address
+(``first_start=False``, as the node does when its data directory already exists).
+Every message goes through ``protocol.encode``/``decode``, so payloads must be real JSON.
+
+While it runs, the simulator checks election safety after every event: two different
+leaders in one term is a violation unless every process that voted for the first one
+has since crashed (without stable storage nobody remembers such a term; see the
+``membership`` docstring). It records those harmless reuses in ``forgotten_terms``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from miyamoto import protocol
+from miyamoto.membership import VERBS, Member, Membership, Send, Timing
+from miyamoto.protocol import Verb
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Node:
+    id: str
+    member: Member
+    proc: Membership | None = None
+    generation: int = 0  # bumped at every (re)start: identifies the process
+    started: bool = False
+
+
+@dataclass(order=True)
+class _Msg:
+    at: float
+    seq: int
+    src: str = field(compare=False)
+    dst: str = field(compare=False)
+    frames: list = field(compare=False)
+
+
+class Sim:
+    def __init__(self, seed: int, n: int, timing: Timing = Timing(), *,
+                 delay: tuple[float, float] = (0.001, 0.02), dt: float = 0.05,
+                 membership: type[Membership] = Membership):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.timing = timing
+        self.delay = delay
+        self.dt = dt
+        self.membership = membership
+        self.trace: list[tuple[str, str, Verb, dict]] | None = None  # set to a list to record
+        self.now = 0.0
+        self.loss = 0.0
+        self.groups: dict[str, int] = {}  # node id -> partition; absent = group 0
+        self.nodes = {f"n{i}": Node(f"n{i}", Member(f"n{i}", f"tcp://n{i}:6000",
+                                                    f"n{i}:8000")) for i in range(n)}
+        self.by_address = {nd.member.cluster: nd.id for nd in self.nodes.values()}
+        self.seeds = sorted(self.by_address)
+        self.queue: list[_Msg] = []
+        self.seq = 0
+        self.delivered = 0
+        # safety bookkeeping
+        self.leaders: dict[int, dict[str, set[tuple[str, int]]]] = {}  # term -> id -> voters
+        self.votes: dict[tuple[int, str], set[tuple[str, int]]] = {}
+        self.forgotten_terms: list[int] = []
+        self.max_term_seen = 0
+
+    # ------------------------------------------------------------- node control
+    def start(self, node_id: str, *, first_start: bool | None = None) -> None:
+        nd = self.nodes[node_id]
+        if first_start is None:
+            first_start = not nd.started
+        nd.generation += 1
+        nd.started = True
+        nd.proc = self.membership(nd.member, self.seeds, self.timing,
+                             random.Random(self.rng.getrandbits(64)), self.now,
+                             first_start=first_start)
+        self._after(nd, nd.proc.tick(self.now))
+
+    def crash(self, node_id: str) -> None:
+        self.nodes[node_id].proc = None
+
+    def leave(self, node_id: str) -> None:
+        nd = self.nodes[node_id]
+        if nd.proc is not None:
+            self._after(nd, nd.proc.leave(self.now))
+
+    def alive(self) -> list[Node]:
+        return [nd for nd in self.nodes.values()
+                if nd.proc is not None and nd.proc.role != "left"]
+
+    def down(self) -> list[Node]:
+        return [nd for nd in self.nodes.values()
+                if nd.proc is None or nd.proc.role == "left"]
+
+    # ------------------------------------------------------------------ network
+    def partition(self, *groups: list[str]) -> None:
+        self.groups = {nid: g for g, members in enumerate(groups) for nid in members}
+
+    def heal(self) -> None:
+        self.groups = {}
+
+    def _connected(self, a: str, b: str) -> bool:
+        return self.groups.get(a, 0) == self.groups.get(b, 0)
+
+    def _send(self, src: str, s: Send) -> None:
+        dst = self.by_address.get(s.address)
+        assert dst is not None, f"send to unknown address {s.address}"
+        assert s.to in (None, dst), f"{s.to} is not at {s.address}"
+        frames = protocol.encode(s.verb, s.payload)  # must be JSON-serialisable
+        if self.trace is not None:
+            self.trace.append((src, dst, s.verb, s.payload))
+        if self.rng.random() < self.loss:
+            return
+        self.seq += 1
+        heapq.heappush(self.queue, _Msg(self.now + self.rng.uniform(*self.delay),
+                                        self.seq, src, dst, frames))
+
+    # --------------------------------------------------------------------- time
+    def run(self, duration: float, until=None) -> bool:
+        """Advance ``duration`` seconds; stop early (True) once ``until(self)`` holds."""
+        end = self.now + duration
+        while self.now < end:
+            step_end = min(self.now + self.dt, end)
+            while self.queue and self.queue[0].at <= step_end:
+                msg = heapq.heappop(self.queue)
+                self.now = max(self.now, msg.at)
+                self._deliver(msg)
+            self.now = step_end
+            for nd in self.nodes.values():
+                if nd.proc is not None and nd.proc.next_deadline() <= self.now:
+                    self._after(nd, nd.proc.tick(self.now))
+            if until is not None and until(self):
+                return True
+        return until is not None and until(self)
+
+    def _deliver(self, msg: _Msg) -> None:
+        nd = self.nodes[msg.dst]
+        if nd.proc is None or not self._connected(msg.src, msg.dst):
+            return
+        verb, payload = protocol.decode(msg.frames)
+        assert verb in VERBS
+        self.delivered += 1
+        self._after(nd, nd.proc.step(msg.src, verb, payload, msg.at))
+
+    def _after(self, nd: Node, sends: list[Send]) -> None:
+        proc = nd.proc
+        assert proc is not None
+        for s in sends:
+            if s.verb is Verb.VOTE and s.payload.get("granted"):
+                key = (s.payload["term"], s.to)
+                self.votes.setdefault(key, set()).add((nd.id, nd.generation))
+            self._send(nd.id, s)
+        self.max_term_seen = max(self.max_term_seen, proc.term)
+        if proc.is_leader:
+            self._record_leader(nd, proc.term)
+
+    def _record_leader(self, nd: Node, term: int) -> None:
+        seen = self.leaders.setdefault(term, {})
+        if nd.id in seen:
+            return
+        voters = self.votes.get((term, nd.id), set()) | {(nd.id, nd.generation)}
+        for other, other_voters in seen.items():
+            living = [v for v in other_voters if self.nodes[v[0]].generation == v[1]
+                      and self.nodes[v[0]].proc is not None]
+            if living:
+                raise SafetyViolation(
+                    f"seed {self.seed}: {other} and {nd.id} both led term {term} "
+                    f"(voters of {other} still alive: {sorted(living)}) at t={self.now:.2f}")
+            self.forgotten_terms.append(term)
+        seen[nd.id] = voters
+
+    # ------------------------------------------------------------------- checks
+    def leader(self) -> Node | None:
+        """The leader that a majority of the live nodes follow, if any."""
+        live = self.alive()
+        for nd in live:
+            p = nd.proc
+            if p is not None and p.is_leader:
+                followers = [o for o in live if o.proc is not None
+                             and o.proc.term == p.term and o.proc.leader == nd.id]
+                if len(followers) >= len(live) // 2 + 1:
+                    return nd
+        return None
+
+    def converged(self) -> bool:
+        """Every node alive, one leader, one roster that names every live process."""
+        live = self.alive()
+        if len(live) != len(self.nodes):
+            return False
+        first = live[0].proc
+        assert first is not None
+        r = first.roster
+        if r.leader is None or sorted(r.ids()) != sorted(self.nodes):
+            return False
+        for nd in live:
+            p = nd.proc
+            assert p is not None
+            if (p.roster != r or p.leader != r.leader or p.term != first.term
+                    or not r.has(nd.id, p.incarnation)):
+                return False
+            if p.role != ("leader" if nd.id == r.leader else "follower"):
+                return False
+        return True
+
+    def describe(self) -> str:
+        lines = [f"t={self.now:.2f} loss={self.loss} groups={self.groups}"]
+        for nd in self.nodes.values():
+            p = nd.proc
+            if p is None:
+                lines.append(f"  {nd.id}: down")
+            else:
+                r = p.roster
+                lines.append(f"  {nd.id}#{nd.generation}: {p.role} term={p.term} "
+                             f"leader={p.leader} roster=({r.term},{r.version}) "
+                             f"{list(r.ids())} inc={p.incarnation[:4]}")
+        return "\n".join(lines)
+
+
+def chaos_run(seed: int, *, max_leader_wait: float = 15.0,
+              max_converge: float = 30.0) -> dict:
+    """One random run: bootstrap, faults for a while, then heal and check liveness.
+
+    Returns timings for the report; raises AssertionError (with the seed) on a failure.
+    """
+    rng = random.Random(seed ^ 0x5EED)
+    n = rng.randint(3, 7)
+    # A slow network reorders messages; narrow election timeouts split votes (on a fast
+    # network only: Raft needs the timeout spread to exceed a round trip).
+    delay = rng.choice([(0.001, 0.01), (0.001, 0.02), (0.001, 0.05), (0.005, 0.1)])
+    narrow = delay[1] <= 0.02 and rng.random() < 0.4
+    timing = Timing(election_timeout_min=1.5, election_timeout_max=1.6 if narrow else 3.0)
+    sim = Sim(seed, n, timing, delay=delay)
+    late = rng.choice(list(sim.nodes)) if rng.random() < 0.25 else None
+    for nid in sim.nodes:
+        if nid != late:
+            sim.start(nid)
+    chaos = rng.uniform(3.0, 25.0)
+    sim.loss = rng.choice([0.0, 0.0, 0.01, 0.05, 0.2])
+    mean_gap = rng.uniform(0.3, 3.0)
+    events = 0
+    while sim.now < chaos:
+        sim.run(min(rng.expovariate(1 / mean_gap), chaos - sim.now))
+        events += 1
+        ids = list(sim.nodes)
+        kind = rng.choices(
+            ["split", "isolate", "heal", "crash", "restart", "leave", "loss", "late",
+             "depose"], [3, 2, 3, 3, 3, 1, 1, 1, 3])[0]
+        leader = sim.leader()
+        if kind == "depose" and leader is not None:  # cut the leader off, or kill it
+            kind = rng.choice(["isolate-leader", "crash-leader"])
+        if kind == "split":
+            rng.shuffle(ids)
+            cut = rng.randint(1, len(ids) - 1)
+            sim.partition(ids[:cut], ids[cut:])
+        elif kind == "isolate":
+            victim = rng.choice(ids)
+            sim.partition([i for i in ids if i != victim], [victim])
+        elif kind == "isolate-leader":
+            sim.partition([i for i in ids if i != leader.id], [leader.id])
+        elif kind == "crash-leader":
+            sim.crash(leader.id)
+        elif kind == "heal":
+            sim.heal()
+        elif kind == "crash":
+            up = [nd.id for nd in sim.alive()]
+            if up:
+                sim.crash(rng.choice(up))
+        elif kind == "restart":
+            down = [nd.id for nd in sim.down() if nd.id != late]
+            if down:
+                sim.start(rng.choice(down))
+        elif kind == "leave":
+            up = [nd.id for nd in sim.alive()]
+            if up:
+                sim.leave(rng.choice(up))
+        elif kind == "loss":
+            sim.loss = rng.choice([0.0, 0.01, 0.05, 0.2, 0.5])
+        elif kind == "late" and late is not None:
+            sim.start(late)
+            late = None
+    # Heal: no more faults from here on.
+    sim.heal()
+    sim.loss = 0.0
+    healed_at = sim.now
+    for nd in sim.down():
+        sim.start(nd.id)
+    got_leader = sim.run(max_leader_wait, until=lambda s: s.leader() is not None)
+    assert got_leader, (f"seed {seed}: no leader {max_leader_wait}s after healing\n"
+                        + sim.describe())
+    leader_after = sim.now - healed_at
+    done = sim.run(max_converge - leader_after, until=Sim.converged)
+    assert done, (f"seed {seed}: no agreement {max_converge}s after healing\n"
+                  + sim.describe())
+    converge_after = sim.now - healed_at
+    # Timers armed before the heal may still fire once (a follower that was cut off
+    # from the leader starts a pre-vote); after that the cluster must stay quiet.
+    sim.run(sim.timing.election_timeout_max)
+    assert sim.run(max_converge, until=Sim.converged), (
+        f"seed {seed}: agreement did not come back\n" + sim.describe())
+    leader = sim.leader()
+    assert leader is not None and leader.proc is not None
+    term = leader.proc.term
+    sim.run(5.0)
+    assert sim.converged() and sim.leader() is leader and leader.proc.term == term, (
+        f"seed {seed}: agreement did not last\n" + sim.describe())
+    return {"n": n, "chaos": chaos, "events": events, "leader_after": leader_after,
+            "converge_after": converge_after, "sim_time": sim.now,
+            "forgotten": len(sim.forgotten_terms), "delivered": sim.delivered}
+
+
+def majority_run(seed: int, *, max_leader_wait: float = 15.0,
+                 max_converge: float = 20.0) -> dict:
+    """A formed cluster loses a minority (crashed or cut off, often the leader).
+
+    The connected majority must have a leader within ``max_leader_wait`` and agree on a
+    roster of exactly its own members within ``max_converge``; once the minority is
+    back, everyone must agree again.
+    """
+    rng = random.Random(seed ^ 0xBEEF)
+    n = rng.randint(3, 7)
+    sim = Sim(seed, n, delay=rng.choice([(0.001, 0.01), (0.001, 0.05)]))
+    for nid in sim.nodes:
+        sim.start(nid)
+    assert sim.run(30.0, until=Sim.converged), f"seed {seed}: no cluster\n" + sim.describe()
+    sim.run(rng.uniform(0.0, 3.0))
+    ids = list(sim.nodes)
+    rng.shuffle(ids)
+    lost = ids[:rng.randint(1, (n - 1) // 2)]
+    leader = sim.leader()
+    assert leader is not None
+    if leader.id not in lost and rng.random() < 0.5:
+        lost[0] = leader.id
+    crashed = [x for x in lost if rng.random() < 0.5]
+    cut = [x for x in lost if x not in crashed]
+    for x in crashed:
+        sim.crash(x)
+    if cut:
+        sim.partition([x for x in ids if x not in cut], cut)
+    majority = sorted(x for x in ids if x not in lost)
+    t0 = sim.now
+
+    def led(s: Sim) -> bool:
+        procs = [s.nodes[x].proc for x in majority]
+        chief = [p for p in procs if p is not None and p.is_leader]
+        return len(chief) == 1 and all(p is not None and p.leader == chief[0].me.id
+                                       and p.term == chief[0].term for p in procs)
+
+    def agreed(s: Sim) -> bool:
+        procs = [s.nodes[x].proc for x in majority]
+        r = procs[0].roster if procs[0] is not None else None
+        return (led(s) and r is not None and sorted(r.ids()) == majority
+                and all(p is not None and p.roster == r for p in procs))
+
+    assert sim.run(max_leader_wait, until=led), (
+        f"seed {seed}: majority {majority} without a leader\n" + sim.describe())
+    leader_after = sim.now - t0
+    assert sim.run(max_converge - leader_after, until=agreed), (
+        f"seed {seed}: majority {majority} did not drop {lost}\n" + sim.describe())
+    converge_after = sim.now - t0
+    sim.heal()
+    for x in crashed:
+        sim.start(x)
+    assert sim.run(30.0, until=Sim.converged), (
+        f"seed {seed}: {lost} did not rejoin\n" + sim.describe())
+    return {"n": n, "lost": len(lost), "leader_after": leader_after,
+            "converge_after": converge_after}
