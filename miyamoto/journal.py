@@ -85,10 +85,12 @@ class Journal:
         self._writer: gevent.Greenlet | None = None
         self._closed = False
         self.commits = 0
+        self.existed = False  # set by open(): did this node run here before?
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> None:
         if not self.memory:
+            self.existed = os.path.exists(self.path)
             os.makedirs(self.data_dir, exist_ok=True)
         self._pool.apply(self._open_db)
         self._writer = gevent.spawn(self._write_loop)
