@@ -120,3 +120,42 @@ def node_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[...
 def node(node_factory: Callable[..., NodeProcess]) -> NodeProcess:
     """A fresh single node, started and ready, with the fast test INI."""
     return node_factory()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[..., list[NodeProcess]]:
+    """``cluster_factory(n=3, *, ids=None, options=None, queues=None, start=True,
+    converge=True)`` -> [NodeProcess]: ``n`` nodes on fresh ports, each seeded with all
+    ``n`` cluster addresses (itself included, as in cluster.example.ini), each with the
+    fast test INI. With ``start`` they are started together and waited for (/readyz);
+    with ``converge`` until all agree on one leader and the full roster."""
+    from helpers import free_ports, wait_converged
+
+    made: list[str] = []
+
+    def make(n: int = 3, *, ids: list[str] | None = None,
+             options: Mapping[str, Any] | None = None,
+             queues: Mapping[str, Mapping[str, Any]] | None = None,
+             start: bool = True, converge: bool = True,
+             timeout: float = 20.0) -> list[NodeProcess]:
+        ids = list(ids) if ids is not None else [chr(ord("a") + i) for i in range(n)]
+        assert len(ids) == n and not set(ids) & set(made), ids
+        made.extend(ids)
+        ports = free_ports(2 * n)
+        seeds = [f"tcp://127.0.0.1:{ports[2 * i + 1]}" for i in range(n)]
+        nodes = []
+        for i, node_id in enumerate(ids):
+            config = write_node_config(tmp_path / f"{node_id}.ini", options, queues)
+            nodes.append(NodeProcess(tmp_path, node_id, http_port=ports[2 * i],
+                                     cluster_port=ports[2 * i + 1], seeds=seeds,
+                                     config=config, registry=proc_registry))
+        if start:
+            for p in nodes:
+                p.start()
+            for p in nodes:
+                p.wait_ready(timeout)
+            if converge:
+                wait_converged(nodes, timeout)
+        return nodes
+
+    return make

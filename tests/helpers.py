@@ -603,3 +603,49 @@ def write_ini(path: os.PathLike | str, sections: Mapping[str, Mapping[str, Any]]
         lines.append("")
     Path(path).write_text("\n".join(lines))
     return str(path)
+
+
+# ---------------------------------------------------------------- clusters
+
+def cluster_view(node: NodeProcess, timeout: float = 2.0) -> dict[str, Any]:
+    """GET /cluster on ``node`` (asserting 200)."""
+    r = node.get("/cluster", timeout=timeout)
+    assert r.status_code == 200, (r.status_code, r.text)
+    return r.json()
+
+
+def member_ids(view: Mapping[str, Any]) -> list[str]:
+    return sorted(m["id"] for m in view.get("members", []))
+
+
+def wait_converged(nodes: Sequence[NodeProcess], timeout: float = 15.0,
+                   expect: Iterable[str] | None = None) -> dict[str, Any]:
+    """Wait until every node's GET /cluster names the same leader (one of them), the same
+    term and the same members: the ids of ``nodes`` (or ``expect``). Returns one view."""
+    want = sorted(expect) if expect is not None else sorted(n.node_id for n in nodes)
+    last: dict[str, Any] = {}
+
+    def agreed() -> dict[str, Any] | None:
+        views = {}
+        for n in nodes:
+            if not n.running:
+                raise NodeDied(f"node {n.node_id} exited with {n.returncode}:\n{n.log_text(60)}")
+            views[n.node_id] = cluster_view(n)
+        last.clear()
+        last.update({k: (v.get("leader"), v.get("term"), v.get("version"), member_ids(v))
+                     for k, v in views.items()})
+        first = next(iter(views.values()))
+        if first.get("leader") not in want:
+            return None
+        for v in views.values():
+            if (v.get("leader"), v.get("term"), member_ids(v)) != \
+                    (first.get("leader"), first.get("term"), want):
+                return None
+        return first
+
+    try:
+        return wait_until(agreed, timeout, interval=0.05, what=f"cluster {want} to agree")
+    except NodeDied:
+        raise
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen (leader, term, version, members): {last}") from None
