@@ -76,3 +76,100 @@ def test_three_nodes_agree_on_roster_and_leader(cluster_factory):
         assert out["cluster"]["term"] == view["term"]
         assert member_ids(out["cluster"]) == ["a", "b", "c"]
         assert isinstance(out["queues"], list)
+
+
+# ================================================================ 2. 1,000 tasks, each once
+
+
+def metric(node: NodeProcess, name: str) -> float:
+    r = node.get("/metrics", timeout=5)
+    assert r.status_code == 200, r.text
+    for line in r.text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no metric {name} in {r.text[:500]}")
+
+
+def wait_no_live_copies(nodes: list[NodeProcess], timeout: float = 20.0) -> None:
+    """Every copy on every node has ended: nothing can be delivered any more."""
+    def idle() -> bool:
+        return all(metric(n, "miyamoto_tasks_live") == 0 for n in nodes if n.running)
+
+    seen: dict[str, float] = {}
+    try:
+        wait_until(idle, timeout, interval=0.1, what="no live copies on any node")
+    except AssertionError as e:
+        for n in nodes:
+            if n.running:
+                seen[n.node_id] = metric(n, "miyamoto_tasks_live")
+        raise AssertionError(f"{e}; live copies: {seen}") from None
+
+
+def spread_enqueues(nodes: list[NodeProcess], count: int, clients: int,
+                    make: Any) -> list[dict[str, Any]]:
+    """POST ``count`` tasks (``make(i)`` -> JSON fields), round robin over the nodes'
+    HTTP ports, from ``clients`` threads with their own connections. Asserts every 200."""
+    answers: list[Any] = [None] * count
+    errors: list[str] = []
+
+    def client(k: int) -> None:
+        with requests.Session() as s:
+            for i in range(k, count, clients):
+                n = nodes[i % len(nodes)]
+                try:
+                    r = s.post(n.url + "/queue", json=make(i), timeout=15)
+                except requests.RequestException as e:
+                    errors.append(f"{i}: {e!r}")
+                    continue
+                if r.status_code != 200:
+                    errors.append(f"{i} via {n.node_id}: {r.status_code} {r.text[:200]}")
+                else:
+                    answers[i] = dict(r.json(), via=n.node_id)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:10]
+    return answers
+
+
+@pytest.mark.timeout(120)
+def test_thousand_tasks_over_three_nodes_each_delivered_once(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    n_tasks = 1000
+    t0 = time.monotonic()
+    answers = spread_enqueues(nodes, n_tasks, 4,
+                              lambda i: {"url": f"{sink.url}/spread", "params": {"i": str(i)}})
+    ids = {a["id"] for a in answers}
+    assert len(ids) == n_tasks
+    # replication 2 on a ring of 3: two distinct replicas each, spread over all nodes
+    assert all(len(a["replicas"]) == 2 and len(set(a["replicas"])) == 2 for a in answers)
+    firsts = Counter(a["replicas"][0] for a in answers)
+    assert set(firsts) == {"a", "b", "c"}, firsts
+    print(f"enqueued {n_tasks} in {time.monotonic() - t0:.2f}s; first replicas {dict(firsts)}")
+
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/spread", timeout=60)
+    print(f"all delivered {time.monotonic() - t0:.2f}s after the first enqueue")
+    wait_no_live_copies(nodes, timeout=30)
+    time.sleep(OFFSET + 1.5)  # a sibling that missed the DONE would fire by now
+    counts = sink.by_task_id("/spread")
+    dups = duplicates(counts)
+    print(f"duplicates: {len(dups)}")
+    assert set(counts) == ids, f"unknown task ids delivered: {set(counts) - ids}"
+    assert not dups, f"{len(dups)} tasks delivered more than once: {list(dups.items())[:10]}"
+    assert sink.count("/spread") == n_tasks
+
+    # a node that holds no copy answers for the task, from its siblings
+    checked = 0
+    for a in answers[:60]:
+        outsider = [n for n in nodes if n.node_id not in a["replicas"]]
+        assert len(outsider) == 1
+        t = outsider[0].task(a["id"])
+        assert t["id"] == a["id"] and t["state"] == "succeeded", t
+        assert t["attempts"] == 1 and t["last_response"]["status"] == 200, t
+        assert {c["node"] for c in t["copies"]} == set(a["replicas"]), t["copies"]
+        assert {c["state"] for c in t["copies"]} == {"succeeded"}, t["copies"]
+        checked += 1
+    assert checked == 60
