@@ -223,7 +223,8 @@ def http_get_json(url: str, timeout: float = 2.0) -> Any:
 
 
 def server_metrics(nodes: Sequence[Node]) -> dict[str, float]:
-    """Unlabelled `miyamoto_*` samples of every node's /metrics, summed over the nodes."""
+    """Unlabelled `miyamoto_*` samples of every node's /metrics, summed over the nodes
+    (`cluster_*` gauges, one value per cluster, as their maximum)."""
     totals: dict[str, float] = {}
     for node in nodes:
         text = (http_get(node.url + "/metrics") or b"").decode("utf-8", "replace")
@@ -232,10 +233,13 @@ def server_metrics(nodes: Sequence[Node]) -> dict[str, float]:
             if not name.startswith("miyamoto_") or "{" in name:
                 continue
             try:
-                key = name.removeprefix("miyamoto_")
-                totals[key] = totals.get(key, 0.0) + float(value)
+                key, number = name.removeprefix("miyamoto_"), float(value)
             except ValueError:
                 continue
+            if key.startswith("cluster_") and not key.endswith("_total"):
+                totals[key] = max(totals.get(key, number), number)
+            else:
+                totals[key] = totals.get(key, 0.0) + number
     return {k: int(v) if v.is_integer() else v for k, v in sorted(totals.items())}
 
 
@@ -695,6 +699,12 @@ def delivery_report(sink: Sink, load: Load) -> dict[str, Any]:
     }
 
 
+def replicas_per_task(metrics: dict[str, float], acked: int) -> float | None:
+    """Copies stored per acknowledged task, from the nodes' tasks_stored_total."""
+    stored = metrics.get("tasks_stored_total")
+    return None if stored is None or not acked else round(stored / acked, 2)
+
+
 def enqueue_report(load: Load) -> dict[str, Any]:
     span = load.last_done - load.first_send
     acked = load.acked
@@ -769,6 +779,7 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, ru
     if args.rss:
         report.update(resources(nodes))
     report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
+    report["stored_per_task"] = replicas_per_task(report["server_metrics"], load.acked)
 
 
 def run_delayed(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, run: str,
@@ -802,6 +813,7 @@ def run_delayed(args: argparse.Namespace, nodes: Sequence[Node], sink: Sink, run
     report["delivered_early"] = sink.stats.requests  # due in an hour: must be 0
     report["elapsed_s"] = round(enq.load.last_done - enq.load.first_send, 3)
     report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
+    report["stored_per_task"] = replicas_per_task(report["server_metrics"], acked)
 
 
 def run_restart(args: argparse.Namespace, nodes: list[Node], report: dict[str, Any]) -> None:
@@ -856,7 +868,8 @@ def measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         else:
             log(f"starting {len(nodes)} node(s): " + ", ".join(n.url for n in nodes))
             view = start_nodes(args, nodes)
-            log(f"cluster ready: leader {view.get('leader')}, term {view.get('term')}")
+            log(f"cluster ready: leader {view.get('leader')}, term {view.get('term')}; pids "
+                + ", ".join(f"{n.id}={n.pid}" for n in nodes))
         report.update(base_report(args, view, mode_of(args)))
         if args.delayed is not None:
             run_delayed(args, nodes, sink, run, report)
