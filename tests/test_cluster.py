@@ -173,3 +173,54 @@ def test_thousand_tasks_over_three_nodes_each_delivered_once(cluster_factory, si
         assert {c["state"] for c in t["copies"]} == {"succeeded"}, t["copies"]
         checked += 1
     assert checked == 60
+
+
+# ================================================================ 3. the leader dies
+
+
+@pytest.mark.timeout(60)
+def test_kill_9_leader_elects_a_new_leader_and_survivors_serve(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    before = wait_converged(nodes)
+    old = by_id(nodes, before["leader"])
+    survivors = others(nodes, old)
+
+    t_kill = time.monotonic()
+    old.kill()
+    seen: dict[str, Any] = {}
+
+    def new_leader() -> str | None:
+        views = [cluster_view(n, timeout=1) for n in survivors]
+        seen.update({v["node"]: (v["leader"], v["term"], v["role"]) for v in views})
+        leaders = {v["leader"] for v in views}
+        if len(leaders) != 1 or None in leaders or old.node_id in leaders:
+            return None
+        if not all(v["term"] > before["term"] for v in views):
+            return None
+        if sum(v["role"] == "leader" for v in views) != 1:
+            return None
+        return leaders.pop()
+
+    try:
+        leader = wait_until(new_leader, 5.0, interval=0.01, what="a new leader on the survivors")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; survivors saw (leader, term, role): {seen}") from None
+    elapsed = time.monotonic() - t_kill
+    print(f"\nleader {old.node_id} killed -> new leader {leader} after {elapsed:.3f}s "
+          f"(term {before['term']} -> {seen[leader][1]})")
+    assert leader != old.node_id and leader in {n.node_id for n in survivors}
+
+    # enqueue at once on both survivors (the dead leader may still be in the roster)
+    ids = set()
+    for i in range(20):
+        a = enqueue(survivors[i % 2], url=f"{sink.url}/after", params={"i": str(i)})
+        ids.add(a["id"])
+    view = wait_converged(survivors, timeout=10)  # the dead leader is dropped
+    assert view["leader"] == leader and old.node_id not in member_ids(view)
+    for i in range(20):
+        a = enqueue(survivors[i % 2], url=f"{sink.url}/after", params={"i": str(20 + i)})
+        assert set(a["replicas"]) == {n.node_id for n in survivors}, a
+        ids.add(a["id"])
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/after", timeout=20)
+    wait_no_live_copies(survivors)
+    assert not duplicates(sink.by_task_id("/after"))
