@@ -224,3 +224,62 @@ def test_kill_9_leader_elects_a_new_leader_and_survivors_serve(cluster_factory, 
     sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/after", timeout=20)
     wait_no_live_copies(survivors)
     assert not duplicates(sink.by_task_id("/after"))
+
+
+# ================================================================ 4. the first replica dies
+
+
+def batch_enqueue(node: NodeProcess, tasks: list[dict[str, Any]],
+                  queue: str = "default") -> list[dict[str, Any]]:
+    r = node.post(f"/queue/{queue}/batch", json=tasks, timeout=30)
+    assert r.status_code == 200, (r.status_code, r.text[:500])
+    results = r.json()["tasks"]
+    assert all(x["status"] == "scheduled" for x in results), \
+        [x for x in results if x["status"] != "scheduled"][:5]
+    return results
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_first_replica_of_delayed_tasks_loses_none(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    view = wait_converged(nodes)
+    victim = [n for n in nodes if n.node_id != view["leader"]][0]
+    entry = others(nodes, victim)
+    countdown = 2.0
+
+    answers: list[dict[str, Any]] = []
+    mine: list[dict[str, Any]] = []  # the victim fires these first
+    k = 0
+    while len(mine) < 200:
+        got = batch_enqueue(entry[k % 2], [{"url": f"{sink.url}/first", "countdown": countdown,
+                                            "params": {"k": str(k), "i": str(i)}}
+                                           for i in range(100)])
+        answers += got
+        mine += [a for a in got if a["replicas"][0] == victim.node_id]
+        k += 1
+    victim.kill()
+    killed_at = time.time()
+    first_eta = min(a["eta"] for a in mine)
+    print(f"\n{len(answers)} tasks, {len(mine)} first on {victim.node_id}; "
+          f"killed {first_eta - killed_at:.2f}s before the first eta")
+    assert killed_at < first_eta - 0.2, "too slow to enqueue: the victim was killed too late"
+    assert all(len(set(a["replicas"])) == 2 for a in answers)
+
+    ids = {a["id"] for a in answers}
+    mine_ids = {a["id"] for a in mine}
+    last_eta = max(a["eta"] for a in answers)
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/first",
+                  timeout=max(5.0, last_eta - time.time()) + 15)
+    delivered_at = {r.task_id: r.time for r in sink.requests("/first")}
+    late = max(delivered_at[a["id"]] - a["eta"] for a in mine)
+    wait_no_live_copies(entry)
+    time.sleep(OFFSET + 1.5)
+    counts = sink.by_task_id("/first")
+    assert set(counts) == ids
+    dups = duplicates(counts)
+    dups_mine = {k: v for k, v in dups.items() if k in mine_ids}
+    print(f"delivered all {len(ids)} (latest of the victim's {late:.2f}s after its eta); "
+          f"duplicates: {len(dups)} ({len(dups_mine)} of the victim's tasks)")
+    assert len(dups) <= 2, f"{len(dups)} duplicates: {list(dups.items())[:10]}"
+    # the sibling fired them: about one offset after the eta, not much later
+    assert late < 2 * OFFSET + 3.0, late
