@@ -21,6 +21,25 @@ Examples:
   .venv/bin/python scripts/bench.py --delayed 100000
   .venv/bin/python scripts/bench.py --server http://127.0.0.1:8088 --tasks 2000
 
+Result keys (times from this process's perf_counter; the sink runs in-process):
+  enqueue_per_s    200-acknowledged enqueues / (first request start .. last response)
+  enqueue_ms       enqueue request round trip p50/p99/max
+  delivered_per_s  distinct tasks delivered / (first enqueue start .. last first delivery)
+  latency_ms       enqueue request start -> first delivery at the sink, p50/p99/max
+  lost             acknowledged (200) but not delivered by --timeout
+  duplicated       tasks (by seq) delivered more than once, counted during --grace too
+  duplicated_ids / id_mismatch / foreign_deliveries   the same by X-Task-Id; deliveries
+                   whose X-Task-Id differs from the enqueue's id; deliveries not of this run
+  elapsed_s        first enqueue -> all delivered (or timeout), without the grace
+  cpu_s            CPU seconds of the bench and of each node during the run
+  server_metrics   the nodes' /metrics summed (counters as the run's increase)
+  stored_per_task  tasks_stored_total / enqueued: the replication actually done
+  stop_s, stop_codes   SIGTERM-to-exit time and exit codes (-9 = had to be killed)
+  --rss adds rss_peak_mb (VmHWM), rss_mb, journal_bytes (data dir while running) and
+  journal_bytes_stopped; --delayed reports rss_before/after_mb, rss_growth_bytes_per_task,
+  journal_bytes(_per_task), delivered_early (must be 0) and, with --restart,
+  restart_ready_s and rss_restarted_mb.
+
 Only 127.0.0.1 is ever contacted. Progress goes to stderr, the result line to stdout.
 Every phase is bounded in time; the nodes the bench started are stopped (SIGTERM,
 then SIGKILL after --stop-timeout) on success, error, Ctrl-C or SIGTERM, and die
