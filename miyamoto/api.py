@@ -92,7 +92,7 @@ class Api:
             ctype = "application/json"
         start_response(f"{status} {_REASONS.get(status, 'Error')}",
                        [("Content-Type", ctype), ("Content-Length", str(len(data)))])
-        return [data]
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
 
     def _dispatch(self, environ: dict) -> tuple[int, Any]:
         path = environ.get("PATH_INFO") or "/"
