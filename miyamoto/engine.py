@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,7 +26,7 @@ from miyamoto.dispatch import Dispatcher
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.journal import Journal
 from miyamoto.scheduler import Scheduler
-from miyamoto.task import State, Task
+from miyamoto.task import State, Task, new_id
 
 log = logging.getLogger(__name__)
 
@@ -188,21 +187,21 @@ class Engine:
         if t is None:
             return
         now = self.clock()
-        t = t.evolve(attempts=t.attempts + 1,
-                     executions=t.executions + (outcome.status is not None),
-                     last=outcome.record())
+        counted = {"attempts": t.attempts + 1,
+                   "executions": t.executions + (outcome.status is not None),
+                   "last": outcome.record()}
         q = self.queue_config(t.queue)
-        if t.state == State.CANCELLED:
-            self._end(t.evolve(finished=t.finished or now))
+        if t.state.ended:  # cancelled, or a sibling finished it, while this attempt ran
+            self._end(t.evolve(finished=t.finished or now, **counted))
         elif outcome.ok:
-            t = t.evolve(state=State.SUCCEEDED, finished=now)
+            t = t.evolve(state=State.SUCCEEDED, finished=now, **counted)
             self._end(t)
             self.stats.succeeded += 1
             self.hooks.done(t)
             if t.callback:
                 self._callback(t, t.callback)
-        elif self._exhausted(t, q, now):
-            t = t.evolve(state=State.FAILED, finished=now)
+        elif self._exhausted(t.attempts + 1, t, q, now):
+            t = t.evolve(state=State.FAILED, finished=now, **counted)
             self._end(t)
             self.stats.failed += 1
             log.info("task %s failed after %d attempts (last: %s)", t.id, t.attempts,
@@ -211,11 +210,11 @@ class Engine:
             if t.failure_callback:
                 self._callback(t, t.failure_callback)
         else:
-            delay = jittered(backoff(t.attempts, q), self.rng)
+            delay = jittered(backoff(t.attempts + 1, q), self.rng)
             asked = retry_after(outcome.retry_after(), now, q.max_backoff)
             if asked is not None:
                 delay = asked
-            t = t.evolve(state=State.SCHEDULED, fire_at=now + delay)
+            t = t.evolve(state=State.SCHEDULED, fire_at=now + delay, **counted)
             self.live[task_id] = t
             self.journal.put(t)
             self.scheduler.schedule(task_id, t.fire_at)
@@ -223,8 +222,8 @@ class Engine:
             self.hooks.retried(t)
 
     @staticmethod
-    def _exhausted(t: Task, q: QueueConfig, now: float) -> bool:
-        if t.attempts >= (t.max_attempts or q.max_attempts):
+    def _exhausted(attempts: int, t: Task, q: QueueConfig, now: float) -> bool:
+        if attempts >= (t.max_attempts or q.max_attempts):
             return True
         return bool(q.max_retry_duration and t.first_attempt is not None
                     and now - t.first_attempt >= q.max_retry_duration)
@@ -239,7 +238,7 @@ class Engine:
         now = self.clock()
         body = ujson.dumps({"task": t.summary(), "state": t.state.value,
                             "response": t.last}, ensure_ascii=False)
-        cb = Task(id=_new_id(), queue=t.queue, url=url, method="POST", body=body,
+        cb = Task(id=new_id(), queue=t.queue, url=url, method="POST", body=body,
                   content_type="application/json", eta=now, created=now, fire_at=now,
                   timeout=self.config.callback_timeout,
                   headers={"X-Task-Callback-For": t.id})
@@ -384,7 +383,3 @@ class Engine:
             out.sort(key=lambda t: t.fire_at)
             return out[:limit]
         return self.journal.list(queue, state.value, limit)
-
-
-def _new_id() -> str:
-    return str(uuid.uuid4())

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
 import ujson
 
-from miyamoto.task import METHODS, QUEUE_NAME_RE, Task
+from miyamoto.task import METHODS, QUEUE_NAME_RE, Task, new_id
 
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 _HEADER_VALUE_RE = re.compile(r"[\t\x20-\x7e\x80-\xff]{0,8192}")
@@ -271,7 +270,7 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         failure_callback = check_url("failure_callback", fields["failure_callback"], limits)
 
     return Task(
-        id=str(uuid.uuid4()), queue=queue, url=url, method=method, params=params, body=body,
+        id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
         failure_callback=failure_callback, created=now, fire_at=eta,
