@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from typing import Iterable
 
 import gevent
@@ -54,6 +55,8 @@ CREATE TABLE IF NOT EXISTS queues (
 """
 
 _LIVE = (State.SCHEDULED.value, State.RUNNING.value)
+BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
+LINGER = 0.0005
 
 
 def _storable(*texts: str) -> bool:
@@ -179,12 +182,18 @@ class Journal:
         result.get()
 
     def _write_loop(self) -> None:
+        last_done = 0.0
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
             if self._closed:
                 break
+            if time.monotonic() - last_done < BUSY_WINDOW:
+                # under load: let the records of the other ready greenlets join this
+                # group, instead of paying a thread hand-off and a commit for each
+                gevent.sleep(LINGER)
             self._flush_once()
+            last_done = time.monotonic()
 
     def _flush_once(self) -> None:
         tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
