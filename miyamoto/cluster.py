@@ -29,6 +29,7 @@ import gevent.queue
 from miyamoto import replication
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.membership import Member, Membership, Roster, Send, Timing
+from miyamoto.outbox import Outbox, unbatch
 from miyamoto.protocol import DecodeError, Verb
 from miyamoto.task import State, Task
 from miyamoto.transport import CurveKeys, Transport
@@ -97,6 +98,7 @@ class Cluster:
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         self.transport = Transport(cfg.node, cfg.cluster, self._on_message, curve=curve)
         self.group = gevent.pool.Group()
+        self.outbox = Outbox(self.transport.send, self.group)
         self.pending: dict[str, gevent.queue.Queue] = {}
         self.cursor = random.randrange(1 << 30)
         self.roster: Roster = self.membership.roster
@@ -229,11 +231,15 @@ class Cluster:
         m = self.roster.get(member_id)
         return m.cluster if m is not None else None
 
-    def _send(self, member_id: str, verb: Verb, payload: dict, address: str | None = None) -> bool:
+    def _send(self, member_id: str, verb: Verb, payload: dict, address: str | None = None,
+              on_fail: Callable[[], Any] | None = None) -> bool:
+        """Queue a message for a member (batched per peer); False if it has no address.
+        on_fail runs if the batch holding it cannot be sent."""
         address = address or self._address(member_id)
         if address is None:
             return False
-        return self.transport.send(member_id, address, verb, payload)
+        self.outbox.put(member_id, address, verb, payload, on_fail)
+        return True
 
     def _siblings(self, t: Task, verb: Verb, payload: dict) -> None:
         for r in t.replicas:
@@ -254,8 +260,9 @@ class Cluster:
             reqs[req] = m
             self.pending[req] = q
             payload = dict(payloads[m], req=req, reply_to=self.config.advertise)
-            if not self._send(m, verb, payload):
-                q.put((req, {"ok": False, "error": "unreachable"}))
+            fail = _failer(q, req)
+            if not self._send(m, verb, payload, on_fail=fail):
+                fail()
         answers: dict[str, dict] = {}
         try:
             with gevent.Timeout(timeout, False):
@@ -313,9 +320,11 @@ class Cluster:
             req = uuid.uuid4().hex
             reqs[req] = c
             self.pending[req] = q
+            fail = _failer(q, req)
             if not self._send(c.replicas[c.replica], Verb.STORE,
-                              {"req": req, "reply_to": self.config.advertise, "task": c.encode()}):
-                q.put((req, {"ok": False, "error": "unreachable"}))
+                              {"req": req, "reply_to": self.config.advertise, "task": c.encode()},
+                              on_fail=fail):
+                fail()
         stored: list[Task] = []
         duplicate: str | None = None
         try:
@@ -494,7 +503,10 @@ class Cluster:
     # ------------------------------------------------------------ receiving
     def _on_message(self, sender: str, verb: Verb, payload: dict) -> None:
         try:
-            if verb in _MEMBERSHIP:
+            if verb == Verb.BATCH:
+                for inner_verb, inner in unbatch(payload):
+                    self._on_message(sender, inner_verb, inner)
+            elif verb in _MEMBERSHIP:
                 self._send_all(self.membership.step(sender, verb, payload, time.monotonic()))
                 self._check_roster()
             elif verb in (Verb.STORED, Verb.REPLY):
@@ -543,7 +555,7 @@ class Cluster:
             log.exception("cluster: could not store %s", task.id)
             answer.update(ok=False, error=type(e).__name__)
         if req:
-            self.transport.send(sender, address, Verb.STORED, answer)
+            self._send(sender, Verb.STORED, answer, address=address)
 
     def _on_request(self, sender: str, payload: dict) -> None:
         try:
@@ -558,7 +570,7 @@ class Cluster:
             return
         except Conflict as e:
             answer = {"req": req, "ok": True, "result": {"conflict": str(e)}}
-        self.transport.send(sender, address, Verb.REPLY, answer)
+        self._send(sender, Verb.REPLY, answer, address=address)
 
     def _serve(self, op: str, args: dict) -> Any:
         if op == "get":
@@ -674,6 +686,11 @@ class Cluster:
                 self.engine.drop(t.id)
                 return False
         return True
+
+
+def _failer(q: gevent.queue.Queue, req: str) -> Callable[[], None]:
+    """An answer standing in for a peer that could not be reached."""
+    return lambda: q.put((req, {"ok": False, "error": "unreachable"}))
 
 
 class _Hooks:

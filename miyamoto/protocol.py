@@ -43,6 +43,8 @@ class Verb(str, enum.Enum):
     # cluster-wide queries and control (miyamoto.cluster)
     REQUEST = "REQUEST"
     REPLY = "REPLY"
+    # many messages for one peer in one frame (miyamoto.outbox)
+    BATCH = "BATCH"
 
 
 _VERBS = {v.value.encode(): v for v in Verb}
