@@ -373,3 +373,52 @@ def test_kill_9_member_during_enqueue_stream_loses_no_acknowledged_task(cluster_
     assert len(dups) <= max(3, len(ids) // 100), f"{len(dups)} duplicates"
     # what was refused was not delivered either, apart from a best-effort cancel race
     assert len(set(counts) - ids) <= len(refused)
+
+
+# ================================================================ 6. a node comes back
+
+
+@pytest.mark.timeout(90)
+def test_restarted_node_rejoins_serves_and_does_not_redeliver(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    view = wait_converged(nodes)
+    victim = [n for n in nodes if n.node_id != view["leader"]][0]
+    entry = others(nodes, victim)
+
+    answers = []
+    for k in range(2):
+        answers += batch_enqueue(entry[k], [{"url": f"{sink.url}/held", "countdown": 1.5,
+                                             "params": {"k": str(k), "i": str(i)}}
+                                            for i in range(60)])
+    held = {a["id"] for a in answers if victim.node_id in a["replicas"]}
+    assert len(held) >= 40, len(held)  # 2 of 3 nodes hold each task
+    victim.kill()
+    assert time.time() < min(a["eta"] for a in answers), "killed too late"
+
+    ids = {a["id"] for a in answers}
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/held", timeout=20)
+    wait_no_live_copies(entry)
+    view = wait_converged(entry)
+    assert victim.node_id not in member_ids(view)
+    assert not duplicates(sink.by_task_id("/held"))
+    before = sink.count("/held")
+
+    victim.start().wait_ready(20)
+    view = wait_converged(nodes, timeout=20)  # in every node's roster again
+    assert cluster_view(victim)["leader"] == view["leader"]
+    assert member_ids(cluster_view(victim)) == sorted(n.node_id for n in nodes)
+
+    # it serves: enqueue through it, and it answers for tasks it held
+    fresh = {enqueue(victim, url=f"{sink.url}/back", params={"i": str(i)})["id"]
+             for i in range(12)}
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= fresh, path="/back", timeout=15)
+    some = next(iter(held))
+    assert victim.task(some)["state"] == "succeeded"
+
+    # the copies it reloaded from its journal were delivered by its siblings while it was
+    # away: after it came back they must not go out a second time
+    wait_no_live_copies(nodes)
+    time.sleep(OFFSET + 1.5)
+    assert sink.count("/held") == before, \
+        f"redelivered after the restart: {duplicates(sink.by_task_id('/held'))}"
+    assert not duplicates(sink.by_task_id("/back"))
