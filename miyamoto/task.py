@@ -84,9 +84,15 @@ class Task:
         return new
 
     def encode(self) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in _FIELD_ORDER}
+        """Fields that differ from their defaults (the journal row and STORE payload)."""
+        d = {}
+        for name in _FIELD_ORDER:
+            v = getattr(self, name)
+            if name in _ALWAYS or v != _DEFAULTS.get(name, _MISSING):
+                d[name] = v
         d["state"] = self.state.value
-        d["replicas"] = list(self.replicas)
+        if self.replicas:
+            d["replicas"] = list(self.replicas)
         return d
 
     def summary(self) -> dict[str, Any]:
@@ -133,6 +139,13 @@ class Task:
 
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Task))
+_MISSING = object()
+_DEFAULTS: dict[str, Any] = {
+    f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+    for f in dataclasses.fields(Task)
+    if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+}
+_ALWAYS = frozenset({"id", "queue", "url", "method", "eta", "fire_at"})
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
 _set = object.__setattr__
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
