@@ -624,3 +624,74 @@ def test_a_dealer_spoofing_a_member_id_changes_nothing(cluster_factory):
         assert n.running, f"{n.node_id} died:\n{n.log_text(20)}"
     after = {n.node_id: roster_state(n) for n in nodes}
     assert after == before
+
+
+# ================================================================ 8. CurveZMQ
+
+
+def keygen() -> tuple[str, str]:
+    cp = run_cli("keygen")
+    assert cp.returncode == 0, cp.stderr
+    keys = dict(line.split(" = ", 1) for line in cp.stdout.splitlines() if " = " in line)
+    assert cp.stdout.startswith("[miyamoto]")
+    assert len(keys["curve_public"]) == 40 and len(keys["curve_secret"]) == 40
+    return keys["curve_public"], keys["curve_secret"]
+
+
+@pytest.mark.timeout(90)
+def test_curve_cluster_admits_only_its_key(cluster_factory, node_factory, sink):
+    public, secret = keygen()
+    other_public, other_secret = keygen()
+    assert public != other_public
+    nodes = cluster_factory(3, options={"curve_public": public, "curve_secret": secret})
+    view = wait_converged(nodes)
+    seeds = [n.cluster_addr for n in nodes]
+    for n in nodes:
+        assert "(CurveZMQ)" in n.log_text()
+
+    # a fourth node with another key pair, and a fifth with none, seed at them
+    wrong_key = node_factory("d", seeds=seeds, ready=False,
+                             options={"curve_public": other_public, "curve_secret": other_secret})
+    no_key = node_factory("e", seeds=seeds, ready=False)
+
+    # a task to cancel, and the cluster's copies of it (countdown long enough to try)
+    target = enqueue(nodes[0], url=f"{sink.url}/curve", countdown=3)
+    control = enqueue(nodes[0], url=f"{sink.url}/control", countdown=3)
+
+    # raw DEALERs: no CURVE at all, and CURVE with the server's public key but a client
+    # key pair that is not the cluster's (CURVE alone would admit it; ZAP must not)
+    import zmq
+
+    for n in nodes:
+        for curve in (None, (other_public.encode(), other_secret.encode(), public.encode())):
+            s = dealer(n.cluster_addr, b"intruder", curve)
+            s.setsockopt(zmq.LINGER, 500)
+            s.send_multipart([b"CANCEL", json.dumps({"id": target["id"]}).encode()])
+            s.send_multipart([b"HANDOFF", json.dumps({"tasks": [[target["id"], 0]]}).encode()])
+            s.close()
+    # the positive control: the cluster's own key pair gets a CANCEL through
+    for n in nodes:
+        s = dealer(n.cluster_addr, b"insider", (public.encode(), secret.encode(), public.encode()))
+        s.send_multipart([b"CANCEL", json.dumps({"id": control["id"]}).encode()])
+        s.close()
+
+    (req,) = sink.wait_for(count=1, path="/curve", timeout=15)
+    assert req.task_id == target["id"]
+    assert req.time >= target["eta"] - 0.05, "pulled in by a HANDOFF without the key"
+    assert nodes[1].wait_task_state(target["id"], "succeeded")["attempts"] == 1
+    assert nodes[1].wait_task_state(control["id"], "cancelled")
+    assert sink.count("/control") == 0
+
+    # neither outsider was admitted, after several join retries and failure timeouts
+    time.sleep(2.0)
+    for n in nodes:
+        assert roster_state(n)[1:] == (view["term"], view["version"], ("a", "b", "c")), \
+            cluster_view(n)
+    for outsider in (wrong_key, no_key):
+        assert outsider.running
+        assert outsider.get("/readyz").status_code == 503
+        v = cluster_view(outsider)
+        assert v["leader"] is None and set(member_ids(v)) <= {outsider.node_id}, v
+    denied = [n for n in nodes if "not the cluster key" in n.log_text()]
+    assert denied, "no node logged a refused CURVE client"
+    assert sink.count("/control") == 0
