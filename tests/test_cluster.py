@@ -695,3 +695,53 @@ def test_curve_cluster_admits_only_its_key(cluster_factory, node_factory, sink):
     denied = [n for n in nodes if "not the cluster key" in n.log_text()]
     assert denied, "no node logged a refused CURVE client"
     assert sink.count("/control") == 0
+
+
+# ================================================================ 9. one name, three nodes, same moment
+
+
+@pytest.mark.timeout(90)
+def test_named_duplicates_on_different_nodes_at_once(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    names = [f"order-{uuid.uuid4().hex[:8]}-{i}" for i in range(10)]
+    winners: dict[str, str] = {}
+    for name in names:
+        barrier = threading.Barrier(len(nodes))
+        results: list[Any] = [None] * len(nodes)
+
+        def post(k: int) -> None:
+            with requests.Session() as s:
+                body = {"url": f"{sink.url}/named", "name": name, "countdown": 0.5,
+                        "params": {"via": nodes[k].node_id}}
+                s.get(nodes[k].url + "/healthz", timeout=5)  # connected before the barrier
+                barrier.wait(10)
+                r = s.post(nodes[k].url + "/queue/names", json=body, timeout=15)
+                results[k] = (r.status_code, r.json())
+
+        threads = [threading.Thread(target=post, args=(k,)) for k in range(len(nodes))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        statuses = sorted(r[0] for r in results)
+        assert statuses == [200, 409, 409], (name, results)
+        (ok,) = [r[1] for r in results if r[0] == 200]
+        assert ok["status"] == "scheduled" and ok["name"] == name
+        for code, body in results:
+            if code == 409:
+                assert body == {"status": "duplicate", "id": ok["id"]}, (name, results)
+        winners[name] = ok["id"]
+
+    ids = set(winners.values())
+    assert len(ids) == len(names)
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/named", timeout=15)
+    wait_no_live_copies(nodes)
+    time.sleep(OFFSET + 1.0)
+    counts = sink.by_task_id("/named")
+    assert counts == {i: 1 for i in ids}, counts
+    for r in sink.requests("/named"):
+        assert winners[r.headers["X-Task-Name"]] == r.task_id
+    # and later enqueues of those names, on any node, are refused with the same id
+    for i, name in enumerate(names[:3]):
+        r = nodes[i].post("/queue/names", json={"url": f"{sink.url}/named", "name": name})
+        assert r.status_code == 409 and r.json() == {"status": "duplicate", "id": winners[name]}
