@@ -391,10 +391,10 @@ class Cluster:
         local = self.engine.get(task_id)
         if local is not None:
             found.append(dict(local.summary(), node=self.me))
-        if local is None or not local.state.ended:
-            for m, result in self._request_all("get", {"id": task_id}).items():
-                if isinstance(result, dict):
-                    found.append(dict(result, node=m))
+        # ask the siblings even when this copy has ended: ``copies`` lists every copy
+        for m, result in self._request_all("get", {"id": task_id}).items():
+            if isinstance(result, dict):
+                found.append(dict(result, node=m))
         if not found:
             return None
         best = max(found, key=lambda s: (_ORDER.get(State(s.get("state", "scheduled")), 0),
