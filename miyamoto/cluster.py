@@ -478,8 +478,22 @@ class Cluster:
     def _control_local(self, queue: str, action: str) -> dict[str, Any]:
         if action == "purge":
             return {"purged": self.engine.purge(queue)}
+        if action == "resume":
+            self._restagger(queue)
         self.engine.pause(queue, action == "pause")
         return {}
+
+    def _restagger(self, queue: str) -> None:
+        """Before a queue resumes: copies that fell due while it was paused would all fire
+        at once, every replica of a task together, their CLAIMs crossing (a duplicate for
+        each task). Keep the replicas' offsets, counted from now: copy i fires i offsets
+        after the first, which has claimed by then."""
+        now = self.clock()
+        offset = self.config.replica_offset
+        for t in list(self.engine.live.values()):
+            if t.queue == queue and t.state == State.SCHEDULED and t.replica > 0 \
+                    and t.fire_at < now + t.replica * offset:
+                self.engine.apply_remote(t.id, fire_at=now + t.replica * offset)
 
     def info(self) -> dict[str, Any]:
         r = self.membership.roster
