@@ -745,3 +745,87 @@ def test_named_duplicates_on_different_nodes_at_once(cluster_factory, sink):
     for i, name in enumerate(names[:3]):
         r = nodes[i].post("/queue/names", json={"url": f"{sink.url}/named", "name": name})
         assert r.status_code == 409 and r.json() == {"status": "duplicate", "id": winners[name]}
+
+
+# ================================================================ 10. cancel, pause, purge cluster-wide
+
+
+@pytest.mark.timeout(90)
+def test_cancel_from_a_non_replica_cancels_every_copy(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    tasks = [enqueue(nodes[i % 3], url=f"{sink.url}/cancel", countdown=2.0) for i in range(6)]
+    keep = enqueue(nodes[0], url=f"{sink.url}/kept", countdown=2.0)
+    assert len({tuple(t["replicas"]) for t in tasks}) > 1
+    for t in tasks:
+        outsider = next(n for n in nodes if n.node_id not in t["replicas"])
+        r = outsider.delete(f"/tasks/{t['id']}")
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == t["id"] and r.json()["state"] == "cancelled", r.json()
+    for t in tasks:
+        for n in nodes:
+            got = n.task(t["id"])
+            assert got["state"] == "cancelled", (n.node_id, got)
+            assert [c["state"] for c in got["copies"]] == ["cancelled"] * 2, got["copies"]
+    # past every copy's fire time (eta + offset) and the marker's delivery: nothing went out
+    sink.wait_for(count=1, path="/kept", timeout=10)
+    time.sleep(max(0.0, max(t["eta"] for t in tasks) + OFFSET + 1.0 - time.time()))
+    assert sink.count("/cancel") == 0
+    # cancelling again is idempotent; a finished task cannot be cancelled
+    assert nodes[0].delete(f"/tasks/{tasks[0]['id']}").status_code == 200
+    nodes[0].wait_task_state(keep["id"], "succeeded")
+    assert nodes[1].delete(f"/tasks/{keep['id']}").status_code == 409
+    wait_no_live_copies(nodes)
+
+
+@pytest.mark.timeout(90)
+def test_pause_and_resume_on_one_node_act_cluster_wide(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    r = nodes[0].post("/queues/pq/pause")
+    assert r.status_code == 200 and r.json()["action"] == "pause", r.text
+    for n in nodes:
+        assert n.get("/queues/pq").json()["paused"] is True, n.node_id
+    ids = {enqueue(nodes[i % 3], url=f"{sink.url}/paused", queue="pq")["id"] for i in range(30)}
+    marker = enqueue(nodes[1], url=f"{sink.url}/unpaused")  # another queue still runs
+    sink.wait_for(count=1, path="/unpaused")
+    time.sleep(OFFSET + 1.5)  # both copies of every task are due by now
+    assert sink.count("/paused") == 0
+    counts = nodes[2].counts("pq")
+    assert counts["scheduled"] == len(ids) and counts["succeeded"] == 0, counts
+
+    r = nodes[2].post("/queues/pq/resume")
+    assert r.status_code == 200, r.text
+    for n in nodes:
+        assert n.get("/queues/pq").json()["paused"] is False, n.node_id
+    sink.wait_for(lambda reqs: {x.task_id for x in reqs} >= ids, path="/paused", timeout=15)
+    wait_no_live_copies(nodes)
+    time.sleep(OFFSET + 1.0)
+    dups = duplicates(sink.by_task_id("/paused"))
+    assert not dups, f"{len(dups)} of {len(ids)} delivered twice after the resume: {dups}"
+    assert marker["id"] in sink.by_task_id("/unpaused")
+
+
+@pytest.mark.timeout(90)
+def test_purge_on_one_node_cancels_the_queue_everywhere(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    doomed = [enqueue(nodes[i % 3], url=f"{sink.url}/purged", queue="pg", countdown=2.5)
+              for i in range(24)]
+    kept = [enqueue(nodes[i % 3], url=f"{sink.url}/other", queue="other", countdown=2.5)
+            for i in range(6)]
+    assert {t["replicas"][0] for t in doomed} == {"a", "b", "c"}
+    r = nodes[1].post("/queues/pg/purge")
+    assert r.status_code == 200, r.text
+    assert r.json()["purged"] == len(doomed), r.json()
+    for t in doomed[:6]:
+        got = nodes[(doomed.index(t) + 2) % 3].task(t["id"])
+        assert got["state"] == "cancelled" and {c["state"] for c in got["copies"]} == {"cancelled"}
+    counts = nodes[0].counts("pg")
+    assert counts["scheduled"] == 0 and counts["cancelled"] == len(doomed), counts
+    sink.wait_for(lambda reqs: {x.task_id for x in reqs} >= {t["id"] for t in kept},
+                  path="/other", timeout=15)
+    time.sleep(max(0.0, max(t["eta"] for t in doomed) + OFFSET + 1.0 - time.time()))
+    assert sink.count("/purged") == 0
+    wait_no_live_copies(nodes)
+    # the queue still takes and delivers new tasks
+    after = enqueue(nodes[2], url=f"{sink.url}/purged", queue="pg")
+    (req,) = sink.wait_for(count=1, path="/purged", timeout=10)
+    assert req.task_id == after["id"]
