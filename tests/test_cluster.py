@@ -829,3 +829,40 @@ def test_purge_on_one_node_cancels_the_queue_everywhere(cluster_factory, sink):
     after = enqueue(nodes[2], url=f"{sink.url}/purged", queue="pg")
     (req,) = sink.wait_for(count=1, path="/purged", timeout=10)
     assert req.task_id == after["id"]
+
+
+# ================================================================ 11. graceful stop hands off
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("who", ["leader", "follower"])
+def test_sigterm_of_first_replica_hands_its_tasks_to_a_sibling(cluster_factory, sink, who):
+    offset = 10.0
+    nodes = cluster_factory(3, options={"replica_offset": offset})
+    view = wait_converged(nodes)
+    victim = by_id(nodes, view["leader"]) if who == "leader" else \
+        next(n for n in nodes if n.node_id != view["leader"])
+    rest = others(nodes, victim)
+    answers = batch_enqueue(rest[0], [{"url": f"{sink.url}/handoff", "countdown": 1.5,
+                                       "params": {"i": str(i)}} for i in range(45)])
+    mine = [a for a in answers if a["replicas"][0] == victim.node_id]
+    assert len(mine) >= 10, Counter(a["replicas"][0] for a in answers)
+    code = victim.stop(timeout=20)
+    stopped = time.time()
+    assert code == 0, victim.log_text(40)
+    assert stopped < min(a["eta"] for a in mine), "stopped too late: the tasks were due already"
+    assert "handed" in victim.log_text(), victim.log_text(40)
+
+    ids = {a["id"] for a in answers}
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= ids, path="/handoff", timeout=15)
+    at = {r.task_id: r.time for r in sink.requests("/handoff")}
+    lateness = sorted(at[a["id"]] - a["eta"] for a in mine)
+    print(f"\n{len(mine)} tasks handed off by the {who} {victim.node_id}: delivered "
+          f"{lateness[0]:+.2f}..{lateness[-1]:+.2f}s from their eta (offset {offset:g}s)")
+    assert lateness[0] >= -0.05, "delivered before its eta"
+    assert lateness[-1] < 2.0, "the sibling waited for its offset: no hand-off"
+    view = wait_converged(rest, timeout=10)
+    assert victim.node_id not in member_ids(view)
+    wait_no_live_copies(rest, timeout=20)
+    assert not duplicates(sink.by_task_id("/handoff"))
+    assert set(sink.by_task_id("/handoff")) == ids
