@@ -866,3 +866,35 @@ def test_sigterm_of_first_replica_hands_its_tasks_to_a_sibling(cluster_factory, 
     wait_no_live_copies(rest, timeout=20)
     assert not duplicates(sink.by_task_id("/handoff"))
     assert set(sink.by_task_id("/handoff")) == ids
+
+
+# ================================================================ 12. a queue's rate is the cluster's
+
+
+@pytest.mark.timeout(90)
+def test_queue_rate_is_shared_by_the_cluster(cluster_factory, sink):
+    rate, n_tasks = 6.0, 36
+    nodes = cluster_factory(3, queues={"shared": {"rate": rate, "burst": 1}})
+    for n in nodes:
+        assert n.get("/queues/shared").json()["config"]["rate"] == rate
+    t0 = time.time()
+    answers = spread_enqueues(nodes, n_tasks, 3,
+                              lambda i: {"url": f"{sink.url}/rate", "queue": "shared"})
+    ids = {a["id"] for a in answers}
+    assert {a["replicas"][0] for a in answers} == {"a", "b", "c"}
+    reqs = sink.wait_for(lambda rs: {r.task_id for r in rs} >= ids, path="/rate",
+                         timeout=n_tasks / rate * 4 + 10)
+    times = sorted(r.time for r in reqs)
+    elapsed = times[-1] - times[0]
+    # the busiest one-second window
+    busiest = max(sum(1 for t in times if s <= t < s + 1.0) for s in times)
+    print(f"\n{n_tasks} tasks at a cluster rate of {rate:g}/s took {elapsed:.2f}s "
+          f"(ideal {(n_tasks - 3) / rate:.2f}s); busiest second: {busiest}; enqueue took "
+          f"{times[0] - t0:.2f}s to the first delivery")
+    # each node may burst one token at the start; after that, rate/3 each
+    assert elapsed >= (n_tasks - 3) / rate * 0.85, "the nodes did not share the queue's rate"
+    assert busiest <= rate + 3 + 1, busiest
+    # and the rate is not wasted (e.g. on the siblings' skipped copies) either
+    assert elapsed <= (n_tasks / rate) * 2.0 + 2.0, "far slower than the queue's rate"
+    wait_no_live_copies(nodes)
+    assert not duplicates(sink.by_task_id("/rate"))
