@@ -898,3 +898,34 @@ def test_queue_rate_is_shared_by_the_cluster(cluster_factory, sink):
     assert elapsed <= (n_tasks / rate) * 2.0 + 2.0, "far slower than the queue's rate"
     wait_no_live_copies(nodes)
     assert not duplicates(sink.by_task_id("/rate"))
+
+
+# ================================================================ 13. retries in a cluster
+
+
+@pytest.mark.timeout(90)
+def test_retries_in_a_cluster_deliver_exactly_the_attempts_needed(cluster_factory, sink):
+    # "slow" retries wait longer than the replica offset: the siblings must follow the
+    # RETRY's time (not their own eta + offset) and must not fire alongside
+    nodes = cluster_factory(3, queues={"slow": {"min_backoff": 1.5, "max_backoff": 1.5}})
+    tasks = []
+    for i in range(6):
+        queue = "slow" if i % 2 else "default"
+        path = f"/retry/{i}"
+        sink.reply(path, 500, 500, 200)
+        tasks.append((path, enqueue(nodes[i % 3], url=sink.url + path, queue=queue,
+                                    countdown=0.3)))
+    for path, t in tasks:
+        reqs = sink.wait_for(count=3, path=path, timeout=20)
+        assert [r.headers["X-Task-Retry-Count"] for r in reqs] == ["0", "1", "2"], path
+        assert {r.task_id for r in reqs} == {t["id"]}
+    wait_no_live_copies(nodes)
+    time.sleep(OFFSET + 1.5)
+    for path, t in tasks:
+        assert sink.count(path) == 3, (path, [(r.time - t["eta"]) for r in sink.requests(path)])
+        for n in nodes:
+            got = n.task(t["id"])
+            assert got["state"] == "succeeded", (n.node_id, got)
+            assert got["attempts"] == 3 and got["last_response"]["status"] == 200, got
+            copies = {c["node"]: c["state"] for c in got["copies"]}
+            assert copies == {r: "succeeded" for r in t["replicas"]}, (n.node_id, got["copies"])
