@@ -44,18 +44,27 @@ class Dispatcher:
         self._run = run
         self._queue_config = queue_config
         self._clock = clock
-        self.pool = gevent.pool.Pool(concurrency)
+        self.concurrency = concurrency
+        self.busy = 0  # deliveries in flight; counted here, not read off the pool, so a
+        #               finishing delivery's wake-up always sees its slot free
+        self.group = gevent.pool.Group()
         self.queues: dict[str, QueueState] = {}
+        self._active: set[str] = set()  # queues with ready tasks
         self._share = 1
         self._wake = gevent.event.Event()
         self._greenlet: gevent.Greenlet | None = None
         self._stopping = False
 
     def queue(self, name: str) -> QueueState:
+        """The queue's state, created on first use."""
         q = self.queues.get(name)
         if q is None:
             q = self.queues[name] = QueueState(self._queue_config(name), self._clock(), self._share)
         return q
+
+    def view(self, name: str) -> QueueState:
+        """The queue's state for reading; a look at an unknown queue creates nothing."""
+        return self.queues.get(name) or QueueState(self._queue_config(name), self._clock())
 
     def set_share(self, members: int) -> None:
         self._share = max(1, members)
@@ -63,13 +72,12 @@ class Dispatcher:
             q.set_share(self._share)
 
     def submit(self, queue: str, task_id: str) -> None:
+        """A due task joins its queue's ready line. Copies cancelled or pushed back
+        meanwhile stay in the line and are skipped by ``run``: removing them here
+        would cost a pass over the line for every cancel."""
         self.queue(queue).ready.append(task_id)
+        self._active.add(queue)
         self._wake.set()
-
-    def discard(self, queue: str, task_ids: set[str]) -> None:
-        q = self.queues.get(queue)
-        if q is not None and task_ids:
-            q.ready = collections.deque(t for t in q.ready if t not in task_ids)
 
     def pause(self, queue: str, paused: bool) -> None:
         self.queue(queue).paused = paused
@@ -83,8 +91,8 @@ class Dispatcher:
         self._stopping = True
         if self._greenlet is not None:
             self._greenlet.kill()
-        self.pool.join(timeout=timeout)
-        self.pool.kill(timeout=1)
+        self.group.join(timeout=timeout)
+        self.group.kill(timeout=1)
 
     def _pump(self) -> None:
         while not self._stopping:
@@ -98,12 +106,16 @@ class Dispatcher:
     def _dispatch_ready(self) -> float | None:
         """Start what may start; return how long to wait (None: until woken)."""
         wait: float | None = None
-        for q in list(self.queues.values()):
-            if q.paused or not q.ready:
+        for name in list(self._active):
+            q = self.queues[name]
+            if not q.ready:
+                self._active.discard(name)
+                continue
+            if q.paused:
                 continue
             limit = q.config.max_concurrent
             while q.ready and q.inflight < limit:
-                if self.pool.free_count() <= 0:
+                if self.busy >= self.concurrency:
                     return None  # a finishing delivery wakes us
                 now = self._clock()
                 if not q.bucket.take(now):
@@ -112,7 +124,8 @@ class Dispatcher:
                     break
                 task_id = q.ready.popleft()
                 q.inflight += 1
-                self.pool.spawn(self._deliver, q, task_id)
+                self.busy += 1
+                self.group.spawn(self._deliver, q, task_id)
         return wait
 
     def _deliver(self, q: QueueState, task_id: str) -> None:
@@ -122,4 +135,5 @@ class Dispatcher:
             log.exception("dispatch: delivery of %s failed unexpectedly", task_id)
         finally:
             q.inflight -= 1
+            self.busy -= 1
             self._wake.set()

@@ -169,16 +169,19 @@ class Engine:
         self.scheduler.cancel(task_id)
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
-        q = self.queue_config(t.queue)
-        timeout = t.timeout or q.timeout
-        method, url, headers, body = build_request(t, now, self.config.signing_secret)
         self.stats.attempts += 1
         try:
+            q = self.queue_config(t.queue)
+            timeout = t.timeout or q.timeout
+            method, url, headers, body = build_request(t, now, self.config.signing_secret)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=200 <= resp.status < 300, status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock())
         except DeliveryError as e:
             outcome = Outcome(ok=False, error=str(e), at=self.clock())
+        except Exception as e:  # never leave a copy RUNNING: a failed attempt is retried
+            log.exception("task %s: attempt failed unexpectedly", task_id)
+            outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock())
         self.finish(task_id, outcome)
 
     def finish(self, task_id: str, outcome: Outcome) -> None:
@@ -269,7 +272,6 @@ class Engine:
                 self.live[task_id] = t  # our own attempt's finish() ends it
             else:
                 self._end(t)
-            self.dispatcher.discard(t.queue, {task_id})
             return t
         if fire_at is not None and t.state == State.SCHEDULED:
             if earliest:
@@ -300,7 +302,6 @@ class Engine:
         t = self.live.pop(task_id, None)
         if t is not None:
             self.scheduler.cancel(task_id)
-            self.dispatcher.discard(t.queue, {task_id})
             self.journal.delete(task_id)
 
     # ------------------------------------------------------------ operations
@@ -326,7 +327,6 @@ class Engine:
             self.journal.put(t)
         else:
             self._end(t)
-            self.dispatcher.discard(t.queue, {task_id})
         return t
 
     def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:

@@ -120,7 +120,7 @@ class Node:
         return self._queue_view(name, self.cluster.queue_counts().get(name, {}))
 
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
-        qs = self.engine.dispatcher.queue(name)
+        qs = self.engine.dispatcher.view(name)
         c = qs.config
         return {
             "name": name, "paused": qs.paused,
@@ -165,7 +165,7 @@ class Node:
             "# TYPE miyamoto_tasks_live gauge",
             f"miyamoto_tasks_live {len(self.engine.live)}",
             "# TYPE miyamoto_deliveries_in_flight gauge",
-            f"miyamoto_deliveries_in_flight {len(self.engine.dispatcher.pool)}",
+            f"miyamoto_deliveries_in_flight {self.engine.dispatcher.busy}",
             "# TYPE miyamoto_journal_commits_total counter",
             f"miyamoto_journal_commits_total {self.journal.commits}",
             "# TYPE miyamoto_cluster_members gauge",
