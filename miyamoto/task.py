@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -121,16 +122,35 @@ class Task:
             for k, types in _REQUIRED_TYPES.items():
                 if not isinstance(kwargs.get(k), types) or isinstance(kwargs.get(k), bool):
                     raise DecodeError(f"task field {k!r} is missing or of the wrong type")
-            if kwargs["method"] not in METHODS or not isinstance(kwargs.get("params", {}), dict):
-                raise DecodeError("task has a bad method or params")
-            if not isinstance(kwargs.get("headers", {}), dict):
-                raise DecodeError("task headers are not an object")
+            for k, types in _OPTIONAL_TYPES.items():
+                v = kwargs.get(k)
+                if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+                    raise DecodeError(f"task field {k!r} is of the wrong type")
+            if kwargs["method"] not in METHODS:
+                raise DecodeError("task has a bad method")
+            for k in ("params", "headers"):
+                v = kwargs.get(k, {})
+                if not isinstance(v, dict) or not all(isinstance(x, str) for x in v):
+                    raise DecodeError(f"task {k} is not an object")
+            if not all(isinstance(v, str) for v in kwargs.get("headers", {}).values()):
+                raise DecodeError("task header values are not strings")
             kwargs["state"] = State(kwargs.get("state", "scheduled"))
-            kwargs["replicas"] = tuple(str(r) for r in kwargs.get("replicas", ()))
+            replicas = kwargs.get("replicas", [])
+            if not isinstance(replicas, list) or not all(isinstance(r, str) for r in replicas):
+                raise DecodeError("task replicas are not a list of ids")
+            kwargs["replicas"] = tuple(replicas)
             for k in ("eta", "created", "fire_at"):
                 kwargs[k] = float(kwargs.get(k, 0.0))
+                if not math.isfinite(kwargs[k]):
+                    raise DecodeError(f"task field {k!r} is not finite")
             for k in ("attempts", "executions", "replica"):
                 kwargs[k] = int(kwargs.get(k, 0))
+            if kwargs["replicas"] and not 0 <= kwargs["replica"] < len(kwargs["replicas"]):
+                raise DecodeError("task replica index is out of range")
+            if kwargs.get("max_attempts") is not None and kwargs["max_attempts"] < 1:
+                raise DecodeError("task max_attempts is below 1")
+            if kwargs.get("timeout") is not None and not 0 < kwargs["timeout"] <= 86400:
+                raise DecodeError("task timeout is out of range")
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -148,6 +168,12 @@ _DEFAULTS: dict[str, Any] = {
 _ALWAYS = frozenset({"id", "queue", "url", "method", "eta", "fire_at"})
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
 _set = object.__setattr__
+_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
+    "body": (str,), "content_type": (str,), "name": (str,), "max_attempts": (int,),
+    "timeout": (int, float), "callback": (str,), "failure_callback": (str,),
+    "first_attempt": (int, float), "last": (dict,), "finished": (int, float),
+    "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
+}
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),
     "eta": (int, float), "fire_at": (int, float),

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlsplit, urlunsplit
 
 import ujson
 
@@ -62,7 +62,13 @@ def check_url(field: str, value: Any, limits: Limits) -> str:
     try:
         parts = urlsplit(value)
         port = parts.port
-    except ValueError as e:
+        if not value.isascii():  # an IRI: send it as the URI it stands for
+            value = _to_uri(parts)
+            if len(value) > limits.max_url:
+                raise ValidationError(field, f"is longer than {limits.max_url} characters "
+                                             "once percent-encoded")
+            parts = urlsplit(value)
+    except (ValueError, UnicodeError) as e:
         raise ValidationError(field, f"is not a valid URL ({e})") from e
     if parts.scheme not in ("http", "https"):
         raise ValidationError(field, "must be an http:// or https:// URL")
@@ -73,6 +79,17 @@ def check_url(field: str, value: Any, limits: Limits) -> str:
     if parts.username or parts.password:
         raise ValidationError(field, "must not carry credentials; use headers")
     return value
+
+
+def _to_uri(parts: SplitResult) -> str:
+    """IDNA for the host, UTF-8 percent-encoding for the rest (RFC 3987 section 3.1)."""
+    host = (parts.hostname or "").encode("idna").decode("ascii")
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    safe = "/:@!$&'()*+,;=%~-._"
+    return urlunsplit((parts.scheme, netloc, quote(parts.path, safe=safe),
+                       quote(parts.query, safe=safe + "?"), quote(parts.fragment, safe=safe + "?")))
 
 
 def _number(field: str, value: Any) -> float:
@@ -132,20 +149,29 @@ def _is_text(s: str) -> bool:
     return True
 
 
+MAX_DEPTH = 64  # nesting of JSON values in json/params
+
+
 def _check_text(field: str, value: Any) -> None:
     """Reject strings with no UTF-8 form (lone surrogates spelled as JSON \\u escapes):
-    they could be neither journaled nor delivered."""
-    if isinstance(value, str):
-        if not _is_text(value):
-            raise ValidationError(field, "is not valid Unicode text (a lone surrogate)")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if not _is_text(k):
-                raise ValidationError(field, "has a key that is not valid Unicode text")
-            _check_text(f"{field}.{k}", v)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_text(f"{field}[{i}]", v)
+    they could be neither journaled nor delivered. Walks iteratively, and rejects
+    nesting deeper than MAX_DEPTH, so no input can exhaust the stack."""
+    stack: list[tuple[str, Any, int]] = [(field, value, 0)]
+    while stack:
+        where, v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValidationError(field, f"is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(v, str):
+            if not _is_text(v):
+                raise ValidationError(where, "is not valid Unicode text (a lone surrogate)")
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if not _is_text(k):
+                    raise ValidationError(where, "has a key that is not valid Unicode text")
+                stack.append((f"{where}.{k}", x, depth + 1))
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                stack.append((f"{where}[{i}]", x, depth + 1))
 
 
 def _headers(field: str, value: Any) -> dict[str, str]:
