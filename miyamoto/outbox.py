@@ -16,11 +16,12 @@ from typing import Any, Callable
 
 import gevent.pool
 
-from miyamoto.protocol import Verb
+from miyamoto.protocol import Verb, dump
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 256  # messages in one BATCH frame (a STORE may carry up to ~1 MiB)
+MAX_BATCH = 256  # messages in one BATCH frame
+MAX_BATCH_BYTES = 1024 * 1024  # a larger message (a big STORE) travels alone
 
 Send = Callable[[str | None, str, Verb, dict], bool]
 
@@ -46,21 +47,43 @@ class Outbox:
         self._scheduled = False
         queued, self._queued = self._queued, {}
         for address, (to, items) in queued.items():
-            for i in range(0, len(items), MAX_BATCH):
-                chunk = items[i:i + MAX_BATCH]
-                if len(chunk) == 1:
-                    verb, payload, _ = chunk[0]
-                    ok = self._send(to, address, verb, payload)
-                else:
-                    ok = self._send(to, address, Verb.BATCH,
-                                    {"m": [[v.value, p] for v, p, _ in chunk]})
-                if not ok:
-                    for _, _, on_fail in chunk:
-                        if on_fail is not None:
-                            try:
-                                on_fail()
-                            except Exception:
-                                log.exception("outbox: on_fail callback failed")
+            if len(items) == 1:
+                verb, payload, on_fail = items[0]
+                if not self._send(to, address, verb, payload):
+                    _failed([on_fail])
+                continue
+            for verb, data, fails in _chunks(items):
+                if not self._send(to, address, verb, data):
+                    _failed(fails)
+
+
+def _chunks(items: list[tuple[Verb, dict, Callable | None]]):
+    """Encode each message once and pack them into BATCH frames of bounded size."""
+    parts: list[bytes] = []
+    fails: list[Callable | None] = []
+    size = 0
+    for verb, payload, on_fail in items:
+        data = dump(payload)
+        if len(data) > MAX_BATCH_BYTES:
+            yield verb, data, [on_fail]
+            continue
+        if parts and (size + len(data) > MAX_BATCH_BYTES or len(parts) >= MAX_BATCH):
+            yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails
+            parts, fails, size = [], [], 0
+        parts.append(b'["' + verb.value.encode() + b'",' + data + b"]")
+        fails.append(on_fail)
+        size += len(data) + 16
+    if parts:
+        yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails
+
+
+def _failed(fails: list[Callable | None]) -> None:
+    for on_fail in fails:
+        if on_fail is not None:
+            try:
+                on_fail()
+            except Exception:
+                log.exception("outbox: on_fail callback failed")
 
 
 def unbatch(payload: dict) -> list[tuple[Verb, dict]]:

@@ -45,7 +45,7 @@ from miyamoto.protocol import DecodeError, Verb
 log = logging.getLogger(__name__)
 
 # Per-frame inbound limit enforced by libzmq (it disconnects the sender). The
-# protocol caps payloads at protocol.MAX_FRAME (4 MiB); this leaves headroom.
+# protocol caps payloads at protocol.MAX_FRAME (7 MiB); this leaves headroom.
 MAX_MESSAGE_SIZE = 8 * 1024 * 1024
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 1000

@@ -8,6 +8,7 @@ import pathlib
 import gevent
 import gevent.pool
 import pytest
+import ujson
 
 from miyamoto.outbox import MAX_BATCH, Outbox, unbatch
 from miyamoto.protocol import Verb
@@ -37,7 +38,7 @@ def test_messages_for_one_peer_in_one_turn_leave_as_one_batch():
     assert set(by_address) == {"tcp://b", "tcp://c"}
     assert by_address["tcp://c"][2] == Verb.CLAIM  # a single message is sent as itself
     assert by_address["tcp://b"][2] == Verb.BATCH
-    inner = unbatch(by_address["tcp://b"][3])
+    inner = unbatch(ujson.loads(by_address["tcp://b"][3]))
     assert [(v, p["id"]) for v, p in inner] == [(Verb.DONE, str(i)) for i in range(5)]
 
 
@@ -83,3 +84,28 @@ def test_start_script_maps_the_original_environment():
                     "--seeds", "tcp://10.1.2.4:6000", "--replication", "3", "--node", "n7",
                     "--data-dir", "/d"]
     gevent.sleep(0)
+
+
+def test_batches_are_bounded_in_bytes_and_big_messages_travel_alone():
+    import ujson
+
+    from miyamoto.outbox import MAX_BATCH_BYTES
+    from miyamoto.protocol import decode
+
+    send, group = FakeSend(), gevent.pool.Group()
+    box = Outbox(send, group)
+    big = "x" * (MAX_BATCH_BYTES + 10)
+    box.put("b", "tcp://b", Verb.STORE, {"body": big})
+    for i in range(8):
+        box.put("b", "tcp://b", Verb.STORE, {"i": i, "body": "y" * 300_000})
+    group.join(timeout=5)
+    got = []
+    for _, _, verb, data in send.sent:
+        assert isinstance(data, bytes)
+        v, payload = decode([verb.value.encode(), data])
+        if v == Verb.BATCH:
+            assert len(data) <= MAX_BATCH_BYTES + 64
+            got += [p.get("i") for _, p in unbatch(payload)]
+        else:
+            assert ujson.loads(data)["body"] == big
+    assert got == list(range(8))
