@@ -248,10 +248,12 @@ def batch_enqueue(node: NodeProcess, tasks: list[dict[str, Any]],
 
 
 @pytest.mark.timeout(90)
-def test_kill_9_first_replica_of_delayed_tasks_loses_none(cluster_factory, sink):
+@pytest.mark.parametrize("who", ["follower", "leader"])
+def test_kill_9_first_replica_of_delayed_tasks_loses_none(cluster_factory, sink, who):
     nodes = cluster_factory(3)
     view = wait_converged(nodes)
-    victim = [n for n in nodes if n.node_id != view["leader"]][0]
+    victim = by_id(nodes, view["leader"]) if who == "leader" else \
+        next(n for n in nodes if n.node_id != view["leader"])
     entry = others(nodes, victim)
     countdown = 2.0
 
@@ -268,7 +270,7 @@ def test_kill_9_first_replica_of_delayed_tasks_loses_none(cluster_factory, sink)
     victim.kill()
     killed_at = time.time()
     first_eta = min(a["eta"] for a in mine)
-    print(f"\n{len(answers)} tasks, {len(mine)} first on {victim.node_id}; "
+    print(f"\n{len(answers)} tasks, {len(mine)} first on the {who} {victim.node_id}; "
           f"killed {first_eta - killed_at:.2f}s before the first eta")
     assert killed_at < first_eta - 0.2, "too slow to enqueue: the victim was killed too late"
     assert all(len(set(a["replicas"])) == 2 for a in answers)
