@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import random
 import time
 import uuid
@@ -38,11 +39,11 @@ log = logging.getLogger(__name__)
 
 _MEMBERSHIP = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
                          Verb.HEARTBEAT_ACK, Verb.VOTE_REQUEST, Verb.VOTE, Verb.LEAVE})
-_ORDER = {State.SUCCEEDED: 4, State.FAILED: 4, State.CANCELLED: 4, State.RUNNING: 2,
-          State.SCHEDULED: 1}
+_ORDER = {"succeeded": 4, "failed": 4, "cancelled": 4, "running": 2, "scheduled": 1}
 HANDOFF_CHUNK = 500
 EARLY_MAX = 20_000  # sibling news held for copies not stored yet
 EARLY_TTL = 120.0
+EARLY_PER_TASK = 16
 CONFIRM_RETRY = 0.5
 
 
@@ -59,8 +60,8 @@ def _str(payload: dict, key: str) -> str:
 
 def _num(payload: dict, key: str) -> float:
     v = payload.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise BadMessage(f"{key} is not a number")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise BadMessage(f"{key} is not a finite number")
     return float(v)
 
 
@@ -146,8 +147,41 @@ class Cluster:
                 self._send(member, Verb.HANDOFF, {"tasks": items[i:i + HANDOFF_CHUNK]})
         if handoff:
             log.info("cluster: handed %d copies to siblings", sum(map(len, handoff.values())))
+        self._move_lone_copies(alive)
         self._send_all(self.membership.leave(time.monotonic()))
         gevent.sleep(0.05)  # let the sockets flush before the engine drains
+
+    def _move_lone_copies(self, alive: set[str]) -> None:
+        """On a graceful stop, store elsewhere the tasks that have no live sibling copy
+        (replication 1, or their siblings are gone), so they do not wait for this node
+        to come back. What cannot be moved within shutdown_timeout stays in the journal."""
+        others = [m for m in self.roster.ids() if m != self.me]
+        if not others:
+            return
+        lone = [t for t in self.engine.live.values() if t.state == State.SCHEDULED
+                and not any(r in alive and r != self.me for r in t.replicas)]
+        if not lone:
+            return
+        moved = 0
+
+        def move(i: int, t: Task) -> None:
+            nonlocal moved
+            target = others[i % len(others)]
+            copy = t.evolve(replicas=(target,), replica=0)
+            try:
+                if self._store([copy]):
+                    self.engine.drop(t.id)
+                    moved += 1
+            except Duplicate:  # the target already holds it under that name
+                self.engine.drop(t.id)
+
+        pool = gevent.pool.Pool(128)
+        with gevent.Timeout(self.config.shutdown_timeout, False):
+            for i, t in enumerate(lone):
+                pool.spawn(move, i, t)
+            pool.join()
+        pool.kill()
+        log.info("cluster: moved %d of %d tasks without a live sibling", moved, len(lone))
 
     # ------------------------------------------------------------ membership
     def _tick_loop(self) -> None:
@@ -179,6 +213,11 @@ class Cluster:
             return
         log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,
                  new.leader, ",".join(new.ids()))
+        if self.me in old.ids() and self.me not in new.ids():
+            # the others may re-home and deliver our copies while we are out: check each
+            # with a sibling before delivering it
+            log.warning("cluster: this node was dropped from the roster")
+            self.unconfirmed.update(self.engine.live)
         lost = set(old.ids()) - set(new.ids()) - {self.me}
         for member_id in lost:
             m = old.get(member_id)
@@ -285,7 +324,9 @@ class Cluster:
 
     # ------------------------------------------------------------ enqueue
     def enqueue(self, task: Task) -> Task:
-        ring = self.roster.ids() if self.me in self.roster.ids() else (self.me,)
+        if self.me not in self.roster.ids():
+            raise Unavailable("this node is not (yet) a member of the cluster")
+        ring = self.roster.ids()
         replicas = replication.place(ring, self.config.replication, task, self.cursor)
         if task.name is None:
             self.cursor += 1
@@ -295,17 +336,31 @@ class Cluster:
             # the name's owner (first copy) decides alone, so racing enqueues of one
             # name sent to different nodes cannot both win, nor both lose
             owner, rest = copies[:1], copies[1:]
-            stored += self._store(owner)
-            stored += self._store(rest)
+            try:
+                stored += self._store(owner)
+                stored += self._store(rest)
+            except Duplicate:
+                self._abort(copies)
+                raise
         else:
             stored += self._store(copies)
         need = min(self.config.min_replicas, len(copies))
         if len(stored) < need:
-            for c in stored:
-                self._cancel_copy(c)
+            # copies whose STORED is merely late would still fire: cancel every copy
+            # (a CANCEL that overtakes its STORE is kept and applied on arrival)
+            self._abort(copies)
             raise Unavailable(f"stored on {len(stored)} of {len(copies)} replicas, "
                               f"{need} needed")
         return copies[0]
+
+    def _abort(self, copies: list[Task]) -> None:
+        """Undo a refused enqueue on every copy, releasing the name it reserved."""
+        for c in copies:
+            holder = c.replicas[c.replica]
+            if holder == self.me:
+                self.engine.abort(c.id)
+            else:
+                self._send(holder, Verb.CANCEL, {"id": c.id, "abort": True})
 
     def _store(self, copies: list[Task]) -> list[Task]:
         """Store copies (local one in this greenlet, remote ones by STORE); return those
@@ -350,21 +405,9 @@ class Cluster:
         finally:
             for req in reqs:
                 self.pending.pop(req, None)
-        if duplicate is not None and copies[0].replica == 0 and copies[0] not in stored:
-            for c in stored:
-                self._cancel_copy(c)
+        if duplicate is not None:
             raise Duplicate(duplicate)
         return stored
-
-    def _cancel_copy(self, c: Task) -> None:
-        holder = c.replicas[c.replica]
-        if holder == self.me:
-            try:
-                self.engine.cancel(c.id)
-            except Conflict:
-                pass
-        else:
-            self._send(holder, Verb.CANCEL, {"id": c.id})
 
     def _store_quietly(self, task: Task) -> None:
         try:
@@ -397,8 +440,11 @@ class Cluster:
                 found.append(dict(result, node=m))
         if not found:
             return None
-        best = max(found, key=lambda s: (_ORDER.get(State(s.get("state", "scheduled")), 0),
-                                         s.get("attempts", 0), -s.get("replica", 0)))
+        found = [s for s in found if _summary_ok(s)]
+        if not found:
+            return None
+        best = max(found, key=lambda s: (_ORDER.get(s["state"], 0), s["attempts"],
+                                         -s["replica"]))
         best = dict(best)
         best["copies"] = sorted(({"node": s["node"], "replica": s.get("replica"),
                                   "state": s.get("state"), "next_attempt": s.get("next_attempt")}
@@ -431,12 +477,18 @@ class Cluster:
             return None
         delay = t.replica * self.config.replica_offset
         t = self.engine.rerun(task_id, delay=delay)
-        return t.summary() if t is not None else None
+        if t is None:
+            return None
+        # a sibling's rerun copy may already have claimed or finished: its news was
+        # kept while our copy had ended
+        self._replay_early(task_id)
+        current = self.engine.get(task_id)
+        return (current or t).summary()
 
     @staticmethod
     def _pick(results: list[Any]) -> dict[str, Any] | None:
         """One answer from many copies: a done operation beats a conflict beats nothing."""
-        done = [r for r in results if isinstance(r, dict) and "conflict" not in r and "id" in r]
+        done = [r for r in results if isinstance(r, dict) and "conflict" not in r and _summary_ok(r)]
         if done:
             return min(done, key=lambda r: r.get("replica", 0))
         conflicts = [r for r in results if isinstance(r, dict) and "conflict" in r]
@@ -559,15 +611,21 @@ class Cluster:
             log.warning("cluster: dropped STORE from %r: %s", sender[:64], e)
             return
         answer: dict[str, Any] = {"req": req, "id": task.id}
+        if self._left:
+            answer.update(ok=False, error="stopping")
+            if req:
+                self._send(sender, Verb.STORED, answer, address=address)
+            return
         try:
             self.engine.add(task.evolve(state=State.SCHEDULED), wait=True)
             answer["ok"] = True
-            self._replay_early(task.id)
         except Duplicate as e:
             answer.update(ok=False, duplicate=e.original_id)
         except Exception as e:  # a full disk must reach the coordinator as a refusal
             log.exception("cluster: could not store %s", task.id)
             answer.update(ok=False, error=type(e).__name__)
+        if answer["ok"]:
+            self._replay_early(task.id)
         if req:
             self._send(sender, Verb.STORED, answer, address=address)
 
@@ -644,6 +702,9 @@ class Cluster:
                                 state=State.SUCCEEDED if verb == Verb.DONE else State.FAILED,
                                 attempts=_int(payload, "attempts"), last=_opt_dict(payload, "last"))
         elif verb == Verb.CANCEL:
+            if payload.get("abort") is True:
+                engine.abort(task_id)
+                return
             try:
                 engine.cancel(task_id)
             except Conflict:
@@ -656,7 +717,10 @@ class Cluster:
 
     def _keep_early(self, task_id: str, verb: Verb, payload: dict) -> None:
         now = time.monotonic()
-        self.early.setdefault(task_id, []).append((now, verb, payload))
+        news = self.early.setdefault(task_id, [])
+        if len(news) >= EARLY_PER_TASK:
+            return
+        news.append((now, verb, payload))
         self.early.move_to_end(task_id)
         while self.early:
             first = next(iter(self.early.values()))
@@ -687,6 +751,11 @@ class Cluster:
             if not isinstance(result, dict):
                 continue
             state = result.get("state")
+            if state == State.RUNNING.value:
+                # a sibling is delivering it right now: look again after its lease
+                self.unconfirmed.add(t.id)
+                self.engine.apply_remote(t.id, fire_at=self.clock() + self.config.claim_lease)
+                return False
             if state in (State.SUCCEEDED.value, State.FAILED.value, State.CANCELLED.value):
                 self.engine.apply_remote(t.id, state=State(state),
                                          attempts=result.get("attempts")
@@ -700,6 +769,12 @@ class Cluster:
                 self.engine.drop(t.id)
                 return False
         return True
+
+
+def _summary_ok(s: Any) -> bool:
+    """A task summary from a peer with the fields we sort and pick by, well typed."""
+    return (isinstance(s, dict) and isinstance(s.get("id"), str) and s.get("state") in _ORDER
+            and isinstance(s.get("attempts"), int) and isinstance(s.get("replica"), int))
 
 
 def _failer(q: gevent.queue.Queue, req: str) -> Callable[[], None]:

@@ -329,6 +329,19 @@ class Engine:
             self._end(t)
         return t
 
+    def abort(self, task_id: str) -> None:
+        """Undo a copy whose enqueue was refused: cancel it and free its name."""
+        t = self.live.get(task_id)
+        if t is None:
+            return
+        if t.name is not None and self.names.get((t.queue, t.name), ("",))[0] == task_id:
+            del self.names[(t.queue, t.name)]
+            self.journal.release_name(t.queue, t.name)
+        try:
+            self.cancel(task_id)
+        except Conflict:
+            pass
+
     def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:
         """Run a task again now: a failed or cancelled one with a fresh set of attempts,
         a scheduled one at once. None if unknown; Conflict if running or succeeded."""
