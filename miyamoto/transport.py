@@ -228,7 +228,10 @@ class Transport:
                     self._serve_zap, z85.decode(self.curve.public.encode("ascii")))
             router = self._router = self._ctx.socket(zmq.ROUTER)
             self._common_options(router)
-            router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            # No ROUTER_HANDOVER: with it, any client presenting a member's id took that
+            # member's connection over (and libzmq 4.3.5 aborted when the member came
+            # back). Without it a duplicate id is refused; a restarted member's old
+            # connection is gone within the ZMTP heartbeat timeout, then it reconnects.
             if self.curve is not None:
                 router.setsockopt(zmq.CURVE_SERVER, 1)
                 router.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret.encode("ascii"))

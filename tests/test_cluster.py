@@ -603,11 +603,6 @@ def test_garbage_on_the_cluster_port_changes_nothing(cluster_factory, sink):
     assert not duplicates(sink.by_task_id("/after-garbage"))
 
 
-@pytest.mark.xfail(reason="BUG (miyamoto/transport.py, ROUTER_HANDOVER=1 on the ROUTER): a client "
-                   "that connects with a member's id takes that member's connection over, so "
-                   "the member's messages stop and it is dropped from the roster; and when "
-                   "the member reconnects, libzmq 4.3.5 aborts the node (Assertion failed: "
-                   "!_io_error (src/stream_engine_base.cpp:310))", strict=True)
 @pytest.mark.timeout(60)
 def test_a_dealer_spoofing_a_member_id_changes_nothing(cluster_factory):
     nodes = cluster_factory(3)
