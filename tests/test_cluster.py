@@ -168,6 +168,12 @@ def test_thousand_tasks_over_three_nodes_each_delivered_once(cluster_factory, si
     assert set(counts) == ids, f"unknown task ids delivered: {set(counts) - ids}"
     assert not dups, f"{len(dups)} tasks delivered more than once: {list(dups.items())[:10]}"
     assert sink.count("/spread") == n_tasks
+    # the queue's counts are the cluster's: each task once, whichever node is asked
+    for n in nodes:
+        wait_until(lambda: n.counts("default")["succeeded"] == n_tasks, 10,
+                   what=f"{n.node_id} to count {n_tasks} succeeded")
+        assert n.counts("default") == {"scheduled": 0, "running": 0, "succeeded": n_tasks,
+                                       "failed": 0, "cancelled": 0}
 
     # a node that holds no copy answers for the task, from its siblings
     checked = 0
