@@ -1,9 +1,10 @@
 """Where a task's copies live and when each fires: pure functions, no I/O.
 
 Placement: an unnamed task goes to N consecutive ring members from a round-robin
-cursor (spreading load); a named task goes to the N members after hash(queue, name),
-so two enqueues of one name meet on the same nodes and the first of them (the name's
-owner) can refuse the second. Copy i fires at eta + i * offset; when a sibling claims,
+cursor (spreading load); a named task goes to the N members that rank highest for
+hash(queue, name, member) (rendezvous hashing), so two enqueues of one name meet on the
+same nodes, where the first of them (the name's owner) refuses the second, and a roster
+change moves a name's replicas by at most one member. Copy i fires at eta + i * offset; when a sibling claims,
 retries or hands off, every other copy keeps its distance, measured in ring steps from
 that sibling (``rank``).
 """
@@ -22,10 +23,13 @@ def place(ring: Sequence[str], n: int, task: Task, cursor: int) -> tuple[str, ..
         return ()
     n = max(1, min(n, len(ring)))
     if task.name is not None:
-        digest = hashlib.sha1(f"{task.queue}\x00{task.name}".encode()).digest()
-        start = int.from_bytes(digest[:8], "big") % len(ring)
-    else:
-        start = cursor % len(ring)
+        # rendezvous hashing: each member's score for this name is fixed, so a member
+        # joining or leaving moves a name's replica set by at most one member, and with
+        # n >= 2 the set always keeps a member that holds the name (which refuses it)
+        key = f"{task.queue}\x00{task.name}\x00".encode()
+        ranked = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)
+        return tuple(ranked[:n])
+    start = cursor % len(ring)
     return tuple(ring[(start + i) % len(ring)] for i in range(n))
 
 

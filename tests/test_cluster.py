@@ -937,12 +937,7 @@ def test_retries_in_a_cluster_deliver_exactly_the_attempts_needed(cluster_factor
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("change", [
     "lost",
-    pytest.param("joined", marks=pytest.mark.xfail(
-        reason="BUG (design; miyamoto/cluster.py enqueue + replication.place): a named task's "
-               "replicas are hash(queue, name) over the CURRENT ring; when a member joins, a "
-               "name's new replicas may be nodes that never held it, so a name still inside "
-               "dedup_window is accepted again and delivered twice (deterministic here: 3 of "
-               "these 30 names)", strict=True)),
+    "joined",
 ])
 def test_named_task_still_refused_after_the_roster_changes(cluster_factory, node_factory,
                                                            sink, change):

@@ -18,6 +18,16 @@ def _task(name: str | None = None, queue: str = "default") -> Task:
                 fire_at=100.0)
 
 
+def test_named_placement_moves_by_at_most_one_member_when_the_ring_changes():
+    ring = tuple(f"m{i}" for i in range(6))
+    for i in range(300):
+        before = replication.place(ring, 2, _task(f"name-{i}"), 0)
+        joined = replication.place(ring + ("m9",), 2, _task(f"name-{i}"), 0)
+        lost = replication.place(tuple(m for m in ring if m != before[0]), 2, _task(f"name-{i}"), 0)
+        assert len(set(before) & set(joined)) >= 1 and before[0] in joined
+        assert before[1] in lost
+
+
 def test_unnamed_tasks_round_robin_over_the_ring():
     ring = ("a", "b", "c")
     starts = collections.Counter(replication.place(ring, 2, _task(), c)[0] for c in range(300))
