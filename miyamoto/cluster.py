@@ -289,20 +289,26 @@ class Cluster:
         return [m for m in self.roster.ids() if m != self.me]
 
     # ------------------------------------------------------------ requests
-    def _ask(self, members: list[str], verb: Verb, payloads: dict[str, dict],
-             timeout: float) -> dict[str, dict]:
-        """Send one request per member and gather the answers until all came or timeout."""
+    def _send_requests(self, asks: dict[Any, tuple[str, Verb, dict]]
+                       ) -> tuple[gevent.queue.Queue, dict[str, Any]]:
+        """Send each request (key -> member, verb, payload) with a fresh req id; answers
+        (or stand-ins for unreachable members) arrive on the returned queue."""
         q: gevent.queue.Queue = gevent.queue.Queue()
-        reqs: dict[str, str] = {}
-        for m in members:
+        reqs: dict[str, Any] = {}
+        for key, (member, verb, payload) in asks.items():
             req = uuid.uuid4().hex
-            reqs[req] = m
+            reqs[req] = key
             self.pending[req] = q
-            payload = dict(payloads[m], req=req, reply_to=self.config.advertise)
             fail = _failer(q, req)
-            if not self._send(m, verb, payload, on_fail=fail):
+            if not self._send(member, verb, dict(payload, req=req,
+                                                 reply_to=self.config.advertise), on_fail=fail):
                 fail()
-        answers: dict[str, dict] = {}
+        return q, reqs
+
+    def _collect(self, q: gevent.queue.Queue, reqs: dict[str, Any],
+                 timeout: float) -> dict[Any, dict]:
+        """Answers by key, until all came or timeout; then forget the requests."""
+        answers: dict[Any, dict] = {}
         try:
             with gevent.Timeout(timeout, False):
                 while len(answers) < len(reqs):
@@ -313,6 +319,12 @@ class Cluster:
             for req in reqs:
                 self.pending.pop(req, None)
         return answers
+
+    def _ask(self, members: list[str], verb: Verb, payloads: dict[str, dict],
+             timeout: float) -> dict[str, dict]:
+        """One request per member; the answers that came within timeout."""
+        q, reqs = self._send_requests({m: (m, verb, payloads[m]) for m in members})
+        return self._collect(q, reqs, timeout)
 
     def _request_all(self, op: str, args: dict, members: list[str] | None = None) -> dict[str, Any]:
         members = self._others() if members is None else members
@@ -369,17 +381,8 @@ class Cluster:
             return []
         remote = [c for c in copies if c.replicas[c.replica] != self.me]
         local = [c for c in copies if c.replicas[c.replica] == self.me]
-        q: gevent.queue.Queue = gevent.queue.Queue()
-        reqs: dict[str, Task] = {}
-        for c in remote:
-            req = uuid.uuid4().hex
-            reqs[req] = c
-            self.pending[req] = q
-            fail = _failer(q, req)
-            if not self._send(c.replicas[c.replica], Verb.STORE,
-                              {"req": req, "reply_to": self.config.advertise, "task": c.encode()},
-                              on_fail=fail):
-                fail()
+        q, reqs = self._send_requests({i: (c.replicas[c.replica], Verb.STORE, {"task": c.encode()})
+                                       for i, c in enumerate(remote)})
         stored: list[Task] = []
         duplicate: str | None = None
         try:
@@ -390,21 +393,13 @@ class Cluster:
                     self._replay_early(c.id)
                 except Duplicate as e:
                     duplicate = e.original_id
-            got = 0
-            with gevent.Timeout(self.config.replication_timeout, False):
-                while got < len(reqs):
-                    req, answer = q.get()
-                    c = reqs.get(req)
-                    if c is None:
-                        continue
-                    got += 1
-                    if answer.get("ok"):
-                        stored.append(c)
-                    elif isinstance(answer.get("duplicate"), str):
-                        duplicate = answer["duplicate"]
         finally:
-            for req in reqs:
-                self.pending.pop(req, None)
+            answers = self._collect(q, reqs, self.config.replication_timeout)
+        for i, answer in answers.items():
+            if answer.get("ok"):
+                stored.append(remote[i])
+            elif isinstance(answer.get("duplicate"), str):
+                duplicate = answer["duplicate"]
         if duplicate is not None:
             raise Duplicate(duplicate)
         return stored
