@@ -44,6 +44,7 @@ HANDOFF_CHUNK = 500
 EARLY_MAX = 20_000  # sibling news held for copies not stored yet
 EARLY_TTL = 120.0
 EARLY_PER_TASK = 16
+CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
 CONFIRM_RETRY = 0.5
 
 
@@ -110,6 +111,8 @@ class Cluster:
         # a sibling may claim or finish a task before our copy of it is committed
         # (STORE and DONE travel on different connections): keep such news and apply
         # it once the copy is stored, so a finished task is never delivered twice
+        # task id -> (claimer, its replica index): whose lease holds our copy back
+        self.claims: dict[str, tuple[str, int]] = {}
         self.early: collections.OrderedDict[str, list[tuple[float, Verb, dict]]] = \
             collections.OrderedDict()
 
@@ -224,7 +227,28 @@ class Cluster:
             if m is not None:
                 self.transport.forget(m.cluster)
         if lost and self.me in new.ids():
+            self._release_claims(lost)
             self.group.spawn(self._restore, lost, new)
+
+    def _note_claim(self, task_id: str, claimer: str, replica: int) -> None:
+        self.claims.pop(task_id, None)
+        self.claims[task_id] = (claimer, replica)
+        while len(self.claims) > CLAIMS_MAX:
+            self.claims.pop(next(iter(self.claims)))
+
+    def _release_claims(self, lost: set[str]) -> None:
+        """Copies held off by a claim of a member that is gone fire again at their
+        offset from now, instead of waiting out the dead claimer's lease."""
+        now = self.clock()
+        for task_id, (claimer, theirs) in list(self.claims.items()):
+            if claimer not in lost:
+                continue
+            del self.claims[task_id]
+            t = self.engine.live.get(task_id)
+            if t is not None and t.state == State.SCHEDULED:
+                fire = replication.sibling_fire_at(now, t.replica, theirs, len(t.replicas),
+                                                   self.config.replica_offset)
+                self.engine.apply_remote(task_id, state=State.SCHEDULED, fire_at=fire)
 
     def _restore(self, lost: set[str], roster: Roster) -> None:
         """Give every task that lost a copy a new one, if this node is its restorer."""
@@ -679,11 +703,15 @@ class Cluster:
         if verb == Verb.CLAIM:
             t = engine.live.get(task_id)
             if t is not None:
-                fire = replication.sibling_fire_at(_num(payload, "until"), t.replica,
-                                                   _int(payload, "replica"), len(t.replicas),
-                                                   self.config.replica_offset)
+                theirs = _int(payload, "replica")
+                fire = replication.sibling_fire_at(_num(payload, "until"), t.replica, theirs,
+                                                   len(t.replicas), self.config.replica_offset)
                 engine.apply_remote(task_id, fire_at=fire)
-        elif verb == Verb.RETRY:
+                if 0 <= theirs < len(t.replicas):
+                    self._note_claim(task_id, t.replicas[theirs], theirs)
+            return
+        self.claims.pop(task_id, None)
+        if verb == Verb.RETRY:
             t = engine.live.get(task_id)
             if t is not None:
                 fire = replication.sibling_fire_at(_num(payload, "fire_at"), t.replica,
@@ -785,6 +813,7 @@ class _Hooks:
 
     def claim(self, t: Task) -> bool:
         c = self.c
+        c.claims.pop(t.id, None)
         if t.id in c.unconfirmed:
             c.unconfirmed.discard(t.id)
             if not c.confirm(t):

@@ -306,9 +306,10 @@ def test_kill_9_first_replica_of_delayed_tasks_loses_none(cluster_factory, sink,
 
 @pytest.mark.timeout(90)
 def test_kill_9_member_during_enqueue_stream_loses_no_acknowledged_task(cluster_factory, sink):
-    # a copy that the victim had claimed (CLAIM sent, DONE not) holds its siblings off for
-    # the queue timeout plus claim_lease: keep that short so the re-delivery shows here
-    nodes = cluster_factory(3, options={"claim_lease": 1})
+    # a copy that the victim had claimed (CLAIM sent, DONE not) would hold its siblings off
+    # for the queue timeout plus claim_lease (60 s here); the survivors must release it as
+    # soon as the victim leaves the roster, or this test times out
+    nodes = cluster_factory(3, options={"claim_lease": 60})
     view = wait_converged(nodes)
     victim = [n for n in nodes if n.node_id != view["leader"]][-1]
     entry = others(nodes, victim)
@@ -964,3 +965,36 @@ def test_named_task_still_refused_after_the_roster_changes(cluster_factory, node
         else:
             assert r.json() == {"status": "duplicate", "id": first[nm]}
     assert not accepted, f"{len(accepted)} of {len(names)} names accepted a second time"
+
+
+# ================================================================ a claimer dies mid-delivery
+
+
+@pytest.mark.timeout(60)
+def test_copies_held_by_a_dead_claimers_lease_fire_once_it_leaves_the_roster(cluster_factory,
+                                                                            sink):
+    # the victim claims (CLAIM with a 60 s lease + the 5 s queue timeout) and is killed while
+    # its deliveries hang at the sink; the siblings must not wait out that lease
+    nodes = cluster_factory(3, options={"claim_lease": 60})
+    view = wait_converged(nodes)
+    victim = [n for n in nodes if n.node_id != view["leader"]][-1]
+    sink.reply("/slow", Reply(200, delay=3.0))
+    ids = []
+    for i in range(40):
+        if len(ids) >= 5:
+            break
+        got = enqueue(victim, url=sink.url_for("/slow"), params={"i": str(i)})
+        if got["replicas"][0] == victim.node_id:
+            ids.append(got["id"])
+    assert len(ids) >= 3, "the round robin never made the victim a first replica"
+    wait_until(lambda: len({r.task_id for r in sink.requests("/slow")} & set(ids)) == len(ids),
+               timeout=10, what="the victim's attempts reach the sink")
+    sink.reply("/slow", Reply(200))
+    killed_at = time.monotonic()
+    victim.kill()
+    survivor = others(nodes, victim)[0]
+    # re-delivered after the victim is dropped (failure_timeout 1 s) plus an offset, far
+    # sooner than the 65 s the dead claimer's lease would hold them
+    for task_id in ids:
+        survivor.wait_task_state(task_id, "succeeded", timeout=20)
+    assert time.monotonic() - killed_at < 20
