@@ -216,6 +216,8 @@ class Cluster:
             return
         log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,
                  new.leader, ",".join(new.ids()))
+        if self.me not in old.ids() and self.me in new.ids() and len(new.members) > 1:
+            self.group.spawn(self._sync_pauses)
         if self.me in old.ids() and self.me not in new.ids():
             # the others may re-home and deliver our copies while we are out: check each
             # with a sibling before delivering it
@@ -229,6 +231,23 @@ class Cluster:
         if lost and self.me in new.ids():
             self._release_claims(lost)
             self.group.spawn(self._restore, lost, new)
+
+    def _sync_pauses(self) -> None:
+        """On (re)joining, take the leader's paused/running queues: a pause or resume
+        made while this node was away must hold here too."""
+        leader = self.membership.leader
+        source = leader if leader and leader != self.me else (self._others() or [None])[0]
+        if source is None:
+            return
+        result = self._request_all("paused", {}, [source]).get(source)
+        if not isinstance(result, dict):
+            return
+        for queue, paused in result.items():
+            if isinstance(queue, str) and isinstance(paused, bool) and \
+                    self.engine.dispatcher.view(queue).paused != paused:
+                log.info("cluster: queue %s is %s cluster-wide", queue,
+                         "paused" if paused else "running")
+                self.engine.pause(queue, paused)
 
     def _note_claim(self, task_id: str, claimer: str, replica: int) -> None:
         self.claims.pop(task_id, None)
@@ -672,6 +691,8 @@ class Cluster:
             return t.summary() if t is not None else None
         if op == "rerun":
             return self._rerun_local(_str(args, "id"))
+        if op == "paused":
+            return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":
             return self.engine.queue_counts(primary_only=True)
         if op == "list":

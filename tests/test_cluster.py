@@ -998,3 +998,30 @@ def test_copies_held_by_a_dead_claimers_lease_fire_once_it_leaves_the_roster(clu
     for task_id in ids:
         survivor.wait_task_state(task_id, "succeeded", timeout=20)
     assert time.monotonic() - killed_at < 20
+
+
+# ================================================================ pause reaches late members
+
+
+@pytest.mark.timeout(60)
+def test_a_node_that_was_away_takes_the_clusters_pauses(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    view = wait_converged(nodes)
+    late = [n for n in nodes if n.node_id != view["leader"]][-1]
+    assert late.stop() == 0
+    wait_converged(others(nodes, late))
+    entry = others(nodes, late)[0]
+    assert entry.post("/queues/held/pause").status_code == 200
+    assert entry.post("/queues/held/pause").json()["status"] == "ok"
+    late.start().wait_ready()
+    wait_converged(nodes)
+    wait_until(lambda: late.get("/queues/held").json()["paused"] is True, timeout=10,
+               what="the returning node to hold the queue paused")
+    # and a resume made while it was away is taken too
+    assert late.stop() == 0
+    wait_converged(others(nodes, late))
+    assert entry.post("/queues/held/resume").status_code == 200
+    late.start().wait_ready()
+    wait_converged(nodes)
+    wait_until(lambda: late.get("/queues/held").json()["paused"] is False, timeout=10,
+               what="the returning node to run the queue again")
