@@ -81,6 +81,13 @@ def _str(v: str) -> str:
     return str(v).strip()
 
 
+def _node_id(v: str) -> str:
+    s = str(v).strip()
+    if len(s.encode()) > 200 or not s.isprintable() or any(c in s for c in " ,/"):
+        raise ValueError("must be at most 200 printable characters, no spaces, commas or /")
+    return s
+
+
 def _secret(v: str) -> str:
     s = str(v).strip()
     if s and not s.startswith("whsec_"):
@@ -106,7 +113,7 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("node", _str, "", "this node's id (default: HOSTNAME-HTTPPORT)"),
+    Setting("node", lambda v: _node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)"),
     Setting("http", _hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
     Setting("cluster", _zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
     Setting("advertise", _str, "", "cluster endpoint peers use to reach this node (default: cluster)"),

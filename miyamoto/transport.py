@@ -1,7 +1,8 @@
 """Cluster transport: one ROUTER in, one DEALER per peer out, over ``zmq.green``.
 
 Why this shape (DESIGN.md §2): the ROUTER tells us who sent each message,
-because every node's DEALERs carry its node id as their ZeroMQ identity; and
+because every node's DEALERs carry its node id (plus a per-connection random tag, so
+two connections never share a routing id) as their ZeroMQ identity; and
 sending through a DEALER per peer address with ``ZMQ_IMMEDIATE`` set means a
 message to a peer that is not connected fails at once (``send`` returns False)
 instead of queueing forever. The protocol state machines decide what to retry.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -66,6 +68,7 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = "miyamoto"
 ZAP_VERSION = b"1.0"
 MAX_IDENTITY = 255  # ZeroMQ routing ids are 1..255 bytes
+MAX_NODE_ID = MAX_IDENTITY - 9  # the routing id is the node id, NUL, 8 random bytes
 
 OnMessage = Callable[[str, Verb, dict[str, Any]], None]
 
@@ -124,7 +127,7 @@ def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
     if not identity or identity[0] == 0:
         raise DecodeError("anonymous peer (no identity set)")
     try:
-        sender = identity.decode("utf-8")
+        sender = identity.split(b"\x00", 1)[0].decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError(f"identity is not utf-8: {identity[:32]!r}") from None
     verb, payload = protocol.decode([frames[1], frames[2]])
@@ -188,8 +191,8 @@ class Transport:
     def __init__(self, node_id: str, bind: str, on_message: OnMessage,
                  curve: CurveKeys | None = None, hwm: int = 10_000) -> None:
         identity = node_id.encode("utf-8") if isinstance(node_id, str) else b""
-        if not identity or len(identity) > MAX_IDENTITY or identity[0] == 0:
-            raise ValueError("node_id must be 1-255 utf-8 bytes and not start with NUL")
+        if not identity or len(identity) > MAX_NODE_ID or b"\x00" in identity:
+            raise ValueError(f"node_id must be 1-{MAX_NODE_ID} utf-8 bytes without NUL")
         if hwm < 1:
             raise ValueError("hwm must be at least 1")
         self.node_id = node_id
@@ -230,8 +233,7 @@ class Transport:
             self._common_options(router)
             # No ROUTER_HANDOVER: with it, any client presenting a member's id took that
             # member's connection over (and libzmq 4.3.5 aborted when the member came
-            # back). Without it a duplicate id is refused; a restarted member's old
-            # connection is gone within the ZMTP heartbeat timeout, then it reconnects.
+            # back). Routing ids never collide anyway (see _connect).
             if self.curve is not None:
                 router.setsockopt(zmq.CURVE_SERVER, 1)
                 router.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret.encode("ascii"))
@@ -343,7 +345,10 @@ class Transport:
         sock = self._ctx.socket(zmq.DEALER)
         try:
             self._common_options(sock)
-            sock.setsockopt(zmq.ROUTING_ID, self._identity)
+            # node id, NUL, a fresh random tag: every connection has its own routing id,
+            # so a restarted peer (or a client claiming a member's id) never collides
+            # with a live connection; the receiver reads the id before the NUL
+            sock.setsockopt(zmq.ROUTING_ID, self._identity + b"\x00" + os.urandom(8))
             sock.setsockopt(zmq.IMMEDIATE, 1)
             if self.curve is not None:
                 public = self.curve.public.encode("ascii")
