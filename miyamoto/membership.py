@@ -543,6 +543,11 @@ class Membership:
             if new.has(self._me.id, self._inc):
                 self._set_roster(new)
                 self._had_roster = True
+                # the leader admitted these incarnations after any JOIN we saw: a JOIN
+                # heard earlier from an older process must not make us, as a later
+                # leader, remove the member's live incarnation as "restarted"
+                for m, inc in zip(new.members, new.incarnations):
+                    self._latest_inc[m.id] = inc
             elif self._role != JOINING:  # removed from the cluster
                 self._become_joining(now)
         if rleader is not None:

@@ -1025,3 +1025,32 @@ def test_a_node_that_was_away_takes_the_clusters_pauses(cluster_factory, sink):
     wait_converged(nodes)
     wait_until(lambda: late.get("/queues/held").json()["paused"] is False, timeout=10,
                what="the returning node to run the queue again")
+
+
+# ================================================================ leaders killed in a row
+
+
+@pytest.mark.timeout(120)
+def test_leaders_killed_in_a_row_with_restarts_are_always_replaced(cluster_factory, sink):
+    # each round: kill -9 the leader, the survivors elect, the dead node restarts and is
+    # readmitted; a follower that never heard the restarted node's JOIN must not, once it
+    # leads, drop that node's live incarnation as "restarted" (that left a 2-member roster
+    # with a dead member: no quorum, no leader, for ever)
+    nodes = cluster_factory(3)
+    for round_ in range(4):
+        before = wait_converged(nodes, timeout=20)
+        old = by_id(nodes, before["leader"])
+        old.kill()
+        survivors = others(nodes, old)
+
+        def replaced() -> bool:
+            views = [cluster_view(n, timeout=1) for n in survivors]
+            return all(v["leader"] not in (None, old.node_id) and v["term"] > before["term"]
+                       for v in views) and len({v["leader"] for v in views}) == 1
+
+        wait_until(replaced, 10, what=f"a new leader in round {round_}")
+        old.start().wait_ready()
+    view = wait_converged(nodes, timeout=20)
+    got = enqueue(by_id(nodes, view["leader"]), url=sink.url_for("/rounds"))
+    sink.wait_for(count=1, path="/rounds", timeout=10)
+    assert sink.requests("/rounds")[0].task_id == got["id"]
