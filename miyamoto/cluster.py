@@ -387,6 +387,23 @@ class Cluster:
             self.cursor += 1
         copies = replication.copies(task, replicas, self.config.replica_offset)
         stored: list[Task] = []
+        try:
+            self._store_all(task, copies, stored)
+        except Unavailable:  # our own journal refused: undo the copies sent elsewhere
+            self._abort(copies)
+            raise
+        need = min(self.config.min_replicas, len(copies))
+        if len(stored) < need:
+            # copies whose STORED is merely late would still fire: cancel every copy
+            # (a CANCEL that overtakes its STORE is kept and applied on arrival)
+            self._abort(copies)
+            raise Unavailable(f"stored on {len(stored)} of {len(copies)} replicas, "
+                              f"{need} needed")
+        return copies[0]
+
+    def _store_all(self, task: Task, copies: list[Task], stored: list[Task]) -> None:
+        """Store the copies, the name's owner first for a named task; ``stored`` collects
+        the copies that were stored."""
         if task.name is not None:
             # the name's owner (first copy) decides alone, so racing enqueues of one
             # name sent to different nodes cannot both win, nor both lose
@@ -399,14 +416,6 @@ class Cluster:
                 raise
         else:
             stored += self._store(copies)
-        need = min(self.config.min_replicas, len(copies))
-        if len(stored) < need:
-            # copies whose STORED is merely late would still fire: cancel every copy
-            # (a CANCEL that overtakes its STORE is kept and applied on arrival)
-            self._abort(copies)
-            raise Unavailable(f"stored on {len(stored)} of {len(copies)} replicas, "
-                              f"{need} needed")
-        return copies[0]
 
     def _abort(self, copies: list[Task]) -> None:
         """Undo a refused enqueue on every copy, releasing the name it reserved."""

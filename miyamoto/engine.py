@@ -23,7 +23,7 @@ from miyamoto.client import ClientPool, DeliveryError
 from miyamoto.config import Config, QueueConfig
 from miyamoto.delivery import Outcome, build_request
 from miyamoto.dispatch import Dispatcher
-from miyamoto.errors import Conflict, Duplicate
+from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.journal import Journal
 from miyamoto.scheduler import Scheduler
 from miyamoto.task import State, Task, new_id
@@ -135,10 +135,13 @@ class Engine:
             self.names[(task.queue, task.name)] = (task.id, name_expires)
         try:
             self.journal.put(task, wait=wait, name_expires=name_expires)
-        except Exception:
+        except Exception as e:
             if task.name is not None:
                 self.names.pop((task.queue, task.name), None)
-            raise
+            # the caller hears "not stored": the record must not be committed later
+            self.journal.withdraw(task)
+            log.error("task %s not stored: journal write failed: %s", task.id, e)
+            raise Unavailable("the journal could not store the task") from e
         self.live[task.id] = task
         self.stats.stored += 1
         self.scheduler.schedule(task.id, task.fire_at)

@@ -149,6 +149,16 @@ class Journal:
             self._tasks[t.id] = t
         self._kick(wait)
 
+    def withdraw(self, task: Task) -> None:
+        """Take back a record whose writer was told it failed, so that the retry of a
+        failed group does not commit it after all (with its name reservation)."""
+        if self._tasks.get(task.id) is task:
+            del self._tasks[task.id]
+        if task.name is not None:
+            held = self._names.get((task.queue, task.name))
+            if held is not None and held[0] == task.id:
+                del self._names[(task.queue, task.name)]
+
     def delete(self, task_id: str) -> None:
         self._check_open()
         self._tasks[task_id] = None
