@@ -270,15 +270,15 @@ class Cluster:
                 self.engine.apply_remote(task_id, state=State.SCHEDULED, fire_at=fire)
 
     def _restore(self, lost: set[str], roster: Roster) -> None:
-        """Give every task that lost a copy a new one, if this node is its restorer."""
+        """Give every task that lost a copy a new one, if this node is its restorer.
+        A new copy counts only once its holder answered STORED; until then (or if it
+        never does) the task keeps its old replica set."""
         alive = set(roster.ids())
         ring = roster.ids()
         restored = 0
-        for t in list(self.engine.live.values()):
-            if not lost.intersection(t.replicas):
-                continue
-            if replication.restorer(t.replicas, alive) != self.me:
-                continue
+
+        def restore_one(t: Task) -> None:
+            nonlocal restored
             replicas = t.replicas
             new_copies = []
             for gone in [r for r in t.replicas if r in lost]:
@@ -288,20 +288,31 @@ class Cluster:
                 replicas = tuple(sub if r == gone else r for r in replicas)
                 new_copies.append((sub, replicas.index(sub)))
             if not new_copies:
-                continue
+                return
             n = len(replicas)
-            for sub, index in new_copies:
-                fire = replication.sibling_fire_at(t.fire_at, index, t.replica, n,
-                                                   self.config.replica_offset)
-                copy = t.evolve(replicas=replicas, replica=index, fire_at=fire,
-                                state=State.SCHEDULED)
-                self._send(sub, Verb.STORE, {"req": "", "reply_to": self.config.advertise,
-                                             "task": copy.encode()})
+            copies = [t.evolve(replicas=replicas, replica=index, state=State.SCHEDULED,
+                               fire_at=replication.sibling_fire_at(
+                                   t.fire_at, index, t.replica, n, self.config.replica_offset))
+                      for _, index in new_copies]
+            try:
+                stored = self._store(copies)
+            except Duplicate:  # the new holder has the name reserved: it is not ours
+                stored = []
+            if len(stored) < len(copies):
+                log.warning("cluster: could not restore every copy of %s", t.id)
+                return
             self.engine.set_replicas(t.id, replicas, self.me)
             for r in replicas:
                 if r != self.me and r not in {s for s, _ in new_copies}:
                     self._send(r, Verb.REPLICAS, {"id": t.id, "replicas": list(replicas)})
             restored += 1
+
+        pool = gevent.pool.Pool(64)
+        for t in list(self.engine.live.values()):
+            if lost.intersection(t.replicas) and \
+                    replication.restorer(t.replicas, alive) == self.me:
+                pool.spawn(restore_one, t)
+        pool.join()
         if restored:
             log.info("cluster: restored copies of %d tasks lost with %s", restored,
                      ",".join(sorted(lost)))

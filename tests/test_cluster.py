@@ -1054,3 +1054,33 @@ def test_leaders_killed_in_a_row_with_restarts_are_always_replaced(cluster_facto
     got = enqueue(by_id(nodes, view["leader"]), url=sink.url_for("/rounds"))
     sink.wait_for(count=1, path="/rounds", timeout=10)
     assert sink.requests("/rounds")[0].task_id == got["id"]
+
+
+# ================================================================ copies restored
+
+
+@pytest.mark.timeout(60)
+def test_survivors_restore_n_copies_when_a_member_is_dropped(cluster_factory, node_factory):
+    nodes = cluster_factory(4)
+    view = wait_converged(nodes)
+    victim = [n for n in nodes if n.node_id != view["leader"]][-1]
+    entry = others(nodes, victim)[0]
+    held = []
+    for i in range(30):
+        got = enqueue(entry, url="http://127.0.0.1:9/never", countdown=600,
+                      params={"i": str(i)})
+        if victim.node_id in got["replicas"]:
+            held.append(got["id"])
+    assert held, "no task got a copy on the victim"
+    victim.kill()
+    wait_converged(others(nodes, victim), timeout=15)
+
+    def restored() -> bool:
+        for task_id in held:
+            copies = entry.task(task_id)["copies"]
+            holders = {c["node"] for c in copies if c["state"] == "scheduled"}
+            if len(holders) != 2 or victim.node_id in holders:
+                return False
+        return True
+
+    wait_until(restored, 15, what="two live scheduled copies of every task the victim held")
