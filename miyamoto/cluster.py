@@ -249,6 +249,29 @@ class Cluster:
                          "paused" if paused else "running")
                 self.engine.pause(queue, paused)
 
+    def claim_payload(self, t: Task) -> dict[str, Any]:
+        """CLAIM: hold the siblings off for this attempt's deadline plus the lease."""
+        q = self.engine.queue_config(t.queue)
+        until = self.clock() + (t.timeout or q.timeout) + self.config.claim_lease
+        return {"id": t.id, "replica": t.replica, "until": until}
+
+    def _catch_up(self, task_id: str, holders: set[str]) -> None:
+        """Our copy may have been claimed or finished while the new copies were stored:
+        tell their holders what the siblings listed before them already heard."""
+        now = self.engine.live.get(task_id)
+        if now is not None and now.state == State.RUNNING:
+            news = (Verb.CLAIM, self.claim_payload(now))
+        elif now is None and (ended := self.engine.get(task_id)) is not None:
+            verb = {State.SUCCEEDED: Verb.DONE, State.FAILED: Verb.FAILED,
+                    State.CANCELLED: Verb.CANCEL}.get(ended.state)
+            if verb is None:
+                return
+            news = (verb, {"id": task_id, "attempts": ended.attempts, "last": ended.last})
+        else:
+            return
+        for holder in holders:
+            self._send(holder, *news)
+
     def _note_claim(self, task_id: str, claimer: str, replica: int) -> None:
         self.claims.pop(task_id, None)
         self.claims[task_id] = (claimer, replica)
@@ -279,6 +302,9 @@ class Cluster:
 
         def restore_one(t: Task) -> None:
             nonlocal restored
+            t = self.engine.live.get(t.id)  # as it is now, not as it was listed
+            if t is None or t.state.ended:
+                return
             replicas = t.replicas
             new_copies = []
             for gone in [r for r in t.replicas if r in lost]:
@@ -302,9 +328,11 @@ class Cluster:
                 log.warning("cluster: could not restore every copy of %s", t.id)
                 return
             self.engine.set_replicas(t.id, replicas, self.me)
+            new_holders = {s for s, _ in new_copies}
             for r in replicas:
-                if r != self.me and r not in {s for s, _ in new_copies}:
+                if r != self.me and r not in new_holders:
                     self._send(r, Verb.REPLICAS, {"id": t.id, "replicas": list(replicas)})
+            self._catch_up(t.id, new_holders)
             restored += 1
 
         pool = gevent.pool.Pool(64)
@@ -363,6 +391,8 @@ class Cluster:
                  timeout: float) -> dict[Any, dict]:
         """Answers by key, until all came or timeout; then forget the requests."""
         answers: dict[Any, dict] = {}
+        if not reqs:  # a copy stored only here: no queue to wait on, no timer
+            return answers
         try:
             with gevent.Timeout(timeout, False):
                 while len(answers) < len(reqs):
@@ -860,9 +890,7 @@ class _Hooks:
             if not c.confirm(t):
                 return False
         if len(t.replicas) > 1:
-            q = c.engine.queue_config(t.queue)
-            until = c.clock() + (t.timeout or q.timeout) + c.config.claim_lease
-            c._siblings(t, Verb.CLAIM, {"id": t.id, "replica": t.replica, "until": until})
+            c._siblings(t, Verb.CLAIM, c.claim_payload(t))
         return True
 
     def done(self, t: Task) -> None:
@@ -878,7 +906,3 @@ class _Hooks:
     def failed(self, t: Task) -> None:
         if len(t.replicas) > 1:
             self.c._siblings(t, Verb.FAILED, {"id": t.id, "attempts": t.attempts, "last": t.last})
-
-    def cancelled(self, t: Task) -> None:
-        if len(t.replicas) > 1:
-            self.c._siblings(t, Verb.CANCEL, {"id": t.id})
