@@ -86,7 +86,7 @@ class ClientPool:
         except DeliveryError:
             self._discard(key, client)
             raise
-        except (OSError, ValueError, RuntimeError, Exception) as e:
+        except Exception as e:  # OSError, parse errors, a closed pool: no HTTP answer
             self._discard(key, client)
             raise DeliveryError(f"{type(e).__name__}: {e}") from e
 
