@@ -42,7 +42,6 @@ class Node:
         self.api = Api(self, limits, config.max_batch, clock)
         self.server: HTTPServer | None = None
         self.draining = False
-        self.started = 0.0
         self._stopped = gevent.event.Event()
 
     # ------------------------------------------------------------ lifecycle
@@ -55,7 +54,6 @@ class Node:
         self.cluster.start()
         self.server = HTTPServer((self.config.http_host, self.config.http_port), self.api)
         self.server.start()
-        self.started = self.clock()
         log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
                  self.config.http, self.config.cluster, self.config.data_dir)
 

@@ -91,7 +91,7 @@ class CurveKeys:
                 raise ValueError(f"curve {name} key must be 40 Z85 characters")
             try:
                 z85.decode(value.encode("ascii"))
-            except (ValueError, UnicodeEncodeError, KeyError) as e:
+            except (ValueError, UnicodeEncodeError, KeyError):
                 raise ValueError(f"curve {name} key is not valid Z85") from None
         if zmq.curve_public(self.secret.encode("ascii")) != self.public.encode("ascii"):
             raise ValueError("curve public key does not belong to the secret key")

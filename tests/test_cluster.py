@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import requests
 
-from helpers import (NodeProcess, Reply, Sink, cluster_view, member_ids, run_cli,
+from helpers import (NodeProcess, Reply, cluster_view, member_ids, run_cli,
                      wait_converged, wait_until)
 
 OFFSET = 1.0  # FAST_OPTIONS replica_offset

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from conftest import write_node_config
-from helpers import NodeProcess, Reply, Sink, port_refuses, run_cli, wait_until
+from helpers import NodeProcess, Reply, port_refuses, run_cli, wait_until
 from miyamoto.version import __version__
 
 FORM = "application/x-www-form-urlencoded"
