@@ -1,0 +1,78 @@
+"""Field checks for a peer's payloads: one place, one set of limits.
+
+A peer's bytes are untrusted input. Every cluster message (membership, siblings,
+requests) reads its fields through these functions, which raise ``DecodeError`` naming
+the field; the transport's caller logs and drops the message. Limits are chosen so that
+every value round-trips through any JSON reader (integers below 2^53) and no peer can
+make us hold a huge string or list.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from miyamoto.protocol import DecodeError
+
+MAX_INT = 2**53 - 1  # the largest integer every JSON reader keeps exactly
+MAX_NAME = 512       # ids, addresses, incarnations, request ids
+MAX_MEMBERS = 1024   # members of a roster, replicas of a task
+
+
+def integer(d: dict, key: str, lo: int = 0, hi: int = MAX_INT) -> int:
+    v = d.get(key)
+    if type(v) is not int or not lo <= v <= hi:
+        raise DecodeError(f"{key} must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def number(d: dict, key: str) -> float:
+    v = d.get(key)
+    if type(v) not in (int, float) or not math.isfinite(v):
+        raise DecodeError(f"{key} must be a finite number")
+    return float(v)
+
+
+def string(d: dict, key: str, max_len: int = MAX_NAME) -> str:
+    v = d.get(key)
+    if type(v) is not str or not 0 < len(v) <= max_len:
+        raise DecodeError(f"{key} must be a non-empty string of at most {max_len} characters")
+    return v
+
+
+def opt_string(d: dict, key: str, max_len: int = MAX_NAME) -> str | None:
+    return None if d.get(key) is None else string(d, key, max_len)
+
+
+def boolean(d: dict, key: str, default: bool | None = None) -> bool:
+    v = d.get(key, default)
+    if type(v) is not bool:
+        raise DecodeError(f"{key} must be a boolean")
+    return v
+
+
+def obj(d: dict, key: str) -> dict:
+    v = d.get(key)
+    if not isinstance(v, dict):
+        raise DecodeError(f"{key} must be an object")
+    return v
+
+
+def opt_obj(d: dict, key: str) -> dict | None:
+    return None if d.get(key) is None else obj(d, key)
+
+
+def str_list(d: dict, key: str, max_items: int = MAX_MEMBERS) -> tuple[str, ...]:
+    v = d.get(key)
+    if not isinstance(v, list) or len(v) > max_items:
+        raise DecodeError(f"{key} must be a list of at most {max_items} items")
+    if not all(type(s) is str and 0 < len(s) <= MAX_NAME for s in v):
+        raise DecodeError(f"{key} must hold non-empty strings")
+    return tuple(v)
+
+
+def payload_list(d: dict, key: str, max_items: int) -> list[Any]:
+    v = d.get(key)
+    if not isinstance(v, list) or len(v) > max_items:
+        raise DecodeError(f"{key} must be a list of at most {max_items} items")
+    return v
