@@ -39,7 +39,7 @@ class QueueState:
 
 
 class Dispatcher:
-    def __init__(self, run: Callable[[str], None], queue_config: Callable[[str], QueueConfig],
+    def __init__(self, run: Callable[[str], bool | None], queue_config: Callable[[str], QueueConfig],
                  concurrency: int, clock: Callable[[], float] = time.time):
         self._run = run
         self._queue_config = queue_config
@@ -130,7 +130,8 @@ class Dispatcher:
 
     def _deliver(self, q: QueueState, task_id: str) -> None:
         try:
-            self._run(task_id)
+            if self._run(task_id) is False:  # not delivered (held, moved, ended)
+                q.bucket.refund()
         except Exception:
             log.exception("dispatch: delivery of %s failed unexpectedly", task_id)
         finally:

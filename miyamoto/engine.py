@@ -2,7 +2,7 @@
 
 The engine owns the live tasks (scheduled or running) in memory, the scheduler that
 times them, the dispatcher that runs them, and the journal that makes every change
-durable. It knows nothing of the cluster: the replication layer plugs in through
+durable. It knows nothing of the cluster: the replication layer hands it, when it is built,
 ``Hooks`` (tell the sibling replicas) and ``spawn_task`` (where callback tasks go).
 """
 
@@ -57,7 +57,8 @@ class Stats:
 
 class Engine:
     def __init__(self, config: Config, journal: Journal, client: ClientPool | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None):
         self.config = config
         self.journal = journal
         self.client = client or ClientPool(concurrency=min(config.concurrency, 256))
@@ -67,8 +68,8 @@ class Engine:
         self.names: dict[tuple[str, str], tuple[str, float]] = {}
         self.scheduler = Scheduler(self._due, clock)
         self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock)
-        self.hooks = Hooks()
-        self.spawn_task: Callable[[Task], None] = self._spawn_local
+        self.hooks = hooks or Hooks()
+        self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
         self.stats = Stats()
         self._group = gevent.pool.Group()
 
@@ -155,19 +156,20 @@ class Engine:
         if t is not None and t.state == State.SCHEDULED:
             self.dispatcher.submit(t.queue, task_id)
 
-    def _run(self, task_id: str) -> None:
+    def _run(self, task_id: str) -> bool:
+        """Deliver a due copy; False if it did not go (its token is given back)."""
         t = self.live.get(task_id)
         if t is None or t.state != State.SCHEDULED:
-            return
+            return False
         if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
             self.scheduler.schedule(task_id, t.fire_at)
-            return
+            return False
         if not self.hooks.claim(t):
-            return  # the hooks rescheduled, ended or dropped the copy
+            return False  # the hooks rescheduled, ended or dropped the copy
         t = self.live.get(task_id)
         now = self.clock()
         if t is None or t.state != State.SCHEDULED or t.fire_at > now + 0.001:
-            return  # changed while the claim was made; whoever changed it rescheduled it
+            return False  # changed while the claim was made; whoever changed it rescheduled it
         self.scheduler.cancel(task_id)
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
@@ -185,6 +187,7 @@ class Engine:
             log.exception("task %s: attempt failed unexpectedly", task_id)
             outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock())
         self.finish(task_id, outcome)
+        return True
 
     def finish(self, task_id: str, outcome: Outcome) -> None:
         """Record an attempt's outcome: success, a retry, or the final failure."""
@@ -255,11 +258,13 @@ class Engine:
     # ------------------------------------------------------------ sibling updates
     def apply_remote(self, task_id: str, *, state: State | None = None,
                      fire_at: float | None = None, attempts: int | None = None,
-                     last: dict | None = None, earliest: bool = False) -> Task | None:
+                     last: dict | None = None, earliest: bool = False,
+                     exact: bool = False) -> Task | None:
         """Bring this copy in step with what a sibling replica did; None if unknown.
 
         fire_at pushes the copy later (a claim), or sets it exactly when a state is
-        given (a retry), or pulls it earlier with ``earliest`` (a hand-off)."""
+        given or ``exact`` (a retry, a released claim), or pulls it earlier with
+        ``earliest`` (a hand-off, an answered ASK)."""
         t = self.live.get(task_id)
         if t is None:
             return None
@@ -278,7 +283,7 @@ class Engine:
         if fire_at is not None and t.state == State.SCHEDULED:
             if earliest:
                 changes["fire_at"] = min(fire_at, t.fire_at)
-            elif state is None:
+            elif state is None and not exact:
                 changes["fire_at"] = max(fire_at, t.fire_at)
             else:
                 changes["fire_at"] = fire_at

@@ -10,6 +10,7 @@ close the journal.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Any, Callable
 
@@ -18,7 +19,7 @@ import gevent.event
 
 from miyamoto.api import Api
 from miyamoto.config import Config
-from miyamoto.engine import Engine
+from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
 from miyamoto.journal import Journal
 from miyamoto.server import HTTPServer
@@ -35,8 +36,9 @@ class Node:
         self.clock = clock
         self.node_id = config.node
         self.journal = Journal(config.data_dir)
-        self.engine = Engine(config, self.journal, clock=clock)
-        self.cluster: Any = None  # miyamoto.cluster.Cluster, attached by start()
+        self.cluster = Cluster(config, self.journal, clock=clock, monotonic=time.monotonic,
+                               rng=random.Random())
+        self.engine = self.cluster.engine
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
                         max_delay=config.max_delay, max_name=config.max_name)
         self.api = Api(self, limits, config.max_batch, clock)
@@ -48,9 +50,6 @@ class Node:
     def start(self) -> None:
         self.journal.open()
         self.engine.start()
-        from miyamoto.cluster import Cluster  # the cluster layer is optional at import time
-
-        self.cluster = Cluster(self)
         self.cluster.start()
         self.server = HTTPServer((self.config.http_host, self.config.http_port), self.api)
         self.server.start()
@@ -72,11 +71,9 @@ class Node:
             return
         self.draining = True
         log.info("node %s stopping", self.node_id)
-        if self.cluster is not None:
-            self.cluster.leave()
+        self.cluster.leave()
         self.engine.stop(self.config.shutdown_timeout)
-        if self.cluster is not None:
-            self.cluster.stop()
+        self.cluster.stop()
         if self.server is not None:
             self.server.stop(timeout=1)
         self.journal.close()
@@ -99,23 +96,23 @@ class Node:
         return self.cluster.enqueue_many(tasks)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
-        return self.cluster.get_task(task_id)
+        return self.cluster.queries.get_task(task_id)
 
     def cancel(self, task_id: str) -> dict[str, Any] | None:
-        return self.cluster.cancel(task_id)
+        return self.cluster.queries.cancel(task_id)
 
     def rerun(self, task_id: str) -> dict[str, Any] | None:
         self._check_open()
-        return self.cluster.rerun(task_id)
+        return self.cluster.queries.rerun(task_id)
 
     # ------------------------------------------------------------ queues
     def queues(self) -> list[dict[str, Any]]:
-        counts = self.cluster.queue_counts()
+        counts = self.cluster.queries.queue_counts()
         names = sorted(set(counts) | set(self.config.queues) | set(self.engine.dispatcher.queues))
         return [self._queue_view(n, counts.get(n, {})) for n in names]
 
     def queue(self, name: str) -> dict[str, Any]:
-        return self._queue_view(name, self.cluster.queue_counts().get(name, {}))
+        return self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}))
 
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
         qs = self.engine.dispatcher.view(name)
@@ -130,10 +127,10 @@ class Node:
         }
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
-        return self.cluster.list_tasks(queue, state, limit)
+        return self.cluster.queries.list_tasks(queue, state, limit)
 
     def control(self, queue: str, action: str) -> dict[str, Any]:
-        result = self.cluster.control(queue, action)
+        result = self.cluster.queries.control(queue, action)
         return {"status": "ok", "queue": queue, "action": action, **result}
 
     # ------------------------------------------------------------ operations

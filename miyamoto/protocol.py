@@ -40,6 +40,8 @@ class Verb(str, enum.Enum):
     CANCEL = "CANCEL"
     HANDOFF = "HANDOFF"
     REPLICAS = "REPLICAS"
+    ASK = "ASK"  # a late copy asks its siblings before delivering (miyamoto.siblings)
+    ANSWER = "ANSWER"
     # cluster-wide queries and control (miyamoto.cluster)
     REQUEST = "REQUEST"
     REPLY = "REPLY"

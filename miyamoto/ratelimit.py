@@ -32,6 +32,11 @@ class TokenBucket:
             return True
         return False
 
+    def refund(self) -> None:
+        """Give back a token taken for a dispatch that did not deliver (a held copy)."""
+        if self.rate > 0:
+            self.tokens = min(float(self.burst), self.tokens + 1.0)
+
     def wait_time(self, now: float) -> float:
         """Seconds until a token will be there (0 if there is one now)."""
         if self.rate <= 0:

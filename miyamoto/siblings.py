@@ -1,0 +1,435 @@
+"""The sibling protocol: which copy of a task may deliver, as a pure state machine.
+
+A task is stored on N nodes (its replicas); copy i fires ``i * offset`` after copy 0.
+``Siblings`` is one node's side of the protocol between those copies. It holds no socket,
+clock, greenlet or engine: the cluster layer hands it what happened — a sibling's message
+(``step``), a copy about to be delivered (``fire``), an attempt's outcome (``outcome``),
+the roster (``members``), time passing (``tick``) — with the copy as the engine holds it,
+and carries out the effects it returns (``miyamoto.effects``). ``tests/siblings_sim.py``
+drives it with loss, delay, pauses, partitions, crashes and member drops.
+
+The rules, and why each is there:
+
+On time: CLAIM, one way
+    A copy that fires on time tells its siblings CLAIM(lease) and delivers; a sibling
+    holds its copy until the lease (the attempt's deadline plus ``claim_lease``) plus its
+    distance in offsets. The healthy path costs one message per sibling and no wait.
+    DONE / FAILED end the siblings' copies, RETRY moves them in step with the retry time.
+    Times travel as durations (a lease, a delay), read against the receiver's clock.
+
+Late: ASK first
+    A copy that fires later than planned by more than ``late_after`` (its node stalled,
+    was overloaded, or was cut off), a copy reloaded from the journal, a copy held while
+    its node was out of the roster or out of contact, and every copy that fires while
+    its node has just seen its own loop stall: each ASKs its live siblings and delivers
+    only once every one has answered ``go`` or ``unknown``. Why: while the node was
+    stopped its siblings fired, claimed and delivered, and that news sits unread in its
+    inbox; a one-way CLAIM sent now would cross it. A sibling that has the task running,
+    claimed or ended says so (``claimed``/``ended``) and the asker stands down; one that
+    answers ``go`` holds its own copy off for ``ask_lease``, as if claimed, so the two
+    cannot both start. Two late copies asking each other: the lower replica index goes
+    first (the other answers it ``go`` and is answered ``wait``). A sibling that does not
+    answer is asked again; the copy waits as long as that sibling is in the roster.
+
+Contact: no deliveries without a majority
+    A node that cannot hear a majority of the roster (``contact`` is False: its lease
+    from them ran out, see ``Membership.in_contact``) starts no delivery; its due copies
+    are held and ask once contact is back. So during a partition only the majority side
+    delivers, and the minority side's copies, late by then, ask before they fire.
+
+Early news
+    STORE and the siblings' news travel on different connections, so a CLAIM or DONE may
+    come before the copy it is about. It is kept (bounded in count and age) and replayed
+    once the copy is stored.
+
+Members lost, stale views
+    When the roster drops members, copies held off by a lost member's claim fire again
+    at their distance from now (the dead claimer's lease would hold them for no one),
+    asks stop waiting for lost members, and the first live replica of each task that lost
+    copies restores them (``Restore``). None of that happens while this node is out of
+    contact: a node back from a pause acts on nothing until it hears a majority. When this
+    node itself is dropped, every copy it holds must ask before it delivers, since the
+    others re-home its tasks meanwhile.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from miyamoto import messages as m
+from miyamoto import replication
+from miyamoto.effects import EARLIER, EXACT, LATER, CancelCopy, Drop, Restore, Send, \
+    SetReplicas, Update
+from miyamoto.task import State, Task
+
+EARLY_MAX = 20_000   # sibling news held for copies not stored yet
+EARLY_TTL = 120.0
+EARLY_PER_TASK = 16
+CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
+HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
+
+
+@dataclass(frozen=True)
+class SiblingTiming:
+    offset: float = 5.0          # replica_offset
+    claim_lease: float = 60.0    # extra hold past an attempt's deadline
+    late_after: float = 1.25     # a copy this late asks first
+    ask_timeout: float = 2.0     # an unanswered ASK is sent again after this
+    ask_lease: float = 5.0       # a sibling answering ``go`` holds its copy this long
+    stall_gap: float = 1.5       # a gap between ticks this long is a stall of our loop
+
+    @classmethod
+    def derive(cls, offset: float, claim_lease: float, replication_timeout: float,
+               heartbeat_interval: float, failure_timeout: float) -> "SiblingTiming":
+        """Timings from the node's options: late means a quarter of the offset (the next
+        sibling fires one offset after us; our CLAIM must reach it well before), at
+        least half a second, so that an ordinary scheduling lag does not ask."""
+        ask_timeout = max(0.05, replication_timeout)
+        return cls(offset=offset, claim_lease=claim_lease,
+                   late_after=max(0.5, offset / 4), ask_timeout=ask_timeout,
+                   ask_lease=max(2 * ask_timeout, offset),
+                   stall_gap=max(2 * heartbeat_interval, failure_timeout / 2))
+
+
+@dataclass
+class _Claim:
+    claimer: str
+    theirs: int   # the claimer's replica index
+    until: float  # our clock
+
+
+@dataclass
+class _Asking:
+    replica: int
+    n: int
+    deadline: float
+    waiting: set[str]
+    answers: list[m.Answer] = field(default_factory=list)
+
+
+class Siblings:
+    def __init__(self, me: str, timing: SiblingTiming, members: Iterable[str] = ()):
+        self.me = me
+        self.t = timing
+        self.members: frozenset[str] = frozenset(members) or frozenset({me})
+        self.contact = True
+        self.claims: dict[str, _Claim] = {}
+        self.early: collections.OrderedDict[str, list[tuple[float, str, Any]]] = \
+            collections.OrderedDict()
+        self.must_ask: set[str] = set()    # copies that ask before they deliver
+        self.asking: dict[str, _Asking] = {}
+        self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
+        self.last_tick: float | None = None
+        self.stalled = False
+        self._lost: set[str] = set()  # members lost while we were out of contact
+
+    # ------------------------------------------------------------ time and roster
+    def tick(self, now: float, contact: bool) -> list[Any]:
+        """Time passes; ``contact``: this node hears a majority of the roster now."""
+        if self.last_tick is not None and now - self.last_tick > self.t.stall_gap:
+            self.stalled = True  # until we are in contact again, on a later tick
+        elif contact:
+            self.stalled = False
+        self.last_tick = now
+        self.contact = contact and not self.stalled
+        effects: list[Any] = []
+        for task_id, a in list(self.asking.items()):
+            if now >= a.deadline:
+                effects += self._ask_again(task_id, a, now)
+        self._expire(now)
+        return effects
+
+    def _expire(self, now: float) -> None:
+        while self.early:
+            first = next(iter(self.early.values()))
+            if len(self.early) <= EARLY_MAX and now - first[0][0] < EARLY_TTL:
+                break
+            self.early.popitem(last=False)
+        for task_id in [i for i, until in self.cleared.items() if until < now]:
+            del self.cleared[task_id]
+
+    def set_members(self, members: Iterable[str], now: float) -> list[Any]:
+        """The roster changed; returns what the loss of members calls for (once in contact)."""
+        new = frozenset(members)
+        lost = self.members - new - {self.me}
+        self.members = new
+        self._lost = (self._lost | lost) - new
+        effects: list[Any] = []
+        for task_id, a in list(self.asking.items()):
+            a.waiting &= new
+            if not a.waiting:
+                effects += self._decide(task_id, a, now)
+        return effects
+
+    def take_lost(self) -> set[str]:
+        """Members lost whose consequences (released claims, restores) are due now:
+        only while in contact, so a node back from a pause acts on no stale view."""
+        if not self.contact or self.me not in self.members or not self._lost:
+            return set()
+        lost, self._lost = self._lost, set()
+        return lost
+
+    def release_claims(self, lost: set[str], copies: dict[str, Task], now: float) -> list[Any]:
+        """Copies held off by a lost member's claim fire again at their distance from now."""
+        effects: list[Any] = []
+        for task_id, cl in list(self.claims.items()):
+            if cl.claimer not in lost:
+                continue
+            del self.claims[task_id]
+            t = copies.get(task_id)
+            if t is not None and t.state == State.SCHEDULED:
+                at = replication.sibling_fire_at(now, t.replica, cl.theirs, len(t.replicas),
+                                                 self.t.offset)
+                effects.append(Update(task_id, at=at, how=EXACT))
+        return effects
+
+    def dropped(self, task_ids: Iterable[str]) -> None:
+        """This node left the roster (or is back after a restart): every copy asks first."""
+        self.must_ask.update(task_ids)
+
+    # ------------------------------------------------------------ our copy fires
+    def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
+        """Copy ``t`` is due. (True, effects): deliver it, after sending the effects'
+        CLAIMs; (False, effects): hold it; the effects reschedule it."""
+        if len(t.replicas) <= 1 and len(self.members) <= 1 and t.id not in self.must_ask:
+            return True, []
+        stalled = self.stalled or (self.last_tick is not None
+                                   and now - self.last_tick > self.t.stall_gap)
+        if self.me not in self.members or stalled or (not self.contact and len(self.members) > 1):
+            self.must_ask.add(t.id)
+            return False, [Update(t.id, at=now + HOLD_RETRY, how=LATER)]
+        if t.id in self.asking:
+            return False, [Update(t.id, at=self.asking[t.id].deadline, how=LATER)]
+        siblings = self._live_siblings(t)
+        cleared = self.cleared.pop(t.id, None)
+        late = now - t.fire_at > self.t.late_after
+        if siblings and cleared is None and (late or t.id in self.must_ask):
+            return False, self._ask(t, siblings, now)
+        self.must_ask.discard(t.id)
+        self.claims.pop(t.id, None)
+        claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
+        return True, [Send(r, claim) for r in siblings]
+
+    def _live_siblings(self, t: Task) -> list[str]:
+        return [r for r in t.replicas if r != self.me and r in self.members]
+
+    def _ask(self, t: Task, siblings: list[str], now: float) -> list[Any]:
+        self.must_ask.add(t.id)
+        a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings))
+        self.asking[t.id] = a
+        ask = m.Ask(t.id, t.replica)
+        return [Send(r, ask) for r in siblings] + [Update(t.id, at=a.deadline, how=LATER)]
+
+    def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Any]:
+        a.waiting &= self.members
+        if not a.waiting:
+            return self._decide(task_id, a, now)
+        a.deadline = now + self.t.ask_timeout
+        ask = m.Ask(task_id, a.replica)
+        return [Send(r, ask) for r in sorted(a.waiting)] + \
+            [Update(task_id, at=a.deadline, how=LATER)]
+
+    def _decide(self, task_id: str, a: _Asking, now: float) -> list[Any]:
+        """Every live sibling answered (or left): go, or stand down until a lease ends."""
+        del self.asking[task_id]
+        holds = [x.lease for x in a.answers if x.verdict in (m.WAIT, m.CLAIMED)]
+        if holds:
+            return [Update(task_id, at=now + max(holds), how=LATER)]
+        self.must_ask.discard(task_id)
+        self.cleared[task_id] = now + self.t.ask_lease / 2
+        return [Update(task_id, at=now, how=EARLIER)]
+
+    # ------------------------------------------------------------ our attempt's outcome
+    def outcome(self, t: Task, now: float) -> list[Any]:
+        """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry)."""
+        siblings = [r for r in t.replicas if r != self.me]
+        if not siblings:
+            return []
+        if t.state == State.SUCCEEDED:
+            msg: Any = m.Done(t.id, t.attempts, t.last)
+        elif t.state == State.FAILED:
+            msg = m.Failed(t.id, t.attempts, t.last)
+        elif t.state == State.SCHEDULED:
+            msg = m.Retry(t.id, t.replica, max(0.0, t.fire_at - now), t.attempts, t.last)
+        else:
+            return []
+        return [Send(r, msg) for r in siblings]
+
+    # ------------------------------------------------------------ a sibling's news
+    def step(self, sender: str, msg: Any, t: Task | None, now: float) -> list[Any]:
+        """A sibling's message about task ``msg.id``; ``t`` is our live copy, if any
+        (for ASK: our copy or its ended record)."""
+        if isinstance(msg, m.Ask):
+            return self._on_ask(sender, msg, t, now)
+        if isinstance(msg, m.Answer):
+            return self._on_answer(sender, msg, now)
+        if t is None or t.state.ended:
+            if not isinstance(msg, m.Replicas):
+                self._keep_early(sender, msg, now)
+            return []
+        if isinstance(msg, m.Claim):
+            return self._on_claim(msg, t, now)
+        self.claims.pop(t.id, None)
+        self.cleared.pop(t.id, None)
+        if isinstance(msg, m.Retry):
+            at = replication.sibling_fire_at(now + msg.delay, t.replica, msg.replica,
+                                             len(t.replicas), self.t.offset)
+            return [Update(t.id, at=at, how=EXACT, state=State.SCHEDULED,
+                           attempts=msg.attempts, last=msg.last)]
+        if isinstance(msg, (m.Done, m.Failed)):
+            self._forget(t.id)
+            state = State.SUCCEEDED if isinstance(msg, m.Done) else State.FAILED
+            return [Update(t.id, state=state, attempts=msg.attempts, last=msg.last)]
+        if isinstance(msg, m.Cancel):
+            self._forget(t.id)
+            return [CancelCopy(t.id, msg.abort)]
+        if isinstance(msg, m.Replicas):
+            return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
+        return []
+
+    def handoff(self, msg: m.Handoff, now: float) -> list[Any]:
+        """A sibling stopping gracefully hands us its due copies: fire ours then."""
+        return [Update(task_id, at=now + delay, how=EARLIER) for task_id, delay in msg.tasks]
+
+    def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Any]:
+        n = len(t.replicas)
+        self.cleared.pop(t.id, None)
+        at = replication.sibling_fire_at(now + msg.lease, t.replica, msg.replica, n,
+                                         self.t.offset)
+        if 0 <= msg.replica < n:
+            self._note_claim(t.id, _Claim(t.replicas[msg.replica], msg.replica, now + msg.lease))
+        return [Update(t.id, at=at, how=LATER)]
+
+    def _note_claim(self, task_id: str, claim: _Claim) -> None:
+        self.claims.pop(task_id, None)
+        self.claims[task_id] = claim
+        while len(self.claims) > CLAIMS_MAX:
+            self.claims.pop(next(iter(self.claims)))
+
+    def _forget(self, task_id: str) -> None:
+        self.must_ask.discard(task_id)
+        self.asking.pop(task_id, None)
+
+    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Any]:
+        def answer(verdict: str, **kw: Any) -> list[Any]:
+            return [Send(sender, m.Answer(msg.id, verdict, **kw))]
+        if t is None:
+            return answer(m.UNKNOWN)
+        if t.state.ended:
+            return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
+        if sender not in t.replicas:
+            return answer(m.REHOMED, replicas=t.replicas)
+        if t.state == State.RUNNING:
+            return answer(m.CLAIMED, lease=self.t.ask_lease)
+        claim = self.claims.get(t.id)
+        if claim is not None and claim.until > now and claim.claimer != sender:
+            return answer(m.CLAIMED, lease=claim.until - now)
+        if t.id in self.asking and t.replica < msg.replica:
+            return answer(m.WAIT, lease=self.t.ask_timeout)
+        # the asker goes: hold our copy off as if it had claimed
+        n = len(t.replicas)
+        if 0 <= msg.replica < n:
+            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+        self.cleared.pop(t.id, None)
+        at = replication.sibling_fire_at(now + self.t.ask_lease, t.replica, msg.replica, n,
+                                         self.t.offset)
+        return [Update(t.id, at=at, how=LATER)] + answer(m.GO)
+
+    def _on_answer(self, sender: str, msg: m.Answer, now: float) -> list[Any]:
+        a = self.asking.get(msg.id)
+        if a is None or sender not in a.waiting:
+            return []
+        a.waiting.discard(sender)
+        if msg.verdict == m.ENDED:
+            self._forget(msg.id)
+            return [Update(msg.id, state=State(msg.state), attempts=msg.attempts, last=msg.last)]
+        if msg.verdict == m.REHOMED:
+            if self.me not in msg.replicas:
+                self._forget(msg.id)
+                return [Drop(msg.id)]
+            a.waiting &= set(msg.replicas)
+            effects: list[Any] = [SetReplicas(msg.id, msg.replicas)]
+        else:
+            a.answers.append(msg)
+            effects = []
+        if not a.waiting:
+            effects += self._decide(msg.id, a, now)
+        return effects
+
+    def _keep_early(self, sender: str, msg: Any, now: float) -> None:
+        news = self.early.setdefault(msg.id, [])
+        if len(news) < EARLY_PER_TASK:
+            news.append((now, sender, msg))
+            self.early.move_to_end(msg.id)
+        self._expire(now)
+
+    def take_early(self, task_id: str) -> list[tuple[str, Any]]:
+        """News that came before our copy was stored (or rerun): replay it now."""
+        return [(sender, msg) for _, sender, msg in self.early.pop(task_id, ())]
+
+    # ------------------------------------------------------------ restoring copies
+    def plan_restores(self, lost: set[str], copies: Iterable[Task], now: float) -> list[Any]:
+        """New copies for the tasks that lost some, where this node is the restorer."""
+        ring = sorted(self.members)
+        effects: list[Any] = []
+        for t in copies:
+            if t.state.ended or not lost.intersection(t.replicas) or \
+                    replication.restorer(t.replicas, set(self.members)) != self.me:
+                continue
+            replicas, new = t.replicas, []
+            for gone in [r for r in t.replicas if r in lost]:
+                sub = replication.replacement(ring, replicas, gone)
+                if sub is not None:
+                    replicas = tuple(sub if r == gone else r for r in replicas)
+                    new.append(replicas.index(sub))
+            if new:
+                n = len(replicas)
+                effects.append(Restore(t.id, replicas, tuple(
+                    t.evolve(replicas=replicas, replica=i, state=State.SCHEDULED,
+                             fire_at=replication.sibling_fire_at(t.fire_at, i, t.replica, n,
+                                                                 self.t.offset))
+                    for i in new)))
+        return effects
+
+    def restored(self, r: Restore, now_copy: Task | None, deadline: float) -> list[Any]:
+        """The new copies are stored: switch to the new replica set, tell the old holders,
+        and tell the new ones what happened to the task while they were being stored."""
+        new_holders = {c.replicas[c.replica] for c in r.copies}
+        effects: list[Any] = [SetReplicas(r.id, r.replicas)]
+        effects += [Send(h, m.Replicas(r.id, r.replicas)) for h in r.replicas
+                    if h != self.me and h not in new_holders]
+        news: Any = None
+        if now_copy is not None and now_copy.state == State.RUNNING:
+            news = m.Claim(r.id, now_copy.replica, deadline + self.t.claim_lease)
+        elif now_copy is not None and now_copy.state.ended:
+            kind = {State.SUCCEEDED: m.Done, State.FAILED: m.Failed}.get(now_copy.state)
+            news = kind(r.id, now_copy.attempts, now_copy.last) if kind else m.Cancel(r.id)
+        if news is not None:
+            effects += [Send(h, news) for h in sorted(new_holders)]
+        return effects
+
+    # ------------------------------------------------------------ a graceful stop
+    def handoff_plan(self, copies: Iterable[Task], now: float) -> tuple[list[Send], list[Task]]:
+        """On a graceful stop: HANDOFFs telling each scheduled copy's next live sibling
+        to fire at our time, and the copies with no live sibling (to store elsewhere)."""
+        plan: dict[str, list[tuple[str, float]]] = {}
+        lone: list[Task] = []
+        for t in copies:
+            if t.state != State.SCHEDULED:
+                continue
+            n = len(t.replicas)
+            nxt = next((t.replicas[(t.replica + k) % n] for k in range(1, n)
+                        if t.replicas[(t.replica + k) % n] in self.members
+                        and t.replicas[(t.replica + k) % n] != self.me), None)
+            if nxt is None:
+                lone.append(t)
+            else:
+                plan.setdefault(nxt, []).append((t.id, max(0.0, t.fire_at - now)))
+        sends = [Send(to, m.Handoff(tuple(items[i:i + HANDOFF_CHUNK])))
+                 for to, items in plan.items() for i in range(0, len(items), HANDOFF_CHUNK)]
+        return sends, lone
+
+
+HANDOFF_CHUNK = 500
