@@ -156,7 +156,7 @@ class Cluster:
         for mem in new.members:
             if mem.id != self.me:
                 self.transport.connect(mem.cluster)  # a first send to a new DEALER would fail
-        self.carry_out(self.siblings.set_members(new.ids(), self.clock()))
+        self.carry_out(self.siblings.set_members(new.ids(), self.clock(), self.engine.live))
         if old is None:
             return
         log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,
@@ -166,7 +166,6 @@ class Cluster:
             self.group.spawn(self.queries.sync_pauses, source)
         if self.me in old.ids() and self.me not in new.ids():
             log.warning("cluster: this node was dropped from the roster")
-            self.siblings.dropped(self.engine.live)
         for member_id in set(old.ids()) - set(new.ids()) - {self.me}:
             gone = old.get(member_id)
             if gone is not None:

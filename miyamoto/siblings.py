@@ -150,9 +150,13 @@ class Siblings:
         for task_id in [i for i, until in self.cleared.items() if until < now]:
             del self.cleared[task_id]
 
-    def set_members(self, members: Iterable[str], now: float) -> list[Any]:
-        """The roster changed; returns what the loss of members calls for (once in contact)."""
+    def set_members(self, members: Iterable[str], now: float,
+                    live: Iterable[str] = ()) -> list[Any]:
+        """The roster changed (``live``: this node's live copies). A node dropped from
+        the roster marks every copy to ask first: the others re-home its tasks meanwhile."""
         new = frozenset(members)
+        if self.me in self.members and self.me not in new:
+            self.must_ask.update(live)
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
@@ -193,8 +197,8 @@ class Siblings:
     def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
         """Copy ``t`` is due. (True, effects): deliver it, after sending the effects'
         CLAIMs; (False, effects): hold it; the effects reschedule it."""
-        if len(t.replicas) <= 1 and len(self.members) <= 1 and t.id not in self.must_ask:
-            return True, []
+        if len(t.replicas) <= 1 and t.id not in self.must_ask:
+            return True, []  # no sibling to collide with
         stalled = self.stalled or (self.last_tick is not None
                                    and now - self.last_tick > self.t.stall_gap)
         if self.me not in self.members or stalled or (not self.contact and len(self.members) > 1):
@@ -247,15 +251,29 @@ class Siblings:
         siblings = [r for r in t.replicas if r != self.me]
         if not siblings:
             return []
+        effects: list[Any] = []
         if t.state == State.SUCCEEDED:
             msg: Any = m.Done(t.id, t.attempts, t.last)
         elif t.state == State.FAILED:
             msg = m.Failed(t.id, t.attempts, t.last)
         elif t.state == State.SCHEDULED:
-            msg = m.Retry(t.id, t.replica, max(0.0, t.fire_at - now), t.attempts, t.last)
+            # a sibling claimed while our attempt ran (its CLAIM crossed ours): our retry
+            # waits for its lease like any held copy, and the others wait with us
+            at = max(t.fire_at, self._held_until(t, now))
+            if at > t.fire_at:
+                effects.append(Update(t.id, at=at, how=LATER))
+            msg = m.Retry(t.id, t.replica, max(0.0, at - now), t.attempts, t.last)
         else:
             return []
-        return [Send(r, msg) for r in siblings]
+        return effects + [Send(r, msg) for r in siblings]
+
+    def _held_until(self, t: Task, now: float, but: str | None = None) -> float:
+        """When a live claim of another sibling (not ``but``) lets copy ``t`` fire."""
+        cl = self.claims.get(t.id)
+        if cl is None or cl.until <= now or cl.claimer in (self.me, but):
+            return 0.0
+        return replication.sibling_fire_at(cl.until, t.replica, cl.theirs, len(t.replicas),
+                                           self.t.offset)
 
     # ------------------------------------------------------------ a sibling's news
     def step(self, sender: str, msg: Any, t: Task | None, now: float) -> list[Any]:
@@ -271,13 +289,16 @@ class Siblings:
             return []
         if isinstance(msg, m.Claim):
             return self._on_claim(msg, t, now)
-        self.claims.pop(t.id, None)
         self.cleared.pop(t.id, None)
         if isinstance(msg, m.Retry):
             at = replication.sibling_fire_at(now + msg.delay, t.replica, msg.replica,
                                              len(t.replicas), self.t.offset)
-            return [Update(t.id, at=at, how=EXACT, state=State.SCHEDULED,
+            held = self._held_until(t, now, but=sender)  # another claimer's lease stands
+            if not held:
+                self.claims.pop(t.id, None)
+            return [Update(t.id, at=max(at, held), how=EXACT, state=State.SCHEDULED,
                            attempts=msg.attempts, last=msg.last)]
+        self.claims.pop(t.id, None)
         if isinstance(msg, (m.Done, m.Failed)):
             self._forget(t.id)
             state = State.SUCCEEDED if isinstance(msg, m.Done) else State.FAILED

@@ -1,0 +1,518 @@
+"""A simulator for the sibling protocol (``miyamoto.siblings``): nodes, copies, a lossy
+network, pauses, partitions, crashes and member drops, in simulated time.
+
+Each simulated node runs the real ``Siblings`` machine and carries out its effects on a
+small model of the engine (copies with a state and a fire time, deliveries that take a
+while and succeed or fail, a journal that survives a crash). The roster is kept by an
+oracle that drops a member unreachable from the majority for ``failure_timeout`` and
+takes it back once it is reachable again; a node's *contact* (its delivery lease) lapses
+a little after it is cut off, before the majority drops it, as ``Membership.in_contact``
+does. Messages are delayed, reordered and lost; a paused node's messages wait in its
+inbox, and on resume it runs its due copies, its inbox and its tick in a random order.
+
+The checker watches every delivery start and raises ``SafetyViolation`` when
+- a node starts a delivery of a task after it applied a sibling's end of it (DONE...),
+- a node starts a delivery while it holds a sibling's unexpired claim on a delivery
+  that is still running,
+- a node out of contact (or out of the roster) starts a delivery of a task with siblings
+  (two ticks after its lease ran out: the machine learns of contact at its tick),
+- a task is delivered again and no excuse holds: the earlier delivery was in flight at
+  its node's crash, outlived its claim lease, or its news (CLAIM/DONE) never reached
+  the node that delivered again (lost, cut off, or still on its way).
+At the end every acknowledged task that was not cancelled must have been delivered.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from miyamoto import effects as fx
+from miyamoto import messages as m
+from miyamoto import replication
+from miyamoto.siblings import Siblings, SiblingTiming
+from miyamoto.task import State, Task
+
+OFFSET = 1.0
+TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, late_after=0.5, ask_timeout=0.3,
+                       ask_lease=1.0, stall_gap=0.3)
+DEADLINE = 1.0          # an attempt's dispatch deadline
+TICK = 0.1
+FAILURE_TIMEOUT = 1.5   # the oracle drops a member unreachable this long
+REJOIN = 0.4            # ... and takes it back once reachable this long
+MAX_ATTEMPTS = 3
+PLANTED = {  # bugs the checker must catch: timings that switch a rule off
+    "late copies do not ask": {"late_after": 1e9},
+    "no stall check": {"stall_gap": 1e9},
+    "late copies do not ask and no stall check": {"late_after": 1e9, "stall_gap": 1e9},
+}
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+@dataclass
+class SimNode:
+    id: str
+    machine: Siblings
+    copies: dict[str, Task] = field(default_factory=dict)  # the journal: live and ended
+    up: bool = True
+    paused: bool = False
+    inbox: list[tuple[str, Any]] = field(default_factory=list)
+    running: dict[str, float] = field(default_factory=dict)  # task id -> attempt start
+    ended_by_news: set[str] = field(default_factory=set)
+    claims_seen: dict[str, tuple[str, float]] = field(default_factory=dict)  # id -> (from, until)
+    contact: bool = True
+    cut_at: float | None = None
+    left_at: dict[str, float] = field(default_factory=dict)  # member -> when it left our view
+
+
+class Sim:
+    def __init__(self, seed: int, n: int, replication_n: int, *, loss: float = 0.0,
+                 latency: tuple[float, float] = (0.001, 0.05), fail_rate: float = 0.1,
+                 slow_rate: float = 0.05, planted: str | None = None):
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.ids = [chr(ord("a") + i) for i in range(n)]
+        self.replication = replication_n
+        self.loss, self.latency = loss, latency
+        self.fail_rate, self.slow_rate = fail_rate, slow_rate
+        self.planted = planted
+        self.nodes = {i: self._new_node(i) for i in self.ids}
+        self.roster: set[str] = set(self.ids)
+        self.groups: list[set[str]] | None = None  # a partition: the groups that can talk
+        self.unreachable_since: dict[str, float] = {}
+        self.reachable_since: dict[str, float] = {}
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = itertools.count()
+        self.cursor = 0
+        self.acked: dict[str, float] = {}
+        self.cancelled: set[str] = set()
+        # task -> [(node, start, will succeed)]: every delivery attempt
+        self.deliveries: dict[str, list[tuple[str, float, bool]]] = {}
+        self.inflight_at_fault: set[tuple[str, str]] = set()  # (task, node): crash, pause, cut
+        self.outlived: set[tuple[str, str]] = set()
+        self.news_arrived: dict[tuple[str, str, str], float] = {}  # (task, from, to) -> last
+        self.claim_arrived: dict[tuple[str, str, str], tuple[float, float]] = {}  # at, until
+        self.excused: dict[str, int] = {"in flight at a fault": 0, "outlived its lease": 0,
+                                        "its news never arrived": 0}
+        for i in self.ids:
+            self._at(self.rng.uniform(0, TICK), "tick", i)
+        self._at(TICK, "oracle", None)
+
+    # ------------------------------------------------------------ plumbing
+    def _new_node(self, node_id: str) -> SimNode:
+        timing = TIMING
+        if self.planted in PLANTED:
+            timing = SiblingTiming(**{**TIMING.__dict__, **PLANTED[self.planted]})
+        return SimNode(node_id, Siblings(node_id, timing, self.ids))
+
+    def _at(self, when: float, kind: str, data: Any) -> None:
+        heapq.heappush(self.events, (when, next(self.seq), kind, data))
+
+    def connected(self, a: str, b: str) -> bool:
+        return self.groups is None or any(a in g and b in g for g in self.groups)
+
+    def majority_side(self) -> set[str]:
+        """The nodes that can reach a majority of the roster (the side the leader is on)."""
+        live = [i for i in self.ids if self.nodes[i].up and not self.nodes[i].paused]
+        groups = self.groups or [set(self.ids)]
+        for g in groups:
+            side = {i for i in live if i in g}
+            if len(side & self.roster) * 2 > len(self.roster):
+                return side
+        return set()
+
+    def send(self, src: str, to: str, msg: Any) -> None:
+        if to == src:
+            return
+        if not self.connected(src, to) or self.rng.random() < self.loss:
+            return  # lost; the checker's excuse is "news never arrived"
+        self._at(self.now + self.rng.uniform(*self.latency), "msg", (src, to, msg))
+
+    # ------------------------------------------------------------ the client
+    def enqueue(self, at_node: str, countdown: float) -> str | None:
+        nd = self.nodes[at_node]
+        if not nd.up or nd.paused or at_node not in nd.machine.members or not nd.contact:
+            return None
+        ring = sorted(nd.machine.members)
+        task = Task(id=f"t{len(self.acked) + len(self.cancelled)}-{self.rng.randrange(10**6)}",
+                    queue="q", url="http://w/", eta=self.now + countdown, created=self.now)
+        replicas = replication.place(ring, self.replication, task, self.cursor)
+        self.cursor += 1
+        stored = 0
+        for c in replication.copies(task, replicas, OFFSET):
+            holder = self.nodes[c.replicas[c.replica]]
+            if holder.up and not holder.paused and self.connected(at_node, holder.id):
+                if holder.id == at_node or stored == 0:
+                    self._store(holder, c)
+                else:  # the others travel: a sibling's news may overtake them
+                    self._at(self.now + self.rng.uniform(*self.latency), "store", (holder.id, c))
+                stored += 1
+        if stored:
+            self.acked[task.id] = self.now
+            return task.id
+        return None
+
+    def cancel(self, task_id: str) -> None:
+        """A client's DELETE: cancel every copy it can reach; counted only if all were."""
+        holders = [nd for nd in self.nodes.values() if task_id in nd.copies]
+        if holders and all(nd.up and not nd.paused for nd in holders):
+            for nd in holders:
+                self._apply(nd, [fx.CancelCopy(task_id)])
+            self.cancelled.add(task_id)
+
+    # ------------------------------------------------------------ faults
+    def pause(self, node_id: str, duration: float) -> None:
+        nd = self.nodes[node_id]
+        if nd.up and not nd.paused:
+            nd.paused = True
+            self._in_flight(node_id)
+            self._at(self.now + duration, "resume", node_id)
+
+    def crash(self, node_id: str, down: float) -> None:
+        nd = self.nodes[node_id]
+        if not nd.up:
+            return
+        self._in_flight(node_id)
+        nd.up, nd.paused, nd.inbox, nd.running = False, False, [], {}
+        self._at(self.now + down, "restart", node_id)
+
+    def partition(self, *groups: set[str], duration: float) -> None:
+        self.groups = [set(g) for g in groups]
+        for i in set(self.ids) - self.majority_side():
+            self._in_flight(i)
+        self._at(self.now + duration, "heal", None)
+
+    def _in_flight(self, node_id: str) -> None:
+        for task_id in self.nodes[node_id].running:
+            self.inflight_at_fault.add((task_id, node_id))
+
+    # ------------------------------------------------------------ running
+    def run(self, until: float) -> None:
+        while self.events and self.events[0][0] <= until:
+            self.now, _, kind, data = heapq.heappop(self.events)
+            getattr(self, "_on_" + kind)(data)
+        self.now = until
+
+    def _on_tick(self, node_id: str) -> None:
+        nd = self.nodes[node_id]
+        if nd.up and not nd.paused:
+            self._fire_due(nd)
+            self._apply(nd, nd.machine.tick(self.now, nd.contact))
+            lost = nd.machine.take_lost()
+            if lost:
+                self._apply(nd, nd.machine.release_claims(lost, self._live(nd), self.now))
+                self._apply(nd, nd.machine.plan_restores(lost, list(self._live(nd).values()),
+                                                         self.now))
+        if nd.up:
+            self._at(self.now + TICK, "tick", node_id)
+
+    def _on_msg(self, data: tuple[str, str, Any]) -> None:
+        src, to, msg = data
+        nd = self.nodes[to]
+        if not nd.up:
+            return
+        if isinstance(msg, (m.Done, m.Failed, m.Retry)):
+            self.news_arrived[(msg.id, src, to)] = self.now
+        elif isinstance(msg, m.Claim):
+            self.claim_arrived[(msg.id, src, to)] = (self.now, self.now + msg.lease)
+        if nd.paused:
+            nd.inbox.append((src, msg))
+        else:
+            self._receive(nd, src, msg)
+
+    def _receive(self, nd: SimNode, src: str, msg: Any) -> None:
+        if isinstance(msg, tuple) and msg[0] == "members":
+            for gone in nd.machine.members - set(msg[1]):
+                nd.left_at[gone] = self.now
+            self._apply(nd, nd.machine.set_members(msg[1], self.now, self._live(nd)))
+            return
+        if isinstance(msg, tuple) and msg[0] == "store":
+            self._store(nd, msg[1])
+            return
+        if isinstance(msg, m.Handoff):
+            self._apply(nd, nd.machine.handoff(msg, self.now))
+            return
+        copy = nd.copies.get(msg.id)
+        live = copy if copy is not None and not copy.state.ended else None
+        if isinstance(msg, m.Claim) and live is not None:
+            nd.claims_seen[msg.id] = (src, self.now + msg.lease)
+        elif isinstance(msg, (m.Retry, m.Done, m.Failed)):
+            nd.claims_seen.pop(msg.id, None)
+        self._apply(nd, nd.machine.step(src, msg, copy if isinstance(msg, m.Ask) else live,
+                                        self.now))
+
+    def _on_store(self, data: tuple[str, Task]) -> None:
+        holder, copy = data
+        nd = self.nodes[holder]
+        if nd.up:
+            if nd.paused:
+                nd.inbox.append(("client", ("store", copy)))
+            else:
+                self._store(nd, copy)
+
+    def _store(self, nd: SimNode, copy: Task) -> None:
+        if copy.id in nd.copies:
+            return
+        nd.copies[copy.id] = copy
+        for src, msg in nd.machine.take_early(copy.id):
+            self._receive(nd, src, msg)
+
+    def _on_resume(self, node_id: str) -> None:
+        nd = self.nodes[node_id]
+        if not nd.up or not nd.paused:
+            return
+        nd.paused = False
+        inbox, nd.inbox = nd.inbox, []
+        steps = ["fire", "inbox", "tick"]
+        self.rng.shuffle(steps)
+        for s in steps:  # the order a resumed process happens to run things in
+            if s == "fire":
+                self._fire_due(nd)
+            elif s == "inbox":
+                for src, msg in inbox:
+                    self._receive(nd, src, msg)
+            else:
+                self._apply(nd, nd.machine.tick(self.now, nd.contact))
+
+    def _on_restart(self, node_id: str) -> None:
+        nd = self.nodes[node_id]
+        fresh = self._new_node(node_id)
+        fresh.copies = {i: (t.evolve(state=State.SCHEDULED, fire_at=self.now)
+                            if t.state == State.RUNNING else t) for i, t in nd.copies.items()}
+        fresh.machine.set_members(sorted(self.roster), self.now)
+        fresh.contact = False
+        fresh.machine.dropped(list(self._live(fresh)))
+        self.nodes[node_id] = fresh
+        self._at(self.now + TICK, "tick", node_id)
+
+    def _on_heal(self, _: Any) -> None:
+        self.groups = None
+
+    def _on_oracle(self, _: Any) -> None:
+        """Roster changes and contact, as membership would have them."""
+        side = self.majority_side()
+        for i in self.ids:
+            nd = self.nodes[i]
+            if i in side:
+                self.unreachable_since.pop(i, None)
+                self.reachable_since.setdefault(i, self.now)
+                nd.cut_at = None
+            else:
+                self.reachable_since.pop(i, None)
+                self.unreachable_since.setdefault(i, self.now)
+                if nd.cut_at is None:  # its lease lapses a little later, before it is dropped
+                    nd.cut_at = self.now + self.rng.uniform(0, FAILURE_TIMEOUT * 0.5)
+            nd.contact = i in side or (nd.cut_at is not None and self.now < nd.cut_at)
+        new = set(self.roster)
+        if side:
+            new -= {i for i, t in self.unreachable_since.items() if self.now - t > FAILURE_TIMEOUT}
+            new |= {i for i, t in self.reachable_since.items() if self.now - t > REJOIN}
+        if new != self.roster:
+            self.roster = new
+        for i in side:  # the leader's roster reaches the nodes it can hear
+            if self.nodes[i].machine.members != frozenset(self.roster):
+                self._on_msg(("leader", i, ("members", sorted(self.roster))))
+        self._at(self.now + TICK, "oracle", None)
+
+    # ------------------------------------------------------------ the node's engine
+    def _live(self, nd: SimNode) -> dict[str, Task]:
+        return {i: t for i, t in nd.copies.items() if not t.state.ended}
+
+    def _fire_due(self, nd: SimNode) -> None:
+        due = sorted((t.fire_at, i) for i, t in nd.copies.items()
+                     if t.state == State.SCHEDULED and t.fire_at <= self.now)
+        for _, task_id in due:
+            t = nd.copies[task_id]
+            if t.state != State.SCHEDULED or t.fire_at > self.now:
+                continue
+            go, effects = nd.machine.fire(t, self.now, DEADLINE)
+            self._apply(nd, effects)
+            t = nd.copies[task_id]
+            if go and t.state == State.SCHEDULED and t.fire_at <= self.now + 1e-9:
+                self._start(nd, t)
+
+    def _start(self, nd: SimNode, t: Task) -> None:
+        self.check_start(nd, t)
+        nd.copies[t.id] = t.evolve(state=State.RUNNING)
+        nd.running[t.id] = self.now
+        slow = self.rng.random() < self.slow_rate
+        took = self.rng.uniform(2.0, 8.0) if slow else self.rng.uniform(0.005, 0.1)
+        if took > DEADLINE + TIMING.claim_lease:
+            self.outlived.add((t.id, nd.id))
+        ok = self.rng.random() >= self.fail_rate
+        self.deliveries.setdefault(t.id, []).append((nd.id, self.now, ok))
+        self._at(self.now + took, "finish", (nd.id, t.id, nd.machine, ok))
+
+    def _on_finish(self, data: tuple[str, str, Siblings, bool]) -> None:
+        node_id, task_id, machine, ok = data
+        nd = self.nodes[node_id]
+        if not nd.up or nd.machine is not machine or task_id not in nd.running:
+            return  # the node crashed meanwhile
+        if nd.paused:  # the answer waits in the socket
+            self._at(self.now + TICK, "finish", data)
+            return
+        del nd.running[task_id]
+        t = nd.copies[task_id]
+        attempts = t.attempts + 1
+        if t.state.ended:  # a sibling ended it (or it was cancelled) while it ran
+            nd.copies[task_id] = t.evolve(attempts=attempts)
+            return
+        if ok:
+            t = t.evolve(state=State.SUCCEEDED, attempts=attempts, finished=self.now)
+        elif attempts >= MAX_ATTEMPTS:
+            t = t.evolve(state=State.FAILED, attempts=attempts, finished=self.now)
+        else:
+            t = t.evolve(state=State.SCHEDULED, attempts=attempts, fire_at=self.now + 0.5)
+        nd.copies[task_id] = t
+        self._apply(nd, nd.machine.outcome(t, self.now))
+
+    def _apply(self, nd: SimNode, effects: list[Any]) -> None:
+        for e in effects:
+            if isinstance(e, fx.Send):
+                self.send(nd.id, e.to, e.msg)
+            elif isinstance(e, fx.Update):
+                self._update(nd, e)
+            elif isinstance(e, fx.CancelCopy):
+                t = nd.copies.get(e.id)
+                if t is not None and not t.state.ended:
+                    nd.copies[e.id] = t.evolve(state=State.CANCELLED)
+                    nd.ended_by_news.add(e.id)
+            elif isinstance(e, fx.Drop):
+                nd.copies.pop(e.id, None)
+            elif isinstance(e, fx.SetReplicas):
+                t = nd.copies.get(e.id)
+                if t is not None and nd.id in e.replicas:
+                    nd.copies[e.id] = t.evolve(replicas=e.replicas, replica=e.replicas.index(nd.id))
+            elif isinstance(e, fx.Restore):
+                self._restore(nd, e)
+
+    def _update(self, nd: SimNode, e: fx.Update) -> None:
+        t = nd.copies.get(e.id)
+        if t is None or t.state.ended:
+            return
+        changes: dict[str, Any] = {}
+        if e.attempts is not None and e.attempts > t.attempts:
+            changes["attempts"] = e.attempts
+        if e.state is not None and e.state.ended:
+            nd.ended_by_news.add(e.id)
+            nd.copies[e.id] = t.evolve(state=e.state, **changes)
+            return
+        if e.at is not None and t.state == State.SCHEDULED:
+            at = {fx.LATER: max(e.at, t.fire_at), fx.EARLIER: min(e.at, t.fire_at)}.get(e.how, e.at)
+            changes["fire_at"] = at
+        if changes:
+            nd.copies[e.id] = t.evolve(**changes)
+
+    def _restore(self, nd: SimNode, r: fx.Restore) -> None:
+        for c in r.copies:
+            holder = self.nodes[c.replicas[c.replica]]
+            if not (holder.up and not holder.paused and self.connected(nd.id, holder.id)):
+                return  # not every new copy could be stored: keep the old replica set
+        for c in r.copies:
+            self._store(self.nodes[c.replicas[c.replica]], c)
+        self._apply(nd, nd.machine.restored(r, nd.copies.get(r.id), DEADLINE))
+
+    # ------------------------------------------------------------ the checker
+    def check_start(self, nd: SimNode, t: Task) -> None:
+        if t.id in nd.ended_by_news:
+            raise SafetyViolation(f"{nd.id} starts {t.id} after applying a sibling's end of it")
+        out = nd.id not in nd.machine.members or \
+            (not nd.contact and self.now - (nd.cut_at or 0.0) > 2 * TICK + 1e-9)
+        if out and len(t.replicas) > 1:  # a lone copy has no sibling to collide with
+            raise SafetyViolation(f"{nd.id} starts {t.id} out of contact or out of the roster")
+        claim = nd.claims_seen.get(t.id)
+        if claim is not None and claim[1] > self.now and claim[0] in nd.machine.members \
+                and (t.id, claim[0]) not in self.inflight_at_fault:
+            claimer = self.nodes[claim[0]]
+            if claimer.up and t.id in claimer.running:
+                raise SafetyViolation(f"{nd.id} starts {t.id} under {claim[0]}'s live claim")
+        latest: dict[str, float] = {}
+        for other, start, ok in self.deliveries.get(t.id, []):
+            if other != nd.id and ok:  # a failed attempt is retried, not duplicated
+                latest[other] = start
+        for other, start in latest.items():
+            if (t.id, other) in self.inflight_at_fault:
+                self.excused["in flight at a fault"] += 1
+            elif (t.id, other) in self.outlived:
+                self.excused["outlived its lease"] += 1
+            elif self._news_missed(t.id, other, nd, start):
+                self.excused["its news never arrived"] += 1
+            else:
+                raise SafetyViolation(f"{nd.id} delivers {t.id} again: {other} started it at "
+                                      f"{start:.2f} and its news reached {nd.id}")
+
+    def _news_missed(self, task_id: str, other: str, nd: SimNode, start: float) -> bool:
+        """No outcome of ``other``'s delivery reached us, and its claim (if one did)
+        has run out or its claimer left the roster: we cannot know it delivered."""
+        if self.news_arrived.get((task_id, other, nd.id), -1.0) >= start:
+            return False
+        at, until = self.claim_arrived.get((task_id, other, nd.id), (-1.0, -1.0))
+        return at < start or until <= self.now or other in self.dropped_since(nd, at)
+
+    def dropped_since(self, nd: SimNode, at: float) -> set[str]:
+        return {i for i, t in nd.left_at.items() if t >= at}
+
+    def heal_all(self) -> None:
+        self.groups = None
+        for i, nd in self.nodes.items():
+            if nd.paused:
+                self._on_resume(i)
+            if not nd.up:
+                self._on_restart(i)
+
+    def check_delivered(self) -> None:
+        missing = [i for i in self.acked if i not in self.cancelled and i not in self.deliveries]
+        if missing:
+            raise SafetyViolation(f"acknowledged tasks never delivered: {missing[:5]}")
+
+    def duplicates(self) -> int:
+        """Deliveries of a task after its first successful one."""
+        dups = 0
+        for d in self.deliveries.values():
+            ok = [i for i, (_, _, good) in enumerate(d) if good]
+            if ok:
+                dups += len(d) - ok[0] - 1
+        return dups
+
+
+def random_run(seed: int, planted: str | None = None) -> Sim:
+    """One seeded run: 2-5 nodes, replication 1-3, loss, faults; checked throughout."""
+    rng = random.Random(seed)
+    n = rng.randint(2, 5)
+    sim = Sim(seed, n, rng.randint(1, 3), loss=rng.choice([0.0, 0.01, 0.05]),
+              latency=(0.001, rng.choice([0.01, 0.05, 0.2])), planted=planted)
+    faults = sorted(rng.uniform(2, 25) for _ in range(rng.randint(1, 4)))
+    for t in range(0, 250):  # enqueues over the first 25 s
+        at = t * 0.1
+        while faults and faults[0] <= at:
+            sim.run(faults.pop(0))
+            _fault(sim, rng)
+        sim.run(at)
+        if rng.random() < 0.3:
+            task = sim.enqueue(rng.choice(sim.ids), rng.choice([0.0, 0.0, 0.5, 3.0]))
+            if task is not None and rng.random() < 0.03:
+                sim.cancel(task)
+    sim.run(40.0)
+    sim.heal_all()
+    sim.run(80.0)
+    sim.check_delivered()
+    return sim
+
+
+def _fault(sim: Sim, rng: random.Random) -> None:
+    kind = rng.choice(["pause", "pause", "partition", "crash"])
+    victim = rng.choice(sim.ids)
+    duration = rng.uniform(0.2, 3 * OFFSET)
+    if kind == "pause":
+        sim.pause(victim, duration)
+    elif kind == "crash":
+        sim.crash(victim, rng.uniform(0.2, 4.0))
+    elif len(sim.ids) > 2:
+        cut = set(rng.sample(sim.ids, rng.randint(1, (len(sim.ids) - 1) // 2)))
+        sim.partition(cut, set(sim.ids) - cut, duration=duration)

@@ -1,0 +1,310 @@
+"""The sibling protocol (miyamoto.siblings): its rules one by one, then the simulator.
+
+The rule tests drive one ``Siblings`` machine with plain tasks and a number for a clock.
+The simulator runs 1,000 seeded clusters of 2-5 nodes with replication 1-3 through loss,
+delay, pauses, partitions, crashes and member drops, and checks safety at every delivery
+(tests/siblings_sim.py); the planted-bug tests show the checker catches what the rules
+prevent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from miyamoto import effects as fx
+from miyamoto import messages as m
+from miyamoto.siblings import Siblings, SiblingTiming
+from miyamoto.task import State, Task
+
+from siblings_sim import OFFSET, SafetyViolation, Sim, random_run
+
+T = SiblingTiming(offset=5.0, claim_lease=60.0, late_after=1.25, ask_timeout=2.0,
+                  ask_lease=5.0, stall_gap=1.5)
+
+
+def task(replica: int = 0, replicas: tuple[str, ...] = ("a", "b", "c"), fire_at: float = 100.0,
+         state: State = State.SCHEDULED, **kw) -> Task:
+    return Task(id="t1", queue="q", url="http://w/", replicas=replicas, replica=replica,
+                fire_at=fire_at, state=state, **kw)
+
+
+def machine(me: str = "a", members: tuple[str, ...] = ("a", "b", "c"), now: float = 100.0,
+            contact: bool = True) -> Siblings:
+    s = Siblings(me, T, members)
+    s.tick(now, contact)
+    return s
+
+
+def fire(s: Siblings, t: Task, now: float, deadline: float = 30.0) -> tuple[bool, list]:
+    """Fire ``t`` at ``now`` on a machine whose loop ticked just before (no stall)."""
+    s.tick(now - 0.02, True)  # a gap since the last tick reads as a stall ...
+    s.tick(now - 0.01, True)  # ... which a tick in contact ends
+    return s.fire(t, now, deadline)
+
+
+def sends(effects: list, kind: type) -> dict[str, object]:
+    return {e.to: e.msg for e in effects if isinstance(e, fx.Send) and isinstance(e.msg, kind)}
+
+
+def updates(effects: list) -> list[fx.Update]:
+    return [e for e in effects if isinstance(e, fx.Update)]
+
+
+# ---------------------------------------------------------------- firing
+def test_on_time_copy_claims_one_way_and_delivers():
+    s = machine()
+    go, effects = s.fire(task(fire_at=100.0), 100.2, deadline=30.0)
+    assert go
+    claims = sends(effects, m.Claim)
+    assert set(claims) == {"b", "c"}
+    assert claims["b"] == m.Claim("t1", 0, 90.0)  # the deadline plus claim_lease
+
+
+def test_single_copy_on_a_single_node_just_goes():
+    s = Siblings("a", T)
+    assert s.fire(task(replicas=("a",)), 100.0, 30.0) == (True, [])
+
+
+def test_late_copy_asks_every_live_sibling_and_holds():
+    s = machine()
+    go, effects = fire(s, task(fire_at=100.0), 100.0 + T.late_after + 0.1, 30.0)
+    assert not go
+    assert set(sends(effects, m.Ask)) == {"b", "c"}
+    assert updates(effects)[0].how == fx.LATER
+
+
+def test_a_copy_just_under_the_late_threshold_does_not_ask():
+    s = machine()
+    go, effects = fire(s, task(fire_at=100.0), 100.0 + T.late_after - 0.01, 30.0)
+    assert go and not sends(effects, m.Ask)
+
+
+def test_answers_go_clear_the_copy_to_fire_now():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    assert s.step("b", m.Answer("t1", m.GO), None, 110.1) == []
+    effects = s.step("c", m.Answer("t1", m.UNKNOWN), None, 110.2)
+    assert effects == [fx.Update("t1", at=110.2, how=fx.EARLIER)]
+    go, effects = fire(s, task(fire_at=110.2), 110.2, 30.0)
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_a_sibling_that_ended_the_task_stands_the_late_copy_down():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    effects = s.step("b", m.Answer("t1", m.ENDED, state="succeeded", attempts=1), None, 110.1)
+    assert effects == [fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
+    assert "t1" not in s.asking
+
+
+def test_a_claimed_answer_holds_the_copy_and_it_asks_again():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.CLAIMED, lease=40.0), None, 110.1)
+    effects = s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    assert effects == [fx.Update("t1", at=150.2, how=fx.LATER)]
+    go, effects = fire(s, task(fire_at=150.2), 150.2, 30.0)
+    assert not go and sends(effects, m.Ask)  # still must ask
+
+
+def test_rehomed_answer_drops_a_copy_that_is_no_longer_ours():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    effects = s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), None, 110.1)
+    assert effects == [fx.Drop("t1")]
+
+
+def test_an_unanswered_ask_is_sent_again_while_the_sibling_is_a_member():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    effects = s.tick(110.0 + T.ask_timeout + 0.01, True)
+    assert set(sends(effects, m.Ask)) == {"c"}
+    # c leaves the roster: nobody left to wait for, so the copy goes
+    effects = s.set_members(("a", "b"), 112.5)
+    assert effects == [fx.Update("t1", at=112.5, how=fx.EARLIER)]
+
+
+def test_stalled_loop_holds_every_copy_until_contact():
+    s = machine(now=100.0)
+    # the tick loop last ran at 100; a copy due at 103 fires at 103 with no tick since
+    go, effects = s.fire(task(fire_at=103.0), 103.0, 30.0)
+    assert not go and updates(effects)[0].at == 103.0 + 0.5
+    s.tick(103.1, False)
+    assert not s.fire(task(fire_at=103.6), 103.6, 30.0)[0]
+    s.tick(103.7, True)
+    go, effects = s.fire(task(fire_at=103.6), 103.75, 30.0)
+    assert not go and sends(effects, m.Ask)  # held copies ask before they go
+
+
+def test_no_delivery_without_contact_or_membership():
+    s = machine(contact=False)
+    assert not s.fire(task(), 100.0, 30.0)[0]
+    s = machine(members=("b", "c"))
+    assert not s.fire(task(), 100.0, 30.0)[0]
+
+
+def test_replication_one_copy_goes_without_contact():
+    s = machine(contact=False)
+    assert s.fire(task(replicas=("a",)), 100.0, 30.0) == (True, [])
+
+
+# ---------------------------------------------------------------- answering
+def test_ask_answered_from_what_this_copy_knows():
+    s = machine(me="b")
+    ended = task(replica=1, state=State.SUCCEEDED, attempts=2)
+    assert sends(s.step("a", m.Ask("t1", 0), ended, 100.0), m.Answer)["a"] == \
+        m.Answer("t1", m.ENDED, state="succeeded", attempts=2)
+    running = task(replica=1, state=State.RUNNING)
+    assert sends(s.step("a", m.Ask("t1", 0), running, 100.0), m.Answer)["a"].verdict == m.CLAIMED
+    assert sends(s.step("a", m.Ask("t1", 0), None, 100.0), m.Answer)["a"].verdict == m.UNKNOWN
+    stranger = task(replica=1, replicas=("d", "b"))
+    assert sends(s.step("a", m.Ask("t1", 0), stranger, 100.0), m.Answer)["a"] == \
+        m.Answer("t1", m.REHOMED, replicas=("d", "b"))
+
+
+def test_answering_go_holds_our_copy_off_like_a_claim():
+    s = machine(me="b")
+    effects = s.step("a", m.Ask("t1", 0), task(replica=1, fire_at=105.0), 100.0)
+    assert sends(effects, m.Answer)["a"].verdict == m.GO
+    assert updates(effects) == [fx.Update("t1", at=100.0 + T.ask_lease + T.offset, how=fx.LATER)]
+    # a third copy asking now hears that a holds it
+    answer = sends(s.step("c", m.Ask("t1", 2), task(replica=1), 100.5), m.Answer)["c"]
+    assert answer.verdict == m.CLAIMED and answer.lease == pytest.approx(T.ask_lease - 0.5)
+
+
+def test_two_late_copies_asking_each_other_the_lower_replica_goes_first():
+    a, b = machine(me="a"), machine(me="b")
+    fire(a, task(replica=0), 110.0, 30.0)
+    fire(b, task(replica=1), 110.0, 30.0)
+    to_b = sends(b.step("a", m.Ask("t1", 0), task(replica=1), 110.1), m.Answer)["a"]
+    to_a = sends(a.step("b", m.Ask("t1", 1), task(replica=0), 110.1), m.Answer)["b"]
+    assert (to_b.verdict, to_a.verdict) == (m.GO, m.WAIT)
+
+
+# ---------------------------------------------------------------- a sibling's news
+def test_claim_pushes_our_copy_by_the_lease_plus_our_distance():
+    s = machine(me="c")
+    effects = s.step("a", m.Claim("t1", 0, 90.0), task(replica=2, fire_at=110.0), 100.0)
+    assert effects == [fx.Update("t1", at=100.0 + 90.0 + 2 * T.offset, how=fx.LATER)]
+
+
+def test_retry_moves_our_copy_in_step():
+    s = machine(me="b")
+    effects = s.step("a", m.Retry("t1", 0, 3.0, 1), task(replica=1), 100.0)
+    assert effects == [fx.Update("t1", at=108.0, how=fx.EXACT, state=State.SCHEDULED,
+                                 attempts=1, last=None)]
+
+
+def test_a_retry_waits_out_a_claim_that_crossed_our_attempt():
+    s = machine(me="b")
+    running = task(replica=1, state=State.RUNNING)
+    s.step("c", m.Claim("t1", 2, 20.0), running, 100.0)  # c delivers too (our CLAIM was lost)
+    retry = task(replica=1, fire_at=101.0, attempts=1)
+    effects = s.outcome(retry, 100.5)
+    held = 100.0 + 20.0 + 2 * T.offset  # c's lease, then our distance from c
+    assert fx.Update("t1", at=held, how=fx.LATER) in effects
+    assert sends(effects, m.Retry)["a"].delay == pytest.approx(held - 100.5)
+
+
+def test_another_siblings_retry_does_not_lift_a_claim():
+    s = machine(me="a")
+    s.step("c", m.Claim("t1", 2, 20.0), task(), 100.0)
+    (update,) = s.step("b", m.Retry("t1", 1, 1.0, 1), task(), 100.5)
+    assert update.at == pytest.approx(120.0 + T.offset)  # c's lease, then one offset after c
+
+
+def test_news_before_the_copy_is_kept_and_replayed():
+    s = machine(me="b")
+    assert s.step("a", m.Done("t1", 1), None, 100.0) == []
+    assert s.take_early("t1") == [("a", m.Done("t1", 1))]
+    assert s.take_early("t1") == []
+
+
+def test_a_lost_claimers_claims_are_released():
+    s = machine(me="c")
+    s.step("a", m.Claim("t1", 0, 90.0), task(replica=2), 100.0)
+    s.set_members(("b", "c"), 101.0)
+    lost = s.take_lost()
+    assert lost == {"a"}
+    effects = s.release_claims(lost, {"t1": task(replica=2)}, 101.0)
+    assert effects == [fx.Update("t1", at=101.0 + 2 * T.offset, how=fx.EXACT)]
+
+
+def test_a_node_out_of_contact_acts_on_no_loss():
+    s = machine(me="c")
+    s.tick(100.0, False)
+    s.set_members(("b", "c"), 101.0)
+    assert s.take_lost() == set()
+    s.tick(101.1, True)
+    assert s.take_lost() == {"a"}
+
+
+def test_restored_copies_keep_their_distance_with_replication_three():
+    s = machine(me="b", members=("a", "b", "c", "d"))
+    t = task(replica=1, replicas=("a", "b", "c"), fire_at=105.0)
+    s.set_members(("b", "c", "d"), 101.0)
+    (plan,) = s.plan_restores({"a"}, [t], 101.0)
+    assert plan.replicas == ("d", "b", "c")
+    (copy,) = plan.copies
+    assert copy.replica == 0 and copy.fire_at == pytest.approx(105.0 + 2 * T.offset)
+    effects = s.restored(plan, t, 30.0)
+    assert fx.SetReplicas("t1", ("d", "b", "c")) in effects
+    assert sends(effects, m.Replicas) == {"c": m.Replicas("t1", ("d", "b", "c"))}
+
+
+def test_handoff_plan_names_the_next_live_sibling_and_the_lone_copies():
+    s = machine(me="a", members=("a", "b", "c"))
+    due = task(replica=0, replicas=("a", "b"), fire_at=90.0)
+    lone = Task(id="t2", queue="q", url="http://w/", replicas=("a",), fire_at=120.0)
+    plan, lonely = s.handoff_plan([due, lone], 100.0)
+    assert plan == [fx.Send("b", m.Handoff((("t1", 0.0),)))]
+    assert lonely == [lone]
+
+
+# ---------------------------------------------------------------- the simulator
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("chunk", range(10))
+def test_random_runs_are_safe(chunk):
+    """1,000 seeded runs (100 per chunk) with loss, delay, pauses, partitions, crashes."""
+    dups = acked = 0
+    for seed in range(chunk * 100, chunk * 100 + 100):
+        sim = random_run(seed)
+        dups += sim.duplicates()
+        acked += len(sim.acked)
+    assert acked > 1000
+    print(f"chunk {chunk}: {acked} acknowledged, {dups} excused duplicates")
+
+
+def _pause_scenario(seed: int, **kw) -> Sim:
+    """Node a holds first copies and is paused for 3 offsets while they fall due."""
+    sim = Sim(seed, 3, 2, **kw)
+    sim.run(1.0)
+    for i in range(40):
+        sim.enqueue("b" if i % 2 else "c", 1.0 + i * 0.05)
+    sim.pause("a", 3 * OFFSET)
+    sim.run(30.0)
+    sim.heal_all()
+    sim.run(60.0)
+    sim.check_delivered()
+    return sim
+
+
+def test_a_paused_node_delivers_nothing_its_siblings_did():
+    for seed in range(20):
+        assert _pause_scenario(seed, fail_rate=0.0, slow_rate=0.0).duplicates() == 0
+
+
+@pytest.mark.parametrize("bug", ["late copies do not ask and no stall check", "claims ignored",
+                                 "done ignored"])
+def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
+    if bug == "claims ignored":
+        monkeypatch.setattr(Siblings, "_on_claim", lambda self, msg, t, now: [])
+    elif bug == "done ignored":
+        orig = Siblings.step
+        monkeypatch.setattr(Siblings, "step", lambda self, sender, msg, t, now: [] if isinstance(
+            msg, m.Done) else orig(self, sender, msg, t, now))
+    planted = "late copies do not ask and no stall check" if bug.startswith("late") else None
+    with pytest.raises(SafetyViolation):
+        for seed in range(200):
+            random_run(seed, planted=planted)
