@@ -112,7 +112,9 @@ class Engine:
                 log.debug("engine: swept %d expired records", removed)
 
     def queue_config(self, name: str) -> QueueConfig:
-        return self.dispatcher.queue(name).config
+        """The queue's config; reading it creates no queue state (GET /queues lists
+        the queues that have state, so a read must not make one appear)."""
+        return self.dispatcher.queue_config(name)
 
     # ------------------------------------------------------------ storing
     def check_name(self, task: Task) -> None:
