@@ -2,7 +2,9 @@
 
 The engine owns the live tasks (scheduled or running) in memory, the scheduler that
 times them, the dispatcher that runs them, and the journal that makes every change
-durable. It knows nothing of the cluster: the replication layer plugs in through
+durable. What an attempt's outcome means (success, a retry at a time, the final
+failure) is ruled by the pure ``retry.decide``; the engine carries it out. It knows
+nothing of the cluster: the replication layer plugs in through
 ``Hooks`` (tell the sibling replicas) and ``spawn_task`` (where callback tasks go).
 """
 
