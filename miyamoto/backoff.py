@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import email.utils
-import random
+from typing import Protocol
 
 from miyamoto.config import QueueConfig
+
+
+class Rng(Protocol):
+    """What jitter needs of an rng: ``random.Random``, or a fixed one in a test."""
+
+    def random(self) -> float: ...
 
 
 def backoff(attempt: int, q: QueueConfig) -> float:
@@ -23,8 +29,8 @@ def backoff(attempt: int, q: QueueConfig) -> float:
     return min(q.max_backoff, delay)
 
 
-def jittered(delay: float, rng: random.Random = random._inst) -> float:  # type: ignore[attr-defined]
-    """delay +/- 10%."""
+def jittered(delay: float, rng: Rng) -> float:
+    """delay +/- 10%. The rng is the caller's (no global random), so a test can fix it."""
     return max(0.0, delay * (0.9 + 0.2 * rng.random()))
 
 

@@ -15,7 +15,7 @@ def render(service: Any) -> str:
         f"<tr><td>{escape(str(m.get('id')))}</td><td>{escape(str(m.get('http')))}</td>"
         f"<td>{escape(str(m.get('cluster')))}</td>"
         f"<td>{'leader' if m.get('id') == info.get('leader') else ''}</td>"
-        f"<td>{escape(_age(m.get('health')))}</td></tr>"
+        f"<td>{escape(_last_heard(m, info.get('node')))}</td></tr>"
         for m in info.get("members", []))
     states = ("scheduled", "running", "succeeded", "failed", "cancelled")
     rows = "".join(
@@ -35,5 +35,13 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}</style></head>
 </body></html>"""
 
 
-def _age(seconds: Any) -> str:
-    return "" if seconds is None else f"{float(seconds):.1f} s ago"
+def _last_heard(member: dict[str, Any], me: Any) -> str:
+    """The member's ``last_heard`` (seconds since this node last heard from it, as
+    GET /cluster serves it) for a reader: "this node", "2.5 s ago", or "-" when this
+    node has not heard from it (a follower hears only from the leader)."""
+    if member.get("id") == me:
+        return "this node"
+    seconds = member.get("last_heard")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return "-"
+    return f"{float(seconds):.1f} s ago" if seconds < 60 else f"{float(seconds):.0f} s ago"

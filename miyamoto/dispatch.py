@@ -66,6 +66,12 @@ class Dispatcher:
         """The queue's state for reading; a look at an unknown queue creates nothing."""
         return self.queues.get(name) or QueueState(self._queue_config(name), self._clock())
 
+    def queue_config(self, name: str) -> QueueConfig:
+        """The queue's config for reading: its state's when it has one (no lookup on the
+        delivery path), else the config's; a look at an unknown queue creates nothing."""
+        q = self.queues.get(name)
+        return q.config if q is not None else self._queue_config(name)
+
     def set_share(self, members: int) -> None:
         self._share = max(1, members)
         for q in self.queues.values():

@@ -2,7 +2,9 @@
 
 The engine owns the live tasks (scheduled or running) in memory, the scheduler that
 times them, the dispatcher that runs them, and the journal that makes every change
-durable. It knows nothing of the cluster: the replication layer hands it, when it is built,
+durable. What an attempt's outcome means (success, a retry at a time, the final
+failure) is ruled by the pure ``retry.decide``; the engine carries it out. It knows
+nothing of the cluster: the replication layer hands it, when it is built,
 ``Hooks`` (tell the sibling replicas) and ``spawn_task`` (where callback tasks go).
 """
 
@@ -18,13 +20,13 @@ import gevent
 import gevent.pool
 import ujson
 
-from miyamoto.backoff import backoff, jittered, retry_after
 from miyamoto.client import ClientPool, DeliveryError
 from miyamoto.config import Config, QueueConfig
 from miyamoto.delivery import Outcome, build_request
 from miyamoto.dispatch import Dispatcher
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.journal import Journal
+from miyamoto.retry import Action, decide, is_success
 from miyamoto.scheduler import Scheduler
 from miyamoto.task import State, Task, new_id
 
@@ -113,7 +115,9 @@ class Engine:
                 log.debug("engine: swept %d expired records", removed)
 
     def queue_config(self, name: str) -> QueueConfig:
-        return self.dispatcher.queue(name).config
+        """The queue's config; reading it creates no queue state (GET /queues lists
+        the queues that have state, so a read must not make one appear)."""
+        return self.dispatcher.queue_config(name)
 
     # ------------------------------------------------------------ storing
     def check_name(self, task: Task) -> None:
@@ -179,7 +183,7 @@ class Engine:
             timeout = t.timeout or q.timeout
             method, url, headers, body = build_request(t, now, self.config.signing_secret)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
-            outcome = Outcome(ok=200 <= resp.status < 300, status=resp.status,
+            outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock())
         except DeliveryError as e:
             outcome = Outcome(ok=False, error=str(e), at=self.clock())
@@ -190,26 +194,21 @@ class Engine:
         return True
 
     def finish(self, task_id: str, outcome: Outcome) -> None:
-        """Record an attempt's outcome: success, a retry, or the final failure."""
+        """Record an attempt's outcome: carry out what ``retry.decide`` rules for it."""
         t = self.live.get(task_id)
         if t is None:
             return
-        now = self.clock()
-        counted = {"attempts": t.attempts + 1,
-                   "executions": t.executions + (outcome.status is not None),
-                   "last": outcome.record()}
-        q = self.queue_config(t.queue)
-        if t.state.ended:  # cancelled, or a sibling finished it, while this attempt ran
-            self._end(t.evolve(finished=t.finished or now, **counted))
-        elif outcome.ok:
-            t = t.evolve(state=State.SUCCEEDED, finished=now, **counted)
+        decision = decide(t, outcome, self.queue_config(t.queue), self.clock(), self.rng)
+        t = decision.task
+        if decision.action is Action.RECORD:  # it ended while this attempt ran
+            self._end(t)
+        elif decision.action is Action.SUCCEEDED:
             self._end(t)
             self.stats.succeeded += 1
             self.hooks.done(t)
             if t.callback:
                 self._callback(t, t.callback)
-        elif self._exhausted(t.attempts + 1, t, q, now):
-            t = t.evolve(state=State.FAILED, finished=now, **counted)
+        elif decision.action is Action.FAILED:
             self._end(t)
             self.stats.failed += 1
             log.info("task %s failed after %d attempts (last: %s)", t.id, t.attempts,
@@ -218,23 +217,11 @@ class Engine:
             if t.failure_callback:
                 self._callback(t, t.failure_callback)
         else:
-            delay = jittered(backoff(t.attempts + 1, q), self.rng)
-            asked = retry_after(outcome.retry_after(), now, q.max_backoff)
-            if asked is not None:
-                delay = asked
-            t = t.evolve(state=State.SCHEDULED, fire_at=now + delay, **counted)
             self.live[task_id] = t
             self.journal.put(t)
             self.scheduler.schedule(task_id, t.fire_at)
             self.stats.retried += 1
             self.hooks.retried(t)
-
-    @staticmethod
-    def _exhausted(attempts: int, t: Task, q: QueueConfig, now: float) -> bool:
-        if attempts >= (t.max_attempts or q.max_attempts):
-            return True
-        return bool(q.max_retry_duration and t.first_attempt is not None
-                    and now - t.first_attempt >= q.max_retry_duration)
 
     def _end(self, t: Task) -> None:
         self.live.pop(t.id, None)

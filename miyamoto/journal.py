@@ -206,12 +206,37 @@ class Journal:
             last_done = time.monotonic()
 
     def _flush_once(self) -> None:
+        """Commit everything pending as one group and answer the group's waiters.
+
+        A failed commit keeps its records for the next group (newer writes win) and
+        tells its waiters. Only ``Exception`` is handled: a GreenletExit (``close``
+        or a stop killing the writer), KeyboardInterrupt or SystemExit goes through,
+        after the waiters are told, so that nobody waits forever on a dead writer."""
         tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
         self._tasks, self._names, self._queues, self._waiters = {}, {}, {}, []
         if not (tasks or names or queues):
-            for w in waiters:
-                w.set(None)
+            self._answer(waiters, None)
             return
+        try:
+            self._pool.apply(self._commit, self._rows(tasks, names, queues))
+        except Exception as e:
+            log.exception("journal: commit of %d records failed", len(tasks))
+            self._requeue(tasks, names, queues)
+            self._answer(waiters, e)
+            gevent.sleep(0.1)
+            return
+        except BaseException:
+            # whether the group reached SQLite is unknown: keep it for close()'s last
+            # flush (rewriting a record is harmless), and let the exit through
+            self._requeue(tasks, names, queues)
+            self._answer(waiters, JournalClosed("journal writer stopped before the commit"))
+            raise
+        self.commits += 1
+        self._answer(waiters, None)
+
+    @staticmethod
+    def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
+        """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
         rows = []
         deletes = []
         for task_id, t in tasks.items():
@@ -231,22 +256,24 @@ class Journal:
                      if v is not None and _storable(q, n, v[0])]
         name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
         queue_rows = [(q, int(p)) for q, p in queues.items()]
-        try:
-            self._pool.apply(self._commit, (rows, deletes, name_rows, name_dels, queue_rows))
-        except BaseException as e:
-            log.exception("journal: commit of %d records failed", len(rows) + len(deletes))
-            # keep what failed so that a later group retries it (newer writes win)
-            for k, v in tasks.items():
-                self._tasks.setdefault(k, v)
-            for k2, v2 in names.items():
-                self._names.setdefault(k2, v2)
-            for w in waiters:
-                w.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
-            gevent.sleep(0.1)
-            return
-        self.commits += 1
+        return rows, deletes, name_rows, name_dels, queue_rows
+
+    def _requeue(self, tasks: dict, names: dict, queues: dict) -> None:
+        """Put back a group that did not commit, under any newer write of the same key."""
+        for k, v in tasks.items():
+            self._tasks.setdefault(k, v)
+        for k2, v2 in names.items():
+            self._names.setdefault(k2, v2)
+        for k3, v3 in queues.items():
+            self._queues.setdefault(k3, v3)
+
+    @staticmethod
+    def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
         for w in waiters:
-            w.set(None)
+            if error is None:
+                w.set(None)
+            else:
+                w.set_exception(error)
 
     def _commit(self, rows: list, deletes: list, name_rows: list, name_dels: list,
                 queue_rows: list) -> None:

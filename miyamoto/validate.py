@@ -197,7 +197,32 @@ def _headers(field: str, value: Any) -> dict[str, str]:
 
 def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency_key: str | None,
                limits: Limits, now: float) -> Task:
-    """Validate the JSON-shaped ``fields`` into a new scheduled Task."""
+    """Validate the JSON-shaped ``fields`` into a new scheduled Task.
+
+    One check per concern, in a fixed order, so that a request with several faults
+    is always answered with the same field."""
+    _check_field_names(fields)
+    url = check_url("url", fields["url"], limits)
+    method = _method(fields)
+    params = _params(fields)
+    body, content_type = _body(fields, method, params, limits)
+    headers = _headers("headers", fields.get("headers") or {})
+    eta = _eta(fields, limits, now)
+    name = _name(fields, idempotency_key, limits)
+    queue = _queue(fields, path_queue)
+    max_attempts, timeout = _attempt_limits(fields)
+    callback = _optional_url(fields, "callback", limits)
+    failure_callback = _optional_url(fields, "failure_callback", limits)
+    return Task(
+        id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
+        content_type=content_type, headers=headers, name=name, eta=eta,
+        max_attempts=max_attempts, timeout=timeout, callback=callback,
+        failure_callback=failure_callback, created=now, fire_at=eta,
+    )
+
+
+def _check_field_names(fields: Mapping[str, Any]) -> None:
+    """Every key and value is storable text, every key a known field, url is given."""
     for k, v in fields.items():
         _check_text(k if _is_text(k) else "body", k)
         _check_text(k, v)
@@ -206,20 +231,28 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         raise ValidationError(sorted(unknown)[0], "unknown field")
     if "url" not in fields:
         raise ValidationError("url", "is required")
-    url = check_url("url", fields["url"], limits)
 
+
+def _method(fields: Mapping[str, Any]) -> str:
     method = fields.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in METHODS:
         raise ValidationError("method", f"must be one of {', '.join(METHODS)}")
-    method = method.upper()
+    return method.upper()
 
+
+def _params(fields: Mapping[str, Any]) -> dict[str, str | list[str]]:
     params_in = fields.get("params", {})
     if params_in is None:
         params_in = {}
     if not isinstance(params_in, dict):
         raise ValidationError("params", "must be an object")
-    params = {str(k): _param_value(f"params.{k}", v) for k, v in params_in.items()}
+    return {str(k): _param_value(f"params.{k}", v) for k, v in params_in.items()}
 
+
+def _body(fields: Mapping[str, Any], method: str, params: dict,
+          limits: Limits) -> tuple[str | None, str | None]:
+    """The raw body and its content type (json or body, optional content_type), which
+    replace params and which a GET or DELETE cannot carry."""
     body: str | None = None
     content_type: str | None = None
     if "json" in fields and "body" in fields:
@@ -245,42 +278,57 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         raise ValidationError("body", f"a {method} request carries no body; use params")
     if body is not None and len(body.encode("utf-8")) > limits.max_body:
         raise ValidationError("body", f"is larger than {limits.max_body} bytes", 413)
+    return body, content_type
 
-    headers = _headers("headers", fields.get("headers") or {})
 
-    eta = now
+def _eta(fields: Mapping[str, Any], limits: Limits, now: float) -> float:
+    """When the task is due: eta (a unix time) wins over countdown (seconds from now)."""
     if fields.get("eta") is not None:
         eta = _number("eta", fields["eta"])
         if eta > now + limits.max_delay:
             raise ValidationError("eta", f"is more than {limits.max_delay:g} s in the future")
         if eta < 0:
             raise ValidationError("eta", "must be a unix time")
-    elif fields.get("countdown") is not None:
+        return eta
+    if fields.get("countdown") is not None:
         countdown = _number("countdown", fields["countdown"])
         if countdown < 0:
             raise ValidationError("countdown", "must not be negative")
         if countdown > limits.max_delay:
             raise ValidationError("countdown", f"must be at most {limits.max_delay:g} seconds")
-        eta = now + countdown
+        return now + countdown
+    return now
 
+
+def _name(fields: Mapping[str, Any], idempotency_key: str | None, limits: Limits) -> str | None:
+    """The de-duplication name: the field, else the Idempotency-Key header."""
     name = fields.get("name")
     if name is None and idempotency_key:
         name = idempotency_key
-    if name is not None:
-        if not isinstance(name, str) or not name:
-            raise ValidationError("name", "must be a non-empty string")
-        if len(name) > limits.max_name:
-            raise ValidationError("name", f"is longer than {limits.max_name} characters")
-        if not _NAME_RE.fullmatch(name):
-            raise ValidationError("name", "must not contain control characters")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ValidationError("name", "must be a non-empty string")
+    if len(name) > limits.max_name:
+        raise ValidationError("name", f"is longer than {limits.max_name} characters")
+    if not _NAME_RE.fullmatch(name):
+        raise ValidationError("name", "must not contain control characters")
+    return name
 
+
+def _queue(fields: Mapping[str, Any], path_queue: str | None) -> str:
+    """The queue from the field or the path (they must agree), else the default one."""
     queue = fields.get("queue")
     if queue is not None and path_queue is not None and queue != path_queue:
         raise ValidationError("queue", "differs from the queue in the path")
     queue = queue if queue is not None else (path_queue or "default")
     if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
         raise ValidationError("queue", "must be 1-100 characters of A-Z a-z 0-9 _ -")
+    return queue
 
+
+def _attempt_limits(fields: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    """The task's own max_attempts and dispatch deadline; None keeps the queue's."""
     max_attempts = None
     if fields.get("max_attempts") is not None:
         max_attempts = _integer("max_attempts", fields["max_attempts"], 1, MAX_ATTEMPTS)
@@ -289,18 +337,12 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         timeout = _number("timeout", fields["timeout"])
         if not 0 < timeout <= MAX_TIMEOUT:
             raise ValidationError("timeout", f"must be in (0, {MAX_TIMEOUT:g}] seconds")
-    callback = failure_callback = None
-    if fields.get("callback") is not None:
-        callback = check_url("callback", fields["callback"], limits)
-    if fields.get("failure_callback") is not None:
-        failure_callback = check_url("failure_callback", fields["failure_callback"], limits)
+    return max_attempts, timeout
 
-    return Task(
-        id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
-        content_type=content_type, headers=headers, name=name, eta=eta,
-        max_attempts=max_attempts, timeout=timeout, callback=callback,
-        failure_callback=failure_callback, created=now, fire_at=eta,
-    )
+
+def _optional_url(fields: Mapping[str, Any], field: str, limits: Limits) -> str | None:
+    value = fields.get(field)
+    return None if value is None else check_url(field, value, limits)
 
 
 def form_fields(body: bytes) -> dict[str, Any]:

@@ -1,16 +1,20 @@
 """A journal commit that fails: the enqueue hears 503-worthy Unavailable, and the refused
-task is not committed later by the retry of its group (a real SQLite file)."""
+task is not committed later by the retry of its group; a writer that is killed stops,
+and its waiter hears it (a real SQLite file)."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 
+import gevent
 import pytest
 
 from miyamoto import config as config_mod
 from miyamoto.engine import Engine
 from miyamoto.errors import Unavailable
-from miyamoto.journal import Journal
+from miyamoto.journal import Journal, JournalClosed
 from miyamoto.task import Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -48,3 +52,67 @@ def test_a_refused_task_is_not_committed_by_a_later_group(tmp_path, monkeypatch)
     again.close()
     assert [t.id for t in tasks] == ["t2"]
     assert names == {}
+
+
+def _wait_for(condition, timeout: float = 5.0) -> None:
+    """Yield to the hub until ``condition()`` holds; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        gevent.sleep(0.005)
+
+
+def test_a_killed_writer_stops_and_its_waiter_hears_it(tmp_path, monkeypatch):
+    """GreenletExit (close() killing a stuck writer) is not a failed commit to retry:
+    the writer stops, the waiter gets an error instead of hanging, and the group is
+    kept for close()'s last flush."""
+    journal = Journal(str(tmp_path))
+    journal.open()
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(*args):  # a commit that hangs on the disk, then never happened
+        started.set()
+        release.wait(10)
+
+    monkeypatch.setattr(journal, "_commit", stuck)
+    waiter = gevent.spawn(journal.put, _task(1), wait=True)
+    _wait_for(started.is_set)
+    journal.put(_task(2))  # a write that waits for nobody, in the next group
+    journal._writer.kill(block=True, timeout=5)
+    assert journal._writer.dead, "the writer swallowed its GreenletExit"
+    waiter.join(timeout=5)
+    assert waiter.ready(), "the waiter hangs on a dead writer"
+    assert isinstance(waiter.exception, JournalClosed)
+
+    release.set()
+    monkeypatch.undo()
+    journal.close()
+    again = Journal(str(tmp_path))
+    again.open()
+    tasks, _, _ = again.load()
+    again.close()
+    assert sorted(t.id for t in tasks) == ["t1", "t2"]
+
+
+def test_a_pause_whose_group_failed_is_committed_by_a_later_group(tmp_path, monkeypatch):
+    journal = Journal(str(tmp_path))
+    journal.open()
+    real_commit = journal._commit
+    calls = {"n": 0}
+
+    def failing_once(*args):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real_commit(*args)
+
+    monkeypatch.setattr(journal, "_commit", failing_once)
+    with pytest.raises(sqlite3.OperationalError):
+        journal.set_paused("q", True)  # the dispatcher is paused already: keep the record
+    journal.put(_task(1), wait=True)
+    journal.close()
+    again = Journal(str(tmp_path))
+    again.open()
+    _, _, paused = again.load()
+    again.close()
+    assert paused == {"q": True}
