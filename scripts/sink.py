@@ -9,19 +9,23 @@ The sink itself (gevent.pywsgi, TCP_NODELAY, counts by X-Task-Id and by ``seq``)
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the entry point patches once, before anything imports socket
+    from gevent import monkey
+
+    monkey.patch_all()
+
 import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness.fastsink import NoDelayHandler, Sink, SinkStats  # noqa: E402,F401  (re-exported)
+from harness.fastsink import NoDelayHandler, Sink, SinkStats  # noqa: E402  (scripts/ is not a package)
+
+__all__ = ["NoDelayHandler", "Sink", "SinkStats", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a sink in the foreground and print a summary every few seconds (stderr)."""
-    from gevent import monkey
-
-    monkey.patch_all()
     import gevent
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])

@@ -16,7 +16,6 @@ The module does not monkey-patch; the program that imports it does that once.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import sys
 import time

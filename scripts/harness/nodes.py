@@ -100,7 +100,10 @@ class NodeProcess:
     ``env`` maps option names or ``MIYAMOTO_*`` names to values (e.g.
     ``{"replica_offset": 1}``); ``raw_env`` is passed verbatim; ``extra_args`` are
     appended to the command line; ``program`` replaces ``python -m miyamoto``.
-    ``data_dir`` defaults to ``<base_dir>/data-<id>`` (``":memory:"`` works).
+    ``data_dir`` defaults to ``<base_dir>/data-<id>`` (``":memory:"`` works). Without
+    ``address_flags`` the node takes its addresses and data dir from ``config`` (a
+    ``[node:ID]`` section), as ``scripts/cluster.py`` runs cluster.example.ini. With
+    ``output="pipe"`` its output is ``proc.stdout`` instead of the log file.
     """
 
     def __init__(self, base_dir: os.PathLike | str, node_id: str | None = None, *,
@@ -110,10 +113,15 @@ class NodeProcess:
                  env: Mapping[str, Any] | None = None, registry: ProcessRegistry | None = None,
                  with_cluster_flags: bool = True, raw_env: Mapping[str, str] | None = None,
                  inherit_miyamoto_env: bool = False, program: Sequence[str] = PROGRAM,
-                 cwd: str | os.PathLike | None = None, own_session: bool = False):
+                 cwd: str | os.PathLike | None = None, own_session: bool = False,
+                 address_flags: bool = True, output: str = "log"):
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        if http_port is None or cluster_port is None:
+        self.address_flags = address_flags
+        if output not in ("log", "pipe"):
+            raise ValueError(f"output is 'log' or 'pipe', not {output!r}")
+        self.output = output
+        if address_flags and (http_port is None or cluster_port is None):
             p1, p2 = free_ports(2)
             http_port = http_port or p1
             cluster_port = cluster_port or p2
@@ -158,9 +166,10 @@ class NodeProcess:
 
     # ------------------------------------------------------------ lifecycle
     def command(self) -> list[str]:
-        cmd = self.program + ["serve", "--node", self.node_id,
-                              "--http", self.http_addr, "--data-dir", self.data_dir]
-        if self.with_cluster_flags:
+        cmd = self.program + ["serve", "--node", self.node_id]
+        if self.address_flags:
+            cmd += ["--http", self.http_addr, "--data-dir", self.data_dir]
+        if self.address_flags and self.with_cluster_flags:
             cmd += ["--cluster", self.cluster_addr]
             if self.seeds:
                 cmd += ["--seeds", ",".join(self.seeds)]
@@ -176,14 +185,17 @@ class NodeProcess:
         if self.running:
             raise RuntimeError(f"node {self.node_id} is already running")
         self._close_log()
-        self._log_file = open(self.log_path, "ab")
         self.starts += 1
-        self._log_file.write(f"===== start #{self.starts}: {shlex.join(self.command())}\n".encode())
-        self._log_file.flush()
+        if self.output == "log":
+            self._log_file = open(self.log_path, "ab")
+            self._log_file.write(f"===== start #{self.starts}: {shlex.join(self.command())}\n"
+                                 .encode())
+            self._log_file.flush()
         extra: dict[str, Any] = {}
         if self.own_session:
             extra = {"start_new_session": True, "preexec_fn": _die_with_parent}
-        self.proc = subprocess.Popen(self.command(), stdout=self._log_file,
+        out = subprocess.PIPE if self.output == "pipe" else self._log_file
+        self.proc = subprocess.Popen(self.command(), stdout=out,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=self.environment(), cwd=self.cwd, **extra)
         self.paused = False
