@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .nodes import NodeProcess, plan_cluster, stop_all
+from .nodes import NodeProcess, ProcessRegistry, plan_cluster, stop_all
 from .sink import Sink
 from .traffic import Stream
 from .views import metrics, probe_view, wait_converged
@@ -81,9 +81,11 @@ class Fault:
 class Scenario:
     """Start a cluster and a sink; ``run()`` streams, injects the faults, drains, reports."""
 
-    def __init__(self, opts: Options, log: Callable[[str], None] = lambda m: None) -> None:
+    def __init__(self, opts: Options, log: Callable[[str], None] = lambda m: None,
+                 registry: ProcessRegistry | None = None) -> None:
         self.opts = opts
         self.log = log
+        self.registry = registry  # a test's: its nodes' logs go into a failure report
         self.seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
         self.rng = random.Random(self.seed)
         self.workdir = Path(opts.workdir or tempfile.mkdtemp(prefix=f"miyamoto-chaos-{opts.mode}-"))
@@ -111,7 +113,7 @@ class Scenario:
         ids = [chr(ord("a") + i) for i in range(o.nodes)]
         args = ["--replication", str(o.replication), "--log-level", o.log_level]
         self.nodes = plan_cluster(self.workdir, ids, extra_args=args, raw_env=o.node_env,
-                                  own_session=True)
+                                  own_session=True, registry=self.registry)
         for n in self.nodes:
             n.start()
         for n in self.nodes:
@@ -286,9 +288,12 @@ class Scenario:
             "lost": sum(1 for t in acked if t not in counts),
             "duplicates": extra,
             "duplicated_tasks": dup_tasks,
+            "duplicated_acknowledged": sum(1 for t in acked if counts.get(t, 0) > 1),
+            "duplicate_rate": round(dup_tasks / len(counts), 4) if counts else None,
             "deliveries": sum(counts.values()),
             "unacknowledged_delivered": sum(1 for t in counts if t not in acked),
-            "in_flight_at_faults": None if None in in_flight else sum(in_flight),
+            "in_flight_at_faults": sum(n for n in in_flight if n is not None),
+            "in_flight_unknown": in_flight.count(None),  # victims that did not answer /metrics
             "duplicates_before_faults": before_faults,
             "drain_s": drain,
             "elapsed_s": round(time.time() - self.t0, 1),

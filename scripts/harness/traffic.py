@@ -36,7 +36,7 @@ class Stream:
         self.request_timeout = request_timeout
         self.run = run
         self.acked: dict[str, int] = {}
-        self.sent = 0
+        self.sent = 0  # requests that got an answer or an error (not those cancelled at stop)
         self.errors = 0
         self.error_kinds: Counter = Counter()
         self._lock = threading.Lock()
@@ -71,7 +71,6 @@ class Stream:
                 break
             if self._stop.wait(max(0.0, due - time.monotonic())):
                 break
-            self.sent += 1
             self._lanes[seq % len(self.nodes)].submit(self._send, self.nodes[seq % len(self.nodes)], seq)
 
     def _session(self) -> requests.Session:
@@ -90,6 +89,7 @@ class Stream:
         except (requests.RequestException, ValueError) as e:
             task_id, kind = None, type(e).__name__
         with self._lock:
+            self.sent += 1
             if task_id:
                 self.acked[str(task_id)] = seq
             else:
