@@ -89,6 +89,7 @@ def _sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     opts, keep = parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
     scenario = Scenario(opts, log)
     report: dict = {}
     code = 0
