@@ -5,7 +5,9 @@
 
 Each [node:ID] section becomes one `miyamoto serve --config FILE --node ID` process;
 their output is prefixed with the node id. Ctrl-C (or SIGTERM) stops them all
-gracefully, then kills any that has not exited within the shutdown timeout.
+gracefully, then kills any that has not exited within the shutdown timeout. The
+processes are the shared harness's NodeProcess (scripts/harness), run with the
+config's own addresses instead of free ports.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import argparse
 import configparser
 import os
 import signal
-import subprocess
 import sys
+import tempfile
 import threading
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import NodeProcess, stop_all  # noqa: E402  (scripts/ is not a package)
 
 
 def node_ids(path: str) -> list[str]:
@@ -50,30 +54,23 @@ def main() -> int:
     if not ids:
         print(f"{args.config} has no [node:ID] sections", file=sys.stderr)
         return 2
-    procs: dict[str, subprocess.Popen] = {}
-    for node in ids:
-        procs[node] = subprocess.Popen(
-            [sys.executable, "-m", "miyamoto", "serve", "--config", args.config, "--node", node],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        threading.Thread(target=_pump, args=(node, procs[node].stdout), daemon=True).start()
+    config = os.path.abspath(args.config)
+    nodes = [NodeProcess(tempfile.gettempdir(), node, config=config, address_flags=False,
+                         output="pipe", inherit_miyamoto_env=True, cwd=os.getcwd())
+             for node in ids]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.is_set() and all(p.poll() is None for p in procs.values()):
+        for n in nodes:
+            n.start()
+            threading.Thread(target=_pump, args=(n.node_id, n.proc.stdout), daemon=True).start()
+        while not stop.is_set() and all(n.running for n in nodes):
             stop.wait(0.5)
     except KeyboardInterrupt:
         pass
-    for p in procs.values():
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + args.stop_timeout
-    for p in procs.values():
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-    return max((p.returncode or 0) for p in procs.values())
+    finally:
+        codes = stop_all(nodes, args.stop_timeout)
+    return max((c or 0) for c in codes.values())
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def cluster_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[
     ``n`` cluster addresses (itself included, as in cluster.example.ini), each with the
     fast test INI. With ``start`` they are started together and waited for (/readyz);
     with ``converge`` until all agree on one leader and the full roster."""
-    from helpers import free_ports, wait_converged
+    from helpers import plan_cluster, wait_converged
 
     made: list[str] = []
 
@@ -141,14 +141,9 @@ def cluster_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[
         ids = list(ids) if ids is not None else [chr(ord("a") + i) for i in range(n)]
         assert len(ids) == n and not set(ids) & set(made), ids
         made.extend(ids)
-        ports = free_ports(2 * n)
-        seeds = [f"tcp://127.0.0.1:{ports[2 * i + 1]}" for i in range(n)]
-        nodes = []
-        for i, node_id in enumerate(ids):
-            config = write_node_config(tmp_path / f"{node_id}.ini", options, queues)
-            nodes.append(NodeProcess(tmp_path, node_id, http_port=ports[2 * i],
-                                     cluster_port=ports[2 * i + 1], seeds=seeds,
-                                     config=config, registry=proc_registry))
+        nodes = plan_cluster(tmp_path, ids, registry=proc_registry)
+        for p in nodes:
+            p.config = write_node_config(tmp_path / f"{p.node_id}.ini", options, queues)
         if start:
             for p in nodes:
                 p.start()

@@ -1,0 +1,123 @@
+"""What a node says about itself: GET /cluster, /metrics, and waits on those answers.
+
+``http_get_json`` is a probe on a fresh stdlib connection to 127.0.0.1 (None on any
+failure), usable with or without gevent's monkey-patching and never through a proxy.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from .nodes import NodeProcess
+from .waits import LOCALHOST, HarnessError, NodeDied, wait_until
+
+
+def http_get(url: str, timeout: float = 2.0) -> bytes | None:
+    """GET from 127.0.0.1 on a fresh connection (None on any failure or non-200)."""
+    parts = urlsplit(url)
+    if parts.hostname != LOCALHOST:
+        raise ValueError(f"the harness only talks to {LOCALHOST}: {url}")
+    conn = http.client.HTTPConnection(LOCALHOST, parts.port, timeout=timeout)
+    try:
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+        resp = conn.getresponse()
+        body = resp.read()
+        return body if resp.status == 200 else None
+    except (OSError, http.client.HTTPException):  # a probe: any failure means "not there"
+        return None
+    finally:
+        conn.close()
+
+
+def http_get_json(url: str, timeout: float = 2.0) -> Any:
+    """GET a JSON document from 127.0.0.1 (None on any failure, non-200 or bad JSON)."""
+    body = http_get(url, timeout)
+    if body is None:
+        return None
+    try:
+        return json.loads(body) if body else {}
+    except ValueError:
+        return None
+
+
+def cluster_view(node: NodeProcess, timeout: float = 2.0) -> dict[str, Any]:
+    """GET /cluster on ``node`` (asserting 200)."""
+    r = node.get("/cluster", timeout=timeout)
+    assert r.status_code == 200, (r.status_code, r.text)
+    return r.json()
+
+
+def probe_view(node: NodeProcess, timeout: float = 2.0) -> dict[str, Any] | None:
+    """GET /cluster on ``node``, or None when it does not answer."""
+    view = http_get_json(node.url + "/cluster", timeout)
+    return view if isinstance(view, dict) else None
+
+
+def member_ids(view: Mapping[str, Any]) -> list[str]:
+    return sorted(m["id"] for m in view.get("members", []))
+
+
+def wait_converged(nodes: Sequence[NodeProcess], timeout: float = 15.0,
+                   expect: Iterable[str] | None = None) -> dict[str, Any]:
+    """Wait until every node's GET /cluster names the same leader (one of them), the same
+    term and the same members: the ids of ``nodes`` (or ``expect``). Returns one view."""
+    want = sorted(expect) if expect is not None else sorted(n.node_id for n in nodes)
+    last: dict[str, Any] = {}
+
+    def agreed() -> dict[str, Any] | None:
+        views = {}
+        for n in nodes:
+            if not n.running:
+                raise NodeDied(f"node {n.node_id} exited with {n.returncode}:\n{n.log_text(60)}")
+            views[n.node_id] = cluster_view(n)
+        last.clear()
+        last.update({k: (v.get("leader"), v.get("term"), v.get("version"), member_ids(v))
+                     for k, v in views.items()})
+        first = next(iter(views.values()))
+        if first.get("leader") not in want:
+            return None
+        for v in views.values():
+            if (v.get("leader"), v.get("term"), member_ids(v)) != \
+                    (first.get("leader"), first.get("term"), want):
+                return None
+        return first
+
+    try:
+        return wait_until(agreed, timeout, interval=0.05, what=f"cluster {want} to agree")
+    except NodeDied:
+        raise
+    except AssertionError as e:
+        raise HarnessError(f"{e}; last seen (leader, term, version, members): {last}") from None
+
+
+def metrics(node: NodeProcess, timeout: float = 2.0) -> dict[str, float] | None:
+    """The unlabelled ``miyamoto_*`` samples of a node's /metrics (prefix removed), or None."""
+    body = http_get(node.url + "/metrics", timeout)
+    if body is None:
+        return None
+    out: dict[str, float] = {}
+    for line in body.decode("utf-8", "replace").splitlines():
+        name, _, value = line.partition(" ")
+        if not name.startswith("miyamoto_") or "{" in name:
+            continue
+        try:
+            out[name.removeprefix("miyamoto_")] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def server_metrics(nodes: Sequence[NodeProcess]) -> dict[str, float]:
+    """``metrics`` of every node summed (``cluster_*`` gauges, one value per cluster, as
+    their maximum)."""
+    totals: dict[str, float] = {}
+    for node in nodes:
+        for key, number in (metrics(node) or {}).items():
+            if key.startswith("cluster_") and not key.endswith("_total"):
+                totals[key] = max(totals.get(key, number), number)
+            else:
+                totals[key] = totals.get(key, 0.0) + number
+    return {k: int(v) if v.is_integer() else v for k, v in sorted(totals.items())}
