@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from membership_sim import SafetyViolation, Sim, chaos_run, majority_run
+from miyamoto import messages as msgs
 from miyamoto import protocol
 from miyamoto.membership import (VERBS, Member, Membership, Roster, Send, Timing,
                                  majority)
@@ -90,6 +91,23 @@ def cluster_of(*names: str, now: float = 0.0) -> tuple[Wire, float]:
     assert all(n.roster == first.roster for n in wire.nodes.values())
     assert sorted(first.roster.ids()) == sorted(names)
     return wire, now
+
+
+_CLASSES = {Verb.JOIN: msgs.Join, Verb.HEARTBEAT: msgs.Heartbeat, Verb.ROSTER: msgs.RosterUpdate,
+            Verb.HEARTBEAT_ACK: msgs.HeartbeatAck, Verb.VOTE_REQUEST: msgs.VoteRequest,
+            Verb.VOTE: msgs.Vote, Verb.LEAVE: msgs.Leave, Verb.REDIRECT: msgs.Redirect}
+
+
+def payload(n: Membership, verb: Verb, **fields) -> dict:
+    """The payload of a message ``n`` could send now (fields override), built by its type."""
+    if verb is Verb.JOIN:
+        fields.setdefault("boot", tuple(sorted({n.me.cluster})))
+        fields.setdefault("fresh", True)
+    if verb in (Verb.HEARTBEAT, Verb.ROSTER):
+        fields.setdefault("roster", n.roster)
+    env = {"term": n.term, "inc": n.incarnation, "sender": n.me}
+    env.update({k: fields.pop(k) for k in list(fields) if k in env})
+    return _CLASSES[verb](**env, **fields).payload()
 
 
 def verbs(sends: list[Send]) -> list[Verb]:
@@ -208,7 +226,7 @@ def test_rejoin_is_idempotent():
     wire, now = cluster_of("a", "b", "c")
     a, c = wire.nodes["a"], wire.nodes["c"]
     before = a.roster
-    join = Send("a", "tcp://a:6000", Verb.JOIN, c._payload(Verb.JOIN))  # a late JOIN
+    join = Send("a", "tcp://a:6000", Verb.JOIN, payload(c, Verb.JOIN))  # a late JOIN
     [(_, answer)] = wire.deliver(c, [join], now)
     assert [(s.to, s.verb) for s in answer] == [("c", Verb.ROSTER)]
     assert a.roster == before
@@ -254,9 +272,7 @@ def test_only_one_roster_change_at_a_time():
 
 # ---------------------------------------------------------------------- election
 def _request(cand: Membership, term: int, rkey: tuple[int, int], **extra) -> dict:
-    p = cand._payload(Verb.VOTE_REQUEST, rterm=rkey[0], version=rkey[1], **extra)
-    p["term"] = term
-    return p
+    return payload(cand, Verb.VOTE_REQUEST, term=term, rterm=rkey[0], version=rkey[1], **extra)
 
 
 @pytest.mark.timeout(10)
@@ -297,13 +313,12 @@ def test_a_vote_counts_only_from_the_incarnation_in_the_roster():
     wire, now = cluster_of("a", "b", "c")
     a, b = wire.nodes["a"], wire.nodes["b"]
     a.step("b", Verb.HEARTBEAT_ACK,  # depose a, so that it campaigns
-           dict(b._payload(Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0),
-                term=a.term + 1), now)
+           payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0, term=a.term + 1), now)
     a._campaign(now)
     reborn = node("b", seeds=["a", "c"], seed=9, first_start=False)  # b, restarted
-    vote = dict(reborn._payload(Verb.VOTE, granted=True, fresh=False), term=a.term)
+    vote = payload(reborn, Verb.VOTE, granted=True, fresh=False, term=a.term)
     assert a.step("b", Verb.VOTE, vote, now) == [] and a.role == "candidate"
-    vote = dict(b._payload(Verb.VOTE, granted=True, fresh=False), term=a.term)
+    vote = payload(b, Verb.VOTE, granted=True, fresh=False, term=a.term)
     a.step("b", Verb.VOTE, vote, now)
     assert a.is_leader
 
@@ -312,7 +327,7 @@ def test_a_vote_counts_only_from_the_incarnation_in_the_roster():
 def test_absurd_terms_are_dropped():
     wire, now = cluster_of("a", "b")
     a, b = wire.nodes["a"], wire.nodes["b"]
-    ack = dict(b._payload(Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0), term=2**53 - 1)
+    ack = dict(payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0), term=2**53 - 1)
     assert a.step("b", Verb.HEARTBEAT_ACK, ack, now) == [] and a.is_leader
 
 
@@ -320,8 +335,7 @@ def test_absurd_terms_are_dropped():
 def test_a_higher_term_makes_the_leader_step_down():
     wire, now = cluster_of("a", "b", "c")
     a, b = wire.nodes["a"], wire.nodes["b"]
-    ack = b._payload(Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0)
-    ack["term"] = a.term + 5
+    ack = payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0, term=a.term + 5)
     assert a.step("b", Verb.HEARTBEAT_ACK, ack, now) == []
     assert a.role == "follower" and not a.is_leader and a.term == ack["term"]
     assert a.leader is None
@@ -333,8 +347,7 @@ def test_a_candidate_yields_to_the_leader_of_its_term():
     a, c = wire.nodes["a"], wire.nodes["c"]
     c._campaign(now)  # c times out and campaigns (its requests are lost)
     assert c.role == "candidate"
-    hb = a._payload(Verb.HEARTBEAT, roster=a._roster_payload)
-    hb["term"] = c.term  # a won that term
+    hb = payload(a, Verb.HEARTBEAT, term=c.term)  # a won that term
     out = c.step("a", Verb.HEARTBEAT, hb, now)
     assert c.role == "follower" and c.leader == "a" and verbs(out) == [Verb.HEARTBEAT_ACK]
 
@@ -390,8 +403,8 @@ def test_a_cut_off_follower_does_not_depose_the_leader_when_it_comes_back():
 def test_a_roster_must_come_from_its_leader():
     wire, now = cluster_of("a", "b", "c")
     b, c = wire.nodes["b"], wire.nodes["c"]
-    forged = dict(c._roster_payload, version=c.roster.version + 5)  # names a as leader
-    hb = b._payload(Verb.HEARTBEAT, roster=forged)
+    forged = dict(c.roster.to_payload(), version=c.roster.version + 5)  # names a as leader
+    hb = dict(payload(b, Verb.HEARTBEAT), roster=forged)
     assert c.step("b", Verb.HEARTBEAT, hb, now) == []
     assert c.roster.version == forged["version"] - 5
 
@@ -541,8 +554,9 @@ def _targets() -> dict[str, Membership]:
     joining = node("n1", seeds=["n0", "n2"], seed=3)
     joining.tick(0.0)
     booting = node("n2", seeds=["n0", "n1"], seed=4)
-    booting._peers = {"tcp://n0:6000": (0.0, True, 0), "tcp://n1:6000": (0.0, True, 0)}
-    booting._boot_at = 0.0
+    for peer in ("n0", "n1"):  # fellow joiners heard, and the bootstrap due
+        booting._boot.heard_joiner(f"tcp://{peer}:6000", booting._boot.boot, True, 0, 0.0)
+    booting._boot.at = 0.0
     booting.tick(0.5)
     return {"leader": wire.nodes["n0"], "follower": wire.nodes["n1"], "candidate": cand,
             "joining": joining, "bootstrapping": booting}
