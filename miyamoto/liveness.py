@@ -27,7 +27,7 @@ Stalls
 
 from __future__ import annotations
 
-from miyamoto.roster import Timing
+from miyamoto.roster import Roster, Timing
 
 
 class Liveness:
@@ -138,3 +138,30 @@ class Liveness:
     def follows(self, now: float) -> bool:
         """Follower: heard our leader within the failure timeout."""
         return now - self.beat_at <= self._t.failure_timeout
+
+    # ----------------------------------------------------------- what we report
+    def in_contact(self, r: Roster, role: str, leader: str | None, now: float) -> bool:
+        """``Membership.in_contact`` for a node in ``r`` (the rules are stated there)."""
+        if role == "leader" and len(r.members) == 1:
+            return True
+        if self.stalled:
+            return False
+        if role == "leader":
+            return len(self.hears(r.ids(), now)) >= r.quorum()
+        if role != "follower" or leader is None or not self.follows(now):
+            return False
+        heard = self.leader_heard
+        return heard is None or len(heard & set(r.ids())) >= r.quorum()
+
+    def reachable(self, r: Roster, role: str, leader: str | None,
+                  now: float) -> frozenset[str]:
+        """``Membership.reachable`` (the rules are stated there)."""
+        me = frozenset({self._me})
+        ids = r.ids()
+        if self.stalled and len(ids) > 1:
+            return me
+        if role == "leader":
+            return self.hears(ids, now) | me
+        if role == "follower" and leader is not None and self.follows(now):
+            return (self.leader_heard or frozenset()) & set(ids) | me | {leader}
+        return me

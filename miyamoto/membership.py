@@ -93,12 +93,13 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from miyamoto import messages as msgs
 from miyamoto.bootstrap import Bootstrap
 from miyamoto.changes import RosterChanges
+from miyamoto.election import Electing
+from miyamoto.leadership import Leading
 from miyamoto.liveness import Liveness
 from miyamoto.protocol import DecodeError, Verb
 from miyamoto.roster import EMPTY, MAX_TERM, Member, Roster, Send, Timing, majority
@@ -114,7 +115,7 @@ VERBS = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
 JOINING, FOLLOWER, CANDIDATE, LEADER, LEFT = "joining", "follower", "candidate", "leader", "left"
 
 
-class Membership:
+class Membership(Leading, Electing):
     """Membership and election for one node. See the module docstring for the rules.
 
     The I/O layer must:
@@ -217,47 +218,24 @@ class Membership:
     def in_contact(self, now: float) -> bool:
         """Whether this node currently hears a majority of its roster: the delivery lease.
 
-        Alone in its roster (and leading it): True. Otherwise False while back from a
-        stall and not yet heard from a current majority, and else: a leader needs acks,
-        from a quorum of its roster (itself counted), to heartbeats it sent within
-        ``failure_timeout``; a follower needs a heartbeat from its leader within
-        ``failure_timeout`` whose ``heard`` list (when the leader sends one) is a quorum.
-        A joining node, a candidate, and a node outside its roster: False. A node that
-        is not in contact should start nothing that a majority may do in its place.
+        Alone in its roster (and leading it): True. Back from a stall and not yet heard
+        from a current majority: False. Else a leader needs acks, from a quorum of its
+        roster (itself counted), to heartbeats it sent within ``failure_timeout``; a
+        follower, a heartbeat from its leader within ``failure_timeout`` whose ``heard``
+        list (when sent) is a quorum. Joining, candidate, not in the roster: False.
         """
-        r = self._roster
-        if not r.has(self._me.id, self._inc):
-            return False
-        if self._role == LEADER and len(r.members) == 1:
-            return True
-        if self._live.stalled:
-            return False
-        if self._role == LEADER:
-            return len(self._live.hears(r.ids(), now)) >= r.quorum()
-        if self._role != FOLLOWER or self._leader is None or not self._live.follows(now):
-            return False
-        heard = self._live.leader_heard
-        return heard is None or len(heard & set(r.ids())) >= r.quorum()
+        member = self._roster.has(self._me.id, self._inc)
+        return member and self._live.in_contact(self._roster, self._role, self._leader, now)
 
     def reachable(self, now: float) -> frozenset[str]:
         """Member ids this node believes it can reach now (itself always).
 
         A leader: the members that acked a heartbeat it sent within ``failure_timeout``.
         A follower that heard its leader within ``failure_timeout``: the leader and the
-        ids its last heartbeat listed as heard (the leader alone, if it listed none).
-        Back from a stall, or otherwise out of touch: only itself — what it knew is
-        stale, and an unreachable member is the safe guess.
+        ids its last heartbeat listed as heard. Back from a stall, or out of touch: only
+        itself (what it knew is stale; unreachable is the safe guess).
         """
-        me = frozenset({self._me.id})
-        ids = self._roster.ids()
-        if self._live.stalled and len(ids) > 1:
-            return me
-        if self._role == LEADER:
-            return self._live.hears(ids, now) | me
-        if self._role == FOLLOWER and self._leader is not None and self._live.follows(now):
-            heard = self._live.leader_heard or frozenset()
-            return (heard & set(ids)) | me | {self._leader}
-        return me
+        return self._live.reachable(self._roster, self._role, self._leader, now)
 
     def next_deadline(self) -> float:
         """The earliest time at which ``tick`` has something to do (at most a heartbeat
@@ -291,25 +269,6 @@ class Membership:
             return out
         return []
 
-    def _lead_tick(self, now: float) -> list[Send]:
-        r = self._roster
-        self._live.recover_as_leader(r.ids(), r.quorum())
-        out: list[Send] = []
-        if now >= self._heartbeat_at:
-            self._heartbeat_at = now + self._t.heartbeat_interval
-            out += self._broadcast(msgs.Heartbeat, now)
-        if self._changes.config_dead(r, leader=True):
-            return out + self._abandon(now)
-        out += self._next_change(now)
-        r = self._roster
-        heard = sum(1 for m in r.members if not self._live.silent(m.id, now))
-        if heard < r.quorum():  # CheckQuorum
-            log.warning("term %d: heard %d of %d members within %.1fs: stepping down",
-                        self._term, heard, len(r.members), self._t.failure_timeout)
-            self._role, self._leader = FOLLOWER, None
-            self._reset_election(now)
-        return out
-
     def step(self, sender: str, verb: Verb, payload: dict, now: float) -> list[Send]:
         """Handle one message. Never raises on what a peer sent: bad input is dropped."""
         if self._role == LEFT or not isinstance(verb, str) or verb not in VERBS:
@@ -327,7 +286,7 @@ class Membership:
             self._changes.saw_join(sender, msg.inc)
         if self._roster.has(sender, msg.inc):
             self._live.heard[sender] = now
-        return self._HANDLERS[verb](self, msg, now)
+        return getattr(self, self._HANDLERS[verb])(msg, now)
 
     def leave(self, now: float) -> list[Send]:
         """Graceful stop. After this the node ignores everything."""
@@ -335,17 +294,7 @@ class Membership:
         if role in (FOLLOWER, CANDIDATE) and self._leader is not None:
             leader = self._roster.get(self._leader)
             return [self._to(leader, msgs.Leave(**self._env()))] if leader else []
-        r = self._roster
-        if (role != LEADER or len(r.members) == 1 or self._live.stalled
-                or not self._changes.committed(r)):
-            return []
-        # Hand over: a roster without me, and the best-acknowledged member campaigns now.
-        successor = self._changes.successor(r, self._live.heard)
-        rest = [(m, i) for m, i in r.pairs() if m.id != self._me.id]
-        self._roster = Roster(r.version + 1, self._term, None, tuple(m for m, _ in rest),
-                              tuple(i for _, i in rest))
-        return [self._to(m, msgs.RosterUpdate(**self._env(), roster=self._roster,
-                                              elect=successor.id)) for m, _ in rest]
+        return self._hand_over(now) if role == LEADER else []
 
     def _observe(self, now: float) -> None:
         gap = self._live.observe(now)
@@ -363,14 +312,7 @@ class Membership:
     # ------------------------------------------------------------------ handlers
     def _on_join(self, m: msgs.Join, now: float) -> list[Send]:
         if self._role == LEADER:
-            who = m.sender
-            if who.id == self._me.id:
-                return []
-            if self._roster.has(who.id, m.inc):  # already in: rejoin is idempotent
-                return [self._to(who, self._leader_msg(msgs.RosterUpdate, who, m.inc, now))]
-            self._changes.ask_in(who, m.inc, now + max(3 * self._t.join_retry,
-                                                       self._t.failure_timeout))
-            return self._next_change(now)
+            return self._on_join_as_leader(m, now)
         if self._role == JOINING:
             self._boot.heard_joiner(m.sender.cluster, m.boot, m.fresh, m.term, now)
             return []
@@ -436,198 +378,16 @@ class Membership:
         elif self._role != JOINING:  # removed from the cluster
             self._become_joining(now)
 
-    def _on_ack(self, m: msgs.HeartbeatAck, now: float) -> list[Send]:
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-            return []
-        if self._role != LEADER or m.term != self._term or not m.ok:
-            return []
-        if not self._roster.has(m.sender.id, m.inc):
-            return []
-        self._changes.ack(m.voter, m.key)
-        self._live.acked(m.voter, m.round, m.seq)
-        r = self._roster
-        self._live.recover_as_leader(r.ids(), r.quorum())
-        return self._next_change(now)
-
-    def _on_vote_request(self, m: msgs.VoteRequest, now: float) -> list[Send]:
-        if m.boot is not None:
-            return self._on_boot_vote_request(m, now)
-        # A joining node votes too: it may be in the candidate's roster without knowing
-        # it yet (admitted, but the roster was lost with the leader that made it).
-        member = self._roster.has(m.sender.id, m.inc)
-        sticky = self._role == LEADER or (
-            self._leader is not None
-            and now - self._leader_contact < self._t.election_timeout_min)
-        if sticky and not m.transfer:
-            return [] if member else self._redirect(m.sender)
-        if m.pre:  # changes nothing here: would we vote for it in its next term?
-            grant = m.term + 1 > self._term and m.key >= self._roster.key
-            return [self._to(m.sender, msgs.Vote(**self._env(), granted=grant, pre=True,
-                                                 fresh=self._fresh))]
-        if m.term < self._term:
-            return [self._vote(m.sender, False)]
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-        grant = self._voted_for in (None, m.voter) and m.key >= self._roster.key
-        if grant:
-            self._voted_for = m.voter
-            self._prevotes = None  # we back this candidate: no campaign of our own
-            self._reset_election(now)
-        return [self._vote(m.sender, grant)]
-
-    def _on_boot_vote_request(self, m: msgs.VoteRequest, now: float) -> list[Send]:
-        if self._role != JOINING:
-            return self._redirect(m.sender)  # a cluster exists: join it
-        if m.term < self._term:
-            return [self._vote(m.sender, False)]
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-        grant = self._voted_for in (None, m.voter) and self._boot.may_grant(m.boot, now)
-        if grant:
-            self._voted_for = m.voter
-            self._boot.granted(now)
-        return [self._vote(m.sender, grant)]
-
-    def _on_vote(self, m: msgs.Vote, now: float) -> list[Send]:
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-            return []
-        if m.pre:  # the voter's term may be older than ours: that is why it would vote
-            if (m.granted and self._prevotes is not None
-                    and self._roster.has(m.sender.id, m.inc)):
-                self._prevotes.add(m.sender.id)
-                if len(self._prevotes) >= self._roster.quorum():
-                    return self._campaign(now)
-            return []
-        if m.term != self._term or not m.granted:
-            return []
-        if self._role == CANDIDATE:
-            if self._roster.has(m.sender.id, m.inc):
-                self._votes.add(m.sender.id)
-                if len(self._votes) >= self._roster.quorum():
-                    return self._win(now)
-            return []
-        if self._role == JOINING:
-            first = self._boot.vote(m.sender, m.inc, m.fresh, self._term)
-            if first is not None:
-                return self._take_lead(now, first)
-        return []
-
-    def _on_leave(self, m: msgs.Leave, now: float) -> list[Send]:
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-            return []
-        if self._role == LEADER and self._roster.has(m.sender.id, m.inc):
-            self._changes.leaving.add(m.sender.id)
-            return self._next_change(now)
-        return []
-
-    _HANDLERS: dict[Verb, Callable[[Any, Any, float], list[Send]]] = {
-        Verb.JOIN: _on_join,
-        Verb.REDIRECT: _on_redirect,
-        Verb.ROSTER: _on_leader,
-        Verb.HEARTBEAT: _on_leader,
-        Verb.HEARTBEAT_ACK: _on_ack,
-        Verb.VOTE_REQUEST: _on_vote_request,
-        Verb.VOTE: _on_vote,
-        Verb.LEAVE: _on_leave,
+    _HANDLERS = {  # handlers here and in Electing and Leading
+        Verb.JOIN: "_on_join",
+        Verb.REDIRECT: "_on_redirect",
+        Verb.ROSTER: "_on_leader",
+        Verb.HEARTBEAT: "_on_leader",
+        Verb.HEARTBEAT_ACK: "_on_ack",
+        Verb.VOTE_REQUEST: "_on_vote_request",
+        Verb.VOTE: "_on_vote",
+        Verb.LEAVE: "_on_leave",
     }
-
-    # ----------------------------------------------------------------- elections
-    def _start_election(self, now: float, transfer: bool = False) -> list[Send]:
-        """Election timeout: first a pre-vote (Raft thesis §9.6), then the election.
-
-        The pre-vote asks "would you vote for me in term+1?" without bumping any term,
-        so a node that was cut off, or removed, cannot depose a healthy leader when it
-        comes back. A handover (``transfer``) skips it.
-        """
-        if not self._roster.has(self._me.id, self._inc):
-            return []
-        if self._changes.config_dead(self._roster, leader=False):
-            return self._abandon(now)
-        self._reset_election(now)
-        if not transfer and self._roster.quorum() > 1:
-            self._prevotes = {self._me.id}
-            return self._solicit(now)
-        return self._campaign(now, transfer)
-
-    def _campaign(self, now: float, transfer: bool = False) -> list[Send]:
-        self._prevotes = None
-        self._term += 1
-        self._role, self._leader = CANDIDATE, None
-        self._voted_for = (self._me.id, self._inc)
-        self._votes = {self._me.id}
-        self._transfer = transfer
-        self._reset_election(now)
-        if len(self._votes) >= self._roster.quorum():
-            return self._win(now)
-        return self._solicit(now)
-
-    def _solicit(self, now: float) -> list[Send]:
-        """(Re)send the vote requests of the election under way to those not yet for us.
-
-        Resent every heartbeat interval until the election ends: on a lossy network one
-        lost request or answer must not cost a whole election timeout.
-        """
-        r = self._roster
-        self._resend_at = now + self._t.heartbeat_interval
-        if self._prevotes is not None:
-            req = msgs.VoteRequest(**self._env(), rterm=r.term, version=r.version, pre=True)
-            return [self._to(m, req) for m in r.members if m.id not in self._prevotes]
-        if self._role == CANDIDATE:
-            req = msgs.VoteRequest(**self._env(), rterm=r.term, version=r.version,
-                                   transfer=self._transfer)
-            return [self._to(m, req) for m in r.members if m.id not in self._votes]
-        if self._role == JOINING and self._boot.running:
-            p = msgs.VoteRequest(**self._env(), rterm=0, version=0, boot=self._boot.boot,
-                                 fresh=self._fresh).payload()
-            return [Send(None, a, Verb.VOTE_REQUEST, p) for a in self._boot.unasked()]
-        self._resend_at = float("inf")
-        return []
-
-    def _win(self, now: float) -> list[Send]:
-        r = self._roster
-        return self._take_lead(now, replace(r, version=r.version + 1, term=self._term,
-                                            leader=self._me.id))
-
-    def _bootstrap(self, now: float) -> list[Send]:
-        """Start a bootstrap election if enough of the seed set is up and rosterless."""
-        term = self._boot.start(now, self._fresh, self._inc, self._term)
-        if term is None:
-            return []
-        self._term = term
-        self._voted_for = (self._me.id, self._inc)
-        return self._solicit(now)
-
-    def _take_lead(self, now: float, roster: Roster) -> list[Send]:
-        self._role, self._leader = LEADER, self._me.id
-        self._prevotes = None
-        self._had_roster = True
-        self._roster = roster
-        self._changes.reset()
-        self._live.lead(roster.ids(), now)
-        self._heartbeat_at = now + self._t.heartbeat_interval
-        return self._broadcast(msgs.Heartbeat, now)
-
-    # ------------------------------------------------------------- leader duties
-    def _next_change(self, now: float) -> list[Send]:
-        """Make the next membership change: as leader, committed, and not stale."""
-        if self._role != LEADER or self._live.stalled:
-            return []
-        change = self._changes.next_change(self._roster, self._term, now,
-                                           lambda i: self._live.silent(i, now))
-        if change is None:
-            return []
-        self._roster = change.roster
-        out = self._broadcast(msgs.RosterUpdate, now)
-        if change.removed is not None:
-            self._live.removed(change.removed.id)
-            out.append(self._to(change.removed, msgs.RosterUpdate(**self._env(),
-                                                                  roster=self._roster)))
-        if change.admitted is not None:
-            self._live.admitted(change.admitted, now)
-        return out
 
     def _abandon(self, now: float) -> list[Send]:
         log.warning("roster v%d can never reach quorum again: rejoining from scratch",
@@ -676,22 +436,6 @@ class Membership:
 
     def _join_msg(self) -> msgs.Join:
         return msgs.Join(**self._env(), boot=self._boot.boot, fresh=self._fresh)
-
-    def _leader_msg(self, cls: type[msgs.Heartbeat] | type[msgs.RosterUpdate], to: Member,
-                    inc: str, now: float, round_: int | None = None,
-                    heard: tuple[str, ...] | None = None) -> Any:
-        if heard is None:
-            heard = tuple(sorted(self.reachable(now)))
-        return cls(**self._env(), roster=self._roster, round=round_, heard=heard,
-                   echo=self._live.echo_for((to.id, inc)))
-
-    def _broadcast(self, cls: type[msgs.Heartbeat] | type[msgs.RosterUpdate],
-                   now: float) -> list[Send]:
-        """The roster to every other member, in one numbered round (see liveness)."""
-        round_ = self._live.next_round(now)
-        heard = tuple(sorted(self.reachable(now)))
-        return [self._to(m, self._leader_msg(cls, m, inc, now, round_, heard))
-                for m, inc in self._roster.pairs() if m.id != self._me.id]
 
     def _ack(self, to: Member, ok: bool, round_: int | None = None) -> Send:
         r = self._roster

@@ -51,6 +51,7 @@ class Node:
     settled: bool = False  # in contact after that resume, rightly: no need to check more
     fresh: set = field(default_factory=set)  # senders heard with a message sent after it
     last_roster: Roster = EMPTY  # the roster after its previous event
+    deadline: float = 0.0  # its next_deadline() after its previous event
 
 
 @dataclass(order=True)
@@ -199,7 +200,7 @@ class Sim:
                     self.resume(nid, tick_first=tick_first)
             for nd in self.nodes.values():
                 if (nd.proc is not None and not nd.paused
-                        and nd.proc.next_deadline() <= self.now):
+                        and nd.deadline <= self.now):
                     self._after(nd, nd.proc.tick(self.now))
             if until is not None and until(self):
                 return True
@@ -229,6 +230,7 @@ class Sim:
         if nd.resumed_at is not None:
             self._check_resumed(nd, proc)
         nd.last_roster = proc.roster
+        nd.deadline = proc.next_deadline()  # it changes only when the node acts
         for s in sends:
             if s.verb is Verb.VOTE and s.payload.get("granted"):
                 key = (s.payload["term"], s.to)
