@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING
 
 from miyamoto import messages as msgs
 from miyamoto.protocol import Verb
-from miyamoto.roster import Member, Roster, Send, Timing
+from miyamoto.roster import CANDIDATE, JOINING, LEADER, Member, Roster, Send, Timing
 
 if TYPE_CHECKING:
     from miyamoto.bootstrap import Bootstrap
     from miyamoto.changes import RosterChanges
     from miyamoto.liveness import Liveness
-
-JOINING, FOLLOWER, CANDIDATE, LEADER, LEFT = "joining", "follower", "candidate", "leader", "left"
 
 
 class Electing:

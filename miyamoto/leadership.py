@@ -14,16 +14,14 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from miyamoto import messages as msgs
-from miyamoto.roster import Member, Roster, Send, Timing
+from miyamoto.roster import FOLLOWER, LEADER, Member, Roster, Send, Timing
 
 if TYPE_CHECKING:
     from miyamoto.bootstrap import Bootstrap
     from miyamoto.changes import RosterChanges
     from miyamoto.liveness import Liveness
 
-log = logging.getLogger("miyamoto.membership")
-
-FOLLOWER, LEADER = "follower", "leader"
+log = logging.getLogger(__name__)
 
 
 class Leading:

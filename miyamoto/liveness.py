@@ -27,7 +27,7 @@ Stalls
 
 from __future__ import annotations
 
-from miyamoto.roster import Roster, Timing
+from miyamoto.roster import FOLLOWER, LEADER, Roster, Timing
 
 
 class Liveness:
@@ -142,13 +142,13 @@ class Liveness:
     # ----------------------------------------------------------- what we report
     def in_contact(self, r: Roster, role: str, leader: str | None, now: float) -> bool:
         """``Membership.in_contact`` for a node in ``r`` (the rules are stated there)."""
-        if role == "leader" and len(r.members) == 1:
+        if role == LEADER and len(r.members) == 1:
             return True
         if self.stalled:
             return False
-        if role == "leader":
+        if role == LEADER:
             return len(self.hears(r.ids(), now)) >= r.quorum()
-        if role != "follower" or leader is None or not self.follows(now):
+        if role != FOLLOWER or leader is None or not self.follows(now):
             return False
         heard = self.leader_heard
         return heard is None or len(heard & set(r.ids())) >= r.quorum()
@@ -160,8 +160,8 @@ class Liveness:
         ids = r.ids()
         if self.stalled and len(ids) > 1:
             return me
-        if role == "leader":
+        if role == LEADER:
             return self.hears(ids, now) | me
-        if role == "follower" and leader is not None and self.follows(now):
+        if role == FOLLOWER and leader is not None and self.follows(now):
             return (self.leader_heard or frozenset()) & set(ids) | me | {leader}
         return me

@@ -9,8 +9,10 @@ loss, delay, partitions, pauses, crashes and restarts in seconds.
 
 Its parts, one role each: ``miyamoto.roster`` (the values), ``miyamoto.messages`` (the
 typed messages), ``miyamoto.bootstrap`` (how nodes started together form one cluster),
-``miyamoto.changes`` (the leader's roster changes), ``miyamoto.liveness`` (who is heard,
-and stalls). This module holds the roles, terms, votes and elections.
+``miyamoto.election`` (votes asked, given and counted), ``miyamoto.leadership`` (what a
+leader does), ``miyamoto.changes`` (which roster change comes next), ``miyamoto.liveness``
+(who is heard, and stalls). This module holds the node's state, its inputs (``tick``,
+``step``, ``leave``), what it reports, and what a follower does.
 
 The rules, and why each is there:
 
@@ -102,7 +104,8 @@ from miyamoto.election import Electing
 from miyamoto.leadership import Leading
 from miyamoto.liveness import Liveness
 from miyamoto.protocol import DecodeError, Verb
-from miyamoto.roster import EMPTY, MAX_TERM, Member, Roster, Send, Timing, majority
+from miyamoto.roster import (CANDIDATE, EMPTY, FOLLOWER, JOINING, LEADER, LEFT, MAX_TERM,
+                             Member, Roster, Send, Timing, majority)
 
 __all__ = ["VERBS", "MAX_TERM", "Member", "Membership", "Roster", "Send", "Timing",
            "EMPTY", "majority"]
@@ -112,7 +115,6 @@ log = logging.getLogger(__name__)
 VERBS = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
                    Verb.HEARTBEAT_ACK, Verb.VOTE_REQUEST, Verb.VOTE, Verb.LEAVE})
 
-JOINING, FOLLOWER, CANDIDATE, LEADER, LEFT = "joining", "follower", "candidate", "leader", "left"
 
 
 class Membership(Leading, Electing):

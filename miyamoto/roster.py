@@ -16,6 +16,9 @@ from miyamoto.protocol import DecodeError, Verb
 
 MAX_TERM = 2**52  # a peer's term beyond this is absurd: adopting it would wedge us
 
+# a node's roles in membership
+JOINING, FOLLOWER, CANDIDATE, LEADER, LEFT = "joining", "follower", "candidate", "leader", "left"
+
 
 def majority(n: int) -> int:
     return n // 2 + 1
