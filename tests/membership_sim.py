@@ -5,12 +5,21 @@ its own (randomly delayed) time. The network loses messages at a settable rate, 
 into partitions, and drops whatever is sent to a crashed node. A crash throws the
 node's ``Membership`` away; a restart builds a fresh one with the same id and address
 (``first_start=False``, as the node does when its data directory already exists).
-Every message goes through ``protocol.encode``/``decode``, so payloads must be real JSON.
+A pause (SIGSTOP, a VM freeze) stops a node: it neither ticks nor steps, and what is
+sent to it waits in its inbox; on resume it gets a tick and its inbox, in either order,
+all at the resume time. Every message goes through ``protocol.encode``/``decode``, so
+payloads must be real JSON.
 
-While it runs, the simulator checks election safety after every event: two different
-leaders in one term is a violation unless every process that voted for the first one
-has since crashed (without stable storage nobody remembers such a term; see the
-``membership`` docstring). It records those harmless reuses in ``forgotten_terms``.
+While it runs, the simulator checks after every event:
+
+* election safety: two different leaders in one term is a violation unless every
+  process that voted for the first one has since crashed (without stable storage
+  nobody remembers such a term; see the ``membership`` docstring). It records those
+  harmless reuses in ``forgotten_terms``;
+* a node back from a pause acts on nothing stale: until it has processed messages
+  *sent after its resume* from a quorum of its roster (itself counted), it makes no
+  roster change (admission or removal), and it reports ``in_contact`` only once it has
+  heard so from a quorum (a leader) or from its leader (a follower).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 
 from miyamoto import protocol
-from miyamoto.membership import VERBS, Member, Membership, Send, Timing
+from miyamoto.membership import EMPTY, VERBS, Member, Membership, Roster, Send, Timing
 from miyamoto.protocol import Verb
 
 
@@ -35,6 +44,14 @@ class Node:
     proc: Membership | None = None
     generation: int = 0  # bumped at every (re)start: identifies the process
     started: bool = False
+    paused: bool = False
+    inbox: list = field(default_factory=list)  # what arrived while paused
+    resumed_at: float | None = None  # the last resume, after a pause beyond Timing.stall
+    paused_at: float = 0.0
+    settled: bool = False  # in contact after that resume, rightly: no need to check more
+    fresh: set = field(default_factory=set)  # senders heard with a message sent after it
+    last_roster: Roster = EMPTY  # the roster after its previous event
+    deadline: float = 0.0  # its next_deadline() after its previous event
 
 
 @dataclass(order=True)
@@ -44,6 +61,7 @@ class _Msg:
     src: str = field(compare=False)
     dst: str = field(compare=False)
     frames: list = field(compare=False)
+    sent: float = field(compare=False, default=0.0)
 
 
 class Sim:
@@ -65,6 +83,7 @@ class Sim:
         self.by_address = {nd.member.cluster: nd.id for nd in self.nodes.values()}
         self.seeds = sorted(self.by_address)
         self.queue: list[_Msg] = []
+        self.resumes: list[tuple[float, str, bool]] = []  # (at, node id, tick first)
         self.seq = 0
         self.delivered = 0
         # safety bookkeeping
@@ -80,17 +99,58 @@ class Sim:
             first_start = not nd.started
         nd.generation += 1
         nd.started = True
+        self._forget(nd)
         nd.proc = self.membership(nd.member, self.seeds, self.timing,
                              random.Random(self.rng.getrandbits(64)), self.now,
                              first_start=first_start)
         self._after(nd, nd.proc.tick(self.now))
 
     def crash(self, node_id: str) -> None:
-        self.nodes[node_id].proc = None
+        nd = self.nodes[node_id]
+        nd.proc = None
+        self._forget(nd)
+
+    def _forget(self, nd: Node) -> None:
+        nd.paused, nd.inbox, nd.resumed_at, nd.fresh = False, [], None, set()
+        nd.settled = False
+        nd.last_roster = EMPTY
+        self.resumes = [r for r in self.resumes if r[1] != nd.id]
+
+    def pause(self, node_id: str, duration: float | None = None, *,
+              tick_first: bool = True) -> None:
+        """Stop a node (its inbox fills); resume it after ``duration``, if given."""
+        nd = self.nodes[node_id]
+        if nd.proc is None or nd.paused:
+            return
+        nd.paused, nd.paused_at = True, self.now
+        if duration is not None:
+            self.resumes.append((self.now + duration, node_id, tick_first))
+
+    def resume(self, node_id: str, *, tick_first: bool = True) -> None:
+        """Wake a paused node: a tick and its inbox (in the order asked), all at ``now``."""
+        nd = self.nodes[node_id]
+        self.resumes = [r for r in self.resumes if r[1] != node_id]
+        if nd.proc is None or not nd.paused:
+            return
+        # A shorter pause looks like a busy loop to the node: the rule is not for it.
+        long = self.now - nd.paused_at > self.timing.stall
+        nd.paused, nd.fresh, nd.settled = False, set(), False
+        nd.resumed_at = self.now if long else None
+        inbox, nd.inbox = nd.inbox, []
+        if tick_first:
+            self._after(nd, nd.proc.tick(self.now))
+        for msg in inbox:
+            if nd.proc is not None and not nd.paused:
+                self._step(nd, msg, self.now)
+        if not tick_first and nd.proc is not None:
+            self._after(nd, nd.proc.tick(self.now))
+
+    def paused(self) -> list[Node]:
+        return [nd for nd in self.nodes.values() if nd.paused]
 
     def leave(self, node_id: str) -> None:
         nd = self.nodes[node_id]
-        if nd.proc is not None:
+        if nd.proc is not None and not nd.paused:
             self._after(nd, nd.proc.leave(self.now))
 
     def alive(self) -> list[Node]:
@@ -122,7 +182,7 @@ class Sim:
             return
         self.seq += 1
         heapq.heappush(self.queue, _Msg(self.now + self.rng.uniform(*self.delay),
-                                        self.seq, src, dst, frames))
+                                        self.seq, src, dst, frames, self.now))
 
     # --------------------------------------------------------------------- time
     def run(self, duration: float, until=None) -> bool:
@@ -135,8 +195,12 @@ class Sim:
                 self.now = max(self.now, msg.at)
                 self._deliver(msg)
             self.now = step_end
+            for at, nid, tick_first in sorted(self.resumes):
+                if at <= self.now:
+                    self.resume(nid, tick_first=tick_first)
             for nd in self.nodes.values():
-                if nd.proc is not None and nd.proc.next_deadline() <= self.now:
+                if (nd.proc is not None and not nd.paused
+                        and nd.deadline <= self.now):
                     self._after(nd, nd.proc.tick(self.now))
             if until is not None and until(self):
                 return True
@@ -146,14 +210,27 @@ class Sim:
         nd = self.nodes[msg.dst]
         if nd.proc is None or not self._connected(msg.src, msg.dst):
             return
+        if nd.paused:
+            nd.inbox.append(msg)
+            return
+        self._step(nd, msg, msg.at)
+
+    def _step(self, nd: Node, msg: _Msg, now: float) -> None:
+        assert nd.proc is not None
         verb, payload = protocol.decode(msg.frames)
         assert verb in VERBS
         self.delivered += 1
-        self._after(nd, nd.proc.step(msg.src, verb, payload, msg.at))
+        if nd.resumed_at is not None and msg.sent > nd.resumed_at:
+            nd.fresh.add(msg.src)
+        self._after(nd, nd.proc.step(msg.src, verb, payload, now))
 
     def _after(self, nd: Node, sends: list[Send]) -> None:
         proc = nd.proc
         assert proc is not None
+        if nd.resumed_at is not None:
+            self._check_resumed(nd, proc)
+        nd.last_roster = proc.roster
+        nd.deadline = proc.next_deadline()  # it changes only when the node acts
         for s in sends:
             if s.verb is Verb.VOTE and s.payload.get("granted"):
                 key = (s.payload["term"], s.to)
@@ -177,6 +254,35 @@ class Sim:
                     f"(voters of {other} still alive: {sorted(living)}) at t={self.now:.2f}")
             self.forgotten_terms.append(term)
         seen[nd.id] = voters
+
+    def _check_resumed(self, nd: Node, proc: Membership) -> None:
+        """A node back from a pause acts on nothing stale (see the module docstring).
+
+        Checked from the resume until the node has heard, by messages sent after it,
+        from a quorum of its roster (or, a follower, from its leader): ``settled``.
+        """
+        if nd.settled:
+            return
+        old, new = nd.last_roster, proc.roster
+        heard = (nd.fresh & set(old.ids())) | {nd.id}
+        # its own change: from a roster it led to another it leads (a roster adopted from
+        # another leader, then won in the same event, is that leader's change)
+        if (old.leader == new.leader == nd.id and new.key > old.key
+                and set(new.ids()) != set(old.ids()) and len(heard) < old.quorum()):
+            raise SafetyViolation(
+                f"seed {self.seed}: {nd.id} resumed at t={nd.resumed_at:.2f} and changed "
+                f"the roster {sorted(old.ids())} -> {sorted(new.ids())} in term {new.term} "
+                f"at t={self.now:.2f}, having heard only {sorted(nd.fresh)} since")
+        quorate = any(len((nd.fresh & set(r.ids())) | {nd.id}) >= r.quorum() and r.members
+                      for r in (old, new))  # the roster it heard from may have just changed
+        if ((proc.is_leader and len(new.members) == 1) or quorate
+                or (not proc.is_leader and proc.leader in nd.fresh)):
+            nd.settled = True
+        elif proc.in_contact(self.now):
+            raise SafetyViolation(
+                f"seed {self.seed}: {nd.id} resumed at t={nd.resumed_at:.2f} and is in "
+                f"contact at t={self.now:.2f} as {proc.role}, having heard only "
+                f"{sorted(nd.fresh)} since")
 
     # ------------------------------------------------------------------- checks
     def leader(self) -> Node | None:
@@ -217,6 +323,8 @@ class Sim:
             p = nd.proc
             if p is None:
                 lines.append(f"  {nd.id}: down")
+            elif nd.paused:
+                lines.append(f"  {nd.id}#{nd.generation}: paused ({len(nd.inbox)} waiting)")
             else:
                 r = p.roster
                 lines.append(f"  {nd.id}#{nd.generation}: {p.role} term={p.term} "
@@ -226,10 +334,13 @@ class Sim:
 
 
 def chaos_run(seed: int, *, max_leader_wait: float = 15.0,
-              max_converge: float = 30.0) -> dict:
+              max_converge: float = 30.0, pauses: bool = False,
+              membership: type[Membership] = Membership) -> dict:
     """One random run: bootstrap, faults for a while, then heal and check liveness.
 
-    Returns timings for the report; raises AssertionError (with the seed) on a failure.
+    ``pauses`` adds pauses of any node, often the leader, of up to three failure
+    timeouts, resumed tick first or inbox first. Returns timings for the report; raises
+    AssertionError (with the seed) on a failure, SafetyViolation on a broken invariant.
     """
     rng = random.Random(seed ^ 0x5EED)
     n = rng.randint(3, 7)
@@ -238,7 +349,7 @@ def chaos_run(seed: int, *, max_leader_wait: float = 15.0,
     delay = rng.choice([(0.001, 0.01), (0.001, 0.02), (0.001, 0.05), (0.005, 0.1)])
     narrow = delay[1] <= 0.02 and rng.random() < 0.4
     timing = Timing(election_timeout_min=1.5, election_timeout_max=1.6 if narrow else 3.0)
-    sim = Sim(seed, n, timing, delay=delay)
+    sim = Sim(seed, n, timing, delay=delay, membership=membership)
     late = rng.choice(list(sim.nodes)) if rng.random() < 0.25 else None
     for nid in sim.nodes:
         if nid != late:
@@ -251,13 +362,22 @@ def chaos_run(seed: int, *, max_leader_wait: float = 15.0,
         sim.run(min(rng.expovariate(1 / mean_gap), chaos - sim.now))
         events += 1
         ids = list(sim.nodes)
-        kind = rng.choices(
-            ["split", "isolate", "heal", "crash", "restart", "leave", "loss", "late",
-             "depose"], [3, 2, 3, 3, 3, 1, 1, 1, 3])[0]
+        kinds, weights = ["split", "isolate", "heal", "crash", "restart", "leave", "loss",
+                          "late", "depose"], [3, 2, 3, 3, 3, 1, 1, 1, 3]
+        if pauses:
+            kinds, weights = kinds + ["pause", "pause-leader"], weights + [3, 4]
+        kind = rng.choices(kinds, weights)[0]
         leader = sim.leader()
         if kind == "depose" and leader is not None:  # cut the leader off, or kill it
             kind = rng.choice(["isolate-leader", "crash-leader"])
-        if kind == "split":
+        if kind in ("pause", "pause-leader"):
+            up = [nd.id for nd in sim.alive() if not nd.paused]
+            victim = leader.id if kind == "pause-leader" and leader is not None else (
+                rng.choice(up) if up else None)
+            if victim is not None:
+                sim.pause(victim, rng.uniform(0.5, 3 * timing.failure_timeout),
+                          tick_first=rng.random() < 0.5)
+        elif kind == "split":
             rng.shuffle(ids)
             cut = rng.randint(1, len(ids) - 1)
             sim.partition(ids[:cut], ids[cut:])
@@ -279,7 +399,7 @@ def chaos_run(seed: int, *, max_leader_wait: float = 15.0,
             if down:
                 sim.start(rng.choice(down))
         elif kind == "leave":
-            up = [nd.id for nd in sim.alive()]
+            up = [nd.id for nd in sim.alive() if not nd.paused]
             if up:
                 sim.leave(rng.choice(up))
         elif kind == "loss":
@@ -290,6 +410,8 @@ def chaos_run(seed: int, *, max_leader_wait: float = 15.0,
     # Heal: no more faults from here on.
     sim.heal()
     sim.loss = 0.0
+    for nd in sim.paused():
+        sim.resume(nd.id, tick_first=rng.random() < 0.5)
     healed_at = sim.now
     for nd in sim.down():
         sim.start(nd.id)
