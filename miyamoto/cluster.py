@@ -65,7 +65,8 @@ class Cluster:
             cfg.replica_offset, cfg.claim_lease, cfg.replication_timeout,
             cfg.heartbeat_interval, cfg.failure_timeout))
         self.coordinator = Coordinator(cfg, self.engine, self.requests, self.send,
-                                       self._ring, self._replay, rng.randrange(1 << 30))
+                                       self._ring, self.in_contact, self._replay,
+                                       rng.randrange(1 << 30))
         self.queries = Queries(self.me, self.engine, self.requests, self._others,
                                cfg.replication_timeout, cfg.replica_offset, clock, self._replay)
         self.membership: Membership | None = None
@@ -128,18 +129,15 @@ class Cluster:
         mono = self.monotonic()
         self._send_membership(self.membership.tick(mono))
         self._check_roster()
-        self.carry_out(self.siblings.tick(self.clock(), self._in_contact(mono)))
+        self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
+                                          self.engine.live))
         lost = self.siblings.take_lost()
         if lost:
             self._on_lost(lost)
 
-    def _in_contact(self, mono: float) -> bool:
-        assert self.membership is not None
-        in_contact = getattr(self.membership, "in_contact", None)
-        if in_contact is not None:
-            return bool(in_contact(mono))
-        return self.me in self.roster.ids() and self.membership.leader is not None \
-            if self.roster is not None else False
+    def in_contact(self) -> bool:
+        """This node hears a majority of the roster now (its lease to act for it)."""
+        return self.membership is not None and self.membership.in_contact(self.monotonic())
 
     def _send_membership(self, sends: Iterable[Any]) -> None:
         for s in sends:

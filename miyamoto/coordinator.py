@@ -30,13 +30,14 @@ log = logging.getLogger(__name__)
 class Coordinator:
     def __init__(self, config: Config, engine: Engine, requests: Requests,
                  send: Callable[[str, Any], bool], ring: Callable[[], tuple[str, ...]],
-                 stored: Callable[[str], None], cursor: int):
+                 in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int):
         self.config = config
         self.me = config.node
         self.engine = engine
         self.requests = requests
         self.send = send
         self.ring = ring
+        self.in_contact = in_contact
         self.on_stored = stored  # replay the siblings' news that came before the copy
         self.cursor = cursor
         self.stopping = False
@@ -46,6 +47,8 @@ class Coordinator:
         ring = self.ring()
         if self.me not in ring:
             raise Unavailable("this node is not (yet) a member of the cluster")
+        if not self.in_contact():  # cut off, or back from a pause: its view may be stale
+            raise Unavailable("this node cannot reach a majority of the cluster")
         replicas = replication.place(ring, self.config.replication, task, self.cursor)
         if task.name is None:
             self.cursor += 1
@@ -146,6 +149,10 @@ class Coordinator:
             log.warning("cluster: dropped STORE from %r: a copy that is not this node's",
                         sender[:64])
             return None
+        if sender not in self.ring():
+            # a node out of the roster enqueues on a stale view (back from a pause, cut
+            # off): its copies' news would not reach it, so take none of them
+            return m.Stored(msg.req, task.id, False, error="not a member")
         if self.stopping:
             return m.Stored(msg.req, task.id, False, error="stopping")
         try:

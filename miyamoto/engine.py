@@ -178,6 +178,8 @@ class Engine:
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
         self.stats.attempts += 1
+        log.debug("task %s: attempt %d, copy %d of %s", task_id, t.attempts + 1, t.replica,
+                  ",".join(t.replicas))
         try:
             q = self.queue_config(t.queue)
             timeout = t.timeout or q.timeout

@@ -185,14 +185,19 @@ class Ask:
     siblings before delivering: is the task still to be delivered, and by me?"""
     id: str
     replica: int
+    probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
-        return {"id": self.id, "replica": self.replica}
+        d: dict[str, Any] = {"id": self.id, "replica": self.replica}
+        if self.probe:
+            d["probe"] = True
+        return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Ask":
-        return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS))
+        return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
+                   c.boolean(d, "probe", False))
 
 
 GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED = "go", "wait", "claimed", "ended", "unknown", "rehomed"

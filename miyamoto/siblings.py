@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from miyamoto import messages as m
 from miyamoto import replication
@@ -69,6 +69,8 @@ EARLY_TTL = 120.0
 EARLY_PER_TASK = 16
 CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
 HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
+PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
+EMPTY: Mapping[str, Task] = {}
 
 
 @dataclass(frozen=True)
@@ -126,19 +128,40 @@ class Siblings:
         self._lost: set[str] = set()  # members lost while we were out of contact
 
     # ------------------------------------------------------------ time and roster
-    def tick(self, now: float, contact: bool) -> list[Any]:
-        """Time passes; ``contact``: this node hears a majority of the roster now."""
+    def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
+        """Time passes; ``contact``: this node hears a majority of the roster now;
+        ``live``: its live copies. Each of them asks first once this node has been out
+        of touch (its loop stalled, its contact lapsed, or it is out of the roster): the
+        others may have delivered or re-homed them meanwhile, and their news may never
+        have reached us (a roster that dropped and re-admitted us while we slept)."""
         if self.last_tick is not None and now - self.last_tick > self.t.stall_gap:
             self.stalled = True  # until we are in contact again, on a later tick
         elif contact:
             self.stalled = False
+        was = self.contact
         self.last_tick = now
-        self.contact = contact and not self.stalled
+        self.contact = contact and not self.stalled and self.me in self.members
         effects: list[Any] = []
+        if was and not self.contact and len(self.members | {self.me}) > 1:
+            self.must_ask.update(live)
+        elif self.contact and not was:
+            effects += self._probe(live)
         for task_id, a in list(self.asking.items()):
             if now >= a.deadline:
                 effects += self._ask_again(task_id, a, now)
         self._expire(now)
+        return effects
+
+    def _probe(self, live: Mapping[str, Task]) -> list[Any]:
+        """Back in touch: ask the siblings of every copy that must ask whether they know
+        its end. A copy due later would ask only when it fires, and by then the sibling
+        that delivered it may have left the roster, its news lost with it."""
+        effects: list[Any] = []
+        for task_id in list(self.must_ask)[:PROBE_MAX]:
+            t = live.get(task_id)
+            if t is not None and task_id not in self.asking:
+                probe = m.Ask(task_id, t.replica, probe=True)
+                effects += [Send(r, probe) for r in self._live_siblings(t)]
         return effects
 
     def _expire(self, now: float) -> None:
@@ -282,7 +305,7 @@ class Siblings:
         if isinstance(msg, m.Ask):
             return self._on_ask(sender, msg, t, now)
         if isinstance(msg, m.Answer):
-            return self._on_answer(sender, msg, now)
+            return self._on_answer(sender, msg, t, now)
         if t is None or t.state.ended:
             if not isinstance(msg, m.Replicas):
                 self._keep_early(sender, msg, now)
@@ -337,11 +360,13 @@ class Siblings:
         def answer(verdict: str, **kw: Any) -> list[Any]:
             return [Send(sender, m.Answer(msg.id, verdict, **kw))]
         if t is None:
-            return answer(m.UNKNOWN)
+            return [] if msg.probe else answer(m.UNKNOWN)
         if t.state.ended:
             return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
         if sender not in t.replicas:
             return answer(m.REHOMED, replicas=t.replicas)
+        if msg.probe:
+            return []  # nothing the prober does not know
         if t.state == State.RUNNING:
             return answer(m.CLAIMED, lease=self.t.ask_lease)
         claim = self.claims.get(t.id)
@@ -358,9 +383,20 @@ class Siblings:
                                          self.t.offset)
         return [Update(t.id, at=at, how=LATER)] + answer(m.GO)
 
-    def _on_answer(self, sender: str, msg: m.Answer, now: float) -> list[Any]:
+    def _on_answer(self, sender: str, msg: m.Answer, t: Task | None, now: float) -> list[Any]:
         a = self.asking.get(msg.id)
-        if a is None or sender not in a.waiting:
+        if a is None:  # the answer to a probe: only an end or a move is news
+            if t is None or t.state != State.SCHEDULED or sender not in t.replicas:
+                return []
+            if msg.verdict == m.ENDED:
+                self._forget(msg.id)
+                return [Update(msg.id, state=State(msg.state), attempts=msg.attempts,
+                               last=msg.last)]
+            if msg.verdict == m.REHOMED:
+                return [Drop(msg.id)] if self.me not in msg.replicas else \
+                    [SetReplicas(msg.id, msg.replicas)]
+            return []
+        if sender not in a.waiting:
             return []
         a.waiting.discard(sender)
         if msg.verdict == m.ENDED:

@@ -203,7 +203,7 @@ class Sim:
         nd = self.nodes[node_id]
         if nd.up and not nd.paused:
             self._fire_due(nd)
-            self._apply(nd, nd.machine.tick(self.now, nd.contact))
+            self._apply(nd, nd.machine.tick(self.now, nd.contact, self._live(nd)))
             lost = nd.machine.take_lost()
             if lost:
                 self._apply(nd, nd.machine.release_claims(lost, self._live(nd), self.now))
@@ -278,7 +278,7 @@ class Sim:
                 for src, msg in inbox:
                     self._receive(nd, src, msg)
             else:
-                self._apply(nd, nd.machine.tick(self.now, nd.contact))
+                self._apply(nd, nd.machine.tick(self.now, nd.contact, self._live(nd)))
 
     def _on_restart(self, node_id: str) -> None:
         nd = self.nodes[node_id]
@@ -358,7 +358,9 @@ class Sim:
             self._at(self.now + TICK, "finish", data)
             return
         del nd.running[task_id]
-        t = nd.copies[task_id]
+        t = nd.copies.get(task_id)
+        if t is None:  # dropped (re-homed) while it ran, as the engine's drop does
+            return
         attempts = t.attempts + 1
         if t.state.ended:  # a sibling ended it (or it was cancelled) while it ran
             nd.copies[task_id] = t.evolve(attempts=attempts)

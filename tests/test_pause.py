@@ -34,8 +34,6 @@ def run_pauses(workdir: Path, registry: ProcessRegistry) -> dict:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(reason="issue 6: duplicates after a pause until the sibling protocol asks first",
-                   strict=False, raises=AssertionError)
 def test_pausing_a_node_loses_nothing_and_repeats_only_what_was_in_flight(tmp_path: Path,
         proc_registry: ProcessRegistry) -> None:
     report = run_pauses(tmp_path, proc_registry)

@@ -149,6 +149,27 @@ def test_replication_one_copy_goes_without_contact():
     assert s.fire(task(replicas=("a",)), 100.0, 30.0) == (True, [])
 
 
+def test_back_in_touch_a_node_probes_the_siblings_of_its_copies():
+    s = machine(me="a")
+    live = {"t1": task(fire_at=500.0)}  # due long after the stall
+    s.tick(100.1, False, live)  # contact lost: every copy must ask
+    effects = s.tick(100.2, True, live)
+    assert sends(effects, m.Ask) == {"b": m.Ask("t1", 0, probe=True), "c": m.Ask("t1", 0, probe=True)}
+    # a probe's answer that the task ended ends our copy; any other answer is no news
+    assert s.step("c", m.Answer("t1", m.GO), live["t1"], 100.3) == []
+    assert s.step("b", m.Answer("t1", m.ENDED, state="succeeded", attempts=1), live["t1"],
+                  100.3) == [fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
+
+
+def test_a_probe_is_answered_only_with_news():
+    s = machine(me="b")
+    assert s.step("a", m.Ask("t1", 0, probe=True), task(replica=1), 100.0) == []
+    assert s.step("a", m.Ask("t1", 0, probe=True), None, 100.0) == []
+    ended = task(replica=1, state=State.CANCELLED)
+    assert sends(s.step("a", m.Ask("t1", 0, probe=True), ended, 100.0), m.Answer)["a"].verdict \
+        == m.ENDED
+
+
 # ---------------------------------------------------------------- answering
 def test_ask_answered_from_what_this_copy_knows():
     s = machine(me="b")
