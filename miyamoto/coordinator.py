@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+import gevent
 import gevent.pool
 
 from miyamoto import messages as m
@@ -25,6 +26,8 @@ from miyamoto.requests import Requests
 from miyamoto.task import State, Task
 
 log = logging.getLogger(__name__)
+
+CONTACT_POLL = 0.05
 
 
 class Coordinator:
@@ -47,7 +50,7 @@ class Coordinator:
         ring = self.ring()
         if self.me not in ring:
             raise Unavailable("this node is not (yet) a member of the cluster")
-        if not self.in_contact():  # cut off, or back from a pause: its view may be stale
+        if not self._await_contact():  # cut off, or back from a pause: its view may be stale
             raise Unavailable("this node cannot reach a majority of the cluster")
         replicas = replication.place(ring, self.config.replication, task, self.cursor)
         if task.name is None:
@@ -65,6 +68,17 @@ class Coordinator:
             raise Unavailable(f"stored on {len(stored)} of {len(copies)} replicas, "
                               f"{need} needed")
         return copies[0]
+
+    def _await_contact(self) -> bool:
+        """In contact, or back in contact within replication_timeout: a leader just
+        elected (or a follower's first heartbeat from it) is a moment away."""
+        if self.in_contact():
+            return True
+        with gevent.Timeout(self.config.replication_timeout, False):
+            while not self.in_contact():
+                gevent.sleep(CONTACT_POLL)
+            return True
+        return False
 
     def _store_all(self, task: Task, copies: list[Task], stored: list[Task]) -> None:
         if task.name is None:

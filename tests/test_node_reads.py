@@ -23,6 +23,7 @@ class StubCluster:
     def __init__(self, node: Node, members: list[dict[str, Any]]):
         self.node = node
         self.members = members
+        self.queries = self  # the node asks the cluster's queries role
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
         return self.node.engine.queue_counts(primary_only=True)

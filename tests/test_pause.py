@@ -6,7 +6,8 @@ over all nodes. The leader is frozen (SIGSTOP) for 10 s and resumed (SIGCONT) tw
 then a follower twice, on one cluster; the scenario is ``harness.chaos`` (the same code
 ``scripts/chaos.py pause`` runs). Every acknowledged task must be delivered, and the
 only duplicates allowed are deliveries that were in flight on the paused node when it
-stopped (its ``miyamoto_deliveries_in_flight``, sampled right before each SIGSTOP).
+stopped (its ``miyamoto_deliveries_in_flight``, sampled right before each SIGSTOP, plus
+the deliveries that reached the sink between that sample and the signal).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def test_pausing_a_node_loses_nothing_and_repeats_only_what_was_in_flight(tmp_pa
         proc_registry: ProcessRegistry) -> None:
     report = run_pauses(tmp_path, proc_registry)
     counts = {k: report[k] for k in ("sent", "acknowledged", "delivered", "lost", "duplicates",
-                                     "duplicated_tasks", "in_flight_at_faults", "drain_s")}
+                                     "duplicated_tasks", "in_flight_at_faults",
+                                     "started_around_faults", "drain_s")}
     per_pause = [(f["role"], f["node"], f["in_flight"], f["duplicates"]) for f in report["faults"]]
     print("pause scenario:", json.dumps(counts), "per pause (role, node, in flight, dups):",
           per_pause, flush=True)
@@ -47,5 +49,8 @@ def test_pausing_a_node_loses_nothing_and_repeats_only_what_was_in_flight(tmp_pa
             or report["sent"] < 3000 or report["in_flight_unknown"]:
         raise RuntimeError(f"the pause scenario did not run as planned: {report}")
     assert report["lost"] == 0, f"acknowledged tasks never delivered: {counts}"
-    assert report["duplicates"] <= report["in_flight_at_faults"], \
+    # a delivery the paused node started between its /metrics sample and the SIGSTOP is
+    # in flight too: bounded by the sink's arrivals in that window (a few milliseconds)
+    allowed = report["in_flight_at_faults"] + report["started_around_faults"]
+    assert report["duplicates"] <= allowed, \
         f"more duplicates than deliveries in flight at the pauses: {counts}; {per_pause}"

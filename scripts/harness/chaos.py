@@ -69,13 +69,19 @@ class Fault:
     back_at: float | None = None
     reconverge_s: float | None = None
     duplicates: int = 0
+    sampled_at: float = 0.0
+    around: int = 0  # deliveries that reached the sink between the sample and the signal
 
     def report(self, t0: float) -> dict[str, Any]:
         return {"kind": self.kind, "node": self.node, "role": self.role,
                 "at_s": round(self.at - t0, 2), "in_flight": self.in_flight,
+                "started_around_signal": self.around,
                 "sink_in_flight": self.sink_in_flight, "duplicates": self.duplicates,
                 "back_after_s": None if self.back_at is None else round(self.back_at - self.at, 2),
                 "reconverge_s": self.reconverge_s}
+
+
+AROUND_S = 0.02  # a request on its way when the signal went
 
 
 class Scenario:
@@ -181,6 +187,7 @@ class Scenario:
 
     def _fault(self, kind: str, node: NodeProcess, role: str) -> Fault:
         """Sample what is in flight, then signal at once."""
+        sampled_at = time.time()
         sample = metrics(node, timeout=1.0) or {}
         in_flight = sample.get("deliveries_in_flight")
         sink_in_flight = self.sink.inflight
@@ -189,15 +196,22 @@ class Scenario:
         else:
             node.kill()
         fault = Fault(kind, node.node_id, role, time.time(),
-                      None if in_flight is None else int(in_flight), sink_in_flight)
+                      None if in_flight is None else int(in_flight), sink_in_flight,
+                      sampled_at=sampled_at)
         self.faults.append(fault)
         self.log(f"{kind} {role} {node.node_id} (in flight {fault.in_flight})")
         return fault
+
+    def _arrivals(self, start: float, end: float) -> int:
+        """Deliveries (of any node) that reached the sink in [start, end]: a delivery the
+        victim started after its /metrics sample and before the signal is among them."""
+        return sum(1 for r in self.sink.requests(HOOK) if start <= r.time <= end)
 
     def pause_one(self, role: str) -> None:
         node = self._victim(role)
         fault = self._fault("pause", node, role)
         time.sleep(self.opts.pause_s)  # the fault itself: a fixed freeze
+        fault.around = self._arrivals(fault.sampled_at, fault.at + AROUND_S)
         node.resume()
         fault.back_at = time.time()
         fault.reconverge_s = self._reconverge()
@@ -294,6 +308,7 @@ class Scenario:
             "unacknowledged_delivered": sum(1 for t in counts if t not in acked),
             "in_flight_at_faults": sum(n for n in in_flight if n is not None),
             "in_flight_unknown": in_flight.count(None),  # victims that did not answer /metrics
+            "started_around_faults": sum(f.around for f in self.faults),
             "duplicates_before_faults": before_faults,
             "drain_s": drain,
             "elapsed_s": round(time.time() - self.t0, 1),
