@@ -22,6 +22,7 @@ import gevent
 import gevent.pool
 
 from miyamoto import messages as m
+from miyamoto import restore
 from miyamoto.config import Config
 from miyamoto.coordinator import Coordinator
 from miyamoto.effects import EARLIER, EXACT, CancelCopy, Drop, Restore, Send, SetReplicas, \
@@ -105,7 +106,8 @@ class Cluster:
             return
         self._left = self.coordinator.stopping = True
         self.engine.scheduler.stop()
-        sends, lone = self.siblings.handoff_plan(list(self.engine.live.values()), self.clock())
+        sends, lone = restore.handoff_plan(self.siblings, list(self.engine.live.values()),
+                                           self.clock())
         self.carry_out(sends)
         if sends:
             log.info("cluster: handed %d copies to siblings",
@@ -174,7 +176,7 @@ class Cluster:
         live = dict(self.engine.live)
         now = self.clock()
         self.carry_out(self.siblings.release_claims(lost, live, now))
-        plans = self.siblings.plan_restores(lost, list(live.values()), now)
+        plans = restore.plan_restores(self.siblings, lost, list(live.values()), now)
         for plan in plans:
             self._restores.spawn(self._restore, plan)
         if plans:
@@ -195,7 +197,8 @@ class Cluster:
             log.warning("cluster: could not restore every copy of %s", plan.id)
             return
         now_copy = self.engine.get(plan.id)
-        self.carry_out(self.siblings.restored(plan, now_copy, self._deadline(now_copy)))
+        self.carry_out(restore.restored(self.siblings, plan, now_copy,
+                                        self._deadline(now_copy)))
 
     # ------------------------------------------------------------ carrying out effects
     def send(self, member_id: str, msg: Any, address: str | None = None,

@@ -32,6 +32,7 @@ from typing import Any
 
 from miyamoto import effects as fx
 from miyamoto import messages as m
+from miyamoto import restore
 from miyamoto import replication
 from miyamoto.siblings import Siblings, SiblingTiming
 from miyamoto.task import State, Task
@@ -207,8 +208,9 @@ class Sim:
             lost = nd.machine.take_lost()
             if lost:
                 self._apply(nd, nd.machine.release_claims(lost, self._live(nd), self.now))
-                self._apply(nd, nd.machine.plan_restores(lost, list(self._live(nd).values()),
-                                                         self.now))
+                self._apply(nd, restore.plan_restores(nd.machine, lost,
+                                                      list(self._live(nd).values()),
+                                                      self.now))
         if nd.up:
             self._at(self.now + TICK, "tick", node_id)
 
@@ -418,7 +420,7 @@ class Sim:
                 return  # not every new copy could be stored: keep the old replica set
         for c in r.copies:
             self._store(self.nodes[c.replicas[c.replica]], c)
-        self._apply(nd, nd.machine.restored(r, nd.copies.get(r.id), DEADLINE))
+        self._apply(nd, restore.restored(nd.machine, r, nd.copies.get(r.id), DEADLINE))
 
     # ------------------------------------------------------------ the checker
     def check_start(self, nd: SimNode, t: Task) -> None:

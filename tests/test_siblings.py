@@ -13,6 +13,7 @@ import pytest
 
 from miyamoto import effects as fx
 from miyamoto import messages as m
+from miyamoto import restore
 from miyamoto.siblings import Siblings, SiblingTiming
 from miyamoto.task import State, Task
 
@@ -265,11 +266,11 @@ def test_restored_copies_keep_their_distance_with_replication_three():
     s = machine(me="b", members=("a", "b", "c", "d"))
     t = task(replica=1, replicas=("a", "b", "c"), fire_at=105.0)
     s.set_members(("b", "c", "d"), 101.0)
-    (plan,) = s.plan_restores({"a"}, [t], 101.0)
+    (plan,) = restore.plan_restores(s, {"a"}, [t], 101.0)
     assert plan.replicas == ("d", "b", "c")
     (copy,) = plan.copies
     assert copy.replica == 0 and copy.fire_at == pytest.approx(105.0 + 2 * T.offset)
-    effects = s.restored(plan, t, 30.0)
+    effects = restore.restored(s, plan, t, 30.0)
     assert fx.SetReplicas("t1", ("d", "b", "c")) in effects
     assert sends(effects, m.Replicas) == {"c": m.Replicas("t1", ("d", "b", "c"))}
 
@@ -278,7 +279,7 @@ def test_handoff_plan_names_the_next_live_sibling_and_the_lone_copies():
     s = machine(me="a", members=("a", "b", "c"))
     due = task(replica=0, replicas=("a", "b"), fire_at=90.0)
     lone = Task(id="t2", queue="q", url="http://w/", replicas=("a",), fire_at=120.0)
-    plan, lonely = s.handoff_plan([due, lone], 100.0)
+    plan, lonely = restore.handoff_plan(s, [due, lone], 100.0)
     assert plan == [fx.Send("b", m.Handoff((("t1", 0.0),)))]
     assert lonely == [lone]
 
