@@ -295,3 +295,333 @@ def test_dispatch_stop_starts_nothing_more_and_waits_for_what_runs():
     assert time.monotonic() - t0 >= 0.1  # it waited for "first"
     gevent.sleep(0.3)
     assert runs.ids == ["first"]
+
+
+# ================================================================ scheduler: more
+
+
+def test_scheduler_order_and_live_keys_survive_a_compaction():
+    import random
+
+    rng = random.Random(7)
+    s = Scheduler(lambda key: None, clock=lambda: 0.0)
+    times = {f"k{i}": rng.uniform(0, 100) for i in range(300)}
+    for k, w in times.items():
+        s.schedule(k, w)
+    for i in range(5000):  # stale entries of one key pile up: the heap is rebuilt
+        s.schedule("same", 200.0 + i)
+    assert len(s._heap) < 2 * len(s) + 1100
+    got = s.pop_due(150.0)
+    assert got == sorted(times, key=times.get)
+    assert s.pop_due(1e9) == ["same"]
+
+
+def test_scheduler_pops_at_most_1000_by_default():
+    s = Scheduler(lambda key: None, clock=lambda: 0.0)
+    for i in range(1001):
+        s.schedule(str(i), 1.0)
+    assert len(s.pop_due(1.0)) == 1000
+    assert s.pop_due(1.0) == ["1000"]
+
+
+def test_scheduler_fires_every_key_when_more_than_a_batch_is_due():
+    fired: list[str] = []
+    s = Scheduler(fired.append)
+    now = time.time()
+    for i in range(2500):
+        s.schedule(str(i), now - 1.0)
+    s.start()
+    try:
+        wait_for(lambda: len(fired) == 2500, 0.8)
+    finally:
+        s.stop()
+
+
+def test_scheduler_keeps_working_after_its_heap_empties_and_after_a_handler_fails():
+    fired: list[str] = []
+
+    def on_due(key: str) -> None:
+        if key == "bad":
+            raise RuntimeError("handler bug")
+        fired.append(key)
+
+    s = Scheduler(on_due)
+    s.start()
+    try:
+        s.schedule("bad", time.time())
+        s.schedule("one", time.time() + 0.02)
+        wait_for(lambda: fired == ["one"], 2)
+        gevent.sleep(0.05)  # nothing left: the timer waits to be woken
+        s.schedule("two", time.time() + 0.02)
+        wait_for(lambda: fired == ["one", "two"], 2)
+    finally:
+        s.stop()
+
+
+def test_scheduler_sleeps_while_nothing_is_due():
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        return time.time()
+
+    fired: list[str] = []
+    s = Scheduler(fired.append, clock=clock)
+    s.start()
+    try:
+        s.schedule("later", time.time() + 0.4)
+        gevent.sleep(0.2)
+        assert calls[0] < 50, calls[0]  # no busy loop
+        wait_for(lambda: fired == ["later"], 2)
+    finally:
+        s.stop()
+
+
+def test_scheduler_stop_stops_firing():
+    fired: list[str] = []
+    s = Scheduler(fired.append)
+    s.start()
+    s.schedule("first", time.time())
+    wait_for(lambda: fired == ["first"], 2)
+    s.stop()
+    s.stop()  # twice is fine
+    s.schedule("after-stop", time.time())
+    gevent.sleep(0.1)
+    assert fired == ["first"]
+
+
+# ================================================================ validate: boundaries
+
+
+from urllib.parse import urlencode  # noqa: E402
+
+from miyamoto import validate as v  # noqa: E402
+
+NOW = 1_700_000_000.0
+URL = "http://worker.example/w"
+
+
+def build(limits: "v.Limits | None" = None, **fields):
+    fields.setdefault("url", URL)
+    return v.build_task(fields, path_queue=None, idempotency_key=None,
+                        limits=limits or v.Limits(), now=NOW)
+
+
+def refused(field: str, fn, *args, status: int = 400, message: str | None = None, **kw):
+    with pytest.raises(v.ValidationError) as e:
+        fn(*args, **kw)
+    assert e.value.field == field, (e.value.field, e.value.message)
+    assert e.value.status == status
+    if message is not None:
+        assert message in e.value.message, e.value.message
+    return e.value
+
+
+def test_validate_error_text_and_default_limits():
+    e = v.ValidationError("url", "is bad")
+    assert str(e) == "url: is bad" and e.status == 400
+    assert v.Limits() == v.Limits(max_body=1048576, max_url=2083, max_delay=2592000.0,
+                                   max_name=500)
+
+
+def test_validate_form_field_count_limit():
+    ok = urlencode([("task.url", URL)] + [(f"p{i}", "x") for i in range(9999)]).encode()
+    assert len(v.form_fields(ok)["params"]) == 9999
+    over = urlencode([("task.url", URL)] + [(f"p{i}", "x") for i in range(10000)]).encode()
+    refused("body", v.form_fields, over, message="more than 10000 fields")
+
+
+def test_validate_an_iri_is_sent_as_the_uri_it_stands_for():
+    lim = v.Limits()
+    assert v.check_url("url", "http://bücher.example/ä?q=é#f", lim) == \
+        "http://xn--bcher-kva.example/%C3%A4?q=%C3%A9#f"
+    assert v.check_url("url", "http://bücher.example:8080/", lim) == \
+        "http://xn--bcher-kva.example:8080/"
+    assert v.check_url("url", "http://[::1]:8080/ü", lim) == "http://[::1]:8080/%C3%BC"
+    assert v.check_url("url", "http://[::1]/ü", lim) == "http://[::1]/%C3%BC"
+
+
+def test_validate_an_iri_longer_than_the_limit_once_encoded_is_refused():
+    lim = v.Limits(max_url=40)
+    base = "http://h.example/"  # 17 characters
+    fits = base + "ü" * 3  # 20 characters, 17 + 18 = 35 once encoded
+    assert len(v.check_url("url", fits, lim)) == 35
+    exact = base + "ü" * 3 + "x" * 5  # 40 once encoded
+    assert len(v.check_url("url", exact, lim)) == 40
+    refused("url", v.check_url, "url", base + "ü" * 4, lim, message="once percent-encoded")
+
+
+def test_validate_credentials_in_the_url_are_refused_alone_too():
+    lim = v.Limits()
+    refused("url", v.check_url, "url", "http://user@h.example/", lim, message="credentials")
+    refused("url", v.check_url, "url", "http://:pw@h.example/", lim, message="credentials")
+
+
+def test_validate_number_messages():
+    refused("eta", build, eta="soon", message="must be a number")
+    refused("countdown", build, countdown="nan", message="finite")
+
+
+def test_validate_nan_param_is_refused():
+    refused("params.x", build, params={"x": float("nan")})
+    assert build(params={"x": 1.5, "y": 2}).params == {"x": "1.5", "y": "2"}
+
+
+def nest(n: int, kind: str):
+    value: object = "leaf"
+    for _ in range(n):
+        value = {"a": value} if kind == "dict" else [value]
+    return value
+
+
+@pytest.mark.parametrize("kind", ["dict", "list"])
+def test_validate_nesting_limit_is_64(kind):
+    assert build(json=nest(64, kind)).body is not None
+    refused("json", build, json=nest(65, kind), message="nested more than 64")
+
+
+def test_validate_lone_surrogates_are_found_everywhere():
+    refused("json[1]", build, json=["ok", "\ud800"])
+    refused("json.a", build, json={"a": "\ud800"})
+    refused("json[0].b", build, json=[{"b": "\ud800"}])
+    e = refused("body", build, **{"\ud800": 1})
+    assert "surrogate" in e.message
+
+
+def test_validate_header_values_must_be_latin_1():
+    assert build(headers={"X-A": "café"}).headers == {"X-A": "café"}
+    refused("headers.X-A", build, headers={"X-A": "€"})
+
+
+def test_validate_json_body_keeps_non_ascii_text():
+    t = build(json={"a": "é"})
+    assert t.body == '{"a":"é"}' and t.content_type == "application/json"
+
+
+def test_validate_raw_body_of_exactly_the_limit():
+    lim = v.Limits(max_body=10)
+    assert build(lim, body="x" * 10).body == "x" * 10
+    refused("body", build, lim, body="x" * 11, status=413)
+    assert build(lim, body="é" * 5).body == "é" * 5  # 10 bytes
+    refused("body", build, lim, body="é" * 5 + "x", status=413)
+
+
+def test_validate_eta_bounds():
+    lim = v.Limits(max_delay=100.0)
+    assert build(lim, eta=NOW + 100.0).eta == NOW + 100.0
+    refused("eta", build, lim, eta=NOW + 100.5)
+    assert build(eta=0).eta == 0.0 and build(eta=0.5).eta == 0.5  # long past: due now
+    refused("eta", build, eta=-0.5)
+
+
+def test_validate_bad_json_says_so():
+    refused("body", v.json_fields, b"{nope", message="not valid JSON")
+    refused("body", v.parse_enqueue, "application/json", b"[1", path_queue=None,
+            idempotency_key=None, limits=v.Limits(), now=NOW, message="not valid JSON")
+
+
+def test_validate_batch_of_exactly_the_limit():
+    import json
+
+    one = json.dumps([{"url": URL}]).encode()
+    lim = v.Limits(max_body=len(one))
+    assert len(v.parse_batch(one, path_queue=None, limits=lim, now=NOW, max_batch=10)) == 1
+    refused("body", v.parse_batch, one + b" ", path_queue=None, limits=lim, now=NOW,
+            max_batch=10, status=413)
+    lim = v.Limits(max_body=len(one) + 20)
+    assert v.parse_enqueue("application/json", json.dumps({"url": URL}).encode(),
+                           path_queue=None, idempotency_key=None, limits=lim, now=NOW)
+
+
+# ================================================================ dispatcher: more
+
+
+def test_dispatch_a_viewed_queue_has_the_whole_rate():
+    d = Dispatcher(lambda t: None, lambda name: QueueConfig(name=name, rate=12), 4)
+    assert d.view("new").bucket.rate == 12
+
+
+def test_dispatch_stop_kills_deliveries_that_outlast_its_timeout():
+    ended: list[str] = []
+
+    def run(task_id: str) -> None:
+        try:
+            gevent.sleep(5)
+        finally:
+            ended.append(task_id)
+
+    d = dispatcher(run)
+    d.submit("q", "long")
+    wait_for(lambda: d.busy == 1, 1)
+    t0 = time.monotonic()
+    d.stop(0.1)
+    assert ended == ["long"] and time.monotonic() - t0 < 2
+
+
+def test_dispatch_waits_for_the_nearest_token_of_several_queues():
+    runs = Runs()
+    d = dispatcher(runs, {"slow": QueueConfig(name="slow", rate=0.3, burst=1),
+                          "quick": QueueConfig(name="quick", rate=10, burst=1)})
+    try:
+        for i in range(2):
+            d.submit("slow", f"s{i}")
+            d.submit("quick", f"q{i}")
+        # q1's token comes 0.1 s after q0's, s1's only after 3.3 s
+        wait_for(lambda: "q1" in runs.ids, 1.0)
+        assert "s1" not in runs.ids
+    finally:
+        d.stop(1)
+
+
+def cpu_while(seconds: float) -> float:
+    t0 = time.process_time()
+    gevent.sleep(seconds)
+    return time.process_time() - t0
+
+
+def test_dispatch_an_idle_or_waiting_pump_does_not_spin():
+    runs = Runs()
+    d = dispatcher(runs, {"r": QueueConfig(name="r", rate=1, burst=1)})
+    try:
+        assert cpu_while(0.3) < 0.1  # idle
+        d.submit("r", "a")
+        d.submit("r", "b")  # waits exactly 1.0 s for its token
+        wait_for(lambda: runs.ids == ["a"], 1)
+        assert cpu_while(0.3) < 0.1  # waiting for a token
+        wait_for(lambda: runs.ids == ["a", "b"], 3)
+    finally:
+        d.stop(1)
+
+
+# ================================================================ replication and delivery
+
+
+from miyamoto import replication  # noqa: E402
+from miyamoto.delivery import Outcome  # noqa: E402
+from miyamoto.task import Task  # noqa: E402
+
+
+def test_replication_empty_ring_places_nothing():
+    t = Task(id="t1", queue="q", url=URL)
+    assert replication.place([], 2, t, 0) == ()
+
+
+def test_replication_two_copies_fire_one_offset_apart_after_a_claim():
+    assert replication.rank(1, 0, 2) == 1 and replication.rank(0, 1, 2) == 1
+    assert replication.sibling_fire_at(10.0, 1, 0, 2, 5.0) == 15.0
+    assert replication.rank(0, 0, 1) == 0
+    assert replication.rank(2, 0, 3) == 2 and replication.rank(0, 2, 3) == 1
+
+
+def test_replication_replacement_wraps_around_the_ring():
+    ring = ["a", "b", "c"]
+    # "d" was lost; nothing after it holds no copy: the first free member from the start
+    assert replication.replacement(ring, ("c", "d"), "d") == "a"
+    assert replication.replacement(ring, ("a", "d"), "d") == "b"
+    assert replication.replacement(["a", "b", "c", "e"], ("b", "d"), "d") == "e"
+
+
+def test_outcome_defaults():
+    o = Outcome(ok=True)
+    assert (o.status, o.headers, o.body, o.error, o.at) == (None, None, b"", None, 0.0)
+    assert o.record()["at"] == 0.0
