@@ -69,7 +69,7 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/membership.py": [
         ["tests/test_membership.py", "-k",
          "not random_faults and not connected_majority and not survives"],
-        _SIMS],
+        _SIMS, ["tests/test_slips_units.py", "-k", "membership"]],
     "miyamoto/delivery.py": [["tests/test_units.py", "-k", "request or outcome"],
                              ["tests/test_slips_units.py", "-k", "request or sign or outcome"]],
     "miyamoto/retry.py": [["tests/test_retry.py"], ["tests/test_slips_units.py", "-k", "retry"]],
@@ -468,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fork", action="store_true", help="a fresh interpreter per test run")
     ap.add_argument("--list", action="store_true", help="list the mutants and stop")
     ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--line", type=int, action="append",
+                    help="only the mutants on this line (to re-check survivors)")
     opts = ap.parse_args(argv)
 
     modules = list(MODULES)
@@ -499,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {module}: no covering test file exists, skipped")
                 continue
             mutants = mutants_of(module, tmp)
+            if opts.line:
+                mutants = [m for m in mutants if m.start[0] in opts.line]
             if len(mutants) > opts.max_mutants:
                 mutants = sorted(random.Random(opts.seed).sample(mutants, opts.max_mutants),
                                  key=lambda m: m.start)

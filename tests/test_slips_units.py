@@ -639,3 +639,36 @@ def test_dispatch_waiting_exactly_one_second_for_a_token_does_not_spin():
         assert runs.ids == ["a"]
     finally:
         d.stop(1)
+
+
+# ================================================================ membership: payload checks
+
+
+from miyamoto import membership as mb  # noqa: E402
+from miyamoto.protocol import DecodeError  # noqa: E402
+
+
+def test_membership_integer_and_name_bounds():
+    assert mb.MAX_INT == 2**53 - 1 and mb.MAX_NAME == 512
+    assert mb._int({"k": 2**53 - 1}, "k") == 2**53 - 1
+    with pytest.raises(DecodeError):
+        mb._int({"k": 2**53}, "k")
+    assert mb._str({"k": "x" * 512}, "k") == "x" * 512
+    with pytest.raises(DecodeError):
+        mb._str({"k": "x" * 513}, "k")
+
+
+def test_membership_string_lists():
+    assert mb._str_list({"k": ["a", "x" * 512]}, "k") == ("a", "x" * 512)
+    for bad in ("ab", ["a", ""], ["x" * 513], [1], None, ["a"] * (mb.MAX_MEMBERS + 1)):
+        with pytest.raises(DecodeError):
+            mb._str_list({"k": bad}, "k")
+
+
+def test_membership_roster_needs_one_incarnation_per_member():
+    a, b = mb.Member("a", "tcp://127.0.0.1:1", "127.0.0.1:2"), \
+        mb.Member("b", "tcp://127.0.0.1:3", "127.0.0.1:4")
+    assert mb.Roster(1, 1, "a", (b, a), ("ib", "ia")).incarnations == ("ia", "ib")
+    with pytest.raises(ValueError):
+        mb.Roster(1, 1, "a", (a, b), ("ia",))
+    assert mb.EMPTY.version == 0 and mb.EMPTY.term == 0 and mb.EMPTY.members == ()
