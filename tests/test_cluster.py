@@ -572,12 +572,29 @@ def test_garbage_on_the_cluster_port_changes_nothing(cluster_factory, sink):
                 s.send_multipart(frames)
                 sent += 1
             s.close()
+    # 3. the same from a DEALER with a member's routing id (as a member's own DEALER
+    # spells it), ending with a valid CANCEL of a control task: a message that must
+    # take effect, sent after the garbage on the same connection, so once it has, the
+    # garbage before it has been read (the positive control for "nothing changed")
+    control = enqueue(nodes[0], url=f"{sink.url}/control", countdown=4)
+    for n in nodes:
+        member = next(m for m in nodes if m is not n).node_id
+        s = dealer(n.cluster_addr, member.encode() + b"\x00" + os.urandom(8))
+        for frames in malformed_messages(n, member, marker["id"]):
+            s.send_multipart(frames)
+            sent += 1
+        s.send_multipart([b"CANCEL", json.dumps({"id": control["id"]}).encode()])
+        s.close()
     for s in held_open:
         s.close()
     print(f"\nsent {sent} malformed messages")
 
-    # the sockets flushed on close (linger); give the nodes a moment to read them all
-    time.sleep(1.0)
+    def control_cancelled() -> bool:
+        got = nodes[1].task(control["id"])
+        return got["state"] == "cancelled" and \
+            [c["state"] for c in got["copies"]] == ["cancelled"] * len(control["replicas"])
+
+    wait_until(control_cancelled, 15, what="the control task cancelled on every copy")
     for n in nodes:
         assert n.running, f"{n.node_id} died:\n{n.log_text(60)}"
     after = {n.node_id: roster_state(n) for n in nodes}
@@ -603,11 +620,12 @@ def test_garbage_on_the_cluster_port_changes_nothing(cluster_factory, sink):
         (m.time - marker["eta"], m.time - t_enq)
     wait_no_live_copies(nodes)
     assert sink.count("/marker") == 1
+    assert sink.count("/control") == 0
     assert not duplicates(sink.by_task_id("/after-garbage"))
 
 
 @pytest.mark.timeout(60)
-def test_a_dealer_spoofing_a_member_id_changes_nothing(cluster_factory):
+def test_a_dealer_spoofing_a_member_id_changes_nothing(cluster_factory, sink):
     nodes = cluster_factory(3)
     view = wait_converged(nodes)
     leader = by_id(nodes, view["leader"])
@@ -616,14 +634,28 @@ def test_a_dealer_spoofing_a_member_id_changes_nothing(cluster_factory):
     for _ in range(3):
         s = dealer(leader.cluster_addr, follower.node_id.encode())
         s.send_multipart([b"NOPE", b"{}"])
-        time.sleep(0.3)
+        time.sleep(0.3)  # the spoofing connection stays up across a few heartbeats
         s.close()
         time.sleep(0.5)
-    time.sleep(2 * 1.0 + 0.5)  # two failure timeouts
+    # positive controls: the leader read the spoofed frames (and dropped them) ...
+    wait_until(lambda: "NOPE" in leader.log_text(), 5, what="the leader to log the NOPE")
+    # ... and the follower's own traffic to the leader still works: tasks enqueued on it
+    # now, due after two failure timeouts (when a cut-off follower would have been
+    # dropped), are stored on the leader too and delivered
+    tasks = [enqueue(follower, url=f"{sink.url}/after-spoof", countdown=2 * 1.0 + 0.5)
+             for _ in range(4)]
+    assert any(leader.node_id in t["replicas"] for t in tasks), tasks
+    for t in tasks:
+        got = follower.task(t["id"])
+        assert sorted(c["node"] for c in got["copies"]) == sorted(t["replicas"]), got
+    sink.wait_for(lambda reqs: {r.task_id for r in reqs} >= {t["id"] for t in tasks},
+                  path="/after-spoof", timeout=15)
     for n in nodes:
         assert n.running, f"{n.node_id} died:\n{n.log_text(20)}"
     after = {n.node_id: roster_state(n) for n in nodes}
     assert after == before
+    heard = {m["id"]: m["last_heard"] for m in cluster_view(leader)["members"]}
+    assert heard[follower.node_id] < 1.0, heard
 
 
 # ================================================================ 8. CurveZMQ
@@ -682,11 +714,17 @@ def test_curve_cluster_admits_only_its_key(cluster_factory, node_factory, sink):
     assert nodes[1].wait_task_state(control["id"], "cancelled")
     assert sink.count("/control") == 0
 
-    # neither outsider was admitted, after several join retries and failure timeouts
-    time.sleep(2.0)
+    # neither outsider was admitted, after several join retries and failure timeouts,
+    # while a node with the cluster's key pair, started after them with the same seeds,
+    # joins (the positive control: joining works in that window)
+    insider = node_factory("f", seeds=seeds, ready=False,
+                           options={"curve_public": public, "curve_secret": secret})
+    wait_converged(nodes + [insider], timeout=20)
+    assert insider.get("/readyz").status_code == 200
     for n in nodes:
-        assert roster_state(n)[1:] == (view["term"], view["version"], ("a", "b", "c")), \
-            cluster_view(n)
+        leader, term, version, members = roster_state(n)
+        assert (term, members) == (view["term"], ("a", "b", "c", "f")), cluster_view(n)
+        assert version > view["version"], cluster_view(n)
     for outsider in (wrong_key, no_key):
         assert outsider.running
         assert outsider.get("/readyz").status_code == 503
@@ -754,6 +792,9 @@ def test_cancel_from_a_non_replica_cancels_every_copy(cluster_factory, sink):
     nodes = cluster_factory(3)
     tasks = [enqueue(nodes[i % 3], url=f"{sink.url}/cancel", countdown=2.0) for i in range(6)]
     keep = enqueue(nodes[0], url=f"{sink.url}/kept", countdown=2.0)
+    # due after every copy's fire time (eta + offset): once it arrived, they would have
+    late = enqueue(nodes[1], url=f"{sink.url}/late",
+                   eta=max(t["eta"] for t in tasks) + OFFSET + 0.5)
     assert len({tuple(t["replicas"]) for t in tasks}) > 1
     for t in tasks:
         outsider = next(n for n in nodes if n.node_id not in t["replicas"])
@@ -767,7 +808,8 @@ def test_cancel_from_a_non_replica_cancels_every_copy(cluster_factory, sink):
             assert [c["state"] for c in got["copies"]] == ["cancelled"] * 2, got["copies"]
     # past every copy's fire time (eta + offset) and the marker's delivery: nothing went out
     sink.wait_for(count=1, path="/kept", timeout=10)
-    time.sleep(max(0.0, max(t["eta"] for t in tasks) + OFFSET + 1.0 - time.time()))
+    (req,) = sink.wait_for(count=1, path="/late", timeout=10)
+    assert req.task_id == late["id"]
     assert sink.count("/cancel") == 0
     # cancelling again is idempotent; a finished task cannot be cancelled
     assert nodes[0].delete(f"/tasks/{tasks[0]['id']}").status_code == 200
@@ -785,8 +827,11 @@ def test_pause_and_resume_on_one_node_act_cluster_wide(cluster_factory, sink):
         assert n.get("/queues/pq").json()["paused"] is True, n.node_id
     ids = {enqueue(nodes[i % 3], url=f"{sink.url}/paused", queue="pq")["id"] for i in range(30)}
     marker = enqueue(nodes[1], url=f"{sink.url}/unpaused")  # another queue still runs
-    sink.wait_for(count=1, path="/unpaused")
-    time.sleep(OFFSET + 1.5)  # both copies of every task are due by now
+    # due once both copies of every paused task have been due for a while: when it has
+    # arrived, they would have too (the positive control for "nothing was delivered")
+    late = enqueue(nodes[2], url=f"{sink.url}/unpaused", countdown=OFFSET + 1.5)
+    sink.wait_for(lambda reqs: {x.task_id for x in reqs} >= {marker["id"], late["id"]},
+                  path="/unpaused", timeout=15)
     assert sink.count("/paused") == 0
     counts = nodes[2].counts("pq")
     assert counts["scheduled"] == len(ids) and counts["succeeded"] == 0, counts
@@ -810,6 +855,9 @@ def test_purge_on_one_node_cancels_the_queue_everywhere(cluster_factory, sink):
     kept = [enqueue(nodes[i % 3], url=f"{sink.url}/other", queue="other", countdown=2.5)
             for i in range(6)]
     assert {t["replicas"][0] for t in doomed} == {"a", "b", "c"}
+    # due after every doomed copy's fire time: once it arrived, they would have
+    late = enqueue(nodes[0], url=f"{sink.url}/late", queue="other",
+                   eta=max(t["eta"] for t in doomed) + OFFSET + 0.5)
     r = nodes[1].post("/queues/pg/purge")
     assert r.status_code == 200, r.text
     assert r.json()["purged"] == len(doomed), r.json()
@@ -820,7 +868,8 @@ def test_purge_on_one_node_cancels_the_queue_everywhere(cluster_factory, sink):
     assert counts["scheduled"] == 0 and counts["cancelled"] == len(doomed), counts
     sink.wait_for(lambda reqs: {x.task_id for x in reqs} >= {t["id"] for t in kept},
                   path="/other", timeout=15)
-    time.sleep(max(0.0, max(t["eta"] for t in doomed) + OFFSET + 1.0 - time.time()))
+    (req,) = sink.wait_for(count=1, path="/late", timeout=15)
+    assert req.task_id == late["id"]
     assert sink.count("/purged") == 0
     wait_no_live_copies(nodes)
     # the queue still takes and delivers new tasks

@@ -358,8 +358,12 @@ def test_pause_and_resume(node, sink):
     assert r.status_code == 200, r.text
     assert node.get("/queues/pq").json()["paused"] is True
     ids = [node.enqueue("pq", url=f"{sink.url}/paused", params={"i": i})["id"] for i in range(3)]
-    # they are due now; a paused queue holds them
-    time.sleep(1.0)
+    # they are due now; a paused queue holds them, while a task of another queue that
+    # falls due after them is delivered (the positive control: they would have been too)
+    marker = node.enqueue(url=f"{sink.url}/unpaused", countdown=0.5)["id"]
+    sink.wait_for(count=1, path="/unpaused")
+    node.wait_task_state(marker, "succeeded")
+    assert all(node.task(i)["next_attempt"] < time.time() - 0.4 for i in ids)
     assert sink.count("/paused") == 0
     assert node.counts("pq")["scheduled"] == 3
     r = node.post("/queues/pq/resume")

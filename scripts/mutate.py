@@ -1,0 +1,606 @@
+#!/usr/bin/env python3
+"""A small mutation runner: plant one small change at a time in a core module, run the
+tests that cover that module, and count the changes that no test notices (survivors).
+
+    .venv/bin/python scripts/mutate.py                    # every module in MODULES
+    .venv/bin/python scripts/mutate.py -m backoff -m ratelimit --budget 300
+    .venv/bin/python scripts/mutate.py -m scheduler --list    # the mutants, nothing run
+
+It never touches the working tree: the repository is copied to a temporary directory
+(git's tracked files plus the working tree's changes, no .git, no .venv) and every
+mutant is written there, so an interrupted run (Ctrl-C, a crash, a timeout) leaves
+your files as they were. The copy's tests import the copy's package (PYTHONPATH and
+cwd point there; the editable install's path entry comes after them).
+
+Mutations (chosen from the AST, spliced into the source by position, so the rest of the
+file stays byte for byte): comparison flips (< <= > >=, == !=, in / not in, is / is
+not), + - * / swaps, augmented assignments, a dropped ``not`` or unary minus,
+and <-> or, numeric constants +1, True <-> False, a negated if/while/ternary condition,
+min <-> max, a dropped call statement, a dropped raise, ``return x`` -> ``return None``,
+break <-> continue. Docstrings, annotations, decorators, f-strings and logging calls
+are left alone.
+
+Each run of the tests gets a timeout (a mutant that hangs counts as killed: the tests
+did notice). By default the runs are forked from this process with pytest, gevent,
+hypothesis and zmq already imported (~4x faster than a fresh interpreter); --no-fork
+runs each in a new interpreter. The whole run is bounded by --budget seconds; a module
+with more than --max-mutants candidates is sampled (with a fixed seed).
+
+Mutants known to be equivalent (no behaviour can tell them apart) are listed in
+EQUIVALENT with the reason, and left out of the score. Not part of .ci/run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+REPO = Path(__file__).resolve().parent.parent
+
+# module -> the test runs that cover it (fast unit tests), each a list of pytest
+# arguments. A module, or a run whose test file, does not exist (yet) is skipped.
+_SIMS = ([f"tests/test_membership.py::test_random_faults[{i}]" for i in range(60)]
+         + [f"tests/test_membership.py::test_a_connected_majority_keeps_going[{i}]"
+            for i in range(30)])
+MODULES: dict[str, list[list[str]]] = {
+    "miyamoto/scheduler.py": [["tests/test_units.py", "-k", "scheduler"],
+                              ["tests/test_slips_units.py", "-k", "scheduler"]],
+    "miyamoto/dispatch.py": [["tests/test_dispatch.py"],
+                             ["tests/test_slips_units.py", "-k", "dispatch"]],
+    "miyamoto/backoff.py": [["tests/test_units.py", "-k", "backoff or jitter or retry_after"],
+                            ["tests/test_slips_units.py", "-k", "backoff or retry_after"]],
+    "miyamoto/ratelimit.py": [["tests/test_units.py", "-k", "bucket"],
+                              ["tests/test_slips_units.py", "-k", "bucket"]],
+    "miyamoto/validate.py": [["tests/test_validate.py"],
+                             ["tests/test_slips_units.py", "-k", "validate"]],
+    "miyamoto/replication.py": [["tests/test_replication.py"],
+                                ["tests/test_slips_units.py", "-k", "replication"]],
+    "miyamoto/membership.py": [
+        ["tests/test_membership.py", "-k",
+         "not random_faults and not connected_majority and not survives"],
+        _SIMS, ["tests/test_slips_units.py", "-k", "membership"]],
+    "miyamoto/delivery.py": [["tests/test_units.py", "-k", "request or outcome"],
+                             ["tests/test_slips_units.py", "-k", "request or sign or outcome"]],
+    "miyamoto/retry.py": [["tests/test_retry.py"], ["tests/test_slips_units.py", "-k", "retry"]],
+    "miyamoto/siblings.py": [["tests/test_siblings.py"]],
+}
+
+# (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart
+_COMPACT = ("the compaction threshold is a memory/time trade-off: any threshold keeps "
+            "every pop and next_time exact (test_scheduler_order_and_live_keys_survive_a_"
+            "compaction); only how often the heap is rebuilt changes")
+_STOP = ("Dispatcher.stop stops the pump twice over (the _stopping flag ends its loop "
+         "and the greenlet is killed): either one alone stops it")
+_UNREACHABLE = ("the wait == 0.0 branch of the pump: wait_time() after a failed take() at "
+                "the same instant is always > 0, so this branch never runs")
+_LATIN1 = ("_HEADER_VALUE_RE already admits only latin-1 characters: the encode check "
+           "after it can never fail")
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("miyamoto/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
+        "at n = max_doublings + 1 both branches give min_backoff * 2**max_doublings",
+    ("miyamoto/backoff.py", "if n <= q.max_doublings + 1:", "1 -> 2"):
+        "at n = max_doublings + 2 both branches give 2 * min_backoff * 2**max_doublings",
+    ("miyamoto/ratelimit.py", "if now > self.stamp:", "> -> >="):
+        "at now == stamp the refill adds (now - stamp) * rate = 0 tokens",
+    ("miyamoto/ratelimit.py",
+     "return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate", ">= -> >"):
+        "at tokens == 1.0 the other branch gives (1.0 - 1.0) / rate = 0.0 too",
+    ("miyamoto/scheduler.py", "if head is None or when < head:", "< -> <="):
+        "a key due at the same time as the head: an extra wake-up finds nothing new due",
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "negate the if"): _COMPACT,
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "> -> >="): _COMPACT,
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "> -> <"): _COMPACT + " (here: on every schedule below the threshold, so it is "
+                           "never reached)",
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "+ -> -"): _COMPACT,
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "* -> /"): _COMPACT,
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "2 -> 3"): _COMPACT,
+    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+     "1024 -> 1025"): _COMPACT,
+    ("miyamoto/scheduler.py", "if nxt is not None and nxt <= self._clock():", "<= -> <"):
+        "a key due exactly now: the wait(0) that follows returns at once and the loop "
+        "pops it, as the sleep(0) branch would",
+    ("miyamoto/scheduler.py", "gevent.sleep(0)  # more are due: let others run, then carry on",
+     "drop the call"):
+        "only fairness to other greenlets between two batches of 1000 due keys; "
+        "every key still fires, in order",
+    ("miyamoto/dispatch.py", "self._stopping = True", "True -> False"): _STOP,
+    ("miyamoto/dispatch.py", "if self._greenlet is not None:", "negate the if"): _STOP,
+    ("miyamoto/dispatch.py", "if self._greenlet is not None:", "is not -> is"): _STOP,
+    ("miyamoto/dispatch.py", "self._greenlet.kill()", "drop the call"): _STOP,
+    ("miyamoto/dispatch.py", "self.group.kill(timeout=1)", "1 -> 2"):
+        "how long kill() waits for killed greenlets to exit; they exit at once",
+    ("miyamoto/dispatch.py", "gevent.sleep(0)", "drop the call"): _UNREACHABLE,
+    ("miyamoto/dispatch.py", "gevent.sleep(0)", "0 -> 1"): _UNREACHABLE,
+    ("miyamoto/dispatch.py", "continue", "continue -> break"): _UNREACHABLE,
+    ("miyamoto/dispatch.py", "self._active.discard(name)", "drop the call"):
+        "a queue with an empty ready line left in the active set is skipped on every pass "
+        "(time only, and it is dropped on the next pass that finds it empty anyway)",
+    ("miyamoto/replication.py",
+     "ranked = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
+     "True -> False"):
+        "lowest instead of highest rendezvous scores: an equally valid placement with the "
+        "same properties (stable, moves by one member); only a mixed-version cluster "
+        "would notice",
+    ("miyamoto/replication.py",
+     "after = [m for m in ordered if m > lost and m in candidates]", "> -> >="):
+        "the lost member holds a copy, so it is never among the candidates",
+    ("miyamoto/validate.py", 'raise ValidationError(field, "must be an integer") from None',
+     "drop the raise"):
+        "the value stays a str and the next check raises the same field and message",
+    ("miyamoto/validate.py", "return False", "return None"):
+        "_is_text is only used as a condition: None and False are both false",
+    ("miyamoto/validate.py", 'v.encode("latin-1")', "drop the call"): _LATIN1,
+    ("miyamoto/validate.py",
+     'raise ValidationError(f"{field}.{k}", "must be latin-1 text") from None',
+     "drop the raise"): _LATIN1,
+}
+
+LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}
+
+
+# ---------------------------------------------------------------- mutants
+
+
+@dataclass(frozen=True)
+class Mutant:
+    path: str  # relative to the repo
+    start: tuple[int, int]  # (line, byte column) of the replaced span
+    end: tuple[int, int]
+    text: str  # what replaces the span
+    what: str  # a short description
+    line: str  # the original source line, stripped
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.path, self.line, self.what)
+
+    def where(self) -> str:
+        return f"{self.path}:{self.start[0]}"
+
+
+_CMP_FLIPS: dict[type, list[type]] = {
+    ast.Lt: [ast.LtE, ast.Gt], ast.LtE: [ast.Lt, ast.GtE], ast.Gt: [ast.GtE, ast.Lt],
+    ast.GtE: [ast.Gt, ast.LtE], ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq],
+    ast.In: [ast.NotIn], ast.NotIn: [ast.In], ast.Is: [ast.IsNot], ast.IsNot: [ast.Is],
+}
+_BIN_SWAPS: dict[type, type] = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult,
+    ast.BitOr: ast.BitAnd, ast.BitAnd: ast.BitOr,
+}
+_SYM = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+        ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not", ast.Add: "+",
+        ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+        ast.Pow: "**", ast.BitOr: "|", ast.BitAnd: "&", ast.And: "and", ast.Or: "or"}
+
+
+def _copy(node: ast.AST) -> ast.AST:
+    return ast.parse(ast.unparse(node), mode="eval").body if isinstance(node, ast.expr) \
+        else ast.parse(ast.unparse(node)).body[0]
+
+
+def _is_log_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    while isinstance(f, ast.Attribute):
+        if f.attr in LOG_NAMES:
+            return True
+        f = f.value
+    return isinstance(f, ast.Name) and f.id in LOG_NAMES or \
+        isinstance(f, ast.Name) and f.id == "print"
+
+
+def _is_str(node: ast.AST) -> bool:
+    return isinstance(node, ast.JoinedStr) or \
+        isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+
+
+class _Finder:
+    """Walks a module and yields (node, replacement text, description)."""
+
+    def __init__(self, source: bytes):
+        self.source = source
+
+    def find(self, tree: ast.Module) -> Iterator[tuple[ast.AST, str, str]]:
+        yield from self._visit(tree)
+
+    # nodes whose subtrees are never mutated
+    def _skipped(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.JoinedStr) or _is_log_call(node) or \
+            isinstance(node, ast.Expr) and (isinstance(node.value, ast.Constant)  # docstrings
+                                            or _is_log_call(node.value))
+
+    def _visit(self, node: ast.AST) -> Iterator[tuple[ast.AST, str, str]]:
+        if self._skipped(node):
+            return
+        yield from self._here(node)
+        for name, value in ast.iter_fields(node):
+            if name in ("annotation", "returns", "decorator_list", "type_comment"):
+                continue
+            if isinstance(node, ast.AnnAssign) and name == "target":
+                continue
+            children = value if isinstance(value, list) else [value]
+            for child in children:
+                if isinstance(child, ast.AST):
+                    yield from self._visit(child)
+
+    def _here(self, node: ast.AST) -> Iterator[tuple[ast.AST, str, str]]:
+        expr = lambda n: "(" + ast.unparse(n) + ")"  # noqa: E731
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                for new in _CMP_FLIPS.get(type(op), []):
+                    m = _copy(node)
+                    m.ops[i] = new()
+                    yield node, expr(m), f"{_SYM[type(op)]} -> {_SYM[new]}"
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAPS \
+                and not (_is_str(node.left) or _is_str(node.right)):
+            new = _BIN_SWAPS[type(node.op)]
+            m = _copy(node)
+            m.op = new()
+            yield node, expr(m), f"{_SYM[type(node.op)]} -> {_SYM[new]}"
+        elif isinstance(node, ast.BoolOp):
+            m = _copy(node)
+            new = ast.Or if isinstance(node.op, ast.And) else ast.And
+            m.op = new()
+            yield node, expr(m), f"{_SYM[type(node.op)]} -> {_SYM[new]}"
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+            yield node, expr(node.operand), "drop " + ("not" if isinstance(node.op, ast.Not)
+                                                       else "unary -")
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            v = node.value
+            new = v + 1 if isinstance(v, int) else (1.0 if v == 0 else v * 2)
+            yield node, repr(new), f"{v!r} -> {new!r}"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            yield node, repr(not node.value), f"{node.value} -> {not node.value}"
+        elif isinstance(node, ast.IfExp):
+            m = _copy(node)
+            m.test = ast.UnaryOp(ast.Not(), m.test)
+            yield node, expr(m), "negate the condition"
+        elif isinstance(node, (ast.If, ast.While)):
+            t = node.test
+            yield t, "not (" + ast.unparse(t) + ")", f"negate the {type(node).__name__.lower()}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("min", "max"):
+            new = "max" if node.func.id == "min" else "min"
+            yield node.func, new, f"{node.func.id} -> {new}"
+        elif isinstance(node, ast.AugAssign) and type(node.op) in _BIN_SWAPS:
+            new = _BIN_SWAPS[type(node.op)]
+            m = _copy(node)
+            m.op = new()
+            yield node, ast.unparse(m), f"{_SYM[type(node.op)]}= -> {_SYM[new]}="
+        elif isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await)):
+            yield node, "pass", "drop the call"
+        elif isinstance(node, ast.Raise):
+            yield node, "pass", "drop the raise"
+        elif isinstance(node, ast.Return) and node.value is not None and \
+                not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            yield node, "return None", "return None"
+        elif isinstance(node, ast.Break):
+            yield node, "continue", "break -> continue"
+        elif isinstance(node, ast.Continue):
+            yield node, "break", "continue -> break"
+
+
+def mutants_of(path: str, root: Path) -> list[Mutant]:
+    source = (root / path).read_bytes()
+    tree = ast.parse(source)
+    lines = source.split(b"\n")
+    out: list[Mutant] = []
+    seen: set[tuple] = set()
+    for node, text, what in _Finder(source).find(tree):
+        start = (node.lineno, node.col_offset)
+        end = (node.end_lineno, node.end_col_offset)
+        k = (start, end, text)
+        if k in seen:
+            continue
+        seen.add(k)
+        line = lines[node.lineno - 1].decode("utf-8", "replace").strip()
+        out.append(Mutant(path, start, end, text, what, line))
+    return out
+
+
+def apply(source: bytes, m: Mutant) -> bytes:
+    lines = source.split(b"\n")
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln) + 1)
+    a = offsets[m.start[0] - 1] + m.start[1]
+    b = offsets[m.end[0] - 1] + m.end[1]
+    new = source[:a] + m.text.encode() + source[b:]
+    ast.parse(new)  # a mutant must still compile
+    return new
+
+
+# ---------------------------------------------------------------- the tree copy
+
+
+def copy_tree(dest: Path) -> None:
+    """Tracked files plus working-tree changes (untracked, not ignored, too)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                "--exclude-standard"], cwd=REPO, capture_output=True,
+                               check=True).stdout.split(b"\0")
+        files = [n.decode() for n in names if n]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: copy everything
+        files = [str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_file()
+                 and not {".git", ".venv", "__pycache__"} & set(p.relative_to(REPO).parts)]
+    for name in files:
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+# ---------------------------------------------------------------- running tests
+
+
+class Runner:
+    def __init__(self, root: Path, fork: bool):
+        self.root = root
+        self.fork = fork and hasattr(os, "fork")
+        self.env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1",
+                        PYTHONHASHSEED="0")
+        self.env.pop("PYTEST_ADDOPTS", None)
+        if self.fork:
+            # what every test run imports, loaded once; never the package under test
+            for mod in ("pytest", "gevent", "gevent.pool", "gevent.event", "hypothesis",
+                        "zmq", "ujson", "requests", "sqlite3", "email.utils", "hmac",
+                        "geventhttpclient"):
+                try:
+                    __import__(mod)
+                except ImportError:
+                    pass
+            assert not any(k == "miyamoto" or k.startswith("miyamoto.") for k in sys.modules)
+            sys.dont_write_bytecode = True
+
+    def run(self, args: list[str], timeout: float) -> tuple[str, float]:
+        """'passed', 'failed' or 'timeout', and the seconds it took."""
+        full = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                f"--timeout={max(5, int(timeout))}", *args]
+        t0 = time.monotonic()
+        if self.fork:
+            result = self._run_forked(full, timeout)
+        else:
+            result = self._run_process(full, timeout)
+        return result, time.monotonic() - t0
+
+    def _run_process(self, args: list[str], timeout: float) -> str:
+        try:
+            p = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=self.root,
+                               env=self.env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=timeout,
+                               start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        return _state(p.returncode)
+
+    def _run_forked(self, args: list[str], timeout: float) -> str:
+        pid = os.fork()
+        if pid == 0:  # the child: run the tests against the copy, then exit at once
+            code = 3
+            try:
+                os.setsid()
+                os.chdir(self.root)
+                os.environ.clear()
+                os.environ.update(self.env)
+                sys.path.insert(0, str(self.root))
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1)
+                os.dup2(devnull, 2)
+                import pytest
+
+                code = int(pytest.main(args))
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return _state(os.waitstatus_to_exitcode(status))
+                if time.monotonic() > deadline:
+                    _kill(pid)
+                    return "timeout"
+                time.sleep(0.02)
+        except BaseException:  # Ctrl-C or SIGTERM: take the test run down with us
+            _kill(pid)
+            raise
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _brief(args: list[str]) -> str:
+    return " ".join(args) if len(args) <= 4 else f"{' '.join(args[:2])} (+{len(args) - 2} more)"
+
+
+def _state(code: int) -> str:
+    # pytest's exit codes: 0 all passed, 5 no test collected (a -k that selects none)
+    return {0: "passed", 5: "empty"}.get(code, "failed")
+
+
+def test_args(module: str, root: Path) -> list[list[str]]:
+    """The module's test runs whose test files exist."""
+    return [g for g in MODULES[module] if (root / g[0].split("::")[0]).exists()]
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--module", action="append",
+                    help="a module to mutate (name or path; default: every one in MODULES)")
+    ap.add_argument("--budget", type=float, default=1800.0, help="seconds for the whole run")
+    ap.add_argument("--max-mutants", type=int, default=400, help="per module; more are sampled")
+    ap.add_argument("--timeout-factor", type=float, default=4.0,
+                    help="a test run may take this many times the unmutated run (+5 s)")
+    ap.add_argument("--no-fork", action="store_true", help="a fresh interpreter per test run")
+    ap.add_argument("--list", action="store_true", help="list the mutants and stop")
+    ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--line", type=int, action="append",
+                    help="only the mutants on this line (to re-check survivors)")
+    opts = ap.parse_args(argv)
+
+    modules = list(MODULES)
+    if opts.module:
+        wanted = []
+        for w in opts.module:
+            hits = [m for m in MODULES if m == w or Path(m).stem == w]
+            if not hits:
+                ap.error(f"no module {w!r} in MODULES ({', '.join(Path(m).stem for m in MODULES)})")
+            wanted += hits
+        modules = wanted
+
+    # Ctrl-C and SIGTERM (also when started in the background, where SIGINT is ignored)
+    # end the run cleanly: the copy is removed, the results so far are printed
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="miyamoto-mutate-"))
+    results: dict[str, dict[str, list[Mutant]]] = {}
+    try:
+        copy_tree(tmp)
+        runner = Runner(tmp, fork=not opts.no_fork) if not opts.list else None
+        for module in modules:
+            if not (tmp / module).exists():
+                print(f"== {module}: not in this tree, skipped")
+                continue
+            groups = test_args(module, tmp)
+            if not groups:
+                print(f"== {module}: no covering test file exists, skipped")
+                continue
+            mutants = mutants_of(module, tmp)
+            if opts.line:
+                mutants = [m for m in mutants if m.start[0] in opts.line]
+            if len(mutants) > opts.max_mutants:
+                mutants = sorted(random.Random(opts.seed).sample(mutants, opts.max_mutants),
+                                 key=lambda m: m.start)
+            if opts.list:
+                print(f"== {module}: {len(mutants)} mutants")
+                for m in mutants:
+                    print(f"  {m.where()}: {m.what}    | {m.line}")
+                continue
+            assert runner is not None
+            original = (tmp / module).read_bytes()
+            base_times = []
+            ok = True
+            for g in list(groups):
+                state, took = runner.run(g, timeout=600)
+                if state == "empty":
+                    groups.remove(g)
+                    continue
+                if state != "passed":
+                    print(f"== {module}: the unmutated tests do not pass ({' '.join(g)}): "
+                          "skipped")
+                    ok = False
+                    break
+                base_times.append(took)
+            if not ok or not groups:
+                continue
+            print(f"== {module}: {len(mutants)} mutants; tests: "
+                  f"{' ; '.join(_brief(g) for g in groups)} "
+                  f"(unmutated: {sum(base_times):.1f} s)", flush=True)
+            res = results[module] = {"killed": [], "timeout": [], "survived": [],
+                                     "equivalent": [], "untested": [], "invalid": []}
+            try:
+                for m in mutants:
+                    if time.monotonic() - started > opts.budget:
+                        res["untested"].append(m)
+                        continue
+                    try:
+                        (tmp / module).write_bytes(apply(original, m))
+                    except SyntaxError:
+                        res["invalid"].append(m)
+                        continue
+                    state = "passed"
+                    for g, base in zip(groups, base_times):
+                        state, _ = runner.run(g, timeout=base * opts.timeout_factor + 5)
+                        if state != "passed":
+                            break
+                    if state == "passed":
+                        bucket = "equivalent" if m.key in EQUIVALENT else "survived"
+                    else:
+                        bucket = "killed" if state == "failed" else "timeout"
+                    res[bucket].append(m)
+                    mark = {"killed": ".", "timeout": "T", "survived": "S",
+                            "equivalent": "e"}[bucket]
+                    print(mark, end="", flush=True)
+            finally:
+                (tmp / module).write_bytes(original)
+            print()
+    except KeyboardInterrupt:
+        print("\ninterrupted: the results so far")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if opts.list:
+        return 0
+    return report(results, time.monotonic() - started)
+
+
+def report(results: dict[str, dict[str, list[Mutant]]], took: float) -> int:
+    print(f"\n== score (killed + timed out) / (mutants run - equivalent), in {took:.0f} s")
+    total_k = total_n = 0
+    for module, res in results.items():
+        k = len(res["killed"]) + len(res["timeout"])
+        n = k + len(res["survived"])
+        total_k += k
+        total_n += n
+        extra = []
+        if res["equivalent"]:
+            extra.append(f"{len(res['equivalent'])} equivalent")
+        if res["timeout"]:
+            extra.append(f"{len(res['timeout'])} by timeout")
+        if res["untested"]:
+            extra.append(f"{len(res['untested'])} not run (budget)")
+        if res["invalid"]:
+            extra.append(f"{len(res['invalid'])} did not compile")
+        score = f"{100.0 * k / n:5.1f} %" if n else "  n/a  "
+        print(f"{module:28s} {score}  {k}/{n}" + (f"  ({', '.join(extra)})" if extra else ""))
+    if total_n:
+        print(f"{'all':28s} {100.0 * total_k / total_n:5.1f} %  {total_k}/{total_n}")
+    survivors = [m for res in results.values() for m in res["survived"]]
+    if survivors:
+        print("\n== survivors")
+        for m in survivors:
+            print(f"{m.where()}: {m.what}    | {m.line}")
+    equivalent = [m for res in results.values() for m in res["equivalent"]]
+    if equivalent:
+        print("\n== equivalent (not scored)")
+        for m in equivalent:
+            print(f"{m.where()}: {m.what}    | {m.line}\n    {EQUIVALENT[m.key]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
