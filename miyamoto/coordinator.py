@@ -57,16 +57,21 @@ class Coordinator:
             self.cursor += 1
         copies = replication.copies(task, replicas, self.config.replica_offset)
         stored: list[Task] = []
+        need = min(self.config.min_replicas, len(copies))
+        hold = need > 1  # our copy must not fire before the others confirm: 503 may come
         try:
-            self._store_all(task, copies, stored)
+            self._store_all(task, copies, stored, hold)
         except Unavailable:  # our own journal refused: undo the copies sent elsewhere
             self.abort(copies)
             raise
-        need = min(self.config.min_replicas, len(copies))
         if len(stored) < need:
             self.abort(copies)
             raise Unavailable(f"stored on {len(stored)} of {len(copies)} replicas, "
                               f"{need} needed")
+        if hold:
+            for c in copies:
+                if c.replicas[c.replica] == self.me:
+                    self.engine.release(c.id)
         return copies[0]
 
     def _await_contact(self) -> bool:
@@ -80,13 +85,14 @@ class Coordinator:
             return True
         return False
 
-    def _store_all(self, task: Task, copies: list[Task], stored: list[Task]) -> None:
+    def _store_all(self, task: Task, copies: list[Task], stored: list[Task],
+                   hold: bool) -> None:
         if task.name is None:
-            stored += self.store(copies)
+            stored += self.store(copies, hold)
             return
         try:
-            stored += self.store(copies[:1])
-            stored += self.store(copies[1:])
+            stored += self.store(copies[:1], hold)
+            stored += self.store(copies[1:], hold)
         except Duplicate:
             self.abort(copies)
             raise
@@ -100,7 +106,7 @@ class Coordinator:
             else:
                 self.send(holder, m.Cancel(c.id, abort=True))
 
-    def store(self, copies: list[Task]) -> list[Task]:
+    def store(self, copies: list[Task], hold: bool = False) -> list[Task]:
         """Store copies (the local one in this greenlet, remote ones by STORE); return
         those stored. Duplicate if a holder refused a copy for its name."""
         if not copies:
@@ -115,7 +121,7 @@ class Coordinator:
         try:
             for c in local:
                 try:
-                    self.engine.add(c, wait=True)
+                    self.engine.add(c, wait=True, hold=hold)
                     stored.append(c)
                     self.on_stored(c.id)
                 except Duplicate as e:

@@ -127,8 +127,10 @@ class Engine:
         if held is not None and held[1] > self.clock() and held[0] != task.id:
             raise Duplicate(held[0])
 
-    def add(self, task: Task, *, wait: bool = True) -> Task:
-        """Store a new copy (durably when wait) and time it; Duplicate if the name is taken."""
+    def add(self, task: Task, *, wait: bool = True, hold: bool = False) -> Task:
+        """Store a new copy (durably when wait) and time it; Duplicate if the name is
+        taken. ``hold``: store it but do not time it until ``release`` (an enqueue that
+        still waits for other replicas may yet be refused)."""
         existing = self.live.get(task.id)
         if existing is not None:
             return existing  # a repeated STORE of the same copy
@@ -148,8 +150,15 @@ class Engine:
             raise Unavailable("the journal could not store the task") from e
         self.live[task.id] = task
         self.stats.stored += 1
-        self.scheduler.schedule(task.id, task.fire_at)
+        if not hold:
+            self.scheduler.schedule(task.id, task.fire_at)
         return task
+
+    def release(self, task_id: str) -> None:
+        """Time a copy stored with ``hold``."""
+        t = self.live.get(task_id)
+        if t is not None and t.state == State.SCHEDULED:
+            self.scheduler.schedule(task_id, t.fire_at)
 
     def _spawn_local(self, task: Task) -> None:
         self.add(task, wait=False)

@@ -207,9 +207,6 @@ def test_min_replicas_refuses_an_enqueue_a_replica_cannot_store(cluster_factory,
                                          for r in sink.requests("/refused")]
 
 
-@pytest.mark.xfail(strict=False, reason="bug: the local copy fires while the enqueue still "
-                   "waits for the other replica's STORED, so a task the client is told 503 "
-                   "about is delivered (and the client's retry delivers it again)")
 @pytest.mark.timeout(60)
 def test_a_refused_enqueue_due_at_once_is_not_delivered(cluster_factory, sink):
     _, refused_at = _refused_enqueue(cluster_factory, sink, countdown=0)
