@@ -22,10 +22,10 @@ if TYPE_CHECKING:
     from miyamoto.liveness import Liveness
 
 
-class Electing:
-    """Votes asked, given and counted (a part of ``Membership``)."""
+class SharedState:
+    """Membership's state that its parts (``Electing``, ``Leading``) read and write
+    (see Membership.__init__)."""
 
-    # Membership's state, read and written here (see Membership.__init__):
     _me: Member
     _inc: str
     _t: Timing
@@ -39,6 +39,11 @@ class Electing:
     _boot: Bootstrap
     _changes: RosterChanges
     _live: Liveness
+
+
+class Electing(SharedState):
+    """Votes asked, given and counted (a part of ``Membership``)."""
+
     _leader_contact: float
     _votes: set[str]
     _prevotes: set[str] | None

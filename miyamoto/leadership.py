@@ -10,37 +10,21 @@ global random.
 from __future__ import annotations
 
 import logging
-import random
 from typing import TYPE_CHECKING, Any
 
 from miyamoto import messages as msgs
-from miyamoto.roster import FOLLOWER, LEADER, Member, Roster, Send, Timing
+from miyamoto.election import SharedState
+from miyamoto.roster import FOLLOWER, LEADER, Member, Roster, Send
 
 if TYPE_CHECKING:
-    from miyamoto.bootstrap import Bootstrap
-    from miyamoto.changes import RosterChanges
-    from miyamoto.liveness import Liveness
+    pass
 
 log = logging.getLogger(__name__)
 
 
-class Leading:
+class Leading(SharedState):
     """What a leader does (a part of ``Membership``)."""
 
-    # Membership's state, read and written here (see Membership.__init__):
-    _me: Member
-    _inc: str
-    _t: Timing
-    _rng: random.Random
-    _role: str
-    _term: int
-    _voted_for: tuple[str, str] | None
-    _roster: Roster
-    _leader: str | None
-    _had_roster: bool
-    _boot: Bootstrap
-    _changes: RosterChanges
-    _live: Liveness
     _heartbeat_at: float
 
     def _lead_tick(self, now: float) -> list[Send]:
