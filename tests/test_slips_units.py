@@ -394,6 +394,7 @@ def test_scheduler_stop_stops_firing():
 
 from urllib.parse import urlencode  # noqa: E402
 
+from miyamoto import checks
 from miyamoto import validate as v  # noqa: E402
 
 NOW = 1_700_000_000.0
@@ -648,21 +649,21 @@ from miyamoto import membership as mb  # noqa: E402
 from miyamoto.protocol import DecodeError  # noqa: E402
 
 
-def test_membership_integer_and_name_bounds():
-    assert mb.MAX_INT == 2**53 - 1 and mb.MAX_NAME == 512
-    assert mb._int({"k": 2**53 - 1}, "k") == 2**53 - 1
+def test_payload_integer_and_name_bounds():
+    assert checks.MAX_INT == 2**53 - 1 and checks.MAX_NAME == 512
+    assert checks.integer({"k": 2**53 - 1}, "k") == 2**53 - 1
     with pytest.raises(DecodeError):
-        mb._int({"k": 2**53}, "k")
-    assert mb._str({"k": "x" * 512}, "k") == "x" * 512
+        checks.integer({"k": 2**53}, "k")
+    assert checks.string({"k": "x" * 512}, "k") == "x" * 512
     with pytest.raises(DecodeError):
-        mb._str({"k": "x" * 513}, "k")
+        checks.string({"k": "x" * 513}, "k")
 
 
-def test_membership_string_lists():
-    assert mb._str_list({"k": ["a", "x" * 512]}, "k") == ("a", "x" * 512)
-    for bad in ("ab", ["a", ""], ["x" * 513], [1], None, ["a"] * (mb.MAX_MEMBERS + 1)):
+def test_payload_string_lists():
+    assert checks.str_list({"k": ["a", "x" * 512]}, "k") == ("a", "x" * 512)
+    for bad in ("ab", ["a", ""], ["x" * 513], [1], None, ["a"] * (checks.MAX_MEMBERS + 1)):
         with pytest.raises(DecodeError):
-            mb._str_list({"k": bad}, "k")
+            checks.str_list({"k": bad}, "k")
 
 
 def test_membership_roster_needs_one_incarnation_per_member():
