@@ -148,7 +148,12 @@ class Siblings:
             effects += self._probe(live)
         for task_id, a in list(self.asking.items()):
             if now >= a.deadline:
-                effects += self._ask_again(task_id, a, now)
+                if live is not EMPTY and task_id not in live:
+                    self._forget(task_id)  # ended or dropped meanwhile (a client's DELETE)
+                else:
+                    effects += self._ask_again(task_id, a, now)
+        if live is not EMPTY and len(self.must_ask) > len(live):
+            self.must_ask.intersection_update(live)  # copies that ended by other ways
         self._expire(now)
         return effects
 

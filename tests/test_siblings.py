@@ -126,6 +126,14 @@ def test_an_unanswered_ask_is_sent_again_while_the_sibling_is_a_member():
     assert effects == [fx.Update("t1", at=112.5, how=fx.EARLIER)]
 
 
+def test_an_ask_for_a_copy_that_ended_meanwhile_is_dropped():
+    s = machine()
+    fire(s, task(), 110.0)
+    assert "t1" in s.asking and "t1" in s.must_ask
+    assert s.tick(110.0 + T.ask_timeout + 0.1, True, {}) == []  # cancelled locally meanwhile
+    assert "t1" not in s.asking and "t1" not in s.must_ask
+
+
 def test_stalled_loop_holds_every_copy_until_contact():
     s = machine(now=100.0)
     # the tick loop last ran at 100; a copy due at 103 fires at 103 with no tick since
