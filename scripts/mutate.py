@@ -155,6 +155,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/validate.py",
      'raise ValidationError(f"{field}.{k}", "must be latin-1 text") from None',
      "drop the raise"): _LATIN1,
+    ("miyamoto/restore.py", "and t.replicas[(t.replica + k) % n] != s.me), None)", "+ -> -"):
+        "a task's replicas are distinct members and copy t.replica is this node's, so no "
+        "other index holds s.me: the guard is true at (replica + k) and at (replica - k)",
 }
 
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}

@@ -330,3 +330,76 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
     with pytest.raises(SafetyViolation):
         for seed in range(200):
             random_run(seed, planted=planted)
+
+
+# ---------------------------------------------------------------- restore and hand-off planning
+def _t(tid: str, **kw) -> Task:
+    return task(**kw).evolve(id=tid)
+
+
+def test_plan_restores_skips_ended_tasks_tasks_with_no_lost_copy_and_others_to_restore():
+    s = machine(me="b", members=("b", "c", "d"))
+    skipped = [_t("ended", replica=1, state=State.SUCCEEDED),  # ended: nothing to restore
+               _t("whole", replicas=("b", "c", "d"), replica=0),  # lost no copy
+               _t("not-mine", replicas=("a", "c", "b"), replica=2)]  # c restores it, not b
+    ours = _t("ours", replica=1, fire_at=105.0)  # ("a", "b", "c"): b is the first live holder
+    effects = restore.plan_restores(s, {"a"}, skipped + [ours], 101.0)
+    assert [e.id for e in effects] == ["ours"]  # the skipped ones do not stop the loop
+    assert effects[0].replicas == ("d", "b", "c")
+
+
+def test_plan_restores_replaces_every_lost_copy_and_none_when_no_member_is_free():
+    s = machine(me="c", members=("c", "d", "e"))
+    t = task(replica=2, replicas=("a", "b", "c"), fire_at=110.0)
+    (plan,) = restore.plan_restores(s, {"a", "b"}, [t], 101.0)
+    assert plan.replicas == ("d", "e", "c")
+    assert [(c.replicas[c.replica], c.replica, c.state) for c in plan.copies] == \
+        [("d", 0, State.SCHEDULED), ("e", 1, State.SCHEDULED)]
+    # each new copy keeps its distance from ours: copy 0 one offset after copy 2, copy 1 two
+    assert [c.fire_at for c in plan.copies] == [pytest.approx(110.0 + T.offset),
+                                                pytest.approx(110.0 + 2 * T.offset)]
+    # every live member already holds a copy: nothing to restore
+    s = machine(me="b", members=("b", "c"))
+    assert restore.plan_restores(s, {"a"}, [task(replica=1)], 101.0) == []
+
+
+def test_restored_tells_the_new_holders_what_the_task_did_meanwhile():
+    s = machine(me="b", members=("b", "c", "d"))
+    t = task(replica=1, fire_at=105.0)
+    (plan,) = restore.plan_restores(s, {"a"}, [t], 101.0)  # d takes a's place
+    base = [fx.SetReplicas("t1", ("d", "b", "c")), fx.Send("c", m.Replicas("t1", ("d", "b", "c")))]
+    assert restore.restored(s, plan, t, 30.0) == base  # still scheduled: no news
+    assert restore.restored(s, plan, None, 30.0) == base  # gone: no news either
+    running = t.evolve(state=State.RUNNING)
+    assert restore.restored(s, plan, running, 30.0) == \
+        base + [fx.Send("d", m.Claim("t1", 1, 30.0 + T.claim_lease))]
+    done = t.evolve(state=State.SUCCEEDED, attempts=2, last={"status": 200})
+    assert restore.restored(s, plan, done, 30.0)[2:] == \
+        [fx.Send("d", m.Done("t1", 2, {"status": 200}))]
+    failed = t.evolve(state=State.FAILED, attempts=3)
+    assert restore.restored(s, plan, failed, 30.0)[2:] == [fx.Send("d", m.Failed("t1", 3, None))]
+    cancelled = t.evolve(state=State.CANCELLED)
+    assert restore.restored(s, plan, cancelled, 30.0)[2:] == [fx.Send("d", m.Cancel("t1"))]
+
+
+def test_handoff_plan_skips_copies_not_scheduled_and_dead_or_self_siblings():
+    s = machine(me="b", members=("a", "b", "c", "e"))
+    running = _t("run", replica=1, state=State.RUNNING)
+    # b is copy 1 of (a, b, d, e): the next copies in fire order are d (not a member), e
+    wraps = _t("wrap", replica=1, replicas=("a", "b", "d", "e"), fire_at=103.0)
+    # b is copy 2 of (d, e, b): the next is copy 0 (d, gone), then copy 1 (e)
+    back = _t("back", replica=2, replicas=("d", "e", "b"), fire_at=99.0)
+    # b is copy 0 of (b, d): its only sibling is gone, so it is stored elsewhere
+    selfish = _t("self", replica=0, replicas=("b", "d"), fire_at=104.0)
+    plan, lone = restore.handoff_plan(s, [running, wraps, back, selfish], 100.0)
+    assert plan == [fx.Send("e", m.Handoff((("wrap", 3.0), ("back", 0.0))))]
+    assert lone == [selfish]
+
+
+def test_handoff_plan_splits_a_long_list_into_chunks():
+    s = machine(me="a", members=("a", "b"))
+    n = 501  # one more than a HANDOFF carries
+    copies = [_t(f"t{i}", replicas=("a", "b"), fire_at=100.0 + i) for i in range(n)]
+    plan, lone = restore.handoff_plan(s, copies, 100.0)
+    assert lone == [] and [len(p.msg.tasks) for p in plan] == [500, 1]
+    assert [x for p in plan for x in p.msg.tasks] == [(f"t{i}", float(i)) for i in range(n)]
