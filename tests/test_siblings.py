@@ -403,3 +403,286 @@ def test_handoff_plan_splits_a_long_list_into_chunks():
     plan, lone = restore.handoff_plan(s, copies, 100.0)
     assert lone == [] and [len(p.msg.tasks) for p in plan] == [500, 1]
     assert [x for p in plan for x in p.msg.tasks] == [(f"t{i}", float(i)) for i in range(n)]
+
+
+# ---------------------------------------------------------------- timings
+def test_default_timings_are_what_the_default_options_derive():
+    # replica_offset 5, claim_lease 60, replication_timeout 2, heartbeat 0.5, failure 3
+    assert SiblingTiming.derive(5.0, 60.0, 2.0, 0.5, 3.0) == SiblingTiming() == \
+        SiblingTiming(offset=5.0, claim_lease=60.0, late_after=1.25, ask_timeout=2.0,
+                      ask_lease=5.0, stall_gap=1.5)
+
+
+def test_derived_timings_at_their_floors_and_other_terms():
+    # a slow replication timeout and heartbeat: the ask lease and the stall gap follow them
+    assert SiblingTiming.derive(5.0, 60.0, 3.0, 1.0, 3.0) == SiblingTiming(
+        offset=5.0, claim_lease=60.0, late_after=1.25, ask_timeout=3.0, ask_lease=6.0,
+        stall_gap=2.0)
+    # tiny offset and timeout: late_after and ask_timeout keep their floors
+    assert SiblingTiming.derive(1.0, 10.0, 0.01, 0.5, 3.0) == SiblingTiming(
+        offset=1.0, claim_lease=10.0, late_after=0.5, ask_timeout=0.05, ask_lease=1.0,
+        stall_gap=1.5)
+
+
+# ---------------------------------------------------------------- time, stalls, contact
+def test_a_machine_that_has_not_ticked_yet_delivers_an_on_time_copy():
+    s = Siblings("a", T, ("a", "b", "c"))  # in contact and not stalled until a tick says so
+    go, effects = s.fire(task(), 100.0, 30.0)
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_contact_lost_on_the_first_tick_still_makes_every_copy_ask():
+    s = Siblings("a", T, ("a", "b", "c"))
+    live = {"t1": task(fire_at=500.0)}
+    assert s.tick(100.0, False, live) == []
+    effects = s.tick(100.1, True, live)
+    assert set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_gap_of_exactly_stall_gap_is_no_stall():
+    s = machine(now=100.0)
+    s.tick(100.0 + T.stall_gap, True)
+    assert s.fire(task(fire_at=101.5), 101.5, 30.0)[0]
+    s = machine(now=100.0)  # the same gap, seen by fire() itself
+    assert s.fire(task(fire_at=100.0 + T.stall_gap), 100.0 + T.stall_gap, 30.0)[0]
+
+
+def test_a_stall_seen_by_tick_holds_copies_until_a_later_tick_in_contact():
+    s = machine(now=100.0)
+    assert s.tick(102.0, True) == []  # our loop stopped for 2 s: a stall
+    go, effects = s.fire(task(fire_at=102.0), 102.01, 30.0)
+    assert not go and effects == [fx.Update("t1", at=102.01 + 0.5, how=fx.LATER)]
+    s.tick(102.05, True)  # a tick in contact, no gap: the stall is over
+    go, effects = s.fire(task(fire_at=102.0), 102.06, 30.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}  # it was held: it asks
+
+
+def test_probes_go_once_on_the_way_back_in_touch():
+    s = machine()
+    live = {"t1": task(fire_at=500.0)}
+    s.tick(100.1, False, live)
+    assert s.tick(100.2, False, live) == []  # still out of touch: nobody asked
+    assert sends(s.tick(100.3, True, live), m.Ask)
+    assert s.tick(100.4, True, live) == []  # in touch already: no second probe
+
+
+def test_a_two_node_cluster_out_of_contact_makes_copies_ask():
+    s = machine(members=("a", "b"))
+    t = task(replicas=("a", "b"))
+    s.tick(100.1, False, {"t1": t})
+    go, effects = fire(s, t, 100.5)
+    assert not go and sends(effects, m.Ask) == {"b": m.Ask("t1", 0)}
+
+
+def test_a_node_alone_in_its_roster_has_no_news_to_miss():
+    s = Siblings("a", T, ("a",))  # b was dropped; a holds copies of tasks it shared with b
+    live = {"t1": task(replicas=("a", "b"))}
+    s.tick(100.0, True, live)
+    s.tick(100.1, False, live)
+    s.tick(100.2, True, live)
+    s.set_members(("a", "b"), 100.3)  # b is back (and asks first, it was dropped)
+    go, effects = fire(s, live["t1"], 100.4)
+    assert go and set(sends(effects, m.Claim)) == {"b"}
+
+
+def test_a_single_node_cluster_delivers_a_reloaded_copy_without_contact():
+    s = Siblings("a", T, ("a",))
+    s.tick(100.0, False)
+    s.dropped(["t1"])
+    assert s.fire(task(replicas=("a",)), 100.1, 30.0) == (True, [])
+
+
+def test_an_unanswered_ask_is_sent_again_at_its_deadline_exactly():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    effects = s.tick(110.0 + T.ask_timeout, True)
+    assert set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_node_back_after_a_restart_asks_first():
+    s = machine()
+    s.dropped(["t1"])
+    go, effects = fire(s, task(), 100.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_node_dropped_from_the_roster_marks_its_copies_to_ask():
+    s = machine()
+    s.set_members(("a", "b", "c", "d"), 100.0, live=["t1"])  # a stays: no mark
+    assert fire(s, task(), 100.5)[0]
+    s = machine()
+    s.set_members(("b", "c"), 100.0, live=["t1"])
+    s.set_members(("a", "b", "c"), 100.2, live=["t1"])  # re-admitted
+    go, effects = fire(s, task(), 100.5)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+# ---------------------------------------------------------------- cleared copies
+def test_a_cleared_copy_goes_while_the_clearance_lasts_then_asks_again():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    until = 110.2 + T.ask_lease / 2
+    s.tick(until - 0.01, True)  # (a gap since the last tick reads as a stall ...)
+    s.tick(until, True)  # the clearance runs until then, inclusive
+    go, effects = s.fire(task(fire_at=110.0), until, 30.0)  # late, but cleared
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.tick(until - 0.01, True)
+    s.tick(until + 0.01, True)  # it lapsed: a late copy asks again
+    go, effects = s.fire(task(fire_at=110.0), until + 0.02, 30.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+# ---------------------------------------------------------------- lost claimers
+def test_release_claims_only_moves_scheduled_copies_of_the_lost_claimers():
+    s = machine(me="c")
+    s.step("b", m.Claim("t0", 1, 90.0), task(replica=2).evolve(id="t0"), 100.0)
+    s.step("a", m.Claim("t1", 0, 90.0), task(replica=2), 100.0)
+    s.step("a", m.Claim("t2", 0, 90.0), task(replica=2).evolve(id="t2"), 100.0)
+    s.step("a", m.Claim("t3", 0, 90.0), task(replica=2).evolve(id="t3"), 100.0)
+    copies = {"t0": task(replica=2).evolve(id="t0"), "t1": task(replica=2),
+              "t2": task(replica=2, state=State.RUNNING).evolve(id="t2")}  # t3: gone
+    effects = s.release_claims({"a"}, copies, 101.0)
+    assert effects == [fx.Update("t1", at=101.0 + 2 * T.offset, how=fx.EXACT)]
+    assert set(s.claims) == {"t0"}  # b's claim stands
+
+
+# ---------------------------------------------------------------- more firing rules
+def test_a_two_node_cluster_out_of_contact_holds_its_copies():
+    s = machine(members=("a", "b"), contact=False)
+    go, effects = s.fire(task(replicas=("a", "b")), 100.0, 30.0)
+    assert not go and effects == [fx.Update("t1", at=100.5, how=fx.LATER)]
+
+
+def test_a_copy_fired_again_while_it_asks_waits_for_the_answers():
+    s = machine()
+    go, effects = fire(s, task(), 110.0, 30.0)
+    assert effects == [fx.Send("b", m.Ask("t1", 0)), fx.Send("c", m.Ask("t1", 0)),
+                       fx.Update("t1", at=110.0 + T.ask_timeout, how=fx.LATER)]
+    assert fire(s, task(), 111.0, 30.0) == \
+        (False, [fx.Update("t1", at=110.0 + T.ask_timeout, how=fx.LATER)])
+
+
+def test_a_copy_exactly_late_after_late_does_not_ask():
+    s = machine()
+    go, effects = fire(s, task(fire_at=100.0), 100.0 + T.late_after, 30.0)
+    assert go and not sends(effects, m.Ask)
+
+
+def test_a_copy_that_went_without_asking_is_done_asking():
+    s = machine(members=("a", "d"))  # its siblings b and c are out of the roster
+    s.dropped(["t1"])
+    assert fire(s, task(), 100.0) == (True, [])  # nobody to ask, nobody to claim to
+    s.set_members(("a", "b", "c", "d"), 100.5)
+    go, effects = fire(s, task(fire_at=130.0), 130.0)  # its retry, on time
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_our_delivery_replaces_the_claim_we_held_for():
+    s = machine()
+    s.step("c", m.Claim("t1", 2, 20.0), task(), 100.0)  # c holds it until 120
+    s.handoff(m.Handoff((("t1", 0.0),)), 100.4)  # c stops and hands it to us
+    go, _ = fire(s, task(fire_at=100.4), 100.5)
+    assert go
+    retry = task(fire_at=110.0, attempts=1)
+    assert s.outcome(retry, 101.0) == [fx.Send(r, m.Retry("t1", 0, 9.0, 1)) for r in ("b", "c")]
+
+
+def test_the_longest_hold_among_the_answers_wins():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.WAIT, lease=2.0), None, 110.1)
+    effects = s.step("c", m.Answer("t1", m.CLAIMED, lease=40.0), None, 110.2)
+    assert effects == [fx.Update("t1", at=150.2, how=fx.LATER)]
+
+
+def test_an_unanswered_ask_sent_again_moves_its_deadline():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    at = 110.0 + T.ask_timeout
+    assert s.tick(at, True) == [fx.Send("c", m.Ask("t1", 0)),
+                                fx.Update("t1", at=at + T.ask_timeout, how=fx.LATER)]
+
+
+def test_a_cleared_copy_held_by_a_claim_goes_on_time_without_asking():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    # c's CLAIM crossed its GO: our copy waits out c's lease, then fires on time
+    (update,) = s.step("c", m.Claim("t1", 2, 1.0), task(fire_at=110.2), 110.3)
+    assert update.at == pytest.approx(110.3 + 1.0 + T.offset)
+    go, effects = fire(s, task(fire_at=update.at), update.at)
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_news_ends_a_clearance_given_to_another_replica_set():
+    s = machine(members=("a", "b", "c", "d"))
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    moved = task(replicas=("a", "b", "d"))
+    assert s.step("b", m.Replicas("t1", ("a", "b", "d")), task(), 110.3) == \
+        [fx.SetReplicas("t1", ("a", "b", "d"))]
+    go, effects = fire(s, moved, 110.5)  # late: d never answered it
+    assert not go and set(sends(effects, m.Ask)) == {"b", "d"}
+
+
+# ---------------------------------------------------------------- our outcome
+def test_a_retry_with_no_claim_in_the_way_tells_the_siblings_its_delay():
+    s = machine()
+    retry = task(fire_at=100.5, attempts=1, last={"status": 500})
+    assert s.outcome(retry, 100.0) == \
+        [fx.Send(r, m.Retry("t1", 0, 0.5, 1, {"status": 500})) for r in ("b", "c")]
+
+
+def test_a_claim_whose_lease_ends_now_holds_nothing():
+    s = machine(me="b")
+    s.step("c", m.Claim("t1", 2, 20.0), task(replica=1, state=State.RUNNING), 100.0)
+    retry = task(replica=1, fire_at=125.0, attempts=1)
+    assert s.outcome(retry, 120.0) == [fx.Send(r, m.Retry("t1", 1, 5.0, 1)) for r in ("a", "c")]
+
+
+def test_outcome_of_a_copy_neither_ended_nor_scheduled_tells_nobody():
+    s = machine()
+    assert s.outcome(task(state=State.RUNNING), 100.0) == []
+    assert s.outcome(task(state=State.CANCELLED), 100.0) == []
+
+
+# ---------------------------------------------------------------- a sibling's news
+def test_the_claimers_own_retry_lifts_its_claim():
+    s = machine(me="a")
+    s.step("b", m.Claim("t1", 1, 90.0), task(), 100.0)
+    (update,) = s.step("b", m.Retry("t1", 1, 3.0, 1), task(), 101.0)
+    assert update.at == pytest.approx(101.0 + 3.0 + 2 * T.offset)
+    # b's claim is gone: c asking now is told to go, not that b holds the task
+    answer = sends(s.step("c", m.Ask("t1", 2), task(), 101.5), m.Answer)["c"]
+    assert answer.verdict == m.GO
+
+
+def test_done_failed_and_cancel_end_the_copy_and_its_ask():
+    for msg, effect in [(m.Done("t1", 2, {"status": 200}),
+                         fx.Update("t1", state=State.SUCCEEDED, attempts=2, last={"status": 200})),
+                        (m.Failed("t1", 3), fx.Update("t1", state=State.FAILED, attempts=3)),
+                        (m.Cancel("t1"), fx.CancelCopy("t1", False))]:
+        s = machine()
+        fire(s, task(), 110.0, 30.0)  # late: it asks
+        assert s.step("b", msg, task(), 110.1) == [effect]
+        assert s.tick(110.0 + T.ask_timeout, True) == []  # no ask left to send again
+        assert "t1" not in s.must_ask
+
+
+def test_replicas_news_moves_the_copy_or_leaves_it_alone():
+    s = machine(me="b")
+    assert s.step("a", m.Replicas("t1", ("d", "b", "c")), task(replica=1), 100.0) == \
+        [fx.SetReplicas("t1", ("d", "b", "c"))]
+    assert s.step("a", m.Replicas("t1", ("a", "d", "c")), task(replica=1), 100.0) == []
+    # news for a copy not stored yet is kept, but a replica set is not news to replay
+    assert s.step("a", m.Replicas("t1", ("d", "b", "c")), None, 100.0) == []
+    assert s.take_early("t1") == []
