@@ -9,12 +9,14 @@ prevent.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from miyamoto import effects as fx
 from miyamoto import messages as m
 from miyamoto import restore
-from miyamoto.siblings import Siblings, SiblingTiming
+from miyamoto.siblings import Siblings, SiblingTiming, _Claim
 from miyamoto.task import State, Task
 
 from siblings_sim import OFFSET, SafetyViolation, Sim, random_run
@@ -686,3 +688,141 @@ def test_replicas_news_moves_the_copy_or_leaves_it_alone():
     # news for a copy not stored yet is kept, but a replica set is not news to replay
     assert s.step("a", m.Replicas("t1", ("d", "b", "c")), None, 100.0) == []
     assert s.take_early("t1") == []
+
+
+# ---------------------------------------------------------------- bounds on what is kept
+def test_early_news_expires_by_age_at_tick_and_at_the_next_news():
+    s = machine(me="b")
+    s.step("a", m.Done("t1", 1), None, 100.0)
+    s.step("a", m.Done("t2", 1), None, 100.5)
+    s.tick(100.0 + 120.0, True)  # t1's news is 120 s old: gone; t2's is not yet
+    assert s.take_early("t1") == []
+    assert s.take_early("t2") == [("a", m.Done("t2", 1))]
+    s = machine(me="b")
+    s.step("a", m.Done("t1", 1), None, 100.0)
+    s.step("a", m.Done("t2", 1), None, 100.0 + 119.9)  # no tick: the news itself expires
+    assert s.take_early("t1") == [("a", m.Done("t1", 1))]
+    s.step("a", m.Done("t3", 1), None, 100.0 + 119.9 + 120.1)
+    assert s.take_early("t2") == [] and s.take_early("t3") == [("a", m.Done("t3", 1))]
+
+
+def test_early_news_is_bounded_per_task_and_in_tasks_least_recently_heard_first():
+    s = machine(me="b")
+    for i in range(17):
+        s.step("a", m.Retry("t1", 0, float(i), 1), None, 100.0)
+    assert [msg.delay for _, msg in s.take_early("t1")] == [float(i) for i in range(16)]
+    for i in range(20_000):  # as many tasks as are kept
+        s.step("a", m.Done(f"t{i}", 1), None, 100.0)
+    s.step("a", m.Failed("t0", 1), None, 100.0)  # t0 heard of again: now the newest
+    s.step("a", m.Done("x", 1), None, 100.0)  # one task too many: t1, the oldest, goes
+    assert s.take_early("t1") == []
+    assert [msg for _, msg in s.take_early("t0")] == [m.Done("t0", 1), m.Failed("t0", 1)]
+    assert s.take_early("t2") and s.take_early("x")
+
+
+def test_claims_heard_are_bounded_oldest_first():
+    s = machine(me="c")
+    s.step("a", m.Claim("t1", 0, 90.0), task(replica=2), 100.0)
+    s.claims.update({f"x{i}": _Claim("a", 0, 190.0) for i in range(100_000 - 2)})
+    s.step("b", m.Claim("t2", 1, 90.0), task(replica=2).evolve(id="t2"), 100.0)
+    assert len(s.claims) == 100_000  # the bound: nothing dropped yet
+    s.step("b", m.Claim("t1", 1, 90.0), task(replica=2), 100.0)  # t1's claim is new again
+    s.step("b", m.Claim("t3", 1, 90.0), task(replica=2).evolve(id="t3"), 100.0)
+    assert len(s.claims) == 100_000 and "x0" not in s.claims
+    assert s.claims["t1"].claimer == "b" and "t3" in s.claims
+
+
+def test_probes_are_bounded():
+    s = machine(members=("a", "b"))
+    t = task(replicas=("a", "b"))
+    live = {f"t{i}": t for i in range(100_001)}
+    s.tick(100.1, False, live)
+    assert len(s.tick(100.2, True, live)) == 100_000
+
+
+# ---------------------------------------------------------------- more news
+def test_handoff_brings_our_copies_forward_to_the_leavers_times():
+    s = machine(me="b")
+    assert s.handoff(m.Handoff((("t1", 2.0), ("t2", 0.0))), 100.0) == \
+        [fx.Update("t1", at=102.0, how=fx.EARLIER), fx.Update("t2", at=100.0, how=fx.EARLIER)]
+
+
+def test_news_the_machine_does_not_act_on_changes_nothing():
+    @dataclasses.dataclass(frozen=True)
+    class Other:
+        id: str
+
+    assert machine().step("b", Other("t1"), task(), 100.0) == []
+
+
+def test_a_claim_after_the_go_answers_ends_the_clearance():
+    s = Siblings("a", dataclasses.replace(T, offset=0.0), ("a", "b", "c"))
+    s.tick(100.0, True)
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)  # cleared until 112.7
+    (update,) = s.step("c", m.Claim("t1", 2, 0.2), task(fire_at=110.2), 110.3)
+    assert update.at == pytest.approx(110.5)
+    go, effects = fire(s, task(fire_at=110.5), 111.8)  # late (a loaded node): it asks again
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_claim_naming_a_replica_the_task_lacks_is_not_kept():
+    s = machine(me="b")
+    (update,) = s.step("a", m.Claim("t1", 3, 90.0), task(replica=1), 100.0)
+    assert update.how == fx.LATER and "t1" not in s.claims
+
+
+def test_a_claim_is_over_at_its_lease_end():
+    s = machine(me="b")
+    s.step("a", m.Claim("t1", 0, 20.0), task(replica=1), 100.0)
+    answer = sends(s.step("c", m.Ask("t1", 2), task(replica=1), 120.0), m.Answer)["c"]
+    assert answer.verdict == m.GO
+
+
+def test_answering_go_to_any_replica_holds_our_copy_off():
+    s = machine(me="a")
+    effects = s.step("b", m.Ask("t1", 1), task(), 100.0)
+    assert sends(effects, m.Answer)["b"].verdict == m.GO
+    answer = sends(s.step("c", m.Ask("t1", 2), task(), 100.5), m.Answer)["c"]
+    assert answer.verdict == m.CLAIMED  # b holds it now
+    s = machine(me="a")  # an asker naming a replica the task lacks is told go, not kept
+    s.step("b", m.Ask("t1", 3), task(), 100.0)
+    assert "t1" not in s.claims
+
+
+def test_probe_answers_end_or_move_our_copy():
+    s = machine()
+    live = {"t1": task(fire_at=500.0)}
+    s.tick(100.1, False, live)
+    s.tick(100.2, True, live)
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), live["t1"], 100.3) \
+        == [fx.Drop("t1")]
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), live["t1"], 100.3) \
+        == [fx.SetReplicas("t1", ("a", "b", "d"))]
+    s.step("c", m.Answer("t1", m.ENDED, state="failed", attempts=3), live["t1"], 100.4)
+    assert "t1" not in s.must_ask  # it ended: nothing left to ask about
+
+
+def test_a_second_answer_from_the_same_sibling_is_ignored():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    assert s.step("b", m.Answer("t1", m.GO), None, 110.15) == []
+    assert s.asking["t1"].waiting == {"c"}
+
+
+def test_a_rehomed_answer_that_drops_our_copy_ends_its_ask():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), None, 110.1) == \
+        [fx.Drop("t1")]
+    assert s.tick(110.0 + T.ask_timeout, True) == [] and "t1" not in s.must_ask
+
+
+def test_a_rehomed_answer_stops_waiting_for_siblings_no_longer_holders():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    # c's copy moved to d: nobody left to wait for, so the copy goes
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), None, 110.1) == \
+        [fx.SetReplicas("t1", ("a", "b", "d")), fx.Update("t1", at=110.1, how=fx.EARLIER)]
