@@ -826,3 +826,12 @@ def test_a_rehomed_answer_stops_waiting_for_siblings_no_longer_holders():
     # c's copy moved to d: nobody left to wait for, so the copy goes
     assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), None, 110.1) == \
         [fx.SetReplicas("t1", ("a", "b", "d")), fx.Update("t1", at=110.1, how=fx.EARLIER)]
+
+
+def test_a_task_that_ended_and_is_rerun_holds_no_claim_from_before():
+    s = machine(me="a")
+    s.step("b", m.Claim("t1", 1, 90.0), task(), 100.0)  # b delivers ...
+    s.step("b", m.Failed("t1", 25), task(), 101.0)  # ... and uses the last attempt
+    # the task is rerun: c's copy, late, asks ours (scheduled again) before it fires
+    answer = sends(s.step("c", m.Ask("t1", 2), task(), 120.0), m.Answer)["c"]
+    assert answer.verdict == m.GO  # not "claimed" by b's finished attempt
