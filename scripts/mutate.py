@@ -162,13 +162,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/siblings.py", "if t.id in self.asking and t.replica < msg.replica:", "< -> <="):
         "two holders of a task never share a replica index (a restore puts the new member "
         "at the lost one's index; one not in our replica set is answered rehomed first)",
-    ("miyamoto/siblings.py", "self.cleared.pop(t.id, None)", "drop the call"):
-        "(the key also matches the same statement in step and _on_claim, which the tests "
-        "kill: only _on_ask's, line 381, survives) "
-        "in _on_ask (GO): the answer pushes our copy ask_lease (plus our distance) past now, "
-        "beyond the clearance (decided at most now, it lasts ask_lease / 2); a tick drops "
-        "the clearance before the copy fires, and a copy firing with no tick since is "
-        "held as stalled",
     ("miyamoto/restore.py", "and t.replicas[(t.replica + k) % n] != s.me), None)", "+ -> -"):
         "a task's replicas are distinct members and copy t.replica is this node's, so no "
         "other index holds s.me: the guard is true at (replica + k) and at (replica - k)",

@@ -835,3 +835,16 @@ def test_a_task_that_ended_and_is_rerun_holds_no_claim_from_before():
     # the task is rerun: c's copy, late, asks ours (scheduled again) before it fires
     answer = sends(s.step("c", m.Ask("t1", 2), task(), 120.0), m.Answer)["c"]
     assert answer.verdict == m.GO  # not "claimed" by b's finished attempt
+
+
+def test_answering_go_ends_our_clearance():
+    # a loop that ticks seldom (a long stall_gap): no tick drops the clearance in time
+    s = Siblings("a", dataclasses.replace(T, stall_gap=20.0), ("a", "b", "c"))
+    s.tick(109.9, True)
+    s.fire(task(), 110.0, 30.0)  # late: it asks
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)  # cleared until 112.7
+    (update, _) = s.step("b", m.Ask("t1", 1), task(fire_at=110.2), 110.3)  # b asks: go, b
+    assert update.at == pytest.approx(110.3 + T.ask_lease + 2 * T.offset)  # two after b
+    go, effects = s.fire(task(fire_at=update.at), update.at + 1.3, 30.0)  # late, no tick since
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
