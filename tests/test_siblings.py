@@ -9,12 +9,14 @@ prevent.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from miyamoto import effects as fx
 from miyamoto import messages as m
 from miyamoto import restore
-from miyamoto.siblings import Siblings, SiblingTiming
+from miyamoto.siblings import Siblings, SiblingTiming, _Claim
 from miyamoto.task import State, Task
 
 from siblings_sim import OFFSET, SafetyViolation, Sim, random_run
@@ -338,3 +340,519 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
     with pytest.raises(SafetyViolation):
         for seed in range(200):
             random_run(seed, planted=planted)
+
+
+# ---------------------------------------------------------------- restore and hand-off planning
+def _t(tid: str, **kw) -> Task:
+    return task(**kw).evolve(id=tid)
+
+
+def test_plan_restores_skips_ended_tasks_tasks_with_no_lost_copy_and_others_to_restore():
+    s = machine(me="b", members=("b", "c", "d"))
+    skipped = [_t("ended", replica=1, state=State.SUCCEEDED),  # ended: nothing to restore
+               _t("whole", replicas=("b", "c", "d"), replica=0),  # lost no copy
+               _t("not-mine", replicas=("a", "c", "b"), replica=2)]  # c restores it, not b
+    ours = _t("ours", replica=1, fire_at=105.0)  # ("a", "b", "c"): b is the first live holder
+    effects = restore.plan_restores(s, {"a"}, skipped + [ours], 101.0)
+    assert [e.id for e in effects] == ["ours"]  # the skipped ones do not stop the loop
+    assert effects[0].replicas == ("d", "b", "c")
+
+
+def test_plan_restores_replaces_every_lost_copy_and_none_when_no_member_is_free():
+    s = machine(me="c", members=("c", "d", "e"))
+    t = task(replica=2, replicas=("a", "b", "c"), fire_at=110.0)
+    (plan,) = restore.plan_restores(s, {"a", "b"}, [t], 101.0)
+    assert plan.replicas == ("d", "e", "c")
+    assert [(c.replicas[c.replica], c.replica, c.state) for c in plan.copies] == \
+        [("d", 0, State.SCHEDULED), ("e", 1, State.SCHEDULED)]
+    # each new copy keeps its distance from ours: copy 0 one offset after copy 2, copy 1 two
+    assert [c.fire_at for c in plan.copies] == [pytest.approx(110.0 + T.offset),
+                                                pytest.approx(110.0 + 2 * T.offset)]
+    # every live member already holds a copy: nothing to restore
+    s = machine(me="b", members=("b", "c"))
+    assert restore.plan_restores(s, {"a"}, [task(replica=1)], 101.0) == []
+
+
+def test_restored_tells_the_new_holders_what_the_task_did_meanwhile():
+    s = machine(me="b", members=("b", "c", "d"))
+    t = task(replica=1, fire_at=105.0)
+    (plan,) = restore.plan_restores(s, {"a"}, [t], 101.0)  # d takes a's place
+    base = [fx.SetReplicas("t1", ("d", "b", "c")), fx.Send("c", m.Replicas("t1", ("d", "b", "c")))]
+    assert restore.restored(s, plan, t, 30.0) == base  # still scheduled: no news
+    assert restore.restored(s, plan, None, 30.0) == base  # gone: no news either
+    running = t.evolve(state=State.RUNNING)
+    assert restore.restored(s, plan, running, 30.0) == \
+        base + [fx.Send("d", m.Claim("t1", 1, 30.0 + T.claim_lease))]
+    done = t.evolve(state=State.SUCCEEDED, attempts=2, last={"status": 200})
+    assert restore.restored(s, plan, done, 30.0)[2:] == \
+        [fx.Send("d", m.Done("t1", 2, {"status": 200}))]
+    failed = t.evolve(state=State.FAILED, attempts=3)
+    assert restore.restored(s, plan, failed, 30.0)[2:] == [fx.Send("d", m.Failed("t1", 3, None))]
+    cancelled = t.evolve(state=State.CANCELLED)
+    assert restore.restored(s, plan, cancelled, 30.0)[2:] == [fx.Send("d", m.Cancel("t1"))]
+
+
+def test_handoff_plan_skips_copies_not_scheduled_and_dead_or_self_siblings():
+    s = machine(me="b", members=("a", "b", "c", "e"))
+    running = _t("run", replica=1, state=State.RUNNING)
+    # b is copy 1 of (a, b, d, e): the next copies in fire order are d (not a member), e
+    wraps = _t("wrap", replica=1, replicas=("a", "b", "d", "e"), fire_at=103.0)
+    # b is copy 2 of (d, e, b): the next is copy 0 (d, gone), then copy 1 (e)
+    back = _t("back", replica=2, replicas=("d", "e", "b"), fire_at=99.0)
+    # b is copy 0 of (b, d): its only sibling is gone, so it is stored elsewhere
+    selfish = _t("self", replica=0, replicas=("b", "d"), fire_at=104.0)
+    plan, lone = restore.handoff_plan(s, [running, wraps, back, selfish], 100.0)
+    assert plan == [fx.Send("e", m.Handoff((("wrap", 3.0), ("back", 0.0))))]
+    assert lone == [selfish]
+
+
+def test_handoff_plan_splits_a_long_list_into_chunks():
+    s = machine(me="a", members=("a", "b"))
+    n = 501  # one more than a HANDOFF carries
+    copies = [_t(f"t{i}", replicas=("a", "b"), fire_at=100.0 + i) for i in range(n)]
+    plan, lone = restore.handoff_plan(s, copies, 100.0)
+    assert lone == [] and [len(p.msg.tasks) for p in plan] == [500, 1]
+    assert [x for p in plan for x in p.msg.tasks] == [(f"t{i}", float(i)) for i in range(n)]
+
+
+# ---------------------------------------------------------------- timings
+def test_default_timings_are_what_the_default_options_derive():
+    # replica_offset 5, claim_lease 60, replication_timeout 2, heartbeat 0.5, failure 3
+    assert SiblingTiming.derive(5.0, 60.0, 2.0, 0.5, 3.0) == SiblingTiming() == \
+        SiblingTiming(offset=5.0, claim_lease=60.0, late_after=1.25, ask_timeout=2.0,
+                      ask_lease=5.0, stall_gap=1.5)
+
+
+def test_derived_timings_at_their_floors_and_other_terms():
+    # a slow replication timeout and heartbeat: the ask lease and the stall gap follow them
+    assert SiblingTiming.derive(5.0, 60.0, 3.0, 1.0, 3.0) == SiblingTiming(
+        offset=5.0, claim_lease=60.0, late_after=1.25, ask_timeout=3.0, ask_lease=6.0,
+        stall_gap=2.0)
+    # tiny offset and timeout: late_after and ask_timeout keep their floors
+    assert SiblingTiming.derive(1.0, 10.0, 0.01, 0.5, 3.0) == SiblingTiming(
+        offset=1.0, claim_lease=10.0, late_after=0.5, ask_timeout=0.05, ask_lease=1.0,
+        stall_gap=1.5)
+
+
+# ---------------------------------------------------------------- time, stalls, contact
+def test_a_machine_that_has_not_ticked_yet_delivers_an_on_time_copy():
+    s = Siblings("a", T, ("a", "b", "c"))  # in contact and not stalled until a tick says so
+    go, effects = s.fire(task(), 100.0, 30.0)
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_contact_lost_on_the_first_tick_still_makes_every_copy_ask():
+    s = Siblings("a", T, ("a", "b", "c"))
+    live = {"t1": task(fire_at=500.0)}
+    assert s.tick(100.0, False, live) == []
+    effects = s.tick(100.1, True, live)
+    assert set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_gap_of_exactly_stall_gap_is_no_stall():
+    s = machine(now=100.0)
+    s.tick(100.0 + T.stall_gap, True)
+    assert s.fire(task(fire_at=101.5), 101.5, 30.0)[0]
+    s = machine(now=100.0)  # the same gap, seen by fire() itself
+    assert s.fire(task(fire_at=100.0 + T.stall_gap), 100.0 + T.stall_gap, 30.0)[0]
+
+
+def test_a_stall_seen_by_tick_holds_copies_until_a_later_tick_in_contact():
+    s = machine(now=100.0)
+    assert s.tick(102.0, True) == []  # our loop stopped for 2 s: a stall
+    go, effects = s.fire(task(fire_at=102.0), 102.01, 30.0)
+    assert not go and effects == [fx.Update("t1", at=102.01 + 0.5, how=fx.LATER)]
+    s.tick(102.05, True)  # a tick in contact, no gap: the stall is over
+    go, effects = s.fire(task(fire_at=102.0), 102.06, 30.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}  # it was held: it asks
+
+
+def test_probes_go_once_on_the_way_back_in_touch():
+    s = machine()
+    live = {"t1": task(fire_at=500.0)}
+    s.tick(100.1, False, live)
+    assert s.tick(100.2, False, live) == []  # still out of touch: nobody asked
+    assert sends(s.tick(100.3, True, live), m.Ask)
+    assert s.tick(100.4, True, live) == []  # in touch already: no second probe
+
+
+def test_a_two_node_cluster_out_of_contact_makes_copies_ask():
+    s = machine(members=("a", "b"))
+    t = task(replicas=("a", "b"))
+    s.tick(100.1, False, {"t1": t})
+    go, effects = fire(s, t, 100.5)
+    assert not go and sends(effects, m.Ask) == {"b": m.Ask("t1", 0)}
+
+
+def test_a_node_alone_in_its_roster_has_no_news_to_miss():
+    s = Siblings("a", T, ("a",))  # b was dropped; a holds copies of tasks it shared with b
+    live = {"t1": task(replicas=("a", "b"))}
+    s.tick(100.0, True, live)
+    s.tick(100.1, False, live)
+    s.tick(100.2, True, live)
+    s.set_members(("a", "b"), 100.3)  # b is back (and asks first, it was dropped)
+    go, effects = fire(s, live["t1"], 100.4)
+    assert go and set(sends(effects, m.Claim)) == {"b"}
+
+
+def test_a_single_node_cluster_delivers_a_reloaded_copy_without_contact():
+    s = Siblings("a", T, ("a",))
+    s.tick(100.0, False)
+    s.dropped(["t1"])
+    assert s.fire(task(replicas=("a",)), 100.1, 30.0) == (True, [])
+
+
+def test_an_unanswered_ask_is_sent_again_at_its_deadline_exactly():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    effects = s.tick(110.0 + T.ask_timeout, True)
+    assert set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_node_back_after_a_restart_asks_first():
+    s = machine()
+    s.dropped(["t1"])
+    go, effects = fire(s, task(), 100.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_node_dropped_from_the_roster_marks_its_copies_to_ask():
+    s = machine()
+    s.set_members(("a", "b", "c", "d"), 100.0, live=["t1"])  # a stays: no mark
+    assert fire(s, task(), 100.5)[0]
+    s = machine()
+    s.set_members(("b", "c"), 100.0, live=["t1"])
+    s.set_members(("a", "b", "c"), 100.2, live=["t1"])  # re-admitted
+    go, effects = fire(s, task(), 100.5)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+# ---------------------------------------------------------------- cleared copies
+def test_a_cleared_copy_goes_while_the_clearance_lasts_then_asks_again():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    until = 110.2 + T.ask_lease / 2
+    s.tick(until - 0.01, True)  # (a gap since the last tick reads as a stall ...)
+    s.tick(until, True)  # the clearance runs until then, inclusive
+    go, effects = s.fire(task(fire_at=110.0), until, 30.0)  # late, but cleared
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.tick(until - 0.01, True)
+    s.tick(until + 0.01, True)  # it lapsed: a late copy asks again
+    go, effects = s.fire(task(fire_at=110.0), until + 0.02, 30.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+# ---------------------------------------------------------------- lost claimers
+def test_release_claims_only_moves_scheduled_copies_of_the_lost_claimers():
+    s = machine(me="c")
+    s.step("b", m.Claim("t0", 1, 90.0), task(replica=2).evolve(id="t0"), 100.0)
+    s.step("a", m.Claim("t1", 0, 90.0), task(replica=2), 100.0)
+    s.step("a", m.Claim("t2", 0, 90.0), task(replica=2).evolve(id="t2"), 100.0)
+    s.step("a", m.Claim("t3", 0, 90.0), task(replica=2).evolve(id="t3"), 100.0)
+    copies = {"t0": task(replica=2).evolve(id="t0"), "t1": task(replica=2),
+              "t2": task(replica=2, state=State.RUNNING).evolve(id="t2")}  # t3: gone
+    effects = s.release_claims({"a"}, copies, 101.0)
+    assert effects == [fx.Update("t1", at=101.0 + 2 * T.offset, how=fx.EXACT)]
+    assert set(s.claims) == {"t0"}  # b's claim stands
+
+
+# ---------------------------------------------------------------- more firing rules
+def test_a_two_node_cluster_out_of_contact_holds_its_copies():
+    s = machine(members=("a", "b"), contact=False)
+    go, effects = s.fire(task(replicas=("a", "b")), 100.0, 30.0)
+    assert not go and effects == [fx.Update("t1", at=100.5, how=fx.LATER)]
+
+
+def test_a_copy_fired_again_while_it_asks_waits_for_the_answers():
+    s = machine()
+    go, effects = fire(s, task(), 110.0, 30.0)
+    assert effects == [fx.Send("b", m.Ask("t1", 0)), fx.Send("c", m.Ask("t1", 0)),
+                       fx.Update("t1", at=110.0 + T.ask_timeout, how=fx.LATER)]
+    assert fire(s, task(), 111.0, 30.0) == \
+        (False, [fx.Update("t1", at=110.0 + T.ask_timeout, how=fx.LATER)])
+
+
+def test_a_copy_exactly_late_after_late_does_not_ask():
+    s = machine()
+    go, effects = fire(s, task(fire_at=100.0), 100.0 + T.late_after, 30.0)
+    assert go and not sends(effects, m.Ask)
+
+
+def test_a_copy_that_went_without_asking_is_done_asking():
+    s = machine(members=("a", "d"))  # its siblings b and c are out of the roster
+    s.dropped(["t1"])
+    assert fire(s, task(), 100.0) == (True, [])  # nobody to ask, nobody to claim to
+    s.set_members(("a", "b", "c", "d"), 100.5)
+    go, effects = fire(s, task(fire_at=130.0), 130.0)  # its retry, on time
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_our_delivery_replaces_the_claim_we_held_for():
+    s = machine()
+    s.step("c", m.Claim("t1", 2, 20.0), task(), 100.0)  # c holds it until 120
+    s.handoff(m.Handoff((("t1", 0.0),)), 100.4)  # c stops and hands it to us
+    go, _ = fire(s, task(fire_at=100.4), 100.5)
+    assert go
+    retry = task(fire_at=110.0, attempts=1)
+    assert s.outcome(retry, 101.0) == [fx.Send(r, m.Retry("t1", 0, 9.0, 1)) for r in ("b", "c")]
+
+
+def test_the_longest_hold_among_the_answers_wins():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.WAIT, lease=2.0), None, 110.1)
+    effects = s.step("c", m.Answer("t1", m.CLAIMED, lease=40.0), None, 110.2)
+    assert effects == [fx.Update("t1", at=150.2, how=fx.LATER)]
+
+
+def test_an_unanswered_ask_sent_again_moves_its_deadline():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    at = 110.0 + T.ask_timeout
+    assert s.tick(at, True) == [fx.Send("c", m.Ask("t1", 0)),
+                                fx.Update("t1", at=at + T.ask_timeout, how=fx.LATER)]
+
+
+def test_a_cleared_copy_held_by_a_claim_goes_on_time_without_asking():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    # c's CLAIM crossed its GO: our copy waits out c's lease, then fires on time
+    (update,) = s.step("c", m.Claim("t1", 2, 1.0), task(fire_at=110.2), 110.3)
+    assert update.at == pytest.approx(110.3 + 1.0 + T.offset)
+    go, effects = fire(s, task(fire_at=update.at), update.at)
+    assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_news_ends_a_clearance_given_to_another_replica_set():
+    s = machine(members=("a", "b", "c", "d"))
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    moved = task(replicas=("a", "b", "d"))
+    assert s.step("b", m.Replicas("t1", ("a", "b", "d")), task(), 110.3) == \
+        [fx.SetReplicas("t1", ("a", "b", "d"))]
+    go, effects = fire(s, moved, 110.5)  # late: d never answered it
+    assert not go and set(sends(effects, m.Ask)) == {"b", "d"}
+
+
+# ---------------------------------------------------------------- our outcome
+def test_a_retry_with_no_claim_in_the_way_tells_the_siblings_its_delay():
+    s = machine()
+    retry = task(fire_at=100.5, attempts=1, last={"status": 500})
+    assert s.outcome(retry, 100.0) == \
+        [fx.Send(r, m.Retry("t1", 0, 0.5, 1, {"status": 500})) for r in ("b", "c")]
+
+
+def test_a_claim_whose_lease_ends_now_holds_nothing():
+    s = machine(me="b")
+    s.step("c", m.Claim("t1", 2, 20.0), task(replica=1, state=State.RUNNING), 100.0)
+    retry = task(replica=1, fire_at=125.0, attempts=1)
+    assert s.outcome(retry, 120.0) == [fx.Send(r, m.Retry("t1", 1, 5.0, 1)) for r in ("a", "c")]
+
+
+def test_outcome_of_a_copy_neither_ended_nor_scheduled_tells_nobody():
+    s = machine()
+    assert s.outcome(task(state=State.RUNNING), 100.0) == []
+    assert s.outcome(task(state=State.CANCELLED), 100.0) == []
+
+
+# ---------------------------------------------------------------- a sibling's news
+def test_the_claimers_own_retry_lifts_its_claim():
+    s = machine(me="a")
+    s.step("b", m.Claim("t1", 1, 90.0), task(), 100.0)
+    (update,) = s.step("b", m.Retry("t1", 1, 3.0, 1), task(), 101.0)
+    assert update.at == pytest.approx(101.0 + 3.0 + 2 * T.offset)
+    # b's claim is gone: c asking now is told to go, not that b holds the task
+    answer = sends(s.step("c", m.Ask("t1", 2), task(), 101.5), m.Answer)["c"]
+    assert answer.verdict == m.GO
+
+
+def test_done_failed_and_cancel_end_the_copy_and_its_ask():
+    for msg, effect in [(m.Done("t1", 2, {"status": 200}),
+                         fx.Update("t1", state=State.SUCCEEDED, attempts=2, last={"status": 200})),
+                        (m.Failed("t1", 3), fx.Update("t1", state=State.FAILED, attempts=3)),
+                        (m.Cancel("t1"), fx.CancelCopy("t1", False))]:
+        s = machine()
+        fire(s, task(), 110.0, 30.0)  # late: it asks
+        assert s.step("b", msg, task(), 110.1) == [effect]
+        assert s.tick(110.0 + T.ask_timeout, True) == []  # no ask left to send again
+        assert "t1" not in s.must_ask
+
+
+def test_replicas_news_moves_the_copy_or_leaves_it_alone():
+    s = machine(me="b")
+    assert s.step("a", m.Replicas("t1", ("d", "b", "c")), task(replica=1), 100.0) == \
+        [fx.SetReplicas("t1", ("d", "b", "c"))]
+    assert s.step("a", m.Replicas("t1", ("a", "d", "c")), task(replica=1), 100.0) == []
+    # news for a copy not stored yet is kept, but a replica set is not news to replay
+    assert s.step("a", m.Replicas("t1", ("d", "b", "c")), None, 100.0) == []
+    assert s.take_early("t1") == []
+
+
+# ---------------------------------------------------------------- bounds on what is kept
+def test_early_news_expires_by_age_at_tick_and_at_the_next_news():
+    s = machine(me="b")
+    s.step("a", m.Done("t1", 1), None, 100.0)
+    s.step("a", m.Done("t2", 1), None, 100.5)
+    s.tick(100.0 + 120.0, True)  # t1's news is 120 s old: gone; t2's is not yet
+    assert s.take_early("t1") == []
+    assert s.take_early("t2") == [("a", m.Done("t2", 1))]
+    s = machine(me="b")
+    s.step("a", m.Done("t1", 1), None, 100.0)
+    s.step("a", m.Done("t2", 1), None, 100.0 + 119.9)  # no tick: the news itself expires
+    assert s.take_early("t1") == [("a", m.Done("t1", 1))]
+    s.step("a", m.Done("t3", 1), None, 100.0 + 119.9 + 120.1)
+    assert s.take_early("t2") == [] and s.take_early("t3") == [("a", m.Done("t3", 1))]
+
+
+def test_early_news_is_bounded_per_task_and_in_tasks_least_recently_heard_first():
+    s = machine(me="b")
+    for i in range(17):
+        s.step("a", m.Retry("t1", 0, float(i), 1), None, 100.0)
+    assert [msg.delay for _, msg in s.take_early("t1")] == [float(i) for i in range(16)]
+    for i in range(20_000):  # as many tasks as are kept
+        s.step("a", m.Done(f"t{i}", 1), None, 100.0)
+    s.step("a", m.Failed("t0", 1), None, 100.0)  # t0 heard of again: now the newest
+    s.step("a", m.Done("x", 1), None, 100.0)  # one task too many: t1, the oldest, goes
+    assert s.take_early("t1") == []
+    assert [msg for _, msg in s.take_early("t0")] == [m.Done("t0", 1), m.Failed("t0", 1)]
+    assert s.take_early("t2") and s.take_early("x")
+
+
+def test_claims_heard_are_bounded_oldest_first():
+    s = machine(me="c")
+    s.step("a", m.Claim("t1", 0, 90.0), task(replica=2), 100.0)
+    s.claims.update({f"x{i}": _Claim("a", 0, 190.0) for i in range(100_000 - 2)})
+    s.step("b", m.Claim("t2", 1, 90.0), task(replica=2).evolve(id="t2"), 100.0)
+    assert len(s.claims) == 100_000  # the bound: nothing dropped yet
+    s.step("b", m.Claim("t1", 1, 90.0), task(replica=2), 100.0)  # t1's claim is new again
+    s.step("b", m.Claim("t3", 1, 90.0), task(replica=2).evolve(id="t3"), 100.0)
+    assert len(s.claims) == 100_000 and "x0" not in s.claims
+    assert s.claims["t1"].claimer == "b" and "t3" in s.claims
+
+
+def test_probes_are_bounded():
+    s = machine(members=("a", "b"))
+    t = task(replicas=("a", "b"))
+    live = {f"t{i}": t for i in range(100_001)}
+    s.tick(100.1, False, live)
+    assert len(s.tick(100.2, True, live)) == 100_000
+
+
+# ---------------------------------------------------------------- more news
+def test_handoff_brings_our_copies_forward_to_the_leavers_times():
+    s = machine(me="b")
+    assert s.handoff(m.Handoff((("t1", 2.0), ("t2", 0.0))), 100.0) == \
+        [fx.Update("t1", at=102.0, how=fx.EARLIER), fx.Update("t2", at=100.0, how=fx.EARLIER)]
+
+
+def test_news_the_machine_does_not_act_on_changes_nothing():
+    @dataclasses.dataclass(frozen=True)
+    class Other:
+        id: str
+
+    assert machine().step("b", Other("t1"), task(), 100.0) == []
+
+
+def test_a_claim_after_the_go_answers_ends_the_clearance():
+    s = Siblings("a", dataclasses.replace(T, offset=0.0), ("a", "b", "c"))
+    s.tick(100.0, True)
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)  # cleared until 112.7
+    (update,) = s.step("c", m.Claim("t1", 2, 0.2), task(fire_at=110.2), 110.3)
+    assert update.at == pytest.approx(110.5)
+    go, effects = fire(s, task(fire_at=110.5), 111.8)  # late (a loaded node): it asks again
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+def test_a_claim_naming_a_replica_the_task_lacks_is_not_kept():
+    s = machine(me="b")
+    (update,) = s.step("a", m.Claim("t1", 3, 90.0), task(replica=1), 100.0)
+    assert update.how == fx.LATER and "t1" not in s.claims
+
+
+def test_a_claim_is_over_at_its_lease_end():
+    s = machine(me="b")
+    s.step("a", m.Claim("t1", 0, 20.0), task(replica=1), 100.0)
+    answer = sends(s.step("c", m.Ask("t1", 2), task(replica=1), 120.0), m.Answer)["c"]
+    assert answer.verdict == m.GO
+
+
+def test_answering_go_to_any_replica_holds_our_copy_off():
+    s = machine(me="a")
+    effects = s.step("b", m.Ask("t1", 1), task(), 100.0)
+    assert sends(effects, m.Answer)["b"].verdict == m.GO
+    answer = sends(s.step("c", m.Ask("t1", 2), task(), 100.5), m.Answer)["c"]
+    assert answer.verdict == m.CLAIMED  # b holds it now
+    s = machine(me="a")  # an asker naming a replica the task lacks is told go, not kept
+    s.step("b", m.Ask("t1", 3), task(), 100.0)
+    assert "t1" not in s.claims
+
+
+def test_probe_answers_end_or_move_our_copy():
+    s = machine()
+    live = {"t1": task(fire_at=500.0)}
+    s.tick(100.1, False, live)
+    s.tick(100.2, True, live)
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), live["t1"], 100.3) \
+        == [fx.Drop("t1")]
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), live["t1"], 100.3) \
+        == [fx.SetReplicas("t1", ("a", "b", "d"))]
+    s.step("c", m.Answer("t1", m.ENDED, state="failed", attempts=3), live["t1"], 100.4)
+    assert "t1" not in s.must_ask  # it ended: nothing left to ask about
+
+
+def test_a_second_answer_from_the_same_sibling_is_ignored():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    assert s.step("b", m.Answer("t1", m.GO), None, 110.15) == []
+    assert s.asking["t1"].waiting == {"c"}
+
+
+def test_a_rehomed_answer_that_drops_our_copy_ends_its_ask():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), None, 110.1) == \
+        [fx.Drop("t1")]
+    assert s.tick(110.0 + T.ask_timeout, True) == [] and "t1" not in s.must_ask
+
+
+def test_a_rehomed_answer_stops_waiting_for_siblings_no_longer_holders():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    # c's copy moved to d: nobody left to wait for, so the copy goes
+    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), None, 110.1) == \
+        [fx.SetReplicas("t1", ("a", "b", "d")), fx.Update("t1", at=110.1, how=fx.EARLIER)]
+
+
+def test_a_task_that_ended_and_is_rerun_holds_no_claim_from_before():
+    s = machine(me="a")
+    s.step("b", m.Claim("t1", 1, 90.0), task(), 100.0)  # b delivers ...
+    s.step("b", m.Failed("t1", 25), task(), 101.0)  # ... and uses the last attempt
+    # the task is rerun: c's copy, late, asks ours (scheduled again) before it fires
+    answer = sends(s.step("c", m.Ask("t1", 2), task(), 120.0), m.Answer)["c"]
+    assert answer.verdict == m.GO  # not "claimed" by b's finished attempt
+
+
+def test_answering_go_ends_our_clearance():
+    # a loop that ticks seldom (a long stall_gap): no tick drops the clearance in time
+    s = Siblings("a", dataclasses.replace(T, stall_gap=20.0), ("a", "b", "c"))
+    s.tick(109.9, True)
+    s.fire(task(), 110.0, 30.0)  # late: it asks
+    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("c", m.Answer("t1", m.GO), None, 110.2)  # cleared until 112.7
+    (update, _) = s.step("b", m.Ask("t1", 1), task(fire_at=110.2), 110.3)  # b asks: go, b
+    assert update.at == pytest.approx(110.3 + T.ask_lease + 2 * T.offset)  # two after b
+    go, effects = s.fire(task(fire_at=update.at), update.at + 1.3, 30.0)  # late, no tick since
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
