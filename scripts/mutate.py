@@ -155,6 +155,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/validate.py",
      'raise ValidationError(f"{field}.{k}", "must be latin-1 text") from None',
      "drop the raise"): _LATIN1,
+    ("miyamoto/siblings.py", "if live is not EMPTY and len(self.must_ask) > len(live):",
+     "> -> >="):
+        "at equal sizes it also prunes marks of copies that are not live, which nothing reads"
+        " (only a live copy fires): memory, not behaviour",
     ("miyamoto/siblings.py", "return self._decide(task_id, a, now)", "return None"):
         "unreachable in _ask_again: an ask's waiting set is never empty while it is in "
         "self.asking (every path that empties it decides at once) and is kept within the "

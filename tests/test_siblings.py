@@ -136,6 +136,13 @@ def test_an_ask_for_a_copy_that_ended_meanwhile_is_dropped():
     assert "t1" not in s.asking and "t1" not in s.must_ask
 
 
+def test_must_ask_marks_of_copies_that_ended_elsewhere_are_pruned():
+    s = machine()
+    s.dropped(["t1", "t2", "t3"])
+    s.tick(100.1, True, {"t1": task()})  # t2, t3 ended by a client's DELETE or our finish
+    assert s.must_ask == {"t1"}
+
+
 def test_stalled_loop_holds_every_copy_until_contact():
     s = machine(now=100.0)
     # the tick loop last ran at 100; a copy due at 103 fires at 103 with no tick since
