@@ -70,6 +70,7 @@ EARLY_PER_TASK = 16
 CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
 HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
 PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
+PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
 EMPTY: Mapping[str, Task] = {}
 
 
@@ -126,6 +127,7 @@ class Siblings:
         self.last_tick: float | None = None
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
+        self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
 
     # ------------------------------------------------------------ time and roster
     def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
@@ -152,8 +154,9 @@ class Siblings:
                     self._forget(task_id)  # ended or dropped meanwhile (a client's DELETE)
                 else:
                     effects += self._ask_again(task_id, a, now)
-        if live is not EMPTY and len(self.must_ask) > len(live):
+        if live is not EMPTY and len(self.must_ask) > self._prune_at:
             self.must_ask.intersection_update(live)  # copies that ended by other ways
+            self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
         self._expire(now)
         return effects
 

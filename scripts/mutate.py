@@ -155,10 +155,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/validate.py",
      'raise ValidationError(f"{field}.{k}", "must be latin-1 text") from None',
      "drop the raise"): _LATIN1,
-    ("miyamoto/siblings.py", "if live is not EMPTY and len(self.must_ask) > len(live):",
-     "> -> >="):
-        "at equal sizes it also prunes marks of copies that are not live, which nothing reads"
-        " (only a live copy fires): memory, not behaviour",
+    **{("miyamoto/siblings.py", "self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))", m):
+       "when to prune the must-ask marks of ended copies again: memory, not behaviour (only"
+       " a live copy fires, and a pruned mark is never read)"
+       for m in ("max -> min", "* -> /", "2 -> 3")},
     ("miyamoto/siblings.py", "return self._decide(task_id, a, now)", "return None"):
         "unreachable in _ask_again: an ask's waiting set is never empty while it is in "
         "self.asking (every path that empties it decides at once) and is kept within the "

@@ -28,7 +28,7 @@ import heapq
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from miyamoto import effects as fx
 from miyamoto import messages as m
@@ -70,6 +70,25 @@ class SimNode:
     contact: bool = True
     cut_at: float | None = None
     left_at: dict[str, float] = field(default_factory=dict)  # member -> when it left our view
+
+
+class LiveView(Mapping[str, Task]):
+    """A node's live copies, read on demand (the machine looks at them seldom)."""
+
+    def __init__(self, copies: dict[str, Task]):
+        self._copies = copies
+
+    def __getitem__(self, task_id: str) -> Task:
+        t = self._copies[task_id]
+        if t.state.ended:
+            raise KeyError(task_id)
+        return t
+
+    def __iter__(self) -> Iterator[str]:
+        return (i for i, t in self._copies.items() if not t.state.ended)
+
+    def __len__(self) -> int:
+        return sum(1 for t in self._copies.values() if not t.state.ended)
 
 
 class Sim:
@@ -204,7 +223,7 @@ class Sim:
         nd = self.nodes[node_id]
         if nd.up and not nd.paused:
             self._fire_due(nd)
-            self._apply(nd, nd.machine.tick(self.now, nd.contact, self._live(nd)))
+            self._apply(nd, nd.machine.tick(self.now, nd.contact, LiveView(nd.copies)))
             lost = nd.machine.take_lost()
             if lost:
                 self._apply(nd, nd.machine.release_claims(lost, self._live(nd), self.now))
@@ -280,7 +299,7 @@ class Sim:
                 for src, msg in inbox:
                     self._receive(nd, src, msg)
             else:
-                self._apply(nd, nd.machine.tick(self.now, nd.contact, self._live(nd)))
+                self._apply(nd, nd.machine.tick(self.now, nd.contact, LiveView(nd.copies)))
 
     def _on_restart(self, node_id: str) -> None:
         nd = self.nodes[node_id]

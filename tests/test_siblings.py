@@ -138,8 +138,12 @@ def test_an_ask_for_a_copy_that_ended_meanwhile_is_dropped():
 
 def test_must_ask_marks_of_copies_that_ended_elsewhere_are_pruned():
     s = machine()
-    s.dropped(["t1", "t2", "t3"])
-    s.tick(100.1, True, {"t1": task()})  # t2, t3 ended by a client's DELETE or our finish
+    ended = [f"e{i}" for i in range(1024)]  # ended by a client's DELETE or our own finish
+    s.dropped(["t1"] + ended[:-1])
+    s.tick(100.1, True, {"t1": task()})
+    assert len(s.must_ask) == 1024  # at the bound: kept (pruning is amortised)
+    s.dropped(ended[-1:])
+    s.tick(100.2, True, {"t1": task()})
     assert s.must_ask == {"t1"}
 
 
