@@ -102,6 +102,41 @@ def _z85_key(v: str) -> str:
     return s
 
 
+def _cidrs(v: str) -> tuple[str, ...]:
+    """Comma-separated CIDR blocks (or single addresses), normalised: 10.0.0.0/8,fd00::/8."""
+    import ipaddress
+
+    out = []
+    for part in str(v).split(","):
+        part = part.strip()
+        if part:
+            try:
+                out.append(str(ipaddress.ip_network(part, strict=False)))
+            except ValueError:
+                raise ValueError(f"{part!r} is not an address or CIDR block") from None
+    return tuple(out)
+
+
+TOKEN_SCOPES = ("admin", "enqueue", "read")
+
+
+def _tokens(v: str) -> tuple[tuple[str, str], ...]:
+    """``SCOPE:TOKEN,...``; a token is 16-512 printable characters without spaces or commas.
+    The error never quotes a token."""
+    out = []
+    for i, part in enumerate(p.strip() for p in str(v).split(",")):
+        if not part:
+            continue
+        scope, sep, token = part.partition(":")
+        if not sep or scope not in TOKEN_SCOPES:
+            raise ValueError(f"entry {i + 1} must be SCOPE:TOKEN with SCOPE one of "
+                             + ", ".join(TOKEN_SCOPES))
+        if not 16 <= len(token) <= 512 or not token.isprintable() or " " in token:
+            raise ValueError(f"entry {i + 1}: a token is 16-512 printable characters, no spaces")
+        out.append((scope, token))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -129,6 +164,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("election_timeout_max", _float_ge(0.05), 3.0, "election timeout upper bound"),
     Setting("curve_public", _z85_key, "", "cluster CurveZMQ public key (Z85)", flag=False),
     Setting("curve_secret", _z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
+    Setting("insecure_cluster", _bool, False,
+            "allow a cluster without CurveZMQ keys (plain TCP: anyone who reaches the port is a peer)"),
+    Setting("api_tokens", _tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
+            flag=False, secret=True),
+    Setting("insecure_http", _bool, False, "allow an HTTP address beyond loopback without api_tokens"),
+    Setting("target_allow", _cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),
+    Setting("target_deny", _cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list"),
+    Setting("http_header_timeout", _float_ge(0.1), 10.0,
+            "seconds a client has to send a request's headers and body"),
+    Setting("http_idle_timeout", _float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
+    Setting("max_header_bytes", _int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
+    Setting("max_connections", _int_ge(16), 10000, "HTTP connections open at once"),
+    Setting("max_per_host", _int_ge(1), 128, "deliveries in flight to one target host"),
     Setting("signing_secret", _secret, "", "Standard Webhooks secret whsec_... to sign deliveries",
             flag=False, secret=True),
     Setting("log_level", _level, "INFO", "debug, info, warning, error"),
@@ -197,6 +245,16 @@ class Config:
     election_timeout_max: float
     curve_public: str
     curve_secret: str
+    insecure_cluster: bool
+    api_tokens: tuple[tuple[str, str], ...]
+    insecure_http: bool
+    target_allow: tuple[str, ...]
+    target_deny: tuple[str, ...]
+    http_header_timeout: float
+    http_idle_timeout: float
+    max_header_bytes: int
+    max_connections: int
+    max_per_host: int
     signing_secret: str
     log_level: str
     max_body: int
