@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 _MEMBERSHIP = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
                          Verb.HEARTBEAT_ACK, Verb.VOTE_REQUEST, Verb.VOTE, Verb.LEAVE})
+# membership runs its own rules for strangers (a joiner is one); a STORE from one gets the
+# coordinator's "not a member" answer, so its sender stops waiting
+_OPEN = _MEMBERSHIP | {Verb.STORE}
 _SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
 
 
@@ -59,7 +62,11 @@ class Cluster:
         self.engine = Engine(cfg, journal, clock=clock, rng=rng, hooks=_Hooks(self),
                              spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t))
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
+        # without the cluster key a node is a cluster of one: it binds no cluster port
+        self.solo = curve is None and not cfg.insecure_cluster
         self.transport = Transport(cfg.node, cfg.cluster, self._on_message, curve=curve)
+        self.strangers = 0  # messages dropped because their sender is not in the roster
+        self._members: frozenset[str] = frozenset()
         self.outbox = Outbox(self.transport.send, self.group)
         self.requests = Requests(self.send, cfg.advertise)
         self.siblings = Siblings(self.me, SiblingTiming.derive(
@@ -91,7 +98,14 @@ class Cluster:
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
             self.siblings.dropped(self.engine.live)
-        self.transport.start()
+        if self.solo:
+            log.info("cluster: no cluster key (curve_secret), so no peers: a cluster of one")
+        else:
+            if cfg.insecure_cluster and not cfg.curve_secret:
+                log.warning("cluster: insecure_cluster = true: cluster traffic on %s is plain "
+                            "TCP and unauthenticated; anyone who reaches it is a peer",
+                            cfg.cluster)
+            self.transport.start()
         self._roster_changed(self.membership.roster)
         self.group.spawn(self._tick_loop)
 
@@ -152,6 +166,7 @@ class Cluster:
 
     def _roster_changed(self, new: Roster) -> None:
         old, self.roster = self.roster, new
+        self._members = frozenset(new.ids())
         self.engine.dispatcher.set_share(max(1, len(new.members)))
         for mem in new.members:
             if mem.id != self.me:
@@ -265,6 +280,8 @@ class Cluster:
             if verb == Verb.BATCH:
                 for inner_verb, inner in unbatch(payload):
                     self._on_message(sender, inner_verb, inner)
+            elif verb not in _OPEN and sender not in self._members:
+                self._stranger(sender, verb)
             elif verb in _MEMBERSHIP:
                 assert self.membership is not None
                 self._send_membership(self.membership.step(sender, verb, payload,
@@ -282,6 +299,13 @@ class Cluster:
                     self._on_sibling(sender, msg)
         except DecodeError as e:
             log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
+
+    def _stranger(self, sender: str, verb: Verb) -> None:
+        """Only roster members' task messages are acted on."""
+        self.strangers += 1
+        if self.strangers <= 10 or self.strangers % 1000 == 0:
+            log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
+                        verb.value, sender[:64], self.strangers)
 
     def _on_sibling(self, sender: str, msg: Any) -> None:
         copy = self.engine.get(msg.id) if isinstance(msg, m.Ask) else self.engine.live.get(msg.id)

@@ -384,6 +384,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         raise ConfigError("election_timeout_max: must be >= election_timeout_min")
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
         raise ConfigError("curve_secret: curve_public and curve_secret go together")
+    _check_cluster_keys(values)
     if values["curve_public"]:
         from miyamoto.transport import CurveKeys
 
@@ -398,6 +399,18 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
             _check_queue_name(name)
             queues[name] = _parse_queue(name, items, default_q)
     return Config(queues=queues, **values)
+
+
+def _check_cluster_keys(values: Mapping[str, Any]) -> None:
+    """Peers only with the cluster key pair: a node that would talk to others without one
+    refuses to start, unless the operator says ``insecure_cluster = true`` out loud."""
+    own = (values["cluster"], values["advertise"])
+    others = [s for s in values["seeds"] if s not in own]
+    if others and not values["curve_secret"] and not values["insecure_cluster"]:
+        raise ConfigError(
+            "curve_secret: a node with seeds needs the cluster key pair (curve_public and "
+            "curve_secret; make one with `miyamoto keygen` and give it to every node), "
+            "or insecure_cluster = true for unauthenticated plain TCP")
 
 
 def _check_queue_name(name: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from helpers import NodeProcess, ProcessRegistry, Sink, write_ini
+from helpers import CLUSTER_KEYS, NodeProcess, ProcessRegistry, Sink, write_ini
 
 # Short cluster timings, so that a node (alone or not) is ready fast and replicas of a
 # task do not wait 5 s for each other. Option names as in miyamoto/config.py.
@@ -26,6 +26,9 @@ FAST_OPTIONS: dict[str, Any] = {
     "election_timeout_max": 0.6,
     "shutdown_timeout": 5.0,
     "log_level": "info",
+    # the cluster key pair (a cluster needs one); "" for both runs a node without it
+    "curve_public": CLUSTER_KEYS[0],
+    "curve_secret": CLUSTER_KEYS[1],
 }
 
 # Retries come fast: 0.05, 0.1, 0.2, 0.4, 0.5, 0.5 ... s.

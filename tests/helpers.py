@@ -27,14 +27,38 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from harness import (REPO, HarnessError, NodeDied, NodeProcess, ProcessRegistry,  # noqa: E402
+from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, ProcessRegistry,  # noqa: E402
                      Reply, Request, Sink, cluster_view, free_port, free_ports, member_ids,
                      metrics, plan_cluster, port_refuses, probe_view, run_cli, stop_all,
                      wait_converged, wait_until, write_ini)
 
 __all__ = [
-    "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess", "ProcessRegistry", "Reply",
-    "Request", "Sink", "cluster_view", "free_port", "free_ports", "member_ids", "metrics",
+    "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
+    "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "dealer", "free_port", "free_ports", "member_ids", "metrics",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
 ]
+
+
+# (public, secret, server key) of the test cluster's key pair, as a raw DEALER sets them
+CLUSTER_CURVE = (CLUSTER_KEYS[0].encode(), CLUSTER_KEYS[1].encode(), CLUSTER_KEYS[0].encode())
+
+
+def dealer(address: str, identity: bytes | None,
+           curve: tuple[bytes, bytes, bytes] | None = CLUSTER_CURVE):
+    """A raw (blocking) pyzmq DEALER, in the test process, connected to ``address``; by
+    default it holds the test cluster's key pair (an insider), ``curve=None`` for none."""
+    import zmq
+
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 2000)  # close() waits until what we sent went out
+    if identity is not None:
+        s.setsockopt(zmq.ROUTING_ID, identity)
+    if curve is not None:
+        public, secret, server = curve
+        s.setsockopt(zmq.CURVE_PUBLICKEY, public)
+        s.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        s.setsockopt(zmq.CURVE_SERVERKEY, server)
+    s.connect(address)
+    return s

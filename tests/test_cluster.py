@@ -11,6 +11,7 @@ replica's offset plus a margin) and then counts.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from helpers import (NodeProcess, Reply, cluster_view, member_ids, run_cli,
+from helpers import (NodeProcess, dealer, Reply, cluster_view, member_ids, run_cli,
                      wait_converged, wait_until)
 
 OFFSET = 1.0  # FAST_OPTIONS replica_offset
@@ -437,24 +438,6 @@ def roster_state(node: NodeProcess) -> tuple:
     return (v["leader"], v["term"], v["version"], tuple(member_ids(v)))
 
 
-def dealer(address: str, identity: bytes | None, curve: tuple[bytes, bytes, bytes] | None = None):
-    """A raw (blocking) pyzmq DEALER, in the test process, connected to ``address``."""
-    import zmq
-
-    ctx = zmq.Context.instance()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 2000)  # close() waits until what we sent went out
-    if identity is not None:
-        s.setsockopt(zmq.ROUTING_ID, identity)
-    if curve is not None:
-        public, secret, server = curve
-        s.setsockopt(zmq.CURVE_PUBLICKEY, public)
-        s.setsockopt(zmq.CURVE_SECRETKEY, secret)
-        s.setsockopt(zmq.CURVE_SERVERKEY, server)
-    s.connect(address)
-    return s
-
-
 def envelope(node_id: str, term: Any = 0, **extra: Any) -> dict[str, Any]:
     """What every membership message carries (stale term 0 unless told)."""
     p = {"term": term, "inc": "0123456789abcdef",
@@ -684,7 +667,9 @@ def test_curve_cluster_admits_only_its_key(cluster_factory, node_factory, sink):
     # a fourth node with another key pair, and a fifth with none, seed at them
     wrong_key = node_factory("d", seeds=seeds, ready=False,
                              options={"curve_public": other_public, "curve_secret": other_secret})
-    no_key = node_factory("e", seeds=seeds, ready=False)
+    no_key = node_factory("e", seeds=seeds, ready=False,
+                          options={"curve_public": "", "curve_secret": "",
+                                   "insecure_cluster": "true"})
 
     # a task to cancel, and the cluster's copies of it (countdown long enough to try)
     target = enqueue(nodes[0], url=f"{sink.url}/curve", countdown=3)
@@ -701,9 +686,11 @@ def test_curve_cluster_admits_only_its_key(cluster_factory, node_factory, sink):
             s.send_multipart([b"CANCEL", json.dumps({"id": target["id"]}).encode()])
             s.send_multipart([b"HANDOFF", json.dumps({"tasks": [[target["id"], 0]]}).encode()])
             s.close()
-    # the positive control: the cluster's own key pair gets a CANCEL through
+    # the positive control: the cluster's own key pair, under a member's id, gets a
+    # CANCEL through (under another id it would be dropped: only members are obeyed)
     for n in nodes:
-        s = dealer(n.cluster_addr, b"insider", (public.encode(), secret.encode(), public.encode()))
+        member = next(o for o in nodes if o is not n).node_id.encode() + b"\x00" + os.urandom(8)
+        s = dealer(n.cluster_addr, member, (public.encode(), secret.encode(), public.encode()))
         s.send_multipart([b"CANCEL", json.dumps({"id": control["id"]}).encode()])
         s.close()
 

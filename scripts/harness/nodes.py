@@ -25,6 +25,20 @@ import requests
 from .waits import LOCALHOST, HarnessError, NodeDied, free_ports, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _keypair() -> tuple[str, str]:
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    return public.decode("ascii"), secret.decode("ascii")
+
+
+# The cluster key pair every node this process starts gets (CurveZMQ is required for a
+# cluster): made fresh per process, so no two runs share one. Tests that need a node
+# without it say so (curve_public/curve_secret empty, or insecure_cluster).
+CLUSTER_KEYS = _keypair()
+_KEY_OPTIONS = ("curve_public", "curve_secret", "insecure_cluster")
 PROGRAM = (sys.executable, "-m", "miyamoto")
 
 _ALL_PROCS: "weakref.WeakSet[NodeProcess]" = weakref.WeakSet()
@@ -178,7 +192,11 @@ class NodeProcess:
         return cmd + self.extra_args
 
     def environment(self) -> dict[str, str]:
-        return child_env(self.env_overrides, inherit_miyamoto=self.inherit_miyamoto_env,
+        overrides = dict(self.env_overrides)
+        named = {k.lower().removeprefix("miyamoto_") for k in [*overrides, *self.raw_env]}
+        if self.config is None and not named & set(_KEY_OPTIONS):  # an INI carries its own
+            overrides["curve_public"], overrides["curve_secret"] = CLUSTER_KEYS
+        return child_env(overrides, inherit_miyamoto=self.inherit_miyamoto_env,
                          raw=self.raw_env)
 
     def start(self) -> "NodeProcess":
