@@ -16,17 +16,22 @@ from urllib.parse import parse_qs
 
 import ujson
 
+from miyamoto import auth
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.task import QUEUE_NAME_RE, State
 from miyamoto.validate import Limits, ValidationError, parse_batch, parse_enqueue
 
 log = logging.getLogger(__name__)
 
-_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found",
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
+            403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 411: "Length Required",
             413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
             503: "Service Unavailable"}
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+# what each route needs from a token (auth.py); any other GET needs read, anything else admin
+_NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
+          "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK}
 
 
 class HTTPError(Exception):
@@ -42,8 +47,9 @@ Handler = Callable[..., tuple[int, Any]]
 
 class Api:
     def __init__(self, service: Any, limits: Limits, max_batch: int,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, tokens: auth.Tokens | None = None):
         self.service = service
+        self.tokens = tokens or auth.Tokens(())
         self.limits = limits
         self.max_batch = max_batch
         self.clock = clock
@@ -69,8 +75,13 @@ class Api:
 
     # ------------------------------------------------------------ WSGI
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        headers: list[tuple[str, str]] = []
         try:
             status, body = self._dispatch(environ)
+        except auth.Denied as e:
+            status, body = e.status, _error(e.message)
+            if e.status == 401:
+                headers.append(("WWW-Authenticate", 'Bearer realm="miyamoto"'))
         except HTTPError as e:
             status, body = e.status, _error(e.message, e.field)
         except ValidationError as e:
@@ -91,7 +102,7 @@ class Api:
             data = ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode()
             ctype = "application/json"
         start_response(f"{status} {_REASONS.get(status, 'Error')}",
-                       [("Content-Type", ctype), ("Content-Length", str(len(data)))])
+                       [("Content-Type", ctype), ("Content-Length", str(len(data))), *headers])
         return [] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
 
     def _dispatch(self, environ: dict) -> tuple[int, Any]:
@@ -104,6 +115,9 @@ class Api:
             handler = handlers.get(method) or (handlers.get("GET") if method == "HEAD" else None)
             if handler is None:
                 raise HTTPError(405, f"{method} is not allowed on {path}")
+            need = _NEEDS.get(handler.__name__) or (auth.READ if method in ("GET", "HEAD")
+                                                    else auth.ADMIN)
+            self.tokens.check(environ.get("HTTP_AUTHORIZATION"), need)
             args = m.groupdict()
             if "queue" in args:
                 _check_queue(args["queue"])

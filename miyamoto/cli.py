@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     server_help = f"node to talk to (default $MIYAMOTO_SERVER or {DEFAULT_SERVER})"
+    token_help = "API bearer token (default $MIYAMOTO_API_TOKEN; never put one in shell history)"
     enq = sub.add_parser("enqueue", help="enqueue a task")
     enq.add_argument("url", help="target URL the task POSTs to")
     enq.add_argument("params", nargs="*", help="key=value params")
@@ -47,15 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     enq.add_argument("--name", help="de-duplication name")
     enq.add_argument("--method", help="HTTP method (default POST)")
     enq.add_argument("--server", help=server_help)
+    enq.add_argument("--token", help=token_help)
     enq.set_defaults(func=_enqueue)
 
     status = sub.add_parser("status", help="cluster, queues and counts")
     status.add_argument("--server", help=server_help)
+    status.add_argument("--token", help=token_help)
     status.set_defaults(func=_status)
 
     task = sub.add_parser("task", help="show one task")
     task.add_argument("id")
     task.add_argument("--server", help=server_help)
+    task.add_argument("--token", help=token_help)
     task.set_defaults(func=_task)
 
     keygen = sub.add_parser("keygen", help="print a CurveZMQ key pair for the cluster")
@@ -108,11 +112,16 @@ def _server(args: argparse.Namespace) -> str:
     return (args.server or os.environ.get("MIYAMOTO_SERVER") or DEFAULT_SERVER).rstrip("/")
 
 
-def _call(method: str, url: str, **kw: Any) -> tuple[int, Any]:
+def _auth(args: argparse.Namespace) -> dict[str, str]:
+    token = getattr(args, "token", None) or os.environ.get("MIYAMOTO_API_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _call(method: str, url: str, args: argparse.Namespace, **kw: Any) -> tuple[int, Any]:
     import requests
 
     try:
-        resp = requests.request(method, url, timeout=30, **kw)
+        resp = requests.request(method, url, timeout=30, headers=_auth(args), **kw)
     except requests.RequestException as e:
         print(f"miyamoto: cannot reach {url}: {e}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -138,21 +147,21 @@ def _enqueue(args: argparse.Namespace) -> int:
     for field in ("countdown", "eta", "queue", "name", "method"):
         if getattr(args, field) is not None:
             body[field] = getattr(args, field)
-    status, data = _call("POST", _server(args) + "/queue", json=body)
+    status, data = _call("POST", _server(args) + "/queue", args, json=body)
     _print(data)
     return 0 if status == 200 else 1
 
 
 def _status(args: argparse.Namespace) -> int:
     base = _server(args)
-    s1, cluster = _call("GET", base + "/cluster")
-    s2, queues = _call("GET", base + "/queues")
+    s1, cluster = _call("GET", base + "/cluster", args)
+    s2, queues = _call("GET", base + "/queues", args)
     _print({"cluster": cluster, "queues": queues.get("queues", queues)})
     return 0 if s1 == 200 and s2 == 200 else 1
 
 
 def _task(args: argparse.Namespace) -> int:
-    status, data = _call("GET", f"{_server(args)}/tasks/{args.id}")
+    status, data = _call("GET", f"{_server(args)}/tasks/{args.id}", args)
     _print(data)
     return 0 if status == 200 else 1
 

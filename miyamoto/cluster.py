@@ -46,6 +46,9 @@ _MEMBERSHIP = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
 # membership runs its own rules for strangers (a joiner is one); a STORE from one gets the
 # coordinator's "not a member" answer, so its sender stops waiting
 _OPEN = _MEMBERSHIP | {Verb.STORE}
+# Former members stay heard (bounded): a leaving node's HANDOFF can arrive after the
+# roster without it, and a dropped node's DONE still saves its siblings a duplicate.
+MAX_FORMER = 1024
 _SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
 
 
@@ -66,7 +69,8 @@ class Cluster:
         self.solo = curve is None and not cfg.insecure_cluster
         self.transport = Transport(cfg.node, cfg.cluster, self._on_message, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
-        self._members: frozenset[str] = frozenset()
+        self._members: frozenset[str] = frozenset()  # whose task messages we act on
+        self._former: dict[str, None] = {}  # members that left, oldest first
         self.outbox = Outbox(self.transport.send, self.group)
         self.requests = Requests(self.send, cfg.advertise)
         self.siblings = Siblings(self.me, SiblingTiming.derive(
@@ -166,7 +170,11 @@ class Cluster:
 
     def _roster_changed(self, new: Roster) -> None:
         old, self.roster = self.roster, new
-        self._members = frozenset(new.ids())
+        if old is not None:  # a member that left stays heard: its HANDOFF or DONE may
+            self._former.update(dict.fromkeys(set(old.ids()) - set(new.ids())))  # trail it
+            while len(self._former) > MAX_FORMER:
+                self._former.pop(next(iter(self._former)))
+        self._members = frozenset(new.ids()) | frozenset(self._former)
         self.engine.dispatcher.set_share(max(1, len(new.members)))
         for mem in new.members:
             if mem.id != self.me:
@@ -301,7 +309,7 @@ class Cluster:
             log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
 
     def _stranger(self, sender: str, verb: Verb) -> None:
-        """Only roster members' task messages are acted on."""
+        """Only the task messages of roster members (current or former) are acted on."""
         self.strangers += 1
         if self.strangers <= 10 or self.strangers % 1000 == 0:
             log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",

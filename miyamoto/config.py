@@ -385,6 +385,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
         raise ConfigError("curve_secret: curve_public and curve_secret go together")
     _check_cluster_keys(values)
+    _check_http_exposure(values)
     if values["curve_public"]:
         from miyamoto.transport import CurveKeys
 
@@ -411,6 +412,28 @@ def _check_cluster_keys(values: Mapping[str, Any]) -> None:
             "curve_secret: a node with seeds needs the cluster key pair (curve_public and "
             "curve_secret; make one with `miyamoto keygen` and give it to every node), "
             "or insecure_cluster = true for unauthenticated plain TCP")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def _check_http_exposure(values: Mapping[str, Any]) -> None:
+    """An API reachable beyond this machine must ask for tokens, unless told otherwise."""
+    host = values["http"].rpartition(":")[0]
+    if not _is_loopback(host) and not values["api_tokens"] and not values["insecure_http"]:
+        raise ConfigError(
+            f"api_tokens: http binds {host}, beyond loopback, so the API needs tokens "
+            "(api_tokens = admin:TOKEN,... or MIYAMOTO_API_TOKENS), "
+            "or insecure_http = true to serve it open")
 
 
 def _check_queue_name(name: str) -> None:

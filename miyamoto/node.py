@@ -18,6 +18,7 @@ import gevent
 import gevent.event
 
 from miyamoto.api import Api
+from miyamoto.auth import Tokens
 from miyamoto.config import Config
 from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
@@ -41,7 +42,7 @@ class Node:
         self.engine = self.cluster.engine
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
                         max_delay=config.max_delay, max_name=config.max_name)
-        self.api = Api(self, limits, config.max_batch, clock)
+        self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
         self.server: HTTPServer | None = None
         self.draining = False
         self._stopped = gevent.event.Event()

@@ -26,13 +26,15 @@ _TASK_FIELDS: dict[str, Any] = {
 
 _JSON = {"application/json": {"schema": {"type": "object"}}}
 _ERR = {"description": "error naming the field", "content": _JSON}
+_AUTH = {"401": {"description": "no valid API token (when api_tokens is set)", "content": _JSON},
+         "403": {"description": "the token's scope does not allow this route", "content": _JSON}}
 
 
 def _op(summary: str, *, body: dict | None = None, params: list | None = None,
         extra: dict | None = None) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary,
                           "responses": {"200": {"description": "OK", "content": _JSON},
-                                        "400": _ERR, "404": _ERR, **(extra or {})}}
+                                        "400": _ERR, "404": _ERR, **_AUTH, **(extra or {})}}
     if body is not None:
         op["requestBody"] = {"content": body}
     if params:
@@ -57,6 +59,9 @@ SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "Miyamoto", "version": __version__,
              "description": "A clustered webhook task queue."},
+    # bearer tokens with scopes admin, enqueue, read (api_tokens); open when none are set
+    "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    "security": [{"bearer": []}, {}],
     "paths": {
         "/queue": {"post": _op("Enqueue a task", body=_TASK_BODY, extra=_ENQ_EXTRA)},
         "/queue/{queue}": {"post": _op("Enqueue a task in a queue", body=_TASK_BODY,
@@ -83,8 +88,9 @@ SPEC: dict[str, Any] = {
         "/queues/{queue}/purge": {"post": _op("Cancel every scheduled task of a queue",
                                               params=[_path("queue")])},
         "/cluster": {"get": _op("Roster, leader, term, members' health")},
-        "/healthz": {"get": _op("Liveness")},
-        "/readyz": {"get": _op("Readiness", extra={"503": {"description": "not ready"}})},
+        "/healthz": {"get": dict(_op("Liveness"), security=[])},
+        "/readyz": {"get": dict(_op("Readiness", extra={"503": {"description": "not ready"}}),
+                                security=[])},
         "/metrics": {"get": {"summary": "Prometheus metrics",
                              "responses": {"200": {"description": "text exposition format"}}}},
     },
