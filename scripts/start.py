@@ -8,7 +8,9 @@ HTTP_PORT  HTTP port (default 8088); CLUSTER_PORT cluster port (default 6000)
 LEADER     cluster endpoint of any node to join (the original's leader; now any seed)
 REPLICAS   copies of each task (replication)
 NODE_ID    this node's id; DATA_DIR journal directory
-Every other MIYAMOTO_* variable and any extra command-line flag is passed through.
+Every other MIYAMOTO_* variable and any extra command-line flag is passed through. A node
+with LEADER needs the cluster key pair (MIYAMOTO_CURVE_PUBLIC / MIYAMOTO_CURVE_SECRET, from
+`miyamoto keygen`); an INTERFACE beyond loopback needs MIYAMOTO_API_TOKENS.
 """
 
 from __future__ import annotations
