@@ -37,6 +37,7 @@ from miyamoto.queries import Queries
 from miyamoto.requests import Requests
 from miyamoto.siblings import Siblings, SiblingTiming
 from miyamoto.task import Task
+from miyamoto.clocks import PeerClocks
 from miyamoto.transport import CurveKeys, Transport
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ _MEMBERSHIP = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
 # membership runs its own rules for strangers (a joiner is one); a STORE from one gets the
 # coordinator's "not a member" answer, so its sender stops waiting
 _OPEN = _MEMBERSHIP | {Verb.STORE}
+CLOCK_PROBE_EVERY = 1.0  # seconds between clock probes of each member (clocks.py)
 # Former members stay heard (bounded): a leaving node's HANDOFF can arrive after the
 # roster without it, and a dropped node's DONE still saves its siblings a duplicate.
 MAX_FORMER = 1024
@@ -73,14 +75,17 @@ class Cluster:
         self._former: dict[str, None] = {}  # members that left, oldest first
         self.outbox = Outbox(self.transport.send, self.group)
         self.requests = Requests(self.send, cfg.advertise)
+        self.clocks = PeerClocks(cfg.max_clock_skew)
         self.siblings = Siblings(self.me, SiblingTiming.derive(
             cfg.replica_offset, cfg.claim_lease, cfg.replication_timeout,
             cfg.heartbeat_interval, cfg.failure_timeout))
         self.coordinator = Coordinator(cfg, self.engine, self.requests, self.send,
                                        self._ring, self.in_contact, self._replay,
-                                       rng.randrange(1 << 30))
+                                       rng.randrange(1 << 30),
+                                       lambda peer, t: self.clocks.to_local(peer, t, clock()))
         self.queries = Queries(self.me, self.engine, self.requests, self._others,
                                cfg.replication_timeout, cfg.replica_offset, clock, self._replay)
+        self._next_probe = 0.0
         self.membership: Membership | None = None
         self.roster: Roster | None = None
         self._left = False
@@ -149,6 +154,10 @@ class Cluster:
         mono = self.monotonic()
         self._send_membership(self.membership.tick(mono))
         self._check_roster()
+        if mono >= self._next_probe:
+            self._next_probe = mono + CLOCK_PROBE_EVERY
+            for mem in self._others():
+                self.send(mem, m.Clock(self.clock()))
         self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
                                           self.engine.live))
         lost = self.siblings.take_lost()
@@ -301,6 +310,8 @@ class Cluster:
                     self.group.spawn(self._serve, sender, msg)
                 elif isinstance(msg, (m.Stored, m.Reply)):
                     self.requests.answer(msg)
+                elif isinstance(msg, (m.Clock, m.ClockEcho)):
+                    self._on_clock(sender, msg)
                 elif isinstance(msg, m.Handoff):
                     self.carry_out(self.siblings.handoff(msg, self.clock()))
                 else:
@@ -314,6 +325,20 @@ class Cluster:
         if self.strangers <= 10 or self.strangers % 1000 == 0:
             log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
                         verb.value, sender[:64], self.strangers)
+
+    def _on_clock(self, sender: str, msg: m.Clock | m.ClockEcho) -> None:
+        now = self.clock()
+        if isinstance(msg, m.Clock):
+            self.send(sender, m.ClockEcho(msg.t1, now))
+            return
+        self.clocks.sample(sender, msg.t1, msg.t, now)
+        crossed = self.clocks.check(sender, now)
+        if crossed is not None:
+            skewed, est = crossed
+            (log.error if skewed else log.info)(
+                "cluster: clock of %s is %+.3f s (±%.3f) from ours: %s max_clock_skew %g s",
+                sender, est.offset, est.error, "beyond" if skewed else "back within",
+                self.clocks.max_skew)
 
     def _on_sibling(self, sender: str, msg: Any) -> None:
         copy = self.engine.get(msg.id) if isinstance(msg, m.Ask) else self.engine.live.get(msg.id)
@@ -342,12 +367,15 @@ class Cluster:
         assert self.membership is not None
         r = self.membership.roster
         health = self.membership.health(self.monotonic())
+        now = self.clock()
         return {
             "node": self.me, "role": self.membership.role, "leader": r.leader,
             "term": self.membership.term, "version": r.version,
             "members": [{"id": mem.id, "http": mem.http, "cluster": mem.cluster,
                          "leader": mem.id == r.leader,
-                         "last_heard": 0.0 if mem.id == self.me else health.get(mem.id)}
+                         "last_heard": 0.0 if mem.id == self.me else health.get(mem.id),
+                         **({"clock_offset": 0.0, "clock_error": 0.0, "clock_skewed": False}
+                            if mem.id == self.me else self.clocks.view(mem.id, now))}
                         for mem in r.members],
         }
 

@@ -189,6 +189,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
     Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
     Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
+    Setting("max_clock_skew", _float_ge(0.001), 1.0,
+            "a member's clock further off than this, seconds, is logged as an error"),
     Setting("claim_lease", _float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
     Setting("callback_timeout", _float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
 )
@@ -266,6 +268,7 @@ class Config:
     retention: float
     concurrency: int
     shutdown_timeout: float
+    max_clock_skew: float
     claim_lease: float
     callback_timeout: float
     queues: Mapping[str, QueueConfig] = field(default_factory=dict)

@@ -33,7 +33,8 @@ CONTACT_POLL = 0.05
 class Coordinator:
     def __init__(self, config: Config, engine: Engine, requests: Requests,
                  send: Callable[[str, Any], bool], ring: Callable[[], tuple[str, ...]],
-                 in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int):
+                 in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int,
+                 to_local: Callable[[str, float], float] = lambda peer, t: t):
         self.config = config
         self.me = config.node
         self.engine = engine
@@ -43,6 +44,7 @@ class Coordinator:
         self.in_contact = in_contact
         self.on_stored = stored  # replay the siblings' news that came before the copy
         self.cursor = cursor
+        self.to_local = to_local  # a peer's wall time on our clock (clocks.PeerClocks)
         self.stopping = False
 
     # ------------------------------------------------------------ enqueue
@@ -175,8 +177,10 @@ class Coordinator:
             return m.Stored(msg.req, task.id, False, error="not a member")
         if self.stopping:
             return m.Stored(msg.req, task.id, False, error="stopping")
+        # the copy's times are on the sender's clock: fire it by ours
+        local = {k: self.to_local(sender, getattr(task, k)) for k in ("eta", "fire_at", "created")}
         try:
-            self.engine.add(task.evolve(state=State.SCHEDULED), wait=True)
+            self.engine.add(task.evolve(state=State.SCHEDULED, **local), wait=True)
         except Duplicate as e:
             return m.Stored(msg.req, task.id, False, duplicate=e.original_id)
         except Exception as e:  # a full disk must reach the coordinator as a refusal

@@ -145,6 +145,7 @@ class Node:
 
     def metrics_text(self) -> str:
         s = self.engine.stats
+        members = self.cluster.info().get("members", [])
         lines = [
             "# TYPE miyamoto_tasks_stored_total counter",
             f"miyamoto_tasks_stored_total {s.stored}",
@@ -165,7 +166,12 @@ class Node:
             "# TYPE miyamoto_journal_commits_total counter",
             f"miyamoto_journal_commits_total {self.journal.commits}",
             "# TYPE miyamoto_cluster_members gauge",
-            f"miyamoto_cluster_members {len(self.cluster.info().get('members', []))}",
+            f"miyamoto_cluster_members {len(members)}",
+            "# HELP miyamoto_peer_clock_offset_seconds a member's wall clock minus ours",
+            "# TYPE miyamoto_peer_clock_offset_seconds gauge",
+            *(f'miyamoto_peer_clock_offset_seconds{{peer="{_label(str(mem["id"]))}"}} '
+              f'{mem["clock_offset"]}' for mem in members
+              if mem["id"] != self.node_id and mem.get("clock_offset") is not None),
             "# TYPE miyamoto_info gauge",
             f'miyamoto_info{{version="{__version__}",node="{_label(self.node_id)}"}} 1',
         ]

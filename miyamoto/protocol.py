@@ -45,6 +45,9 @@ class Verb(str, enum.Enum):
     # cluster-wide queries and control (miyamoto.cluster)
     REQUEST = "REQUEST"
     REPLY = "REPLY"
+    # clock probes between members (miyamoto.clocks)
+    CLOCK = "CLOCK"
+    CLOCK_ECHO = "CLOCK_ECHO"
     # many messages for one peer in one frame (miyamoto.outbox)
     BATCH = "BATCH"
 

@@ -40,3 +40,4 @@ def decode(verb: Verb, payload: dict) -> Any:
 # the messages, by owner; importing them fills the registry
 from miyamoto.messages.replicas import *  # noqa: E402,F401,F403
 from miyamoto.messages.membership import *  # noqa: E402,F401,F403
+from miyamoto.messages.clocks import *  # noqa: E402,F401,F403

@@ -1,0 +1,81 @@
+"""Peers' wall clocks, estimated from round trips (pure: every time is passed in).
+
+Copies carry absolute times (a task's eta, a copy's fire time) and each node fires them
+by its own clock; a peer whose clock runs 3 s ahead would fire what it was stored 3 s
+early. So every node probes every member: CLOCK carries our wall time ``t1``; the peer
+answers CLOCK_ECHO with ``t1`` and its own wall time ``t``; we read ours, ``t4``, on
+arrival. As in NTP (with the peer's receive and send times taken as one):
+
+    offset = t - (t1 + t4) / 2        (the peer's clock minus ours)
+    error  = (t4 - t1) / 2            (the true offset is within offset ± error)
+
+of the last ``SAMPLES`` probes the one with the smallest error wins (a sample that
+waited in a queue has a wide round trip and says little). A copy stored from a peer has
+its times moved into our clock with ``to_local``. An offset beyond ``max_skew`` (even
+after taking the error off) is reported once by ``check`` (and once more when it is
+back within), for both sides log it: each probes the other.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+SAMPLES = 8
+STALE = 60.0  # seconds: an estimate older than this is not used
+
+
+@dataclass(frozen=True)
+class Estimate:
+    offset: float  # peer minus us, seconds
+    error: float   # half the round trip
+    at: float      # our wall time of the sample
+
+    def skewed(self, max_skew: float) -> bool:
+        return abs(self.offset) - self.error > max_skew
+
+
+class PeerClocks:
+    def __init__(self, max_skew: float):
+        self.max_skew = max_skew
+        self._samples: dict[str, collections.deque[Estimate]] = {}
+        self._flagged: set[str] = set()
+
+    def sample(self, peer: str, t1: float, t: float, t4: float) -> Estimate | None:
+        """One CLOCK_ECHO: our send time ``t1`` (echoed), the peer's ``t``, our ``t4``."""
+        if not t1 <= t4 or t4 - t1 > STALE:
+            return None  # not our probe's answer, or one from before a jump of our clock
+        est = Estimate(t - (t1 + t4) / 2, (t4 - t1) / 2, t4)
+        self._samples.setdefault(peer, collections.deque(maxlen=SAMPLES)).append(est)
+        return est
+
+    def estimate(self, peer: str, now: float) -> Estimate | None:
+        samples = [e for e in self._samples.get(peer, ()) if now - e.at <= STALE]
+        return min(samples, key=lambda e: e.error) if samples else None
+
+    def to_local(self, peer: str, t: float, now: float) -> float:
+        """A time on ``peer``'s clock, on ours (unchanged while we know no offset)."""
+        est = self.estimate(peer, now)
+        return t - est.offset if est is not None and t > 0 else t
+
+    def check(self, peer: str, now: float) -> tuple[bool, Estimate] | None:
+        """(skewed, estimate) when the peer just crossed ``max_skew`` either way."""
+        est = self.estimate(peer, now)
+        if est is None:
+            return None
+        skewed = est.skewed(self.max_skew)
+        if skewed == (peer in self._flagged):
+            return None
+        (self._flagged.add if skewed else self._flagged.discard)(peer)
+        return skewed, est
+
+    def forget(self, peer: str) -> None:
+        self._samples.pop(peer, None)
+        self._flagged.discard(peer)
+
+    def view(self, peer: str, now: float) -> dict:
+        est = self.estimate(peer, now)
+        if est is None:
+            return {"clock_offset": None, "clock_error": None, "clock_skewed": False}
+        return {"clock_offset": round(est.offset, 4), "clock_error": round(est.error, 4),
+                "clock_skewed": est.skewed(self.max_skew)}
