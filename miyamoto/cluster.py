@@ -73,6 +73,7 @@ class Cluster:
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
+        self.zones: dict[str, str] = {}  # member -> failure domain
         self.outbox = Outbox(self.transport.send, self.group)
         self.requests = Requests(self.send, cfg.advertise)
         self.clocks = PeerClocks(cfg.max_clock_skew)
@@ -82,7 +83,8 @@ class Cluster:
         self.coordinator = Coordinator(cfg, self.engine, self.requests, self.send,
                                        self._ring, self.in_contact, self._replay,
                                        rng.randrange(1 << 30),
-                                       lambda peer, t: self.clocks.to_local(peer, t, clock()))
+                                       lambda peer, t: self.clocks.to_local(peer, t, clock()),
+                                       lambda: self.zones)
         self.queries = Queries(self.me, self.engine, self.requests, self._others,
                                cfg.replication_timeout, cfg.replica_offset, clock, self._replay)
         self._next_probe = 0.0
@@ -102,7 +104,7 @@ class Cluster:
         seeds = [s for s in cfg.seeds if s not in (cfg.cluster, cfg.advertise)]
         # a restarted node (its journal existed) must not count as a first start in a
         # bootstrap election
-        self.membership = Membership(Member(cfg.node, cfg.advertise, cfg.http), seeds, timing,
+        self.membership = Membership(Member(cfg.node, cfg.advertise, cfg.http, cfg.zone), seeds, timing,
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
@@ -184,6 +186,7 @@ class Cluster:
             while len(self._former) > MAX_FORMER:
                 self._former.pop(next(iter(self._former)))
         self._members = frozenset(new.ids()) | frozenset(self._former)
+        self.zones = {mem.id: mem.zone for mem in new.members if mem.zone}
         self.engine.dispatcher.set_share(max(1, len(new.members)))
         for mem in new.members:
             if mem.id != self.me:
@@ -208,7 +211,7 @@ class Cluster:
         live = dict(self.engine.live)
         now = self.clock()
         self.carry_out(self.siblings.release_claims(lost, live, now))
-        plans = restore.plan_restores(self.siblings, lost, list(live.values()), now)
+        plans = restore.plan_restores(self.siblings, lost, list(live.values()), now, self.zones)
         for plan in plans:
             self._restores.spawn(self._restore, plan)
         if plans:
@@ -371,7 +374,7 @@ class Cluster:
         return {
             "node": self.me, "role": self.membership.role, "leader": r.leader,
             "term": self.membership.term, "version": r.version,
-            "members": [{"id": mem.id, "http": mem.http, "cluster": mem.cluster,
+            "members": [{"id": mem.id, "http": mem.http, "cluster": mem.cluster, "zone": mem.zone,
                          "leader": mem.id == r.leader,
                          "last_heard": 0.0 if mem.id == self.me else health.get(mem.id),
                          **({"clock_offset": 0.0, "clock_error": 0.0, "clock_skewed": False}

@@ -152,6 +152,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("http", _hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
     Setting("cluster", _zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
     Setting("advertise", _str, "", "cluster endpoint peers use to reach this node (default: cluster)"),
+    Setting("zone", _node_id, "", "this node's failure domain: copies of a task go to distinct "
+            "zones (default: the host name)"),
     Setting("seeds", _seeds, (), "comma-separated cluster endpoints of other nodes to join"),
     Setting("data_dir", _str, "./miyamoto-data", "journal directory, or :memory: for no disk"),
     Setting("replication", _int_ge(1), 2, "copies of each task (replication_factor)"),
@@ -235,6 +237,7 @@ class Config:
     http: str
     cluster: str
     advertise: str
+    zone: str
     seeds: tuple[str, ...]
     data_dir: str
     replication: int
@@ -376,6 +379,8 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
             values[s.name] = s.default
     if not values["node"]:
         values["node"] = f"{socket.gethostname()}-{values['http'].rpartition(':')[2]}"
+    if not values["zone"]:
+        values["zone"] = socket.gethostname() or values["node"]
     if not values["advertise"]:
         values["advertise"] = values["cluster"]
     else:

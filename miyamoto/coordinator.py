@@ -12,7 +12,7 @@ nodes cannot both win, nor both lose.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import gevent
 import gevent.pool
@@ -34,7 +34,8 @@ class Coordinator:
     def __init__(self, config: Config, engine: Engine, requests: Requests,
                  send: Callable[[str, Any], bool], ring: Callable[[], tuple[str, ...]],
                  in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int,
-                 to_local: Callable[[str, float], float] = lambda peer, t: t):
+                 to_local: Callable[[str, float], float] = lambda peer, t: t,
+                 zones: Callable[[], Mapping[str, str]] = dict):
         self.config = config
         self.me = config.node
         self.engine = engine
@@ -45,6 +46,7 @@ class Coordinator:
         self.on_stored = stored  # replay the siblings' news that came before the copy
         self.cursor = cursor
         self.to_local = to_local  # a peer's wall time on our clock (clocks.PeerClocks)
+        self.zones = zones  # member -> zone, for placement (replication.spread)
         self.stopping = False
 
     # ------------------------------------------------------------ enqueue
@@ -54,7 +56,8 @@ class Coordinator:
             raise Unavailable("this node is not (yet) a member of the cluster")
         if not self._await_contact():  # cut off, or back from a pause: its view may be stale
             raise Unavailable("this node cannot reach a majority of the cluster")
-        replicas = replication.place(ring, self.config.replication, task, self.cursor)
+        replicas = replication.place(ring, self.config.replication, task, self.cursor,
+                                     self.zones())
         if task.name is None:
             self.cursor += 1
         copies = replication.copies(task, replicas, self.config.replica_offset)

@@ -7,17 +7,23 @@ same nodes, where the first of them (the name's owner) refuses the second, and a
 change moves a name's replicas by at most one member. Copy i fires at eta + i * offset; when a sibling claims,
 retries or hands off, every other copy keeps its distance, measured in ring steps from
 that sibling (``rank``).
+
+Failure domains: with ``zones`` (member -> zone), copies go to distinct zones whenever
+the roster spans enough of them (``spread``): the order above still decides, but a
+member whose zone already holds a copy is passed over while another zone has a
+candidate. So a machine or rack that dies takes at most one copy of a task with it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from miyamoto.task import Task
 
 
-def place(ring: Sequence[str], n: int, task: Task, cursor: int) -> tuple[str, ...]:
+def place(ring: Sequence[str], n: int, task: Task, cursor: int,
+          zones: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The replica set for a new task: min(n, len(ring)) distinct members, in fire order."""
     if not ring:
         return ()
@@ -25,12 +31,28 @@ def place(ring: Sequence[str], n: int, task: Task, cursor: int) -> tuple[str, ..
     if task.name is not None:
         # rendezvous hashing: each member's score for this name is fixed, so a member
         # joining or leaving moves a name's replica set by at most one member, and with
-        # n >= 2 the set always keeps a member that holds the name (which refuses it)
+        # n >= 2 the set always keeps a member that holds the name (which refuses it);
+        # with zones the top-ranked member (the name's owner) is always first
         key = f"{task.queue}\x00{task.name}\x00".encode()
-        ranked = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)
-        return tuple(ranked[:n])
-    start = cursor % len(ring)
-    return tuple(ring[(start + i) % len(ring)] for i in range(n))
+        order = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)
+    else:
+        start = cursor % len(ring)
+        order = [ring[(start + i) % len(ring)] for i in range(len(ring))]
+    return spread(order, n, zones or {})
+
+
+def spread(order: Sequence[str], n: int, zones: Mapping[str, str],
+           used: Sequence[str] = ()) -> tuple[str, ...]:
+    """The first ``n`` of ``order``, passing over members of a zone that already holds a
+    copy (of ``used`` or of those chosen) while another zone has a candidate."""
+    seen = {zones.get(m, m) for m in used}
+    first: list[str] = []
+    rest: list[str] = []
+    for m in order:
+        z = zones.get(m, m)  # a member without a zone is a zone of its own
+        (rest if z in seen else first).append(m)
+        seen.add(z)
+    return tuple((first + rest)[:n])
 
 
 def copies(task: Task, replicas: tuple[str, ...], offset: float) -> list[Task]:
@@ -52,16 +74,18 @@ def sibling_fire_at(base: float, mine: int, theirs: int, n: int, offset: float) 
     return base + rank(mine, theirs, n) * offset
 
 
-def replacement(ring: Sequence[str], replicas: tuple[str, ...], lost: str) -> str | None:
+def replacement(ring: Sequence[str], replicas: tuple[str, ...], lost: str,
+                zones: Mapping[str, str] | None = None) -> str | None:
     """A live member to take ``lost``'s place in ``replicas``: the first ring member after
-    the lost one that holds no copy yet; None if every member already holds one."""
+    the lost one that holds no copy yet, in a zone that holds none if there is one; None
+    if every member already holds one."""
     holders = set(replicas)
-    candidates = [m for m in ring if m not in holders]
+    candidates = sorted(m for m in ring if m not in holders)
     if not candidates:
         return None
-    ordered = sorted(ring)
-    after = [m for m in ordered if m > lost and m in candidates]
-    return after[0] if after else sorted(candidates)[0]
+    order = [m for m in candidates if m > lost] + [m for m in candidates if m <= lost]
+    kept = [r for r in replicas if r != lost]
+    return spread(order, 1, zones or {}, used=kept)[0]
 
 
 def restorer(replicas: tuple[str, ...], alive: set[str]) -> str | None:

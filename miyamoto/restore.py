@@ -9,7 +9,7 @@ live sibling to fire at its time, and stores elsewhere the copies that have none
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from miyamoto import messages as m
 from miyamoto import replication
@@ -21,8 +21,10 @@ HANDOFF_CHUNK = 500  # copies named in one HANDOFF
 
 
 # ------------------------------------------------------------ restoring copies
-def plan_restores(s: Siblings, lost: set[str], copies: Iterable[Task], now: float) -> list[Any]:
-    """New copies for the tasks that lost some, where this node is the restorer."""
+def plan_restores(s: Siblings, lost: set[str], copies: Iterable[Task], now: float,
+                  zones: Mapping[str, str] | None = None) -> list[Any]:
+    """New copies for the tasks that lost some, where this node is the restorer; a new
+    copy goes to a zone that holds none of the task's copies where there is one."""
     ring = sorted(s.members)
     effects: list[Any] = []
     for t in copies:
@@ -31,7 +33,7 @@ def plan_restores(s: Siblings, lost: set[str], copies: Iterable[Task], now: floa
             continue
         replicas, new = t.replicas, []
         for gone in [r for r in t.replicas if r in lost]:
-            sub = replication.replacement(ring, replicas, gone)
+            sub = replication.replacement(ring, replicas, gone, zones)
             if sub is not None:
                 replicas = tuple(sub if r == gone else r for r in replicas)
                 new.append(replicas.index(sub))

@@ -29,15 +29,20 @@ class Member:
     id: str
     cluster: str  # ZeroMQ endpoint, e.g. "tcp://127.0.0.1:6000"
     http: str     # "host:port" of its HTTP API
+    zone: str = ""  # its failure domain (replication.spread); "" = a zone of its own
 
     def to_payload(self) -> dict[str, str]:
-        return {"id": self.id, "cluster": self.cluster, "http": self.http}
+        p = {"id": self.id, "cluster": self.cluster, "http": self.http}
+        if self.zone:
+            p["zone"] = self.zone
+        return p
 
     @classmethod
     def from_payload(cls, d: object) -> Member:
         if not isinstance(d, dict):
             raise DecodeError("a member must be an object")
-        return cls(c.string(d, "id"), c.string(d, "cluster"), c.string(d, "http"))
+        return cls(c.string(d, "id"), c.string(d, "cluster"), c.string(d, "http"),
+                   c.opt_string(d, "zone") or "")
 
 
 @dataclass(frozen=True)

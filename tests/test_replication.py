@@ -77,3 +77,30 @@ def test_replacement_and_restorer():
     assert replication.replacement(("a", "b"), ("a", "b"), "b") is None
     assert replication.restorer(("b", "c", "a"), {"a", "c"}) == "c"
     assert replication.restorer(("b",), {"a"}) is None
+
+
+ZONED = {"a": "z1", "b": "z1", "c": "z2", "d": "z2", "e": "z3"}
+
+
+@given(st.integers(0, 1000), st.one_of(st.none(), st.text(min_size=1, max_size=8)),
+       st.integers(1, 4))
+def test_copies_go_to_distinct_zones_when_there_are_enough(cursor, name, n):
+    ring = tuple(sorted(ZONED))
+    placed = replication.place(ring, n, _task(name), cursor, ZONED)
+    assert len(placed) == len(set(placed)) == n
+    assert len({ZONED[m] for m in placed}) == min(n, 3)
+    if name is not None:  # the name's owner (top-ranked) keeps its place
+        assert placed[0] == replication.place(ring, 1, _task(name), 0)[0]
+
+
+def test_spread_without_zones_is_the_plain_order_and_restores_keep_zones():
+    ring = ("a", "b", "c", "d")
+    assert replication.place(ring, 2, _task(), 0) == ("a", "b")
+    assert replication.place(ring, 2, _task(), 0, ZONED) == ("a", "c")
+    # a lost copy in z2 is replaced in z2, not in the surviving copy's z1
+    assert replication.replacement(("a", "b", "d"), ("a", "c"), "c") == "d"
+    assert replication.replacement(("a", "b", "d"), ("a", "c"), "c", ZONED) == "d"
+    assert replication.replacement(("a", "b", "d", "e"), ("a", "c"), "c",
+                                   {"a": "z1", "b": "z2", "d": "z1", "e": "z1"}) == "b"
+    # one zone only: any member will do
+    assert replication.place(ring, 3, _task(), 1, dict.fromkeys(ring, "z")) == ("b", "c", "d")

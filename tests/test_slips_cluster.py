@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from helpers import NodeProcess, Reply, cluster_view, member_ids, wait_converged, wait_until
+from helpers import (NodeProcess, Reply, cluster_view, dealer, member_ids, wait_converged,
+                     wait_until)
 
 OFFSET = 1.0  # FAST_OPTIONS replica_offset
 
@@ -32,17 +33,6 @@ def wait_no_live_copies(nodes: list[NodeProcess], timeout: float = 20.0) -> None
     """Every copy on every running node has ended: nothing can be delivered any more."""
     wait_until(lambda: all(metric(n, "miyamoto_tasks_live") == 0 for n in nodes if n.running),
                timeout, interval=0.1, what="no live copies on any node")
-
-
-def dealer(address: str, identity: bytes):
-    """A raw (blocking) pyzmq DEALER in the test process."""
-    import zmq
-
-    s = zmq.Context.instance().socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 2000)  # close() waits until what we sent went out
-    s.setsockopt(zmq.ROUTING_ID, identity)
-    s.connect(address)
-    return s
 
 
 def as_member(member_id: str) -> bytes:

@@ -476,8 +476,10 @@ def test_config_ini(tmp_path):
     c = load("""
 [miyamoto]
 http = 0.0.0.0:9000
+insecure_http = true
 replication = 3
 seeds = tcp://10.0.0.1:6000, tcp://10.0.0.2:6000
+insecure_cluster = true
 log_level = debug
 
 [queue:default]
@@ -536,6 +538,7 @@ cluster = tcp://127.0.0.1:6001
 http = 127.0.0.1:8002
 cluster = tcp://127.0.0.1:6002
 seeds = tcp://127.0.0.1:6001
+insecure_cluster = true
 """
     c = load(ini, flags={"node": "b"}, tmp=tmp_path)
     assert (c.node, c.http, c.cluster, c.seeds) == ("b", "127.0.0.1:8002", "tcp://127.0.0.1:6002",
@@ -600,7 +603,7 @@ def test_config_redacts_secrets():
 
 def test_config_every_setting_has_an_env_twin():
     for s in config_mod.SETTINGS:
-        if s.name in ("node", "seeds", "advertise", "curve_public", "curve_secret",
+        if s.name in ("node", "zone", "seeds", "advertise", "curve_public", "curve_secret",
                       "signing_secret", "log_level", "data_dir"):
             continue
         value = str(s.default) if not isinstance(s.default, tuple) else ""
