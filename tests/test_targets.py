@@ -116,8 +116,11 @@ def test_member_endpoints_and_endpoints_read_on_each_check():
     assert "cluster-endpoint" in g.check_literal("10.0.0.5", 8088)
     assert "cluster-endpoint" in g.check_literal("NODE-B.example.", 6000)
     assert "cluster-endpoint" in g.check_address("10.0.0.7", 6000, "node-b.example")
+    assert g.check_literal("127.0.0.1", 9000) is None  # (cached: the change below clears it)
     own.append(("127.0.0.1", 9000))  # the node's port is known late (bound to port 0)
     assert "cluster-endpoint" in g.check_literal("127.0.0.1", 9000)
+    g.set_member_endpoints([])
+    assert g.check_literal("10.0.0.5", 8088) is None
 
 
 def test_check_url_refuses_with_400_naming_the_field():
