@@ -148,7 +148,8 @@ def server():
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     sock.settimeout(0.2)
-    state = {"connections": 0, "stop": False}
+    state = {"connections": 0, "stop": False,
+             "reply": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"}
 
     def serve():
         while not state["stop"]:
@@ -165,7 +166,7 @@ def server():
                     if not chunk:
                         break
                     data += chunk
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                conn.sendall(state["reply"])
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
@@ -221,6 +222,16 @@ def test_client_refuses_the_nodes_own_port_by_name(server, monkeypatch):
         pool.request("POST", f"http://self.example:{port}/queues/x/purge", body=b"",
                      headers={}, timeout=5)
     assert "cluster-endpoint" in str(info.value) and state["connections"] == 0
+
+
+def test_client_does_not_follow_redirects(server):
+    port, state = server
+    state["reply"] = (f"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/next\r\n"
+                      "Content-Length: 0\r\nConnection: close\r\n\r\n").encode()
+    pool = ClientPool(guard=TargetGuard())
+    resp = pool.request("POST", f"http://127.0.0.1:{port}/w", body=b"", headers={}, timeout=5)
+    assert resp.status == 302 and state["connections"] == 1  # a failed attempt, not a hop
+    pool.close()
 
 
 def test_checked_pool_is_the_one_used():
