@@ -51,9 +51,12 @@ class TargetRefused(DeliveryError):
 class _Checked:
     """geventhttpclient's pool, resolving through the guard: see the module docstring."""
 
-    guard: TargetGuard
     _connection_host: str
     _connection_port: int
+
+    def __init__(self, *args, guard: TargetGuard, **kw) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kw)  # type: ignore[call-arg]
+        self.guard = guard
 
     def _resolve(self):  # type: ignore[no-untyped-def]
         host, port = self._connection_host, self._connection_port
@@ -93,9 +96,7 @@ def _checked_client(guard: TargetGuard, host: str, port: int, ssl: bool,
         pool_kw["ssl_options"] = old.ssl_options  # type: ignore[attr-defined]
         pool_kw["ssl_context_factory"] = lambda **_: old.ssl_context  # type: ignore[attr-defined]
     client._connection_pool.close()
-    pool = pool_class(host, port, host, port, **pool_kw)
-    pool.guard = guard
-    client._connection_pool = pool
+    client._connection_pool = pool_class(host, port, host, port, guard=guard, **pool_kw)
     return client
 
 
