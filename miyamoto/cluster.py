@@ -104,7 +104,8 @@ class Cluster:
         seeds = [s for s in cfg.seeds if s not in (cfg.cluster, cfg.advertise)]
         # a restarted node (its journal existed) must not count as a first start in a
         # bootstrap election
-        self.membership = Membership(Member(cfg.node, cfg.advertise, cfg.http, cfg.zone), seeds, timing,
+        me = Member(cfg.node, cfg.advertise, cfg.http, cfg.zone)
+        self.membership = Membership(me, seeds, timing,
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
@@ -187,6 +188,8 @@ class Cluster:
                 self._former.pop(next(iter(self._former)))
         self._members = frozenset(new.ids()) | frozenset(self._former)
         self.zones = {mem.id: mem.zone for mem in new.members if mem.zone}
+        # no task may target a member's API or cluster port (targets.TargetGuard)
+        self.engine.targets.set_member_endpoints(_endpoints(new.members))
         self.engine.dispatcher.set_share(max(1, len(new.members)))
         for mem in new.members:
             if mem.id != self.me:
@@ -413,3 +416,14 @@ class _Hooks(Hooks):
 
     def failed(self, t: Task) -> None:
         self._outcome(t)
+
+
+def _endpoints(members: Iterable[Member]) -> list[tuple[str, int]]:
+    """(host, port) of every member's HTTP address and cluster endpoint."""
+    out = []
+    for mem in members:
+        for addr in (mem.http, mem.cluster.removeprefix("tcp://")):
+            host, _, port = addr.rpartition(":")
+            if host and port.isdigit():
+                out.append((host.strip("[]"), int(port)))
+    return out

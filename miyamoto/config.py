@@ -172,7 +172,8 @@ SETTINGS: tuple[Setting, ...] = (
             flag=False, secret=True),
     Setting("insecure_http", _bool, False, "allow an HTTP address beyond loopback without api_tokens"),
     Setting("target_allow", _cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),
-    Setting("target_deny", _cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list"),
+    Setting("target_deny", _cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list "
+            "(link-local, cloud metadata, 0.0.0.0/8, multicast, broadcast, the cluster's endpoints)"),
     Setting("http_header_timeout", _float_ge(0.1), 10.0,
             "seconds a client has to send a request's headers and body"),
     Setting("http_idle_timeout", _float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),

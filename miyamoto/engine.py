@@ -28,6 +28,7 @@ from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.journal import Journal
 from miyamoto.retry import Action, decide, is_success
 from miyamoto.scheduler import Scheduler
+from miyamoto.targets import TargetGuard
 from miyamoto.task import State, Task, new_id
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,11 @@ class Engine:
                  hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None):
         self.config = config
         self.journal = journal
-        self.client = client or ClientPool(concurrency=min(config.concurrency, 256))
+        # The target rules the delivery client enforces at connect; the node adds its own
+        # endpoints and the API checks enqueued URLs against the same guard.
+        self.targets = getattr(client, "guard", None) or TargetGuard.from_config(config)
+        self.client = client or ClientPool(concurrency=min(config.concurrency, 256),
+                                           guard=self.targets)
         self.clock = clock
         self.rng = rng or random.Random()
         self.live: dict[str, Task] = {}

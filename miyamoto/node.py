@@ -40,8 +40,11 @@ class Node:
         self.cluster = Cluster(config, self.journal, clock=clock, monotonic=time.monotonic,
                                rng=random.Random())
         self.engine = self.cluster.engine
+        self.targets = self.engine.targets  # the cluster adds the members' endpoints
+        self.targets.set_endpoints(self._own_endpoints)
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
-                        max_delay=config.max_delay, max_name=config.max_name)
+                        max_delay=config.max_delay, max_name=config.max_name,
+                        targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
         self.server: HTTPServer | None = None
         self.draining = False
@@ -61,6 +64,18 @@ class Node:
     def http_port(self) -> int:
         assert self.server is not None
         return self.server.server_port
+
+    def _own_endpoints(self) -> list[tuple[str, int]]:
+        """This node's HTTP and cluster endpoints, which no task may target (the HTTP
+        port as bound, in case the configured one was 0)."""
+        out = [(self.config.http_host, self.config.http_port)]
+        if self.server is not None and self.server.server_port:
+            out.append((self.config.http_host, self.server.server_port))
+        for endpoint in (self.config.cluster, self.config.advertise):
+            host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+            if host and port.isdigit():
+                out.append((host, int(port)))
+        return out
 
     def serve_forever(self) -> None:
         self._stopped.wait()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import SplitResult, parse_qsl, quote, urlsplit, urlunsplit
 
 import ujson
@@ -50,6 +50,8 @@ class Limits:
     max_url: int = 2083
     max_delay: float = 30 * 86400.0
     max_name: int = 500
+    # (host, port) -> the target rule that refuses it, or None (TargetGuard.check_literal)
+    targets: Callable[[str, int], str | None] | None = None
 
 
 def check_url(field: str, value: Any, limits: Limits) -> str:
@@ -78,6 +80,10 @@ def check_url(field: str, value: Any, limits: Limits) -> str:
         raise ValidationError(field, "has port 0")
     if parts.username or parts.password:
         raise ValidationError(field, "must not carry credentials; use headers")
+    if limits.targets is not None:
+        rule = limits.targets(parts.hostname, port or (443 if parts.scheme == "https" else 80))
+        if rule:
+            raise ValidationError(field, f"targets a denied address: {rule}")
     return value
 
 

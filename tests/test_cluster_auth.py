@@ -69,6 +69,11 @@ def _queue_list(body: Any) -> list[dict]:
 def test_forged_messages_from_outside_the_cluster_change_nothing(cluster_factory, sink):
     nodes = cluster_factory(3)
     wait_converged(nodes)
+    # nor can a task be aimed at a member's API or cluster port (the target guard)
+    for url in (f"http://127.0.0.1:{nodes[1].http_port}/queues/victim/purge",
+                f"http://127.0.0.1:{nodes[2].cluster_port}/"):
+        r = nodes[0].post("/queue", json={"url": url}, timeout=10)
+        assert r.status_code == 400 and r.json()["field"] == "url", r.text
     target = nodes[0].enqueue(url=f"{sink.url}/forged", countdown=4)
     victim = nodes[0].enqueue("victim", url=f"{sink.url}/victim", countdown=4)
     attack(nodes, target["id"], [
