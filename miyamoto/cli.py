@@ -89,6 +89,14 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.processes > 1:
+        from miyamoto.processes import supervise
+
+        try:
+            return supervise(config, flags)
+        except config_mod.ConfigError as e:
+            print(f"miyamoto: bad option {e}", file=sys.stderr)
+            return 2
     from miyamoto.node import Node
 
     node = Node(config)

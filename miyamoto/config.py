@@ -152,6 +152,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("http", _hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
     Setting("cluster", _zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
     Setting("advertise", _str, "", "cluster endpoint peers use to reach this node (default: cluster)"),
+    Setting("processes", _int_ge(1), 1, "nodes to run on this host, sharing the HTTP port "
+            "(SO_REUSEPORT), on consecutive cluster ports"),
+    Setting("reuse_port", _bool, False, "bind the HTTP port with SO_REUSEPORT (set by --processes)"),
     Setting("zone", _node_id, "", "this node's failure domain: copies of a task go to distinct "
             "zones (default: the host name)"),
     Setting("seeds", _seeds, (), "comma-separated cluster endpoints of other nodes to join"),
@@ -238,6 +241,8 @@ class Config:
     http: str
     cluster: str
     advertise: str
+    processes: int
+    reuse_port: bool
     zone: str
     seeds: tuple[str, ...]
     data_dir: str

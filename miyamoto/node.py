@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 import time
 from typing import Any, Callable
 
@@ -55,7 +56,10 @@ class Node:
         self.journal.open()
         self.engine.start()
         self.cluster.start()
-        self.server = HTTPServer((self.config.http_host, self.config.http_port), self.api)
+        address: Any = (self.config.http_host, self.config.http_port)
+        if self.config.reuse_port:  # several processes of this host share the port
+            address = _shared_listener(self.config.http_host.strip("[]"), self.config.http_port)
+        self.server = HTTPServer(address, self.api)
         self.server.start()
         log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
                  self.config.http, self.config.cluster, self.config.data_dir)
@@ -195,3 +199,15 @@ class Node:
 
 def _label(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _shared_listener(host: str, port: int) -> socket.socket:
+    """A listening socket with SO_REUSEPORT: the kernel spreads connections over every
+    process bound to the address (``miyamoto serve --processes N``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock

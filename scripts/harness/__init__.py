@@ -19,7 +19,7 @@ by the programs that use it.
 - ``traffic``/``chaos``: a paced enqueue stream and the pause / kill -9 scenarios
 """
 
-from .nodes import (CLUSTER_KEYS, REPO, NodeProcess, ProcessRegistry, child_env, plan_cluster, run_cli,
+from .nodes import (CLUSTER_KEYS, PROGRAM, REPO, NodeProcess, ProcessRegistry, child_env, plan_cluster, run_cli,
                     stop_all, write_ini)
 from .sink import Reply, Request, Sink
 from .views import (cluster_view, http_get, http_get_json, member_ids, metrics, probe_view,
@@ -28,7 +28,7 @@ from .waits import (LOCALHOST, HarnessError, NodeDied, free_port, free_ports, po
                     wait_until)
 
 __all__ = [
-    "CLUSTER_KEYS", "LOCALHOST", "REPO", "HarnessError", "NodeDied", "NodeProcess", "ProcessRegistry",
+    "CLUSTER_KEYS", "LOCALHOST", "PROGRAM", "REPO", "HarnessError", "NodeDied", "NodeProcess", "ProcessRegistry",
     "Reply", "Request", "Sink", "child_env", "cluster_view", "free_port", "free_ports",
     "http_get", "http_get_json", "member_ids", "metrics", "plan_cluster", "port_refuses",
     "probe_view", "run_cli", "server_metrics", "stop_all", "wait_converged", "wait_until",
