@@ -47,7 +47,6 @@ _MEMBERSHIP = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
 # membership runs its own rules for strangers (a joiner is one); a STORE from one gets the
 # coordinator's "not a member" answer, so its sender stops waiting
 _OPEN = _MEMBERSHIP | {Verb.STORE}
-CLOCK_PROBE_EVERY = 1.0  # seconds between clock probes of each member (clocks.py)
 # Former members stay heard (bounded): a leaving node's HANDOFF can arrive after the
 # roster without it, and a dropped node's DONE still saves its siblings a duplicate.
 MAX_FORMER = 1024
@@ -69,7 +68,7 @@ class Cluster:
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
-        self.transport = Transport(cfg.node, cfg.cluster, self._on_message, curve=curve)
+        self.transport = Transport(cfg.node, cfg.cluster, self._receive, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
@@ -158,7 +157,7 @@ class Cluster:
         self._send_membership(self.membership.tick(mono))
         self._check_roster()
         if mono >= self._next_probe:
-            self._next_probe = mono + CLOCK_PROBE_EVERY
+            self._next_probe = mono + self.config.heartbeat_interval
             for mem in self._others():
                 self.send(mem, m.Clock(self.clock()))
         self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
@@ -298,6 +297,11 @@ class Cluster:
         return [mem for mem in self._ring() if mem != self.me]
 
     # ------------------------------------------------------------ receiving
+    def _receive(self, sender: str, verb: Verb, payload: dict) -> None:
+        if sender in self._members:  # a member we hear is in touch (siblings: fresh)
+            self.siblings.heard(sender, self.clock())
+        self._on_message(sender, verb, payload)
+
     def _on_message(self, sender: str, verb: Verb, payload: dict) -> None:
         try:
             if verb == Verb.BATCH:

@@ -31,6 +31,16 @@ Late: ASK first
     first (the other answers it ``go`` and is answered ``wait``). A sibling that does not
     answer is asked again; the copy waits as long as that sibling is in the roster.
 
+Out of touch with a sibling: ASK first
+    A copy that fires on time, but while this node has not heard from one of its
+    siblings' nodes for ``fresh`` (members probe each other every heartbeat), asks too.
+    Why: a link cut between the two while both run is not a pause. The cut-off side
+    keeps delivering until its contact lease runs out, and its CLAIMs are lost; a
+    sibling firing a one-way CLAIM now would deliver those tasks again. Asking waits
+    until the silent sibling answers or leaves the roster, and a node dropped from the
+    roster has stopped delivering by then. So a cut costs at most the deliveries of
+    the ``fresh`` window before it was noticed, not those of a whole lease.
+
 Contact: no deliveries without a majority
     A node that cannot hear a majority of the roster (``contact`` is False: its lease
     from them ran out, see ``Membership.in_contact``) starts no delivery; its due copies
@@ -72,6 +82,7 @@ HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks agai
 PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
 PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
 EMPTY: Mapping[str, Task] = {}
+EVER = float("inf")
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,7 @@ class SiblingTiming:
     ask_timeout: float = 2.0     # an unanswered ASK is sent again after this
     ask_lease: float = 5.0       # a sibling answering ``go`` holds its copy this long
     stall_gap: float = 1.5       # a gap between ticks this long is a stall of our loop
+    fresh: float = 1.5           # a sibling unheard this long is out of touch: ask it
 
     @classmethod
     def derive(cls, offset: float, claim_lease: float, replication_timeout: float,
@@ -93,7 +105,8 @@ class SiblingTiming:
         return cls(offset=offset, claim_lease=claim_lease,
                    late_after=max(0.5, offset / 4), ask_timeout=ask_timeout,
                    ask_lease=max(2 * ask_timeout, offset),
-                   stall_gap=max(2 * heartbeat_interval, failure_timeout / 2))
+                   stall_gap=max(2 * heartbeat_interval, failure_timeout / 2),
+                   fresh=3 * heartbeat_interval)
 
 
 @dataclass
@@ -128,6 +141,7 @@ class Siblings:
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
         self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
+        self.heard_at: dict[str, float] = {}  # member -> when we last heard from it
 
     # ------------------------------------------------------------ time and roster
     def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
@@ -224,6 +238,10 @@ class Siblings:
         """This node left the roster (or is back after a restart): every copy asks first."""
         self.must_ask.update(task_ids)
 
+    def heard(self, member: str, now: float) -> None:
+        """A message (any) came from ``member`` now."""
+        self.heard_at[member] = now
+
     # ------------------------------------------------------------ our copy fires
     def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
         """Copy ``t`` is due. (True, effects): deliver it, after sending the effects'
@@ -239,7 +257,8 @@ class Siblings:
             return False, [Update(t.id, at=self.asking[t.id].deadline, how=LATER)]
         siblings = self._live_siblings(t)
         cleared = self.cleared.pop(t.id, None)
-        late = now - t.fire_at > self.t.late_after
+        late = now - t.fire_at > self.t.late_after or \
+            any(now - self.heard_at.get(r, -EVER) > self.t.fresh for r in siblings)
         if siblings and cleared is None and (late or t.id in self.must_ask):
             return False, self._ask(t, siblings, now)
         self.must_ask.discard(t.id)

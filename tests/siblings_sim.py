@@ -39,7 +39,7 @@ from miyamoto.task import State, Task
 
 OFFSET = 1.0
 TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, late_after=0.5, ask_timeout=0.3,
-                       ask_lease=1.0, stall_gap=0.3)
+                       ask_lease=1.0, stall_gap=0.3, fresh=0.3)
 DEADLINE = 1.0          # an attempt's dispatch deadline
 TICK = 0.1
 FAILURE_TIMEOUT = 1.5   # the oracle drops a member unreachable this long
@@ -222,6 +222,10 @@ class Sim:
     def _on_tick(self, node_id: str) -> None:
         nd = self.nodes[node_id]
         if nd.up and not nd.paused:
+            for other in self.ids:  # the members' probes of each other, every heartbeat
+                o = self.nodes[other]
+                if other != node_id and o.up and not o.paused and self.connected(node_id, other):
+                    nd.machine.heard(other, self.now)
             self._fire_due(nd)
             self._apply(nd, nd.machine.tick(self.now, nd.contact, LiveView(nd.copies)))
             lost = nd.machine.take_lost()
@@ -248,6 +252,7 @@ class Sim:
             self._receive(nd, src, msg)
 
     def _receive(self, nd: SimNode, src: str, msg: Any) -> None:
+        nd.machine.heard(src, self.now)
         if isinstance(msg, tuple) and msg[0] == "members":
             for gone in nd.machine.members - set(msg[1]):
                 nd.left_at[gone] = self.now

@@ -35,13 +35,21 @@ def machine(me: str = "a", members: tuple[str, ...] = ("a", "b", "c"), now: floa
             contact: bool = True) -> Siblings:
     s = Siblings(me, T, members)
     s.tick(now, contact)
+    hear_all(s, now)
     return s
+
+
+def hear_all(s: Siblings, now: float) -> None:
+    """Every member's probe reached us at ``now`` (we are in touch with all)."""
+    for member in s.members:
+        s.heard(member, now)
 
 
 def fire(s: Siblings, t: Task, now: float, deadline: float = 30.0) -> tuple[bool, list]:
     """Fire ``t`` at ``now`` on a machine whose loop ticked just before (no stall)."""
     s.tick(now - 0.02, True)  # a gap since the last tick reads as a stall ...
     s.tick(now - 0.01, True)  # ... which a tick in contact ends
+    hear_all(s, now - 0.01)
     return s.fire(t, now, deadline)
 
 
@@ -438,18 +446,40 @@ def test_derived_timings_at_their_floors_and_other_terms():
     # a slow replication timeout and heartbeat: the ask lease and the stall gap follow them
     assert SiblingTiming.derive(5.0, 60.0, 3.0, 1.0, 3.0) == SiblingTiming(
         offset=5.0, claim_lease=60.0, late_after=1.25, ask_timeout=3.0, ask_lease=6.0,
-        stall_gap=2.0)
+        stall_gap=2.0, fresh=3.0)
     # tiny offset and timeout: late_after and ask_timeout keep their floors
     assert SiblingTiming.derive(1.0, 10.0, 0.01, 0.5, 3.0) == SiblingTiming(
         offset=1.0, claim_lease=10.0, late_after=0.5, ask_timeout=0.05, ask_lease=1.0,
-        stall_gap=1.5)
+        stall_gap=1.5, fresh=1.5)
 
 
 # ---------------------------------------------------------------- time, stalls, contact
 def test_a_machine_that_has_not_ticked_yet_delivers_an_on_time_copy():
     s = Siblings("a", T, ("a", "b", "c"))  # in contact and not stalled until a tick says so
+    hear_all(s, 99.9)
     go, effects = s.fire(task(), 100.0, 30.0)
     assert go and set(sends(effects, m.Claim)) == {"b", "c"}
+
+
+def test_an_on_time_copy_asks_a_sibling_it_has_not_heard_from_lately():
+    """A cut link, both sides running: the silent sibling may be delivering right now
+    with its CLAIMs lost; a one-way CLAIM of ours would deliver the task twice."""
+    s = machine(now=100.0)
+    at = 100.0 + T.fresh + 1.0
+    for now in (at - 0.02, at - 0.01):  # the loop ticks, in contact with a majority
+        s.tick(now, True)
+    s.heard("b", at - 0.01)  # b is in touch; c went silent at 100
+    go, effects = s.fire(task(fire_at=at), at, 30.0)
+    assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+    assert not sends(effects, m.Claim)
+    # b answers go; we still wait for c while it is in the roster ...
+    now = 100.0 + T.fresh + 1.1
+    assert s.step("b", m.Answer("t1", 1, m.GO), task(fire_at=now), now) == []
+    # ... and deliver once it has left it (it stopped delivering by then)
+    effects = s.set_members(("a", "b"), now + 1.0)
+    assert [e for e in effects if isinstance(e, fx.Update)], effects
+    go, effects = s.fire(task(fire_at=now), now + 1.0, 30.0)
+    assert go and set(sends(effects, m.Claim)) == {"b"}
 
 
 def test_contact_lost_on_the_first_tick_still_makes_every_copy_ask():
