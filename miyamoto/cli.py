@@ -85,11 +85,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from miyamoto.datadir import DataDirLocked
     from miyamoto.node import Node
 
     node = Node(config)
     try:
         node.start()
+    except DataDirLocked as e:  # a second node on one journal: a usage error, like a bad option
+        print(f"miyamoto: cannot start: {e.strerror}", file=sys.stderr)
+        return 2
     except OSError as e:
         logging.getLogger("miyamoto").error("cannot start: %s", e)
         return 1

@@ -10,53 +10,45 @@ for a task that survives ``kill -9``.
 
 WAL with ``synchronous=NORMAL`` survives a process crash; ``synchronous=FULL`` (option
 ``fsync``) also survives a power cut, at the price of an fsync per group.
+
+Ownership and health: ``open`` locks the data dir (``datadir.py``: a second node on it
+is refused, naming the holder's pid). A watcher greenlet looks every WATCH_INTERVAL
+(and at once after a failed commit) whether the file is still the one opened, and
+rebuilds it in place when it is not (``journalfile.py`` says why and how); each commit
+checks too. While a commit cannot succeed (file gone, disk full, read-only, I/O error,
+lock lost), ``health`` says why, which makes /readyz answer 503, and enqueues hear the
+commit's failure as 503; the watcher probes with a small write, and the first that
+succeeds ends it, with no restart. Records handed in meanwhile stay queued in memory
+and are committed then.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
-from typing import Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import gevent
 import gevent.event
 import gevent.threadpool
 import ujson
 
+from miyamoto.datadir import DataDirLocked
+from miyamoto.journalfile import Health, JournalFile, JournalMoved, rollback
 from miyamoto.protocol import DecodeError
 from miyamoto.task import State, Task
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    queue TEXT NOT NULL,
-    state TEXT NOT NULL,
-    finished REAL,
-    replica INTEGER NOT NULL DEFAULT 0,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (queue, state);
-CREATE INDEX IF NOT EXISTS tasks_state_finished ON tasks (state, finished);
-CREATE TABLE IF NOT EXISTS names (
-    queue TEXT NOT NULL,
-    name TEXT NOT NULL,
-    id TEXT NOT NULL,
-    expires REAL NOT NULL,
-    PRIMARY KEY (queue, name)
-);
-CREATE TABLE IF NOT EXISTS queues (
-    name TEXT PRIMARY KEY,
-    paused INTEGER NOT NULL
-);
-"""
+T = TypeVar("T")
 
 _LIVE = (State.SCHEDULED.value, State.RUNNING.value)
 BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
 LINGER = 0.0005
+WATCH_INTERVAL = 1.0  # how often the watcher checks the file and, while unhealthy, probes
+MOVED = "its file was deleted or replaced"
+CANNOT_WRITE = "cannot write"
+LOCK_LOST = "another node holds the data dir"
 
 
 def _storable(*texts: str) -> bool:
@@ -72,6 +64,14 @@ class JournalClosed(RuntimeError):
     pass
 
 
+def _problem(e: BaseException) -> str:
+    if isinstance(e, JournalMoved):
+        return MOVED
+    if isinstance(e, DataDirLocked):
+        return LOCK_LOST
+    return CANNOT_WRITE
+
+
 class Journal:
     def __init__(self, data_dir: str, *, sync_full: bool = False):
         self.data_dir = data_dir
@@ -79,7 +79,7 @@ class Journal:
         self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
         self._sync_full = sync_full
         self._pool = gevent.threadpool.ThreadPool(1)
-        self._db: sqlite3.Connection | None = None
+        self._file = JournalFile(data_dir, self.path, sync_full)
         self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
         self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
         self._queues: dict[str, bool] = {}
@@ -89,25 +89,19 @@ class Journal:
         self._closed = False
         self.commits = 0
         self.existed = False  # set by open(): did this node run here before?
+        self.health = Health()
+        self._watcher: gevent.Greenlet | None = None
+        self._watch_now = gevent.event.Event()
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> None:
+        """Lock the data dir (DataDirLocked if another node holds it), open the file."""
         if not self.memory:
             self.existed = os.path.exists(self.path)
-            os.makedirs(self.data_dir, exist_ok=True)
-        self._pool.apply(self._open_db)
+        self._run(self._file.open)
         self._writer = gevent.spawn(self._write_loop)
-
-    def _open_db(self) -> None:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         if not self.memory:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={'FULL' if self._sync_full else 'NORMAL'}")
-        db.executescript(_SCHEMA)
-        columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
-        if "replica" not in columns:  # journals written before copies kept their index
-            db.execute("ALTER TABLE tasks ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
-        self._db = db
+            self._watcher = gevent.spawn(self._watch_loop)
 
     def close(self) -> None:
         """Commit what is pending, then close the database."""
@@ -115,23 +109,32 @@ class Journal:
             return
         self._closed = True
         self._wake.set()
+        if self._watcher is not None:
+            self._watcher.kill()
         if self._writer is not None:
             self._writer.join(timeout=30)
             self._writer.kill()
         if self._tasks or self._names or self._queues:
             self._flush_once()
-        self._pool.apply(self._close_db)
-        self._pool.kill()
+        try:
+            self._run(self._file.close)
+        finally:
+            self._pool.kill()
+            self._file.release()
 
-    def _close_db(self) -> None:
-        if self._db is not None:
-            if not self.memory:
-                try:
-                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                except sqlite3.Error:
-                    log.exception("journal: checkpoint on close failed")
-            self._db.close()
-            self._db = None
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the database thread. Its exception is carried back and
+        raised here, not raised in the thread, where gevent would print it with a
+        traceback each time: a full disk would flood the log with one per retry."""
+        def call() -> tuple[bool, Any]:
+            try:
+                return True, fn(*args)
+            except Exception as e:
+                return False, e
+        ok, value = self._pool.apply(call)
+        if not ok:
+            raise value
+        return value
 
     # ------------------------------------------------------------ writes
     def put(self, task: Task, *, wait: bool = False, name_expires: float | None = None) -> None:
@@ -218,9 +221,11 @@ class Journal:
             self._answer(waiters, None)
             return
         try:
-            self._pool.apply(self._commit, self._rows(tasks, names, queues))
+            self._run(self._commit, *self._rows(tasks, names, queues))
         except Exception as e:
-            log.exception("journal: commit of %d records failed", len(tasks))
+            log.debug("journal: commit of %d records failed", len(tasks), exc_info=True)
+            self.health.failed(_problem(e), e)
+            self._watch_now.set()
             self._requeue(tasks, names, queues)
             self._answer(waiters, e)
             gevent.sleep(0.1)
@@ -232,6 +237,7 @@ class Journal:
             self._answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
         self.commits += 1
+        self.health.recovered()
         self._answer(waiters, None)
 
     @staticmethod
@@ -277,8 +283,7 @@ class Journal:
 
     def _commit(self, rows: list, deletes: list, name_rows: list, name_dels: list,
                 queue_rows: list) -> None:
-        db = self._db
-        assert db is not None
+        db = self._file.writable()
         db.execute("BEGIN")
         try:
             if rows:
@@ -296,15 +301,43 @@ class Journal:
                                queue_rows)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            rollback(db)
             raise
+
+    # ------------------------------------------------------------ health
+    def _watch_loop(self) -> None:
+        while not self._closed:
+            self._watch_now.wait(WATCH_INTERVAL)
+            self._watch_now.clear()
+            if self._closed:
+                break
+            try:
+                self._watch_once()
+            except Exception as e:
+                log.debug("journal: check failed", exc_info=True)
+                self.health.failed(_problem(e), e)
+                gevent.sleep(0.1)  # a burst of failing commits does not spin the watcher
+
+    def _watch_once(self) -> None:
+        """Keep the lock and the file ours; while unhealthy, probe until a write works."""
+        f = self._file
+        f.keep_lock()
+        if self._run(f.moved):
+            self.health.failed(MOVED)
+            try:
+                self._run(f.rebuild)
+            except Exception as e:  # still MOVED, whatever stopped the rebuild (disk full)
+                raise JournalMoved(f"cannot rebuild {self.path} yet: {e}") from e
+        if not self.health.ok:
+            self._run(f.probe, time.time())
+            self.flush()  # what piled up while it could not write
+            self.health.recovered()
 
     # ------------------------------------------------------------ reads
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         def run() -> list[tuple]:
-            assert self._db is not None
-            return self._db.execute(sql, args).fetchall()
-        return self._pool.apply(run)
+            return self._file.conn().execute(sql, args).fetchall()
+        return self._run(run)
 
     @staticmethod
     def _decode(data: str) -> Task | None:
@@ -352,8 +385,7 @@ class Journal:
         cutoff = now - retention
 
         def run() -> int:
-            assert self._db is not None
-            db = self._db
+            db = self._file.writable()
             db.execute("BEGIN")
             try:
                 n = db.execute("DELETE FROM tasks WHERE state NOT IN (?, ?) AND finished < ?",
@@ -361,10 +393,10 @@ class Journal:
                 n += db.execute("DELETE FROM names WHERE expires < ?", (now,)).rowcount
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                rollback(db)
                 raise
             return n
-        return self._pool.apply(run)
+        return self._run(run)
 
     def size_bytes(self) -> int:
         if self.memory:
