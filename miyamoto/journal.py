@@ -35,7 +35,8 @@ import gevent.threadpool
 import ujson
 
 from miyamoto.datadir import DataDirLocked
-from miyamoto.journalfile import Health, JournalFile, JournalMoved, rollback
+from miyamoto.errors import Unavailable
+from miyamoto.journalfile import Health, JournalFile, JournalMoved, JournalUnavailable, rollback
 from miyamoto.protocol import DecodeError
 from miyamoto.task import State, Task
 
@@ -218,51 +219,30 @@ class Journal:
         tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
         self._tasks, self._names, self._queues, self._waiters = {}, {}, {}, []
         if not (tasks or names or queues):
-            self._answer(waiters, None)
+            _answer(waiters, None)
             return
         try:
-            self._run(self._commit, *self._rows(tasks, names, queues))
+            self._run(self._commit, *_rows(tasks, names, queues))
         except Exception as e:
             log.debug("journal: commit of %d records failed", len(tasks), exc_info=True)
             self.health.failed(_problem(e), e)
             self._watch_now.set()
             self._requeue(tasks, names, queues)
-            self._answer(waiters, e)
+            # typed for the API: a failed commit is a 503 to whoever waited on it
+            failure = JournalUnavailable(f"the journal {self.health.problem}")
+            failure.__cause__ = e
+            _answer(waiters, failure)
             gevent.sleep(0.1)
             return
         except BaseException:
             # whether the group reached SQLite is unknown: keep it for close()'s last
             # flush (rewriting a record is harmless), and let the exit through
             self._requeue(tasks, names, queues)
-            self._answer(waiters, JournalClosed("journal writer stopped before the commit"))
+            _answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
         self.commits += 1
         self.health.recovered()
-        self._answer(waiters, None)
-
-    @staticmethod
-    def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
-        """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
-        rows = []
-        deletes = []
-        for task_id, t in tasks.items():
-            # A record SQLite cannot bind (text with no UTF-8 form, e.g. from a peer) would
-            # fail its group and, retried, every group after it: drop it alone, loudly.
-            if not _storable(task_id, t.queue if t is not None else ""):
-                log.error("journal: dropping record %r: its id or queue is not valid text",
-                          task_id)
-                continue
-            if t is None:
-                deletes.append((task_id,))
-            else:
-                # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
-                rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
-                             ujson.dumps(t.encode())))
-        name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
-                     if v is not None and _storable(q, n, v[0])]
-        name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
-        queue_rows = [(q, int(p)) for q, p in queues.items()]
-        return rows, deletes, name_rows, name_dels, queue_rows
+        _answer(waiters, None)
 
     def _requeue(self, tasks: dict, names: dict, queues: dict) -> None:
         """Put back a group that did not commit, under any newer write of the same key."""
@@ -272,14 +252,6 @@ class Journal:
             self._names.setdefault(k2, v2)
         for k3, v3 in queues.items():
             self._queues.setdefault(k3, v3)
-
-    @staticmethod
-    def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
-        for w in waiters:
-            if error is None:
-                w.set(None)
-            else:
-                w.set_exception(error)
 
     def _commit(self, rows: list, deletes: list, name_rows: list, name_dels: list,
                 queue_rows: list) -> None:
@@ -339,18 +311,10 @@ class Journal:
             return self._file.conn().execute(sql, args).fetchall()
         return self._run(run)
 
-    @staticmethod
-    def _decode(data: str) -> Task | None:
-        try:
-            return Task.decode(ujson.loads(data))
-        except (DecodeError, ValueError) as e:
-            log.error("journal: skipping an unreadable task row: %s", e)
-            return None
-
     def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
         """Everything a restarting node needs: pending tasks, reserved names, paused queues."""
         rows = self._query("SELECT data FROM tasks WHERE state IN (?, ?)", _LIVE)
-        tasks = [t for t in (self._decode(r[0]) for r in rows) if t is not None]
+        tasks = [t for t in (_decode(r[0]) for r in rows) if t is not None]
         names = {(q, n): (i, e) for q, n, i, e in
                  self._query("SELECT queue, name, id, expires FROM names")}
         queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
@@ -360,18 +324,26 @@ class Journal:
         if task_id in self._tasks:
             return self._tasks[task_id]
         rows = self._query("SELECT data FROM tasks WHERE id = ?", (task_id,))
-        return self._decode(rows[0][0]) if rows else None
+        return _decode(rows[0][0]) if rows else None
+
+    def _flush_for_read(self) -> None:
+        """Commit what is pending so that a read sees it; while the journal cannot
+        write, read what is committed rather than fail the read."""
+        try:
+            self.flush()
+        except Unavailable:
+            pass
 
     def list(self, queue: str, state: str, limit: int) -> list[Task]:
-        self.flush()  # a record still waiting for its group would be missed or stale
+        self._flush_for_read()  # a record still waiting for its group would be missed or stale
         rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
                            "ORDER BY finished DESC LIMIT ?", (queue, state, limit))
-        return [t for t in (self._decode(r[0]) for r in rows) if t is not None]
+        return [t for t in (_decode(r[0]) for r in rows) if t is not None]
 
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         """Ended tasks per queue and state (live ones are counted in memory); with
         primary_only, only first copies (replica 0), so a cluster can add up nodes."""
-        self.flush()  # a task that just ended is in neither memory nor SQLite until then
+        self._flush_for_read()  # a task that just ended is in neither memory nor SQLite until then
         out: dict[str, dict[str, int]] = {}
         extra = " AND replica = 0" if primary_only else ""
         for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
@@ -409,3 +381,42 @@ class Journal:
                 pass
         return total
 
+
+def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
+    """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
+    rows = []
+    deletes = []
+    for task_id, t in tasks.items():
+        # A record SQLite cannot bind (text with no UTF-8 form, e.g. from a peer) would
+        # fail its group and, retried, every group after it: drop it alone, loudly.
+        if not _storable(task_id, t.queue if t is not None else ""):
+            log.error("journal: dropping record %r: its id or queue is not valid text",
+                      task_id)
+            continue
+        if t is None:
+            deletes.append((task_id,))
+        else:
+            # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
+            rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
+                         ujson.dumps(t.encode())))
+    name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
+                 if v is not None and _storable(q, n, v[0])]
+    name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
+    queue_rows = [(q, int(p)) for q, p in queues.items()]
+    return rows, deletes, name_rows, name_dels, queue_rows
+
+
+def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
+    for w in waiters:
+        if error is None:
+            w.set(None)
+        else:
+            w.set_exception(error)
+
+
+def _decode(data: str) -> Task | None:
+    try:
+        return Task.decode(ujson.loads(data))
+    except (DecodeError, ValueError) as e:
+        log.error("journal: skipping an unreadable task row: %s", e)
+        return None
