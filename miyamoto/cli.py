@@ -97,11 +97,15 @@ def _serve(args: argparse.Namespace) -> int:
         except config_mod.ConfigError as e:
             print(f"miyamoto: bad option {e}", file=sys.stderr)
             return 2
+    from miyamoto.datadir import DataDirLocked
     from miyamoto.node import Node
 
     node = Node(config)
     try:
         node.start()
+    except DataDirLocked as e:  # a second node on one journal: a usage error, like a bad option
+        print(f"miyamoto: cannot start: {e.strerror}", file=sys.stderr)
+        return 2
     except OSError as e:
         logging.getLogger("miyamoto").error("cannot start: %s", e)
         return 1

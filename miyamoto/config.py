@@ -88,11 +88,29 @@ def _node_id(v: str) -> str:
     return s
 
 
-def _secret(v: str) -> str:
-    s = str(v).strip()
-    if s and not s.startswith("whsec_"):
-        raise ValueError("must start with whsec_ (Standard Webhooks secret)")
-    return s
+WEBHOOK_KEY_BYTES = (24, 64)  # what Standard Webhooks recommends for a signing key
+
+
+def _secret(v: str) -> tuple[str, ...]:
+    """``whsec_<base64>`` secrets, comma- or space-separated (several for rotation:
+    every delivery is signed with each). Checked here, not at the first delivery,
+    where a bad one would fail every attempt. The error never quotes a secret."""
+    import base64
+    import binascii
+
+    lo, hi = WEBHOOK_KEY_BYTES
+    out = []
+    for i, part in enumerate(str(v).replace(",", " ").split()):
+        if not part.startswith("whsec_"):
+            raise ValueError(f"entry {i + 1} must start with whsec_ (Standard Webhooks secret)")
+        try:
+            key = base64.b64decode(part[len("whsec_"):], validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"entry {i + 1} is not whsec_ followed by base64") from None
+        if not lo <= len(key) <= hi:
+            raise ValueError(f"entry {i + 1} must decode to {lo}-{hi} bytes, not {len(key)}")
+        out.append(part)
+    return tuple(out)
 
 
 def _z85_key(v: str) -> str:
@@ -183,8 +201,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_header_bytes", _int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
     Setting("max_connections", _int_ge(16), 10000, "HTTP connections open at once"),
     Setting("max_per_host", _int_ge(1), 128, "deliveries in flight to one target host"),
-    Setting("signing_secret", _secret, "", "Standard Webhooks secret whsec_... to sign deliveries",
-            flag=False, secret=True),
+    Setting("signing_secret", _secret, (),
+            "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
+            "each delivery is signed with every one", flag=False, secret=True),
     Setting("log_level", _level, "INFO", "debug, info, warning, error"),
     Setting("max_body", _int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
     Setting("max_url", _int_ge(16), 2083, "longest target URL"),
@@ -266,7 +285,7 @@ class Config:
     max_header_bytes: int
     max_connections: int
     max_per_host: int
-    signing_secret: str
+    signing_secret: tuple[str, ...]
     log_level: str
     max_body: int
     max_url: int

@@ -1,6 +1,6 @@
 """What one delivery attempt sends, and what its answer means.
 
-``build_request`` is pure (task, clock, secret -> method, url, headers, body), so the
+``build_request`` is pure (task, clock, secrets -> method, url, headers, body), so the
 headers promised in the README are tested directly; ``Outcome`` is what the engine
 records and decides on.
 """
@@ -57,7 +57,14 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def build_request(task: Task, now: float, secret: str = "") -> tuple[str, str, dict[str, str], bytes]:
+def signature_header(secrets: tuple[str, ...], msg_id: str, timestamp: int, body: bytes) -> str:
+    """One ``v1,<sig>`` per secret, space-separated, as Standard Webhooks allows: while
+    a secret is rotated the worker verifies with whichever one it knows."""
+    return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
+
+
+def build_request(task: Task, now: float,
+                  secrets: tuple[str, ...] = ()) -> tuple[str, str, dict[str, str], bytes]:
     url = task.url
     headers: dict[str, str] = {}  # the ones Miyamoto sets; the task's own are merged below
     if task.body is not None:
@@ -82,11 +89,11 @@ def build_request(task: Task, now: float, secret: str = "") -> tuple[str, str, d
     headers["X-Task-Eta"] = f"{task.eta:.6f}"
     if task.attempts and task.last and task.last.get("status") is not None:
         headers["X-Task-Previous-Response"] = str(task.last["status"])
-    if secret:
+    if secrets:
         ts = int(now)
         headers["webhook-id"] = task.id
         headers["webhook-timestamp"] = str(ts)
-        headers["webhook-signature"] = sign(secret, task.id, ts, body)
+        headers["webhook-signature"] = signature_header(secrets, task.id, ts, body)
     # HTTP header names are case-insensitive: a task header "x-task-id" must neither
     # spoof nor duplicate the real X-Task-Id, so ours replace theirs whatever the case.
     ours = {k.lower() for k in headers}

@@ -151,7 +151,8 @@ class Engine:
                 self.names.pop((task.queue, task.name), None)
             # the caller hears "not stored": the record must not be committed later
             self.journal.withdraw(task)
-            log.error("task %s not stored: journal write failed: %s", task.id, e)
+            # debug: the journal logs why it cannot write once, not once per refused task
+            log.debug("task %s not stored: journal write failed: %s", task.id, e)
             raise Unavailable("the journal could not store the task") from e
         self.live[task.id] = task
         self.stats.stored += 1

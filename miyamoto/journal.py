@@ -10,53 +10,46 @@ for a task that survives ``kill -9``.
 
 WAL with ``synchronous=NORMAL`` survives a process crash; ``synchronous=FULL`` (option
 ``fsync``) also survives a power cut, at the price of an fsync per group.
+
+Ownership and health: ``open`` locks the data dir (``datadir.py``: a second node on it
+is refused, naming the holder's pid). A watcher greenlet looks every WATCH_INTERVAL
+(and at once after a failed commit) whether the file is still the one opened, and
+rebuilds it in place when it is not (``journalfile.py`` says why and how); each commit
+checks too. While a commit cannot succeed (file gone, disk full, read-only, I/O error,
+lock lost), ``health`` says why, which makes /readyz answer 503, and enqueues hear the
+commit's failure as 503; the watcher probes with a small write, and the first that
+succeeds ends it, with no restart. Records handed in meanwhile stay queued in memory
+and are committed then.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
-from typing import Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import gevent
 import gevent.event
 import gevent.threadpool
 import ujson
 
+from miyamoto.datadir import DataDirLocked
+from miyamoto.errors import Unavailable
+from miyamoto.journalfile import Health, JournalFile, JournalMoved, JournalUnavailable, rollback
 from miyamoto.protocol import DecodeError
 from miyamoto.task import State, Task
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    queue TEXT NOT NULL,
-    state TEXT NOT NULL,
-    finished REAL,
-    replica INTEGER NOT NULL DEFAULT 0,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (queue, state);
-CREATE INDEX IF NOT EXISTS tasks_state_finished ON tasks (state, finished);
-CREATE TABLE IF NOT EXISTS names (
-    queue TEXT NOT NULL,
-    name TEXT NOT NULL,
-    id TEXT NOT NULL,
-    expires REAL NOT NULL,
-    PRIMARY KEY (queue, name)
-);
-CREATE TABLE IF NOT EXISTS queues (
-    name TEXT PRIMARY KEY,
-    paused INTEGER NOT NULL
-);
-"""
+T = TypeVar("T")
 
 _LIVE = (State.SCHEDULED.value, State.RUNNING.value)
 BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
 LINGER = 0.0005
+WATCH_INTERVAL = 1.0  # how often the watcher checks the file and, while unhealthy, probes
+MOVED = "its file was deleted or replaced"
+CANNOT_WRITE = "cannot write"
+LOCK_LOST = "another node holds the data dir"
 
 
 def _storable(*texts: str) -> bool:
@@ -72,6 +65,14 @@ class JournalClosed(RuntimeError):
     pass
 
 
+def _problem(e: BaseException) -> str:
+    if isinstance(e, JournalMoved):
+        return MOVED
+    if isinstance(e, DataDirLocked):
+        return LOCK_LOST
+    return CANNOT_WRITE
+
+
 class Journal:
     def __init__(self, data_dir: str, *, sync_full: bool = False):
         self.data_dir = data_dir
@@ -79,7 +80,7 @@ class Journal:
         self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
         self._sync_full = sync_full
         self._pool = gevent.threadpool.ThreadPool(1)
-        self._db: sqlite3.Connection | None = None
+        self._file = JournalFile(data_dir, self.path, sync_full)
         self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
         self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
         self._queues: dict[str, bool] = {}
@@ -89,25 +90,19 @@ class Journal:
         self._closed = False
         self.commits = 0
         self.existed = False  # set by open(): did this node run here before?
+        self.health = Health()
+        self._watcher: gevent.Greenlet | None = None
+        self._watch_now = gevent.event.Event()
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> None:
+        """Lock the data dir (DataDirLocked if another node holds it), open the file."""
         if not self.memory:
             self.existed = os.path.exists(self.path)
-            os.makedirs(self.data_dir, exist_ok=True)
-        self._pool.apply(self._open_db)
+        self._run(self._file.open)
         self._writer = gevent.spawn(self._write_loop)
-
-    def _open_db(self) -> None:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         if not self.memory:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={'FULL' if self._sync_full else 'NORMAL'}")
-        db.executescript(_SCHEMA)
-        columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
-        if "replica" not in columns:  # journals written before copies kept their index
-            db.execute("ALTER TABLE tasks ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
-        self._db = db
+            self._watcher = gevent.spawn(self._watch_loop)
 
     def close(self) -> None:
         """Commit what is pending, then close the database."""
@@ -115,23 +110,32 @@ class Journal:
             return
         self._closed = True
         self._wake.set()
+        if self._watcher is not None:
+            self._watcher.kill()
         if self._writer is not None:
             self._writer.join(timeout=30)
             self._writer.kill()
         if self._tasks or self._names or self._queues:
             self._flush_once()
-        self._pool.apply(self._close_db)
-        self._pool.kill()
+        try:
+            self._run(self._file.close)
+        finally:
+            self._pool.kill()
+            self._file.release()
 
-    def _close_db(self) -> None:
-        if self._db is not None:
-            if not self.memory:
-                try:
-                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                except sqlite3.Error:
-                    log.exception("journal: checkpoint on close failed")
-            self._db.close()
-            self._db = None
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the database thread. Its exception is carried back and
+        raised here, not raised in the thread, where gevent would print it with a
+        traceback each time: a full disk would flood the log with one per retry."""
+        def call() -> tuple[bool, Any]:
+            try:
+                return True, fn(*args)
+            except Exception as e:
+                return False, e
+        ok, value = self._pool.apply(call)
+        if not ok:
+            raise value
+        return value
 
     # ------------------------------------------------------------ writes
     def put(self, task: Task, *, wait: bool = False, name_expires: float | None = None) -> None:
@@ -215,48 +219,30 @@ class Journal:
         tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
         self._tasks, self._names, self._queues, self._waiters = {}, {}, {}, []
         if not (tasks or names or queues):
-            self._answer(waiters, None)
+            _answer(waiters, None)
             return
         try:
-            self._pool.apply(self._commit, self._rows(tasks, names, queues))
+            self._run(self._commit, *_rows(tasks, names, queues))
         except Exception as e:
-            log.exception("journal: commit of %d records failed", len(tasks))
+            log.debug("journal: commit of %d records failed", len(tasks), exc_info=True)
+            self.health.failed(_problem(e), e)
+            self._watch_now.set()
             self._requeue(tasks, names, queues)
-            self._answer(waiters, e)
+            # typed for the API: a failed commit is a 503 to whoever waited on it
+            failure = JournalUnavailable(f"the journal {self.health.problem}")
+            failure.__cause__ = e
+            _answer(waiters, failure)
             gevent.sleep(0.1)
             return
         except BaseException:
             # whether the group reached SQLite is unknown: keep it for close()'s last
             # flush (rewriting a record is harmless), and let the exit through
             self._requeue(tasks, names, queues)
-            self._answer(waiters, JournalClosed("journal writer stopped before the commit"))
+            _answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
         self.commits += 1
-        self._answer(waiters, None)
-
-    @staticmethod
-    def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
-        """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
-        rows = []
-        deletes = []
-        for task_id, t in tasks.items():
-            # A record SQLite cannot bind (text with no UTF-8 form, e.g. from a peer) would
-            # fail its group and, retried, every group after it: drop it alone, loudly.
-            if not _storable(task_id, t.queue if t is not None else ""):
-                log.error("journal: dropping record %r: its id or queue is not valid text",
-                          task_id)
-                continue
-            if t is None:
-                deletes.append((task_id,))
-            else:
-                # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
-                rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
-                             ujson.dumps(t.encode())))
-        name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
-                     if v is not None and _storable(q, n, v[0])]
-        name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
-        queue_rows = [(q, int(p)) for q, p in queues.items()]
-        return rows, deletes, name_rows, name_dels, queue_rows
+        self.health.recovered()
+        _answer(waiters, None)
 
     def _requeue(self, tasks: dict, names: dict, queues: dict) -> None:
         """Put back a group that did not commit, under any newer write of the same key."""
@@ -267,18 +253,9 @@ class Journal:
         for k3, v3 in queues.items():
             self._queues.setdefault(k3, v3)
 
-    @staticmethod
-    def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
-        for w in waiters:
-            if error is None:
-                w.set(None)
-            else:
-                w.set_exception(error)
-
     def _commit(self, rows: list, deletes: list, name_rows: list, name_dels: list,
                 queue_rows: list) -> None:
-        db = self._db
-        assert db is not None
+        db = self._file.writable()
         db.execute("BEGIN")
         try:
             if rows:
@@ -296,28 +273,48 @@ class Journal:
                                queue_rows)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            rollback(db)
             raise
+
+    # ------------------------------------------------------------ health
+    def _watch_loop(self) -> None:
+        while not self._closed:
+            self._watch_now.wait(WATCH_INTERVAL)
+            self._watch_now.clear()
+            if self._closed:
+                break
+            try:
+                self._watch_once()
+            except Exception as e:
+                log.debug("journal: check failed", exc_info=True)
+                self.health.failed(_problem(e), e)
+                gevent.sleep(0.1)  # a burst of failing commits does not spin the watcher
+
+    def _watch_once(self) -> None:
+        """Keep the lock and the file ours; while unhealthy, probe until a write works."""
+        f = self._file
+        f.keep_lock()
+        if self._run(f.moved):
+            self.health.failed(MOVED)
+            try:
+                self._run(f.rebuild)
+            except Exception as e:  # still MOVED, whatever stopped the rebuild (disk full)
+                raise JournalMoved(f"cannot rebuild {self.path} yet: {e}") from e
+        if not self.health.ok:
+            self._run(f.probe, time.time())
+            self.flush()  # what piled up while it could not write
+            self.health.recovered()
 
     # ------------------------------------------------------------ reads
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         def run() -> list[tuple]:
-            assert self._db is not None
-            return self._db.execute(sql, args).fetchall()
-        return self._pool.apply(run)
-
-    @staticmethod
-    def _decode(data: str) -> Task | None:
-        try:
-            return Task.decode(ujson.loads(data))
-        except (DecodeError, ValueError) as e:
-            log.error("journal: skipping an unreadable task row: %s", e)
-            return None
+            return self._file.conn().execute(sql, args).fetchall()
+        return self._run(run)
 
     def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
         """Everything a restarting node needs: pending tasks, reserved names, paused queues."""
         rows = self._query("SELECT data FROM tasks WHERE state IN (?, ?)", _LIVE)
-        tasks = [t for t in (self._decode(r[0]) for r in rows) if t is not None]
+        tasks = [t for t in (_decode(r[0]) for r in rows) if t is not None]
         names = {(q, n): (i, e) for q, n, i, e in
                  self._query("SELECT queue, name, id, expires FROM names")}
         queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
@@ -327,18 +324,26 @@ class Journal:
         if task_id in self._tasks:
             return self._tasks[task_id]
         rows = self._query("SELECT data FROM tasks WHERE id = ?", (task_id,))
-        return self._decode(rows[0][0]) if rows else None
+        return _decode(rows[0][0]) if rows else None
+
+    def _flush_for_read(self) -> None:
+        """Commit what is pending so that a read sees it; while the journal cannot
+        write, read what is committed rather than fail the read."""
+        try:
+            self.flush()
+        except Unavailable:
+            pass
 
     def list(self, queue: str, state: str, limit: int) -> list[Task]:
-        self.flush()  # a record still waiting for its group would be missed or stale
+        self._flush_for_read()  # a record still waiting for its group would be missed or stale
         rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
                            "ORDER BY finished DESC LIMIT ?", (queue, state, limit))
-        return [t for t in (self._decode(r[0]) for r in rows) if t is not None]
+        return [t for t in (_decode(r[0]) for r in rows) if t is not None]
 
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         """Ended tasks per queue and state (live ones are counted in memory); with
         primary_only, only first copies (replica 0), so a cluster can add up nodes."""
-        self.flush()  # a task that just ended is in neither memory nor SQLite until then
+        self._flush_for_read()  # a task that just ended is in neither memory nor SQLite until then
         out: dict[str, dict[str, int]] = {}
         extra = " AND replica = 0" if primary_only else ""
         for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
@@ -352,8 +357,7 @@ class Journal:
         cutoff = now - retention
 
         def run() -> int:
-            assert self._db is not None
-            db = self._db
+            db = self._file.writable()
             db.execute("BEGIN")
             try:
                 n = db.execute("DELETE FROM tasks WHERE state NOT IN (?, ?) AND finished < ?",
@@ -361,10 +365,10 @@ class Journal:
                 n += db.execute("DELETE FROM names WHERE expires < ?", (now,)).rowcount
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                rollback(db)
                 raise
             return n
-        return self._pool.apply(run)
+        return self._run(run)
 
     def size_bytes(self) -> int:
         if self.memory:
@@ -377,3 +381,42 @@ class Journal:
                 pass
         return total
 
+
+def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
+    """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
+    rows = []
+    deletes = []
+    for task_id, t in tasks.items():
+        # A record SQLite cannot bind (text with no UTF-8 form, e.g. from a peer) would
+        # fail its group and, retried, every group after it: drop it alone, loudly.
+        if not _storable(task_id, t.queue if t is not None else ""):
+            log.error("journal: dropping record %r: its id or queue is not valid text",
+                      task_id)
+            continue
+        if t is None:
+            deletes.append((task_id,))
+        else:
+            # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
+            rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
+                         ujson.dumps(t.encode())))
+    name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
+                 if v is not None and _storable(q, n, v[0])]
+    name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
+    queue_rows = [(q, int(p)) for q, p in queues.items()]
+    return rows, deletes, name_rows, name_dels, queue_rows
+
+
+def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
+    for w in waiters:
+        if error is None:
+            w.set(None)
+        else:
+            w.set_exception(error)
+
+
+def _decode(data: str) -> Task | None:
+    try:
+        return Task.decode(ujson.loads(data))
+    except (DecodeError, ValueError) as e:
+        log.error("journal: skipping an unreadable task row: %s", e)
+        return None

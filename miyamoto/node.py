@@ -160,6 +160,8 @@ class Node:
     def ready(self) -> tuple[bool, str]:
         if self.draining:
             return False, "stopping"
+        if not self.journal.health.ok:  # its commits fail: enqueues would get 503
+            return False, f"journal: {self.journal.health.problem}"
         return self.cluster.ready()
 
     def metrics_text(self) -> str:
@@ -184,6 +186,8 @@ class Node:
             f"miyamoto_deliveries_in_flight {self.engine.dispatcher.busy}",
             "# TYPE miyamoto_journal_commits_total counter",
             f"miyamoto_journal_commits_total {self.journal.commits}",
+            "# TYPE miyamoto_journal_healthy gauge",
+            f"miyamoto_journal_healthy {int(self.journal.health.ok)}",
             "# TYPE miyamoto_cluster_members gauge",
             f"miyamoto_cluster_members {len(members)}",
             "# HELP miyamoto_peer_clock_offset_seconds a member's wall clock minus ours",

@@ -160,8 +160,11 @@ MAX_DEPTH = 64  # nesting of JSON values in json/params
 
 def _check_text(field: str, value: Any) -> None:
     """Reject strings with no UTF-8 form (lone surrogates spelled as JSON \\u escapes):
-    they could be neither journaled nor delivered. Walks iteratively, and rejects
-    nesting deeper than MAX_DEPTH, so no input can exhaust the stack."""
+    they could be neither journaled nor delivered. Reject NaN and +-Infinity too: ujson
+    parses them (and 1e999 as inf) but writes them back as bare NaN/Inf, which is not
+    JSON, so a ``json`` body holding one would reach the worker unparseable. Walks
+    iteratively, and rejects nesting deeper than MAX_DEPTH, so no input can exhaust
+    the stack."""
     stack: list[tuple[str, Any, int]] = [(field, value, 0)]
     while stack:
         where, v, depth = stack.pop()
@@ -170,6 +173,8 @@ def _check_text(field: str, value: Any) -> None:
         if isinstance(v, str):
             if not _is_text(v):
                 raise ValidationError(where, "is not valid Unicode text (a lone surrogate)")
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValidationError(where, "must be a finite number (NaN and Infinity are not JSON)")
         elif isinstance(v, dict):
             for k, x in v.items():
                 if not _is_text(k):

@@ -206,7 +206,47 @@ def test_signed_deliveries_verify(node_factory, sink):
     assert f"v1,{mac}" in req.headers["webhook-signature"].split(" ")
 
 
-# ================================================================ 4-7: failures and retries
+def _verifies(secret: str, msg_id: str, ts: str, body: bytes, signature: str) -> bool:
+    """Standard Webhooks verification: base64 HMAC-SHA256 of "{id}.{timestamp}.{body}"
+    with the key after whsec_, compared with each v1 entry of the header."""
+    key = base64.b64decode(secret[len("whsec_"):])
+    mac = base64.b64encode(hmac.new(key, f"{msg_id}.{ts}.".encode() + body,
+                                    hashlib.sha256).digest()).decode()
+    return any(hmac.compare_digest(f"v1,{mac}", s) for s in signature.split(" "))
+
+
+@pytest.mark.timeout(30)
+def test_two_signing_secrets_sign_each_delivery_twice(node_factory, sink):
+    old = "whsec_" + base64.b64encode(b"o" * 24).decode()
+    new = "whsec_" + base64.b64encode(b"n" * 64).decode()
+    node = node_factory(options={"signing_secret": f"{old}, {new}"})
+    answer = node.enqueue(url=f"{sink.url}/rotated", json={"x": 1})
+    (req,) = sink.wait_for(count=1, path="/rotated")
+    sig = req.headers["webhook-signature"]
+    assert len(sig.split(" ")) == 2 and all(s.startswith("v1,") for s in sig.split(" ")), sig
+    ts = req.headers["webhook-timestamp"]
+    assert _verifies(old, answer["id"], ts, req.body, sig)
+    assert _verifies(new, answer["id"], ts, req.body, sig)
+    stranger = "whsec_" + base64.b64encode(b"s" * 32).decode()
+    assert not _verifies(stranger, answer["id"], ts, req.body, sig)
+    assert old[6:] not in node.log_text() and new[6:] not in node.log_text()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("secret", ["whsec_NOT-base64!!", "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0",
+                                    "whsec_", "whsec_" + base64.b64encode(b"k" * 32).decode()
+                                    + " whsec_AAAA"])
+def test_a_malformed_signing_secret_exits_2_naming_it(node_factory, secret):
+    """Before, a bad secret started fine and then failed every delivery."""
+    node = node_factory(options={"signing_secret": secret}, ready=False)
+    assert node.wait_exit(15) == 2, node.log_text(30)
+    log = node.log_text()
+    assert "signing_secret" in log, log
+    assert "Traceback" not in log, log
+    assert "c2VjcmV0" not in log and "a2tr" not in log, log  # no secret is quoted
+
+
+# ================================================================ 4-7: failures and retries# ================================================================ 4-7: failures and retries
 
 
 @pytest.mark.timeout(30)
@@ -679,6 +719,19 @@ BAD_INPUTS = [
     ("too-many-form-fields", "/queue",
      ("&".join(f"k{i}=1" for i in range(10001)) + f"&task.url={URL}").encode(),
      {"Content-Type": FORM}, 400, "body"),
+    # ujson parses NaN, Infinity and 1e999 (= inf) but would deliver them as bare NaN/Inf,
+    # which is not JSON
+    ("json-nan", "/queue", b'{"url": "http://127.0.0.1:9/w", "json": NaN}', J, 400, "json"),
+    ("json-infinity", "/queue", b'{"url": "http://127.0.0.1:9/w", "json": {"a": [Infinity]}}',
+     J, 400, "json.a[0]"),
+    ("json-minus-infinity", "/queue", b'{"url": "http://127.0.0.1:9/w", "json": {"b": -Infinity}}',
+     J, 400, "json.b"),
+    ("json-overflow", "/queue", b'{"url": "http://127.0.0.1:9/w", "json": [1e999]}', J, 400,
+     "json[0]"),
+    ("batch-json-nan", "/queue/q/batch", b'[{"url": "http://127.0.0.1:9/w", "json": NaN}]', J,
+     400, "tasks[0].json"),
+    ("form-json-nan", "/queue", f"task.url={URL}&task.json=NaN".encode(), {"Content-Type": FORM},
+     400, "task.json"),
     ("batch-not-a-list", "/queue/q/batch", {"url": URL}, None, 400, "body"),
     ("batch-empty", "/queue/q/batch", [], None, 400, "body"),
     ("batch-bad-item", "/queue/q/batch", [{"url": URL}, 5], None, 400, "tasks[1]"),

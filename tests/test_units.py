@@ -418,7 +418,7 @@ def test_request_retry_headers():
 def test_request_standard_webhooks_signature():
     now = 1_700_000_500.9
     t = task(params={"foo": "bar"})
-    _, _, headers, body = build_request(t, now, SECRET)
+    _, _, headers, body = build_request(t, now, (SECRET,))
     assert headers["webhook-id"] == t.id
     assert headers["webhook-timestamp"] == "1700000500"
     key = base64.b64decode(SECRET[len("whsec_"):])
@@ -431,10 +431,38 @@ def test_request_standard_webhooks_signature():
     assert other != expected
 
 
+def test_request_signed_with_every_secret_for_rotation():
+    other = "whsec_" + base64.b64encode(b"z" * 24).decode()
+    t = task(params={"foo": "bar"})
+    _, _, headers, body = build_request(t, 7.0, (SECRET, other))
+    sigs = headers["webhook-signature"].split(" ")
+    assert len(sigs) == 2
+    for secret, sig in zip((SECRET, other), sigs):
+        key = base64.b64decode(secret[len("whsec_"):])
+        mac = hmac.new(key, f"{t.id}.7.".encode() + body, hashlib.sha256).digest()
+        assert sig == "v1," + base64.b64encode(mac).decode()
+
+
+def test_config_signing_secrets_comma_or_space_separated():
+    other = "whsec_" + base64.b64encode(b"z" * 64).decode()
+    for raw in (f"{SECRET},{other}", f" {SECRET}  {other} ", f"{SECRET}, {other},"):
+        c = config_mod.load(env={"MIYAMOTO_SIGNING_SECRET": raw})
+        assert c.signing_secret == (SECRET, other)
+    assert config_mod.load(env={}).signing_secret == ()
+
+
+def test_config_bad_signing_secret_is_not_quoted():
+    bad = "whsec_dHdlbnR5LWJ5dGVzLXNlY3JldCE="  # base64, but 20 bytes
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={"MIYAMOTO_SIGNING_SECRET": f"{SECRET} {bad}"})
+    assert str(info.value).startswith("signing_secret: entry 2")
+    assert bad[6:] not in str(info.value) and SECRET[6:] not in str(info.value)
+
+
 def test_request_signature_covers_raw_bodies_and_empty_ones():
     key = base64.b64decode(SECRET[len("whsec_"):])
     for t in (task(body="<x/>", content_type="application/xml"), task(method="GET", params={"a": "1"})):
-        _, _, headers, body = build_request(t, 5.0, SECRET)
+        _, _, headers, body = build_request(t, 5.0, (SECRET,))
         signed = f"{t.id}.5.".encode() + body
         mac = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
         assert headers["webhook-signature"] == "v1," + mac
@@ -553,7 +581,9 @@ insecure_cluster = true
     ("env", "cluster", "udp://1.2.3.4:5"), ("env", "seeds", "tcp://a:1,b:2"),
     ("env", "replica_offset", "-1"), ("env", "replica_offset", "nan"),
     ("env", "heartbeat_interval", "inf"), ("env", "log_level", "loud"),
-    ("env", "signing_secret", "plain"), ("env", "curve_public", "short"),
+    ("env", "signing_secret", "plain"), ("ini", "signing_secret", "whsec_NOT-base64!!"),
+    ("env", "signing_secret", "whsec_"), ("env", "signing_secret", "whsec_" + "QUFB" * 2),
+    ("flag", "signing_secret", SECRET + ",dGVzdA=="), ("env", "curve_public", "short"),
     ("env", "max_body", "0"), ("env", "concurrency", "1.5"), ("env", "advertise", "x"),
 ])
 def test_config_bad_values_name_the_option(tmp_path, source, name, value):
@@ -595,7 +625,7 @@ def test_config_missing_file(tmp_path):
 
 def test_config_redacts_secrets():
     c = config_mod.load(env={"MIYAMOTO_SIGNING_SECRET": SECRET})
-    assert c.signing_secret == SECRET
+    assert c.signing_secret == (SECRET,)
     red = c.redacted()
     assert red["signing_secret"] == "***" and SECRET not in str(red)
     assert red["curve_secret"] == ""

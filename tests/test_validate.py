@@ -191,6 +191,17 @@ def test_json_body_field():
     assert t.params == {}
 
 
+@pytest.mark.parametrize("raw,field", [
+    (b'NaN', "json"), (b'Infinity', "json"), (b'-Infinity', "json"), (b'1e999', "json"),
+    (b'{"a": [1, NaN]}', "json.a[1]"), (b'{"a": {"b": -Infinity}}', "json.a.b"),
+])
+def test_json_field_rejects_nan_and_infinity(raw, field):
+    """ujson reads them and writes them back as bare NaN/Inf: the worker would get
+    a body that is not JSON."""
+    body = b'{"url": "' + URL.encode() + b'", "json": ' + raw + b'}'
+    rejects(js, body, field=field)
+
+
 def test_json_body_keeps_unicode():
     t = js({"url": URL, "json": {"k": "ü€😀"}})
     assert ujson.loads(t.body) == {"k": "ü€😀"}
