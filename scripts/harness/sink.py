@@ -64,6 +64,7 @@ class Sink:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.host = host  # a harness.netns root address, for nodes in namespaces
         self._cond = threading.Condition()
         self._requests: list[Request] = []
         self._scripts: dict[str, list[Reply]] = {}
@@ -101,7 +102,7 @@ class Sink:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def url_for(self, path: str) -> str:
         return self.url + path
