@@ -38,6 +38,7 @@ class Request:
     body: bytes
     time: float  # time.time() when the request (headers and body) was read
     done: float | None = None  # time.time() when the answer was written
+    client: str = ""  # the sender's address (which node, for nodes in harness.netns hosts)
 
     @property
     def args(self) -> dict[str, list[str]]:
@@ -155,7 +156,8 @@ class Sink:
         else:
             body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         req = Request(method=h.command, path=parts.path, query=parts.query,
-                      headers=CaseInsensitiveDict(h.headers.items()), body=body, time=time.time())
+                      headers=CaseInsensitiveDict(h.headers.items()), body=body, time=time.time(),
+                      client=str(h.client_address[0]))
         with self._cond:
             self._requests.append(req)
             self.inflight += 1
