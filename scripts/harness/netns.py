@@ -30,7 +30,8 @@ being the owner's process id; ``sweep_stale()`` (run by every ``Net``) deletes t
 owners that are gone. The address block 10.77.N / 10.78.N uses the lowest N (1..250) no
 live run holds (chosen under a lock file). The root namespace gets one link and its
 connected /24 route, nothing else: no forwarding, no firewall rule. ``close()`` (also run
-at exit) deletes every namespace the run made, which takes their veths with them.
+at exit) kills what still runs in the run's namespaces and deletes them, which takes
+their veths with them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import atexit
 import fcntl
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -86,10 +88,14 @@ def unavailable() -> str | None:
     if r.returncode != 0:
         return f"`ip netns` is unavailable: {r.stderr.strip()}"
     probe = f"{NS_PREFIX}{os.getpid()}-probe"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=10)
-    if r.returncode != 0:
-        return f"cannot create a network namespace: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=10)
+    try:  # what a Net needs: a namespace, a bridge and a veth pair in it
+        for args in (("netns", "add", probe), ("-n", probe, "link", "add", "b0", "type", "bridge"),
+                     ("-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1")):
+            r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
+            if r.returncode != 0:
+                return f"`ip {' '.join(args)}` failed: {r.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=10)
     return None
 
 
@@ -108,12 +114,24 @@ def _namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def _kill_inside(ns: str) -> None:
+    """SIGKILL what still runs in ``ns`` (a run's own nodes, orphaned if it died), so
+    deleting the name does not leave a namespace alive behind its processes."""
+    for pid in ip("netns", "pids", ns, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+
+
 def sweep_stale() -> list[str]:
-    """Delete the namespaces and root links of runs whose process is gone; returns them."""
+    """Delete the namespaces (and what runs in them) and root links of runs whose process
+    is gone; returns their names."""
     gone = []
     for ns in _namespaces():
         m = _NS_RE.match(ns)
         if m and not _alive(int(m.group(1))):
+            _kill_inside(ns)
             ip("netns", "del", ns, check=False)
             gone.append(ns)
     for line in ip("-o", "link", "show", check=False).stdout.splitlines():
@@ -127,8 +145,9 @@ def sweep_stale() -> list[str]:
 
 
 def _taken_blocks() -> set[int]:
-    out = ip("-o", "-4", "addr", "show", check=False).stdout
-    return {int(m.group(1)) for m in re.finditer(rf"inet {re.escape(CONTROL_NET)}\.(\d+)\.", out)}
+    """The 10.77.N blocks the root ns already has an address or a route in."""
+    out = ip("-o", "-4", "addr", "show", check=False).stdout + ip("-4", "route", check=False).stdout
+    return {int(m.group(1)) for m in re.finditer(rf"\b{re.escape(CONTROL_NET)}\.(\d+)\.", out)}
 
 
 @dataclass
@@ -276,6 +295,7 @@ class Net:
             return
         self.closed = True
         for ns in reversed(self._made):
+            _kill_inside(ns)  # a safety net: the owner stops its nodes first
             ip("netns", "del", ns, check=False)
         ip("link", "del", self.root_link, check=False)  # gone with the hub; to be sure
         LOCAL_HOSTS.discard(getattr(self, "root_ip", ""))

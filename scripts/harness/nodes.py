@@ -246,7 +246,8 @@ class NodeProcess:
             if not self.running:
                 raise NodeDied(f"node {self.node_id} exited with {self.returncode} while "
                                f"starting:\n{self.log_text(60)}")
-            return all(requests.get(self.url + p, timeout=1.0).status_code == 200 for p in paths)
+            get = requests.get if self.session.trust_env else self.session.get  # no proxy
+            return all(get(self.url + p, timeout=1.0).status_code == 200 for p in paths)
 
         try:
             wait_until(up, timeout, interval=0.03, what=f"node {self.node_id} to be ready")
