@@ -6,7 +6,7 @@ network namespace of its own, and the harness cuts that host's wire.
 
 Layout (``Net``, one per run; needs root and ``ip`` from iproute2, nothing else)::
 
-    root ns  --- veth PREFIXr 10.77.N.1/24 ---------------+
+    root ns  --- veth mymPIDrK 10.77.N.1/24 --------------+
                                                           |  hub ns: bridges only,
     host h1: ctl0 10.77.N.11/24 --- veth --- [bridge brh] +  no address, no route
              cl0  10.78.N.11/24 --- veth --- [bridge brc0]   (split side B: brc1)
@@ -24,10 +24,12 @@ Faults are bridge membership, so they are silent, as a real partition is: the ho
 carrier stays up and its packets go nowhere (no RST, no "network unreachable").
 ``cut`` detaches a host's hub port from its bridge; ``split(a, b)`` moves side B's ports
 onto a second bridge, so each side still talks among itself; ``heal`` puts ports back.
+No ``tc``, ``nft`` or ``iptables`` is needed (this box's kernel has no ``netem``); delay
+or loss, if ever wanted, would be a ``tc netem`` qdisc on a hub port.
 
 Names: every namespace is ``mymt-PID-...`` and the one root-ns link ``mymPIDrK``, PID
 being the owner's process id; ``sweep_stale()`` (run by every ``Net``) deletes those of
-owners that are gone. The address block 10.77.N / 10.78.N uses the lowest N (1..250) no
+owners that are gone (``python -m harness.netns sweep`` from ``scripts/`` too). The address block 10.77.N / 10.78.N uses the lowest N (1..250) no
 live run holds (chosen under a lock file). The root namespace gets one link and its
 connected /24 route, nothing else: no forwarding, no firewall rule. ``close()`` (also run
 at exit) kills what still runs in the run's namespaces and deletes them, which takes
