@@ -17,6 +17,8 @@ by the programs that use it.
 - ``views``: GET /cluster and /metrics, ``wait_converged``
 - ``sink``: the scriptable recording sink (threads); ``fastsink``: the counting one (gevent)
 - ``traffic``/``chaos``: a paced enqueue stream and the pause / kill -9 scenarios
+- ``netns``: hosts in network namespaces whose links can be cut, split and healed (root);
+  ``partition``: the partition scenarios on them (imported by their users only)
 """
 
 from .nodes import (CLUSTER_KEYS, PROGRAM, REPO, NodeProcess, ProcessRegistry, child_env, plan_cluster, run_cli,

@@ -118,6 +118,8 @@ class NodeProcess:
     ``address_flags`` the node takes its addresses and data dir from ``config`` (a
     ``[node:ID]`` section), as ``scripts/cluster.py`` runs cluster.example.ini. With
     ``output="pipe"`` its output is ``proc.stdout`` instead of the log file.
+    ``http_host``/``cluster_host`` (default 127.0.0.1) are the addresses it binds: a
+    ``harness.netns`` host's, with ``program`` = ``ip netns exec NS python -m miyamoto``.
     """
 
     def __init__(self, base_dir: os.PathLike | str, node_id: str | None = None, *,
@@ -128,7 +130,10 @@ class NodeProcess:
                  with_cluster_flags: bool = True, raw_env: Mapping[str, str] | None = None,
                  inherit_miyamoto_env: bool = False, program: Sequence[str] = PROGRAM,
                  cwd: str | os.PathLike | None = None, own_session: bool = False,
-                 address_flags: bool = True, output: str = "log"):
+                 address_flags: bool = True, output: str = "log",
+                 http_host: str = LOCALHOST, cluster_host: str | None = None):
+        self.http_host = http_host
+        self.cluster_host = cluster_host or http_host
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.address_flags = address_flags
@@ -161,6 +166,8 @@ class NodeProcess:
         self._log_file: Any = None
         self.starts = 0
         self.session = requests.Session()
+        if http_host != LOCALHOST:  # a namespace address must never go through a proxy
+            self.session.trust_env = False
         if registry is not None:
             registry.add(self)
         _ALL_PROCS.add(self)
@@ -168,15 +175,15 @@ class NodeProcess:
     # ------------------------------------------------------------ addresses
     @property
     def url(self) -> str:
-        return f"http://{LOCALHOST}:{self.http_port}"
+        return f"http://{self.http_host}:{self.http_port}"
 
     @property
     def http_addr(self) -> str:
-        return f"{LOCALHOST}:{self.http_port}"
+        return f"{self.http_host}:{self.http_port}"
 
     @property
     def cluster_addr(self) -> str:
-        return f"tcp://{LOCALHOST}:{self.cluster_port}"
+        return f"tcp://{self.cluster_host}:{self.cluster_port}"
 
     # ------------------------------------------------------------ lifecycle
     def command(self) -> list[str]:
@@ -239,7 +246,8 @@ class NodeProcess:
             if not self.running:
                 raise NodeDied(f"node {self.node_id} exited with {self.returncode} while "
                                f"starting:\n{self.log_text(60)}")
-            return all(requests.get(self.url + p, timeout=1.0).status_code == 200 for p in paths)
+            get = requests.get if self.session.trust_env else self.session.get  # no proxy
+            return all(get(self.url + p, timeout=1.0).status_code == 200 for p in paths)
 
         try:
             wait_until(up, timeout, interval=0.03, what=f"node {self.node_id} to be ready")

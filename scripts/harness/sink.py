@@ -38,6 +38,7 @@ class Request:
     body: bytes
     time: float  # time.time() when the request (headers and body) was read
     done: float | None = None  # time.time() when the answer was written
+    client: str = ""  # the sender's address (which node, for nodes in harness.netns hosts)
 
     @property
     def args(self) -> dict[str, list[str]]:
@@ -64,6 +65,7 @@ class Sink:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.host = host  # a harness.netns root address, for nodes in namespaces
         self._cond = threading.Condition()
         self._requests: list[Request] = []
         self._scripts: dict[str, list[Reply]] = {}
@@ -101,7 +103,7 @@ class Sink:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def url_for(self, path: str) -> str:
         return self.url + path
@@ -154,7 +156,8 @@ class Sink:
         else:
             body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         req = Request(method=h.command, path=parts.path, query=parts.query,
-                      headers=CaseInsensitiveDict(h.headers.items()), body=body, time=time.time())
+                      headers=CaseInsensitiveDict(h.headers.items()), body=body, time=time.time(),
+                      client=str(h.client_address[0]))
         with self._cond:
             self._requests.append(req)
             self.inflight += 1

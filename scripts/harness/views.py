@@ -12,15 +12,15 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from .nodes import NodeProcess
-from .waits import LOCALHOST, HarnessError, NodeDied, wait_until
+from .waits import LOCAL_HOSTS, LOCALHOST, HarnessError, NodeDied, wait_until
 
 
 def http_get(url: str, timeout: float = 2.0) -> bytes | None:
-    """GET from 127.0.0.1 on a fresh connection (None on any failure or non-200)."""
+    """GET from 127.0.0.1 (or a harness namespace) on a fresh connection (None on any failure or non-200)."""
     parts = urlsplit(url)
-    if parts.hostname != LOCALHOST:
-        raise ValueError(f"the harness only talks to {LOCALHOST}: {url}")
-    conn = http.client.HTTPConnection(LOCALHOST, parts.port, timeout=timeout)
+    if parts.hostname not in LOCAL_HOSTS:
+        raise ValueError(f"the harness only talks to {LOCALHOST} and its own namespaces: {url}")
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
         resp = conn.getresponse()

@@ -11,6 +11,9 @@ import time
 from typing import Any, Callable
 
 LOCALHOST = "127.0.0.1"
+# Addresses the harness may talk to: loopback, and those of the network namespaces a
+# ``harness.netns.Net`` of this process made (it adds and removes its own).
+LOCAL_HOSTS: set[str] = {LOCALHOST}
 
 
 class HarnessError(AssertionError):
