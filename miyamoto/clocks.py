@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 SAMPLES = 8
 STALE = 60.0  # seconds: an estimate older than this is not used
+NEGLIGIBLE = 0.05  # seconds: an offset this small is not corrected (half the early bound)
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,13 @@ class PeerClocks:
         return min(samples, key=lambda e: e.error) if samples else None
 
     def to_local(self, peer: str, t: float, now: float) -> float:
-        """A time on ``peer``'s clock, on ours (unchanged while we know no offset)."""
+        """A time on ``peer``'s clock, on ours. Unchanged while we know no offset, or the
+        offset is within its own error or under ``NEGLIGIBLE``: clocks that agree (one
+        host, or NTP) would only get the estimate's noise added to their copies."""
         est = self.estimate(peer, now)
-        return t - est.offset if est is not None and t > 0 else t
+        if est is None or t <= 0 or abs(est.offset) <= max(est.error, NEGLIGIBLE):
+            return t
+        return t - est.offset
 
     def check(self, peer: str, now: float) -> tuple[bool, Estimate] | None:
         """(skewed, estimate) when the peer just crossed ``max_skew`` either way."""

@@ -34,6 +34,12 @@ def test_offset_from_round_trips_takes_the_narrowest_sample():
         c.sample("b", 110.0 + i, 110.0 + i + 0.3 + 0.01, 110.0 + i + 0.02)
     skewed, est2 = c.check("b", 120.0)
     assert skewed is False and est2.offset == pytest.approx(0.3)
+    # an offset within its error, or under 50 ms, is not corrected: it would add noise
+    d = PeerClocks(max_skew=1.0)
+    d.sample("b", 100.0, 100.03, 100.002)
+    assert d.to_local("b", 500.0, 100.1) == 500.0
+    d.sample("b", 101.0, 101.3, 101.001)  # narrower: it wins
+    assert d.to_local("b", 500.0, 101.1) == pytest.approx(499.7005)
     # answers that cannot be ours, and stale estimates, are not used
     assert c.sample("c", 200.0, 210.0, 199.0) is None
     assert c.sample("c", 200.0, 210.0, 200.0 + 61) is None
