@@ -21,6 +21,7 @@ from miyamoto.api import Api
 from miyamoto.config import Config
 from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
+from miyamoto.fdlimit import connection_cap
 from miyamoto.journal import Journal
 from miyamoto.server import HTTPServer
 from miyamoto.task import State, Task
@@ -51,7 +52,12 @@ class Node:
         self.journal.open()
         self.engine.start()
         self.cluster.start()
-        self.server = HTTPServer((self.config.http_host, self.config.http_port), self.api)
+        c = self.config
+        self.server = HTTPServer(
+            (c.http_host, c.http_port), self.api,
+            max_connections=connection_cap(c.max_connections, other_fds=c.concurrency),
+            header_timeout=c.http_header_timeout, idle_timeout=c.http_idle_timeout,
+            max_header_bytes=c.max_header_bytes)
         self.server.start()
         log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
                  self.config.http, self.config.cluster, self.config.data_dir)
