@@ -208,11 +208,9 @@ class _Handler(WSGIHandler):
         if isinstance(address, tuple):
             env["REMOTE_ADDR"] = str(address[0])
             env["REMOTE_PORT"] = str(address[1])
-        for name, value in head.items:
-            if "_" in name:  # as pywsgi: X_Foo would pass for X-Foo
-                continue
-            key = "HTTP_" + name.replace("-", "_").upper()
-            if key == "HTTP_CONTENT_TYPE" or key == "HTTP_CONTENT_LENGTH":
+        for name, value in head.fields:
+            key = name.environ
+            if key is None:
                 continue
             if key in env:
                 env[key] += ("; " if key == "HTTP_COOKIE" else ",") + value
