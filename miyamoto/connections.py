@@ -68,6 +68,7 @@ class Connections:
         self.expired = 0
         self.evicted = 0
         self.refused = 0
+        self._warned_at = -INF
 
     def __len__(self) -> int:
         return len(self._all)
@@ -86,13 +87,15 @@ class Connections:
         (at the cap with every connection busy, or stopping)."""
         if self.closing:
             return None
+        now = self._clock()
         if len(self._all) >= self.cap:
+            self._warn_full(now)
             if not self._waiting:
                 self.refused += 1
                 return None
             self._close(next(iter(self._waiting)))
             self.evicted += 1
-        conn = Conn(sock, self._clock() + self.header_timeout)
+        conn = Conn(sock, now + self.header_timeout)
         self._all[conn] = None
         self._waiting[conn] = None
         return conn
@@ -142,6 +145,14 @@ class Connections:
         self.closing = True
         for conn in list(self._waiting):
             self._close(conn)
+
+    def _warn_full(self, now: float) -> None:
+        """At the cap: say so, at most once a minute (an attack must not flood the log)."""
+        if now - self._warned_at >= 60:
+            self._warned_at = now
+            log.warning("http: %d connections open (max_connections): closing the longest "
+                        "idle one for each new one; %d evicted, %d refused so far",
+                        len(self._all), self.evicted, self.refused)
 
     def _wait_again(self, conn: Conn, deadline: float) -> None:
         """Waiting again, until ``deadline``: to the back of the eviction order."""

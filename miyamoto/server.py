@@ -265,8 +265,9 @@ class HTTPServer(WSGIServer):
             pass
         conn = self.connections.admit(sock)
         if conn is None:
+            why = "stopping" if self.connections.closing else "too many connections"
             try:
-                sock.sendall(error_response(503, "too many connections"))
+                sock.sendall(error_response(503, why))
             except OSError:
                 pass
             return
