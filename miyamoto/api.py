@@ -134,10 +134,15 @@ class Api:
                 n = int(length)
             except ValueError:
                 raise HTTPError(400, "bad Content-Length") from None
+            if n < 0:
+                raise HTTPError(400, "bad Content-Length")
             if n > self.limits.max_body:
                 raise HTTPError(413, f"is larger than {self.limits.max_body} bytes", "body")
-            return stream.read(n)
-        data = stream.read(self.limits.max_body + 1)
+            data = _read(stream, n)
+            if len(data) < n:
+                raise HTTPError(400, f"ended after {len(data)} of {n} bytes", "body")
+            return data
+        data = _read(stream, self.limits.max_body + 1)
         if len(data) > self.limits.max_body:
             raise HTTPError(413, f"is larger than {self.limits.max_body} bytes", "body")
         return data
@@ -240,6 +245,17 @@ def _error(message: str, field: str | None = None) -> dict[str, Any]:
         out["error"] = f"{field} {message}"
         out["field"] = field
     return out
+
+
+def _read(stream: Any, n: int) -> bytes:
+    """Read the body; a short body, a broken chunk or a client that left is the client's
+    fault (400; the server closes the connection), never a 500."""
+    try:
+        return stream.read(n)
+    except (OSError, ValueError) as e:
+        log.debug("api: body read failed: %r", e)
+        raise HTTPError(400, "could not be read: it ended early or its chunked encoding "
+                             "is broken", "body") from None
 
 
 def _check_queue(name: str) -> None:

@@ -23,6 +23,7 @@ from miyamoto.auth import Tokens
 from miyamoto.config import Config
 from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
+from miyamoto.fdlimit import connection_cap
 from miyamoto.journal import Journal
 from miyamoto.server import HTTPServer
 from miyamoto.task import State, Task
@@ -56,10 +57,15 @@ class Node:
         self.journal.open()
         self.engine.start()
         self.cluster.start()
-        address: Any = (self.config.http_host, self.config.http_port)
-        if self.config.reuse_port:  # several processes of this host share the port
-            address = _shared_listener(self.config.http_host.strip("[]"), self.config.http_port)
-        self.server = HTTPServer(address, self.api)
+        c = self.config
+        address: Any = (c.http_host, c.http_port)
+        if c.reuse_port:  # several processes of this host share the port
+            address = _shared_listener(c.http_host.strip("[]"), c.http_port)
+        self.server = HTTPServer(
+            address, self.api,
+            max_connections=connection_cap(c.max_connections, other_fds=c.concurrency),
+            header_timeout=c.http_header_timeout, idle_timeout=c.http_idle_timeout,
+            max_header_bytes=c.max_header_bytes)
         self.server.start()
         log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
                  self.config.http, self.config.cluster, self.config.data_dir)
