@@ -25,7 +25,7 @@ from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
 from miyamoto.fdlimit import connection_cap
 from miyamoto.journal import Journal
-from miyamoto.server import HTTPServer
+from miyamoto.server import BACKLOG, HTTPServer
 from miyamoto.task import State, Task
 from miyamoto.validate import Limits
 from miyamoto.version import __version__
@@ -219,5 +219,5 @@ def _shared_listener(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    sock.listen(BACKLOG)
     return sock

@@ -231,10 +231,12 @@ class HTTPServer(WSGIServer):
 
     handler_class = _Handler
 
-    def __init__(self, address: tuple[str, int], app: Any, *, max_connections: int = 10000,
-                 header_timeout: float = 10.0, idle_timeout: float = 30.0,
-                 max_header_bytes: int = 65536):
-        super().__init__(address, app, backlog=BACKLOG, spawn=gevent.pool.Pool(None), log=None,
+    def __init__(self, address: tuple[str, int] | socket.socket, app: Any, *,
+                 max_connections: int = 10000, header_timeout: float = 10.0,
+                 idle_timeout: float = 30.0, max_header_bytes: int = 65536):
+        # a listening socket (SO_REUSEPORT, node.py) comes with its own backlog
+        backlog = None if isinstance(address, socket.socket) else BACKLOG
+        super().__init__(address, app, backlog=backlog, spawn=gevent.pool.Pool(None), log=None,
                          error_log=_ErrorLog())
         self.connections = Connections(max_connections, header_timeout, idle_timeout)
         self.max_header_bytes = max_header_bytes

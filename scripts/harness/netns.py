@@ -48,7 +48,7 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from .nodes import PROGRAM, NodeProcess
 from .waits import LOCAL_HOSTS, HarnessError
