@@ -25,6 +25,7 @@ setup(
             "pytest>=8.0",
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
+            "pytest-xdist>=3.5",
         ],
     },
     entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},
