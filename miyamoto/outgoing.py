@@ -1,4 +1,5 @@
-"""The delivery HTTP client: pooled keep-alive connections per (scheme, host, port).
+"""The outgoing delivery HTTP client (not the Python API client, which is ``client.py``):
+pooled keep-alive connections per (scheme, host, port).
 
 geventhttpclient is several times faster than requests under gevent (DESIGN, measured
 facts). Clients are kept in a bounded LRU, one per origin and timeout. Any failure
