@@ -19,6 +19,7 @@ setup(
         "requests>=2.31",
         "ujson>=5.9",
         "geventhttpclient>=2.3",
+        "tqdm>=4.66",  # the CLI's progress bar for enqueue --file
     ],
     extras_require={
         "test": [

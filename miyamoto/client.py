@@ -1,167 +1,291 @@
-"""The delivery HTTP client: pooled keep-alive connections per (scheme, host, port).
+"""The Python client of a Miyamoto node's HTTP API: ``from miyamoto import Client``.
 
-geventhttpclient is several times faster than requests under gevent (DESIGN, measured
-facts). Clients are kept in a bounded LRU, one per origin and timeout. Any failure
-other than a complete HTTP response discards that origin's client, so a connection
-left half-used by a timeout is never handed to the next request.
+It is what the CLI's client commands run on, and what applications use to enqueue
+tasks. It is plain blocking ``requests`` over one keep-alive ``Session``; it imports
+neither gevent nor zmq (an application may run under threads, asyncio or nothing), and
+``import miyamoto`` does not import it until ``miyamoto.Client`` is first used.
 
-Every new connection resolves its host itself and checks every address against the
-``TargetGuard`` before connecting to any (``_Checked._resolve``): geventhttpclient then
-connects only to those checked addresses, so a rebinding DNS answer cannot slip in
-between the check and the connect. One refused address refuses the whole name (it
-could be the one tried next). A pooled keep-alive connection was checked when it was
-opened, so the guard costs nothing per request. An address literal skips the resolver
-(which under gevent runs in a thread pool and has been seen to stall).
+Errors are exceptions, one per kind of answer (``MiyamotoError`` is the base): a taken
+name is ``DuplicateTask`` carrying the original ``.id``, a rejected field is
+``InvalidTask`` carrying ``.field``, 401 is ``Unauthorized``, 403 ``Forbidden``, 404
+``NotFound``, another 409 ``Conflict``, and a 503 or a node that cannot be reached is
+``Unavailable``.
+
+Retries: a 503 (too few replicas answered, or the node is stopping) or a refused
+connection is retried only for an enqueue whose every task is *named*. The server
+de-duplicates names, so sending a named task twice stores it once; an unnamed task
+sent again after an answer was lost could be stored twice, so that is left to the
+caller. Attempts are bounded (``retries``), spaced by exponential backoff with full
+jitter (AWS's "Exponential Backoff and Jitter": no herd of clients retrying in step),
+and all of them together fit in ``timeout``.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+import random
+import time
+from typing import Any, Iterable, Mapping
+from urllib.parse import quote
 
-import gevent
-import gevent.socket
-from geventhttpclient import HTTPClient
-from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+import requests
 
-from miyamoto.targets import TargetGuard, parse_address
+from miyamoto.version import __version__
 
 log = logging.getLogger(__name__)
 
-MAX_RESPONSE = 1024 * 1024  # bytes read from a target's answer before giving up on it
+BACKOFF_BASE = 0.1  # s: the first retry waits up to this, doubling per attempt
+BACKOFF_CAP = 2.0  # s: no single wait is longer
 
 
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: dict[str, str]
-    body: bytes
+class MiyamotoError(Exception):
+    """Any answer that is not a success. ``status`` is the HTTP status (None when the
+    node could not be reached), ``body`` the decoded JSON answer (or {})."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 body: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.body = dict(body or {})
 
 
-class DeliveryError(Exception):
-    """The request got no HTTP response (connect error, timeout, protocol error)."""
+class InvalidTask(MiyamotoError):
+    """400/413/415: the node rejected the request; ``field`` names the culprit (for a
+    batch, as ``tasks[i].field``), or is None when the answer named none."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 body: Mapping[str, Any] | None = None):
+        super().__init__(message, status, body)
+        field = self.body.get("field")
+        self.field: str | None = field if isinstance(field, str) else None
 
 
-class TargetRefused(DeliveryError):
-    """An address the target's host resolved to is denied by a target rule."""
+class DuplicateTask(MiyamotoError):
+    """409: the task's name is taken; ``id`` is the id of the task that holds it."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 body: Mapping[str, Any] | None = None):
+        super().__init__(message, status, body)
+        self.id: str | None = self.body.get("id")
 
 
-class _Checked:
-    """geventhttpclient's pool, resolving through the guard: see the module docstring."""
-
-    _connection_host: str
-    _connection_port: int
-
-    def __init__(self, *args, guard: TargetGuard, **kw) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kw)  # type: ignore[call-arg]
-        self.guard = guard
-
-    def _resolve(self):  # type: ignore[no-untyped-def]
-        host, port = self._connection_host, self._connection_port
-        addr = parse_address(host)
-        if addr is not None and str(addr) == host.strip("[]"):  # a plain literal
-            family = gevent.socket.AF_INET6 if addr.version == 6 else gevent.socket.AF_INET
-            sockaddr = (str(addr), port, 0, 0) if addr.version == 6 else (str(addr), port)
-            infos = [(family, gevent.socket.SOCK_STREAM, gevent.socket.IPPROTO_TCP, "", sockaddr)]
-        else:
-            infos = super()._resolve()  # type: ignore[misc]
-        for info in infos:
-            ip = info[4][0]
-            rule = self.guard.check_address(ip, port, "" if addr is not None else host)
-            if rule:
-                raise TargetRefused(f"target refused: {host} resolves to {ip}, denied by {rule}")
-        return infos
+class Conflict(MiyamotoError):
+    """409 for anything but a name: the task's state does not allow the operation."""
 
 
-class _CheckedPool(_Checked, ConnectionPool):
-    pass
+class NotFound(MiyamotoError):
+    """404: no such task (or route)."""
 
 
-class _CheckedSSLPool(_Checked, SSLConnectionPool):
-    pass
+class Unauthorized(MiyamotoError):
+    """401: no token, or a token the node does not know."""
 
 
-def _checked_client(guard: TargetGuard, host: str, port: int, ssl: bool,
-                    **kw) -> HTTPClient:  # type: ignore[no-untyped-def]
-    """An HTTPClient whose pool is the checked one, built with the same arguments
-    HTTPClient gives its own (which is replaced before any connection is made)."""
-    client = HTTPClient(host, port=port, ssl=ssl, **kw)
-    pool_class = _CheckedSSLPool if ssl else _CheckedPool
-    pool_kw = dict(size=kw["concurrency"], connection_timeout=kw["connection_timeout"],
-                   network_timeout=kw["network_timeout"])
-    if ssl:
-        old = client._connection_pool
-        pool_kw["ssl_options"] = old.ssl_options  # type: ignore[attr-defined]
-        pool_kw["ssl_context_factory"] = lambda **_: old.ssl_context  # type: ignore[attr-defined]
-    client._connection_pool.close()
-    client._connection_pool = pool_class(host, port, host, port, guard=guard, **pool_kw)
-    return client
+class Forbidden(MiyamotoError):
+    """403: a valid token whose scope does not allow the route."""
 
 
-class ClientPool:
-    def __init__(self, *, max_origins: int = 256, concurrency: int = 128,
-                 guard: TargetGuard | None = None):
-        self._clients: collections.OrderedDict[tuple, HTTPClient] = collections.OrderedDict()
-        self._max = max_origins
-        self._concurrency = concurrency
-        self.guard = guard or TargetGuard()
+class Unavailable(MiyamotoError):
+    """503 (the node is stopping, or too few replicas stored the task), or the node
+    could not be reached at all (``status`` None). ``retry_after``: the answer's
+    Retry-After in seconds, if it gave one."""
 
-    def _client(self, scheme: str, host: str, port: int, timeout: float) -> HTTPClient:
-        key = (scheme, host, port, timeout)
-        client = self._clients.get(key)
-        if client is not None:
-            self._clients.move_to_end(key)
-            return client
-        client = _checked_client(self.guard, host, port, scheme == "https",
-                                 concurrency=self._concurrency,
-                                 connection_timeout=min(timeout, 10.0), network_timeout=timeout,
-                                 headers={"User-Agent": ""})
-        self._clients[key] = client
-        while len(self._clients) > self._max:
-            _, old = self._clients.popitem(last=False)
-            old.close()
-        return client
+    retry_after: float | None = None
 
-    def _discard(self, key: tuple, client: HTTPClient) -> None:
-        if self._clients.get(key) is client:
-            del self._clients[key]
-        try:
-            client.close()
-        except Exception:  # closing a broken pool must not hide the delivery error
-            log.debug("client: close failed", exc_info=True)
 
-    def request(self, method: str, url: str, *, body: bytes, headers: dict[str, str],
-                timeout: float) -> Response:
-        parts = urlsplit(url)
-        scheme = parts.scheme
-        host = parts.hostname or ""
-        port = parts.port or (443 if scheme == "https" else 80)
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        key = (scheme, host, port, timeout)
-        client = self._client(scheme, host, port, timeout)
-        try:
-            with gevent.Timeout(timeout, DeliveryError(f"no answer within {timeout:g} s")):
-                resp = client.request(method, target, body=body, headers=headers)
-                try:
-                    data = resp.read(MAX_RESPONSE + 1)
-                    if len(data) > MAX_RESPONSE:
-                        raise DeliveryError("response body larger than 1 MiB")
-                    resp_headers = {k: v for k, v in resp.items()}
-                    return Response(resp.status_code, resp_headers, data)
-                finally:
-                    resp.release()
-        except DeliveryError:
-            self._discard(key, client)
-            raise
-        except Exception as e:  # OSError, parse errors, a closed pool: no HTTP answer
-            self._discard(key, client)
-            raise DeliveryError(f"{type(e).__name__}: {e}") from e
+_BY_STATUS: dict[int, type[MiyamotoError]] = {
+    400: InvalidTask, 411: InvalidTask, 413: InvalidTask, 415: InvalidTask,
+    401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 503: Unavailable,
+}
 
+
+def error_for(status: int, body: Mapping[str, Any]) -> MiyamotoError:
+    """The exception for a non-2xx answer and its decoded JSON body."""
+    if status == 409 and body.get("status") == "duplicate":
+        return DuplicateTask(f"a task with this name exists: {body.get('id')}", status, body)
+    message = body.get("error") if isinstance(body.get("error"), str) else f"HTTP {status}"
+    cls = _BY_STATUS.get(status) or (InvalidTask if 400 <= status < 500 else MiyamotoError)
+    return cls(message, status, body)
+
+
+class Client:
+    """One node's API. ``base_url`` is e.g. ``http://127.0.0.1:8088``; ``token`` an API
+    bearer token (see the server's ``api_tokens``); ``timeout`` bounds each call,
+    retries included; ``retries`` is the most attempts a named enqueue makes."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8088", token: str | None = None,
+                 timeout: float = 30.0, retries: int = 5, session: requests.Session | None = None,
+                 rng: random.Random | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
+        self.retries = max(1, int(retries))
+        self.session = session or requests.Session()
+        self.session.headers["User-Agent"] = f"miyamoto-client/{__version__}"
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self._rng = rng or random.Random()
+
+    # ------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        self.session.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # never the token
+        return f"Client({self.base_url!r})"
+
+    # ------------------------------------------------------------ tasks
+    def enqueue(self, url: str, params: Mapping[str, Any] | None = None,
+                **fields: Any) -> dict[str, Any]:
+        """Enqueue one task; returns the node's answer (``status``, ``id``, ``eta`` ...).
+
+        ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
+        headers, json, body, content_type, max_attempts, timeout, callback,
+        failure_callback); None values are left out. Raises DuplicateTask, InvalidTask,
+        Unavailable ..."""
+        task = _task(url, params, fields)
+        return self._call("POST", "/queue", json=task, retry=task.get("name") is not None)
+
+    def enqueue_batch(self, tasks: Iterable[Mapping[str, Any]],
+                      queue: str = "default") -> list[dict[str, Any]]:
+        """Enqueue task dicts (each with ``url`` and the fields of ``enqueue``) into one
+        queue in one request; all are valid or none is stored. Returns one result per
+        task, in order: ``status`` is ``scheduled``, ``duplicate`` (``id`` the original)
+        or ``error`` (``error`` says why; that one was not stored)."""
+        body = [{k: v for k, v in t.items() if v is not None} for t in tasks]
+        named = bool(body) and all(t.get("name") is not None for t in body)
+        answer = self._call("POST", f"/queue/{_seg(queue)}/batch", json=body, retry=named)
+        return list(answer.get("tasks", []))
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        """A task's state, attempts, last response, replicas; NotFound if unknown."""
+        return self._call("GET", f"/tasks/{_seg(task_id)}")
+
+    def cancel(self, task_id: str) -> dict[str, Any]:
+        """Cancel a scheduled task on every replica; Conflict if it already ended."""
+        return self._call("DELETE", f"/tasks/{_seg(task_id)}")
+
+    def retry(self, task_id: str) -> dict[str, Any]:
+        """Run a failed (or cancelled) task again."""
+        return self._call("POST", f"/tasks/{_seg(task_id)}/retry")
+
+    def tasks(self, queue: str = "default", state: str = "scheduled",
+              limit: int = 100) -> list[dict[str, Any]]:
+        """Up to ``limit`` (1-1000) of a queue's tasks in ``state``."""
+        answer = self._call("GET", f"/queues/{_seg(queue)}/tasks",
+                            params={"state": state, "limit": str(limit)})
+        return list(answer.get("tasks", []))
+
+    # ------------------------------------------------------------ queues
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue's config, paused flag and counts per state."""
+        return list(self._call("GET", "/queues").get("queues", []))
+
+    def queue(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/queues/{_seg(name)}")
+
+    def pause(self, queue: str) -> dict[str, Any]:
+        """Stop starting deliveries of a queue, on every node."""
+        return self._call("POST", f"/queues/{_seg(queue)}/pause")
+
+    def resume(self, queue: str) -> dict[str, Any]:
+        return self._call("POST", f"/queues/{_seg(queue)}/resume")
+
+    def purge(self, queue: str) -> dict[str, Any]:
+        """Drop every scheduled task of a queue; the answer's ``purged`` counts them."""
+        return self._call("POST", f"/queues/{_seg(queue)}/purge")
+
+    # ------------------------------------------------------------ operations
+    def cluster(self) -> dict[str, Any]:
+        """The roster, leader, term, this node, and the peers' health."""
+        return self._call("GET", "/cluster")
+
+    # ------------------------------------------------------------ the wire
+    def _call(self, method: str, path: str, *, retry: bool = False, **kw: Any) -> dict[str, Any]:
+        """One API call; with ``retry``, 503s and refused connections are tried again
+        with backoff while attempts and the deadline last."""
+        deadline = time.monotonic() + self.timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            left = deadline - time.monotonic()
+            try:
+                return self._once(method, path, max(left, 0.001), **kw)
+            except Unavailable as e:
+                wait = self._backoff(attempt, e)
+                if not retry or attempt >= self.retries or time.monotonic() + wait >= deadline:
+                    raise
+                log.info("miyamoto client: %s %s: %s; retry %d in %.2f s", method, path,
+                         e.message, attempt, wait)
+                time.sleep(wait)
+
+    def _backoff(self, attempt: int, error: "Unavailable") -> float:
+        """Full jitter over an exponential cap; a Retry-After (seconds) is a floor."""
+        wait = self._rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
+        after = error.retry_after
+        return wait if after is None else max(wait, min(after, BACKOFF_CAP))
+
+    def _once(self, method: str, path: str, timeout: float, **kw: Any) -> dict[str, Any]:
+        url = self.base_url + path
+        try:
+            resp = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kw)
+        except requests.ConnectionError as e:
+            raise Unavailable(f"cannot reach {self.base_url}: {_reason(e)}") from None
+        except requests.Timeout:
+            raise Unavailable(f"{self.base_url} did not answer within {timeout:.3g} s") from None
+        except requests.RequestException as e:
+            raise MiyamotoError(f"{method} {url}: {e}") from None
+        body = _json(resp)
+        if 200 <= resp.status_code < 300:
+            return body
+        error = error_for(resp.status_code, body)
+        if isinstance(error, Unavailable):
+            error.retry_after = _retry_after(resp.headers.get("Retry-After"))
+        raise error
+
+
+def _task(url: str, params: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+    task: dict[str, Any] = {"url": url}
+    if params:
+        task["params"] = dict(params)
+    task.update({k: v for k, v in fields.items() if v is not None})
+    return task
+
+
+def _seg(value: str) -> str:
+    """One path segment, so an id or queue name can never reach another route."""
+    return quote(str(value), safe="")
+
+
+def _json(resp: requests.Response) -> dict[str, Any]:
+    try:
+        data = resp.json()
+    except ValueError:
+        return {"status": "error", "error": f"HTTP {resp.status_code}: {resp.text[:200]}"}
+    return data if isinstance(data, dict) else {"result": data}
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
+def _reason(e: BaseException) -> str:
+    """The innermost cause of a connection error ("Connection refused"), not urllib3's
+    long chain of reprs."""
+    inner: BaseException = e
+    for _ in range(10):
+        nxt = inner.__cause__ or inner.__context__
+        if nxt is None:
+            break
+        inner = nxt
+    if isinstance(inner, OSError) and inner.strerror:
+        return inner.strerror
+    return str(inner) or type(inner).__name__

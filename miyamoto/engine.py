@@ -20,7 +20,7 @@ import gevent
 import gevent.pool
 import ujson
 
-from miyamoto.client import ClientPool, DeliveryError
+from miyamoto.outgoing import ClientPool, DeliveryError
 from miyamoto.config import Config, QueueConfig
 from miyamoto.delivery import Outcome, build_request
 from miyamoto.dispatch import Dispatcher

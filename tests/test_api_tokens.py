@@ -86,7 +86,7 @@ def test_scopes_allow_their_routes_only(guarded, sink):
 def test_the_cli_sends_its_token(guarded, sink):
     env = {"MIYAMOTO_SERVER": guarded.url}
     cp = run_cli("enqueue", f"{sink.url}/cli", "a=1", env=env)
-    assert cp.returncode == 1 and "Bearer" in cp.stdout, cp.stdout + cp.stderr
+    assert cp.returncode == 1 and "Bearer" in cp.stderr, cp.stdout + cp.stderr
     cp = run_cli("enqueue", f"{sink.url}/cli", "a=1", "--token", ENQ, env=env)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     cp = run_cli("status", env=dict(env, MIYAMOTO_API_TOKEN=READ))

@@ -70,7 +70,7 @@ def test_three_nodes_agree_on_roster_and_leader(cluster_factory):
     assert leader_view[0]["node"] == view["leader"]
 
     for n in nodes:
-        cp = run_cli("status", "--server", n.url)
+        cp = run_cli("status", "--json", "--server", n.url)
         assert cp.returncode == 0, cp.stderr
         out = json.loads(cp.stdout)
         assert out["cluster"]["leader"] == view["leader"]

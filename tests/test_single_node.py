@@ -856,7 +856,7 @@ def test_cli_enqueue_status_task(node, sink):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["state"] == "succeeded"
 
-    res = run_cli("status", "--server", node.url)
+    res = run_cli("status", "--json", "--server", node.url)
     assert res.returncode == 0, res.stderr
     status = json.loads(res.stdout)
     default = [q for q in status["queues"] if q["name"] == "default"][0]
@@ -866,7 +866,7 @@ def test_cli_enqueue_status_task(node, sink):
     res = run_cli("task", str(uuid.uuid4()), "--server", node.url)
     assert res.returncode == 1
     res = run_cli("enqueue", "ftp://x/", "--server", node.url)
-    assert res.returncode == 1 and "url" in res.stdout
+    assert res.returncode == 1 and "url" in res.stderr
     res = run_cli("enqueue", f"{sink.url}/cli", "novalue", "--server", node.url)
     assert res.returncode == 2
     res = run_cli("status", "--server", f"http://127.0.0.1:{_closed_port()}")

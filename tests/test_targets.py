@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from miyamoto.client import ClientPool, TargetRefused, _CheckedPool
+from miyamoto.outgoing import ClientPool, TargetRefused, _CheckedPool
 from miyamoto.targets import TargetGuard, parse_address, parse_ipv4
 from miyamoto.validate import Limits, ValidationError, check_url
 

@@ -1,0 +1,241 @@
+"""The ``miyamoto`` client commands, run as real processes against a real node and sink.
+
+Exit codes: 0 done, 1 the node said no or cannot be reached, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, run_cli
+from miyamoto import Client
+from miyamoto.version import __version__  # noqa: F401  (the package under test is importable)
+
+ADMIN = "admin-token-0123456789abcdef"
+READ = "read-token-0123456789abcdef"
+
+
+def cli_env(node) -> dict[str, str]:
+    return {"MIYAMOTO_SERVER": node.url}
+
+
+def ok(cp: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert cp.returncode == 0, (cp.returncode, cp.stdout, cp.stderr)
+    assert "Traceback" not in cp.stderr
+    return cp
+
+
+def jsonl(path: Path, tasks: list[dict]) -> str:
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return str(path)
+
+
+@pytest.mark.timeout(60)
+def test_enqueue_with_every_task_field(node, sink):
+    env = cli_env(node)
+    out = json.loads(ok(run_cli(
+        "enqueue", f"{sink.url}/put", "--method", "PUT", "--queue", "clique",
+        "-H", "X-Foo: bar baz", "--header", "X-Two:2", "--json", '{"k": [1, 2]}',
+        "--max-attempts", "2", "--timeout", "4", "--countdown", "0.2", "--name", "the-one",
+        "--callback", f"{sink.url}/cb", "--failure-callback", f"{sink.url}/fcb", env=env)).stdout)
+    assert out["status"] == "scheduled" and out["queue"] == "clique" and out["name"] == "the-one"
+    (req,) = sink.wait_for(count=1, path="/put")
+    assert req.method == "PUT" and req.json() == {"k": [1, 2]}
+    assert req.headers["X-Foo"] == "bar baz" and req.headers["X-Two"] == "2"
+    assert req.headers["Content-Type"] == "application/json"
+    assert req.headers["X-Task-Name"] == "the-one"
+    sink.wait_for(count=1, path="/cb")
+    task = node.wait_task_state(out["id"], "succeeded")
+    assert task["max_attempts"] == 2 and task["timeout"] == 4 and task["queue"] == "clique"
+    assert task["failure_callback"] == f"{sink.url}/fcb"
+
+    ok(run_cli("enqueue", f"{sink.url}/raw", "--body", "<x/>", "--content-type",
+               "application/xml", env=env))
+    (raw,) = sink.wait_for(count=1, path="/raw")
+    assert raw.body == b"<x/>" and raw.headers["Content-Type"] == "application/xml"
+    ok(run_cli("enqueue", f"{sink.url}/form", "a=1", "tag=x", "tag=y", env=env))
+    (form,) = sink.wait_for(count=1, path="/form")
+    assert form.form == {"a": ["1"], "tag": ["x", "y"]}
+
+    cp = run_cli("enqueue", f"{sink.url}/put", "--name", "the-one", "--queue", "clique", env=env)
+    assert cp.returncode == 1 and out["id"] in cp.stderr and "duplicate" in cp.stderr
+    cp = run_cli("enqueue", f"{sink.url}/x", "--max-attempts", "0", env=env)
+    assert cp.returncode == 1 and "max_attempts" in cp.stderr, cp.stderr
+    cp = run_cli("enqueue", f"{sink.url}/x", "--server", "http://127.0.0.1:9")
+    assert cp.returncode == 1 and "cannot reach" in cp.stderr and "Traceback" not in cp.stderr
+
+
+@pytest.mark.timeout(60)
+def test_bad_usage_exits_2(node, sink, tmp_path):
+    env = cli_env(node)
+    for args in (["enqueue"], ["enqueue", f"{sink.url}/x", "novalue"],
+                 ["enqueue", f"{sink.url}/x", "--json", "{nope"],
+                 ["enqueue", f"{sink.url}/x", "-H", "NoColon"],
+                 ["enqueue", "--file", str(tmp_path / "missing.jsonl")],
+                 ["enqueue", f"{sink.url}/x", "--file", jsonl(tmp_path / "a.jsonl", [{"url": "x"}])],
+                 ["tasks", "--state", "bogus"], ["nosuchcommand"]):
+        cp = run_cli(*args, env=env)
+        assert cp.returncode == 2, (args, cp.stdout, cp.stderr)
+        assert "Traceback" not in cp.stderr
+    assert sum(node.counts().values()) == 0
+
+
+@pytest.mark.timeout(90)
+def test_task_cancel_retry_tasks_pause_resume_purge(node, sink):
+    env = cli_env(node)
+    sink.reply("/flaky", 500, 200)
+    failed = json.loads(ok(run_cli("enqueue", f"{sink.url}/flaky", "--max-attempts", "1",
+                                   env=env)).stdout)["id"]
+    node.wait_task_state(failed, "failed")
+    assert json.loads(ok(run_cli("task", failed, env=env)).stdout)["state"] == "failed"
+    table = ok(run_cli("tasks", "--state", "failed", env=env)).stdout.splitlines()
+    assert table[0].split()[:3] == ["ID", "STATE", "ATTEMPTS"]
+    assert [line.split()[:3] for line in table[1:]] == [[failed, "failed", "1"]]
+    ok(run_cli("retry", failed, env=env))
+    node.wait_task_state(failed, "succeeded")
+
+    later = json.loads(ok(run_cli("enqueue", f"{sink.url}/later", "--countdown", "60",
+                                  env=env)).stdout)["id"]
+    raw = json.loads(ok(run_cli("tasks", "default", "--json", env=env)).stdout)
+    assert [t["id"] for t in raw["tasks"]] == [later] and raw["state"] == "scheduled"
+    assert json.loads(ok(run_cli("cancel", later, env=env)).stdout)["state"] == "cancelled"
+    cp = run_cli("cancel", failed, env=env)  # it has succeeded since: too late
+    assert cp.returncode == 1 and "(409)" in cp.stderr and "Traceback" not in cp.stderr
+    cp = run_cli("task", "no-such-task", env=env)
+    assert cp.returncode == 1 and "(404)" in cp.stderr
+
+    ok(run_cli("pause", "held", env=env))
+    with Client(node.url) as c:
+        assert c.queue("held")["paused"] is True
+        held = c.enqueue(f"{sink.url}/held", queue="held")["id"]
+        c.enqueue(f"{sink.url}/marker")
+        sink.wait_for(count=1, path="/marker")
+        assert sink.count("/held") == 0 and c.get(held)["state"] == "scheduled"
+        ok(run_cli("resume", "held", env=env))
+        sink.wait_for(count=1, path="/held")
+        c.enqueue_batch([{"url": f"{sink.url}/never", "countdown": 60}] * 4, queue="doomed")
+    assert json.loads(ok(run_cli("purge", "doomed", env=env)).stdout)["purged"] == 4
+    assert node.counts("doomed")["scheduled"] == 0
+
+
+@pytest.mark.timeout(90)
+def test_file_of_500_tasks_all_delivered(node, sink, tmp_path):
+    tasks = [{"url": f"{sink.url}/bulk", "params": {"i": i}} for i in range(490)]
+    tasks += [{"url": f"{sink.url}/bulk", "params": {"i": 490 + i}, "queue": "other"}
+              for i in range(10)]
+    path = jsonl(tmp_path / "tasks.jsonl", tasks)
+    cp = ok(run_cli("enqueue", "--file", path, "--batch-size", "64", env=cli_env(node)))
+    assert json.loads(cp.stdout) == {"tasks": 500, "scheduled": 500, "duplicate": 0, "error": 0}
+    assert cp.stderr == ""  # piped: no progress bar
+    reqs = sink.wait_for(count=500, path="/bulk", timeout=60)
+    assert sorted(int(r.form["i"][0]) for r in reqs) == list(range(500))
+    assert len({r.task_id for r in reqs}) == 500
+    assert node.counts("other")["succeeded"] == 10
+
+    # a bad line is found before anything is sent; a field the node refuses names its line
+    bad = jsonl(tmp_path / "bad.jsonl", [{"url": f"{sink.url}/b"}] * 3)
+    Path(bad).write_text(Path(bad).read_text() + "{not json\n")
+    cp = run_cli("enqueue", "--file", bad, env=cli_env(node))
+    assert cp.returncode == 2 and "line 4" in cp.stderr
+    refused = jsonl(tmp_path / "refused.jsonl", [{"url": f"{sink.url}/b"}, {"url": "ftp://x/"}])
+    cp = run_cli("enqueue", "--file", refused, env=cli_env(node))
+    assert cp.returncode == 1 and "line 2: url" in cp.stderr, cp.stderr
+    named = jsonl(tmp_path / "named.jsonl", [{"url": f"{sink.url}/n", "name": "n"}] * 2)
+    cp = run_cli("enqueue", "--file", named, env=cli_env(node))
+    assert cp.returncode == 1 and json.loads(cp.stdout)["duplicate"] == 1
+    sink.wait_for(count=1, path="/n")
+    assert sink.count("/b") == 0
+
+
+@pytest.mark.timeout(60)
+def test_progress_bar_only_on_a_terminal(node, sink, tmp_path):
+    path = jsonl(tmp_path / "t.jsonl", [{"url": f"{sink.url}/p"}] * 20)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a real size
+    try:
+        cp = subprocess.run([sys.executable, "-m", "miyamoto", "enqueue", "--file", path,
+                             "--batch-size", "5"], stdout=subprocess.PIPE, stderr=slave,
+                            env=dict(os.environ, PYTHONPATH=str(REPO), **cli_env(node)),
+                            timeout=30, text=True)
+        os.close(slave)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(master)
+    assert cp.returncode == 0
+    assert b"20/20" in drawn, drawn
+    sink.wait_for(count=20, path="/p")
+
+
+@pytest.mark.timeout(60)
+def test_status_table_json_and_a_closed_pipe(node, sink, tmp_path):
+    env = cli_env(node)
+    with Client(node.url) as c:
+        node.wait_task_state(c.enqueue(f"{sink.url}/s")["id"], "succeeded")
+        c.enqueue_batch([{"url": f"{sink.url}/later", "countdown": 60, "params": {"i": i}}
+                         for i in range(700)], queue="big")
+    lines = ok(run_cli("status", env=env)).stdout.splitlines()
+    assert lines[0].startswith(f"node {node.node_id} (leader), leader {node.node_id}")
+    header = [line for line in lines if line.startswith("QUEUE")][0].split()
+    assert header == ["QUEUE", "PAUSED", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED",
+                      "CANCELLED"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[lines.index(
+        [x for x in lines if x.startswith("QUEUE")][0]) + 1:]}
+    assert rows["default"] == ["no", "0", "0", "1", "0", "0"]
+    assert rows["big"] == ["no", "700", "0", "0", "0", "0"]
+    assert any(line.split()[:2] == [node.node_id, "*"] for line in lines)
+    raw = json.loads(ok(run_cli("status", "--json", env=env)).stdout)
+    assert raw["cluster"]["leader"] == node.node_id
+    assert {q["name"] for q in raw["queues"]} >= {"default", "big"}
+
+    # a reader that is gone before anything is written: every write fails (EPIPE)
+    r, w = os.pipe()
+    os.close(r)
+    child_env = dict(os.environ, PYTHONPATH=str(REPO), **env)
+    for args in (["status"], ["tasks", "big", "--json", "--limit", "1000"]):
+        cp = subprocess.run([sys.executable, "-m", "miyamoto", *args], stdout=w,
+                            stderr=subprocess.PIPE, env=child_env, timeout=30, text=True)
+        assert cp.stderr == "" and cp.returncode == 141, (args, cp.returncode, cp.stderr)
+    os.close(w)
+    # and the shell's way: head reads one line and leaves (the tasks answer is > 64 KiB)
+    for args in ("status", "tasks big --json --limit 1000"):
+        cp = subprocess.run(["sh", "-c", f"{sys.executable} -m miyamoto {args} | head -1"],
+                            capture_output=True, env=child_env, timeout=30, text=True)
+        assert cp.returncode == 0 and cp.stderr == "", cp.stderr
+        assert len(cp.stdout.splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_tokens_by_flag_and_environment(node_factory, sink):
+    n = node_factory("guarded", env={"MIYAMOTO_API_TOKENS": f"admin:{ADMIN},read:{READ}"})
+    env = cli_env(n)
+    cp = run_cli("status", env=env)
+    assert cp.returncode == 1 and "(401)" in cp.stderr and "missing" in cp.stderr
+    ok(run_cli("status", "--token", READ, env=env))
+    ok(run_cli("status", env=dict(env, MIYAMOTO_TOKEN=READ)))
+    ok(run_cli("status", env=dict(env, MIYAMOTO_API_TOKEN=READ)))  # the older name
+    cp = run_cli("enqueue", f"{sink.url}/t", env=dict(env, MIYAMOTO_TOKEN=READ))
+    assert cp.returncode == 1 and "(403)" in cp.stderr
+    cp = run_cli("pause", "default", "--token", "not-a-token-at-all-0123", env=env)
+    assert cp.returncode == 1 and "(401)" in cp.stderr
+    # the flag wins over the environment
+    ok(run_cli("enqueue", f"{sink.url}/t", "--token", ADMIN, env=dict(env, MIYAMOTO_TOKEN=READ)))
+    sink.wait_for(count=1, path="/t")
+    assert ADMIN not in n.log_text() and READ not in n.log_text()
