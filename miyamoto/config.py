@@ -176,7 +176,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("http_idle_timeout", _float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
     Setting("max_header_bytes", _int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
     Setting("max_connections", _int_ge(16), 10000, "HTTP connections open at once"),
-    Setting("max_per_host", _int_ge(1), 128, "deliveries in flight to one target host"),
+    Setting("max_per_host", _int_ge(1), 128,
+            "deliveries in flight on this node to one target origin (scheme://host:port)"),
     Setting("signing_secret", _secret, "", "Standard Webhooks secret whsec_... to sign deliveries",
             flag=False, secret=True),
     Setting("log_level", _level, "INFO", "debug, info, warning, error"),
@@ -203,7 +204,7 @@ class QueueConfig:
     name: str = "default"
     rate: float = 0.0  # dispatches per second for the whole cluster; 0 = unlimited
     burst: int = 100
-    max_concurrent: int = 1000
+    max_concurrent: int = 0  # deliveries in flight on one node; 0 = half of concurrency
     max_attempts: int = 25
     min_backoff: float = 0.5
     max_backoff: float = 3600.0
@@ -216,7 +217,7 @@ class QueueConfig:
 QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "rate": _float_ge(0),
     "burst": _int_ge(1),
-    "max_concurrent": _int_ge(1),
+    "max_concurrent": _int_ge(0),
     "max_attempts": _int_ge(1),
     "min_backoff": _float_ge(0),
     "max_backoff": _float_ge(0),
