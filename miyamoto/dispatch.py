@@ -135,17 +135,18 @@ class Dispatcher:
             while q.inflight < q.limit:
                 if self.busy >= self.concurrency:
                     return None  # a finishing delivery wakes us
-                pick = q.ready.peek(self.hosts)
-                if pick is None:
-                    if q.ready.startable():
-                        wait = 0.0  # a long line is being set aside: yield, then go on
-                    break
                 now = self._clock()
                 if not q.bucket.take(now):
                     w = q.bucket.wait_time(now)
                     wait = w if wait is None else min(wait, w)
                     break
-                task_id, host = q.ready.pop()
+                pick = q.ready.take(self.hosts)
+                if pick is None:  # every task it has waits for a full target
+                    q.bucket.refund()  # (the token goes back: it spent no attempt)
+                    if q.ready.startable():
+                        wait = 0.0  # a long line is being set aside: yield, then go on
+                    break
+                task_id, host = pick
                 q.inflight += 1
                 self.busy += 1
                 self.hosts.take(host)

@@ -21,7 +21,10 @@ Nothing here has a clock, a socket or a greenlet: the dispatcher drives it.
 from __future__ import annotations
 
 import collections
+import functools
+import re
 import sys
+from typing import Iterable
 from urllib.parse import urlsplit
 
 from miyamoto.config import QueueConfig
@@ -43,17 +46,27 @@ def queue_limit(config: QueueConfig, concurrency: int) -> int:
     return min(config.max_concurrent, concurrency)
 
 
+_PREFIX = re.compile(r"[^/?#]*//[^/?#]*")  # scheme://netloc, as written
+
+
 def origin(url: str) -> str:
     """``scheme://host:port`` of a target URL, lower case, default port made explicit.
 
-    Interned: the ready lines hold one reference per task, not one string."""
+    Every due task asks, so the answer is memoised by the URL's prefix (~0.4 us instead
+    of urlsplit's ~2 us) and interned: a ready line holds one string per target."""
+    m = _PREFIX.match(url)
+    return _origin(m.group() if m else url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _origin(prefix: str) -> str:
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(prefix)
         scheme = parts.scheme.lower()
         port = parts.port or (443 if scheme == "https" else 80)
         return sys.intern(f"{scheme}://{(parts.hostname or '').lower()}:{port}")
     except ValueError:  # a bad port: validated URLs have none, but never fail a delivery here
-        return sys.intern(url.split("/", 3)[2].lower() if url.count("/") >= 2 else url)
+        return sys.intern(prefix.lower())
 
 
 class HostSlots:
@@ -74,15 +87,14 @@ class HostSlots:
         """``queue`` has tasks set aside for the full ``host``: tell it when a slot frees."""
         self._waiting.setdefault(host, {})[queue] = None
 
-    def release(self, host: str) -> list[str]:
+    def release(self, host: str) -> Iterable[str]:
         """A delivery to ``host`` ended; return the queues to wake (each once)."""
         n = self.busy.get(host, 0) - 1
         if n > 0:
             self.busy[host] = n
         else:
             self.busy.pop(host, None)
-        waiting = self._waiting.pop(host, None)
-        return list(waiting) if waiting else []
+        return self._waiting.pop(host, None) or ()
 
     def waiting(self, host: str) -> list[str]:
         return list(self._waiting.get(host, ()))
@@ -120,41 +132,38 @@ class ReadyLine:
         if host in self._aside:
             self._woken.append(host)
 
-    def peek(self, hosts: HostSlots) -> tuple[str, str] | None:
-        """The next task that may start now, as (task_id, host); None if none can.
+    def take(self, hosts: HostSlots) -> tuple[str, str] | None:
+        """Remove and return the next task that may start now, as (task_id, host); None
+        if none can.
 
         Woken set-aside tasks come first (they are the older); tasks whose target is
-        full are set aside on the way, at most ``PARK_BATCH`` per look (a 100,000-task
+        full are set aside on the way, at most ``PARK_BATCH`` per call (a 100,000-task
         line for one stuck target is moved over several pump passes, not in one)."""
-        while self._woken:
-            host = self._woken[0]
-            if not hosts.full(host):
-                return self._aside[host][0], host
-            self._woken.popleft()
-            hosts.wait(self.name, host)
-        for _ in range(PARK_BATCH):
-            if not self._line:
-                return None
-            task_id, host = self._line[0]
-            aside = self._aside.get(host)
-            if aside is None and not hosts.full(host):
+        busy, limit = hosts.busy, hosts.limit
+        woken, aside_of = self._woken, self._aside
+        while woken:
+            host = woken[0]
+            if busy.get(host, 0) < limit:
+                aside = aside_of[host]
+                task_id = aside.popleft()
+                if not aside:
+                    del aside_of[host]
+                    woken.popleft()
                 return task_id, host
-            self._line.popleft()
-            if aside is not None:  # behind its target's earlier tasks, which wait already
-                aside.append(task_id)
-            else:
-                self._aside[host] = collections.deque((task_id,))
+            woken.popleft()
+            hosts.wait(self.name, host)
+        line = self._line
+        moved = 0
+        while line and moved < PARK_BATCH:
+            item = line.popleft()
+            task_id, host = item
+            aside = aside_of.get(host)
+            if aside is None:
+                if busy.get(host, 0) < limit:
+                    return item
+                aside_of[host] = collections.deque((task_id,))
                 hosts.wait(self.name, host)
+            else:  # behind its target's earlier tasks, which wait already
+                aside.append(task_id)
+            moved += 1
         return None
-
-    def pop(self) -> tuple[str, str]:
-        """Remove what ``peek`` just returned (nothing may change in between)."""
-        if self._woken:
-            host = self._woken[0]
-            aside = self._aside[host]
-            task_id = aside.popleft()
-            if not aside:
-                del self._aside[host]
-                self._woken.popleft()
-            return task_id, host
-        return self._line.popleft()

@@ -31,7 +31,8 @@ def test_origin_is_scheme_host_port():
     assert origin("https://example.com/x") == "https://example.com:443"
     assert origin("http://127.0.0.1:8080/a") == "http://127.0.0.1:8080"
     assert origin("http://127.0.0.1:8080/a") != origin("http://localhost:8080/a")
-    assert origin("http://h:99999/") == "h:99999"  # a bad port never raises here
+    assert origin("http://u:p@h/x") == "http://h:80"
+    assert origin("http://h:99999/") == "http://h:99999"  # a bad port never raises here
 
 
 def test_queue_limit_defaults_below_the_pool_and_is_clamped_to_it():
@@ -46,8 +47,7 @@ def test_line_sets_aside_a_full_target_without_blocking_the_others():
     for t, h in [("h1", H), ("h2", H), ("g1", G), ("h3", H), ("g2", G)]:
         line.append(t, h)
     starts = []
-    while (pick := line.peek(hosts)) is not None:
-        assert line.pop() == pick
+    while (pick := line.take(hosts)) is not None:
         hosts.take(pick[1])
         starts.append(pick[0])
         if pick[1] == G:  # G answers at once, H hangs
@@ -57,16 +57,14 @@ def test_line_sets_aside_a_full_target_without_blocking_the_others():
     assert line.waiting_on() == [H] and len(line) == 2
     line.append("h4", H)  # a later task for H goes behind the ones set aside
     line.append("g3", G)
-    assert line.peek(hosts) == ("g3", G)
-    line.pop()
-    assert line.peek(hosts) is None
+    assert line.take(hosts) == ("g3", G)
+    assert line.take(hosts) is None
     for waiter in hosts.release(H):  # H frees a slot: its oldest task goes first, FIFO
         assert waiter == "q"
         line.wake(H)
     assert line.startable()
     got = []
-    while (pick := line.peek(hosts)) is not None:
-        line.pop()
+    while (pick := line.take(hosts)) is not None:
         hosts.take(pick[1])
         got.append(pick[0])
         for waiter in hosts.release(H):
@@ -82,18 +80,17 @@ def test_line_a_wake_costs_no_pass_over_the_tasks_set_aside():
         line.append(f"h{i}", H)
     line.append("g", G)
     looks = 0
-    while (pick := line.peek(hosts)) is None:  # each look moves at most PARK_BATCH
+    while (pick := line.take(hosts)) is None:  # each look moves at most PARK_BATCH
         looks += 1
     assert pick == ("g", G) and looks == 3
-    line.pop()
-    assert line.peek(hosts) is None and len(line) == n
+    assert line.take(hosts) is None and len(line) == n
     for _ in range(3):  # each freed slot starts exactly the oldest task set aside
         for waiter in hosts.release(H):
             line.wake(H)
-        first = line.peek(hosts)
-        assert first is not None and line.pop() == first
+        first = line.take(hosts)
+        assert first is not None
         hosts.take(H)
-        assert line.peek(hosts) is None  # full again: back to waiting, nothing scanned
+        assert line.take(hosts) is None  # full again: back to waiting, nothing scanned
         assert hosts.waiting(H) == ["q"]
     assert first == ("h2", H) and len(line) == n - 3
 
@@ -106,8 +103,8 @@ def test_hosts_wake_each_waiting_queue_once_and_forget_idle_targets():
     hosts.wait("a", H)
     hosts.wait("b", H)
     hosts.wait("a", H)
-    assert hosts.release(H) == ["a", "b"]
-    assert hosts.release(H) == [] and hosts.busy == {}
+    assert list(hosts.release(H)) == ["a", "b"]
+    assert list(hosts.release(H)) == [] and hosts.busy == {}
 
 
 # ================================================================ units: the dispatcher
@@ -155,7 +152,7 @@ def test_dispatch_a_full_target_spends_no_token_and_waits_for_a_slot():
     d.submit("q", "g1", G)
     wait = _pass(d)
     # h2 waits for H without taking a token: g1 got the second one
-    assert runs.started == ["h1", "g1"] and wait is None
+    assert runs.started == ["h1", "g1"] and wait == pytest.approx(1000.0)  # tokens: 0
     assert d.hosts.busy == {H: 1, G: 1} and d.queue("q").inflight == 2
     runs.finish("h1")  # H is free, but the bucket is empty: h2 waits for a token
     assert d.busy == 1 and d.hosts.busy == {G: 1}
