@@ -127,8 +127,8 @@ class Dispatcher:
         wait: float | None = None
         for name in list(self._active):
             q = self.queues[name]
-            if not q.ready.startable():
-                self._active.discard(name)  # empty, or all its tasks wait for a target
+            if not q.ready.startable():  # empty, or all its tasks wait for a full target
+                self._active.discard(name)
                 continue
             if q.paused:
                 continue

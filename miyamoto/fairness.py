@@ -89,7 +89,7 @@ class HostSlots:
 
     def release(self, host: str) -> Iterable[str]:
         """A delivery to ``host`` ended; return the queues to wake (each once)."""
-        n = self.busy.get(host, 0) - 1
+        n = self.busy[host] - 1  # a release always follows a take
         if n > 0:
             self.busy[host] = n
         else:
