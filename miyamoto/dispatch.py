@@ -55,7 +55,10 @@ class Dispatcher:
         #               finishing delivery's wake-up always sees its slot free
         self.group = gevent.pool.Group()
         self.queues: dict[str, QueueState] = {}
-        self._active: set[str] = set()  # queues with ready tasks
+        # queues with ready tasks, in turn order: a queue that started a task goes to the
+        # back, so slots freed one at a time (a full pool, a full target) go round the
+        # queues that wait for them instead of always to the same one
+        self._active: dict[str, None] = {}
         self._share = 1
         self._wake = gevent.event.Event()
         self._greenlet: gevent.Greenlet | None = None
@@ -94,7 +97,7 @@ class Dispatcher:
         line. Copies cancelled or pushed back meanwhile stay in the line and are skipped
         by ``run``: removing them here would cost a pass over the line for every cancel."""
         self.queue(queue).ready.append(task_id, host)
-        self._active.add(queue)
+        self._active[queue] = None
         self._wake.set()
 
     def pause(self, queue: str, paused: bool) -> None:
@@ -128,7 +131,7 @@ class Dispatcher:
         for name in list(self._active):
             q = self.queues[name]
             if not q.ready.startable():  # empty, or all its tasks wait for a full target
-                self._active.discard(name)
+                del self._active[name]
                 continue
             if q.paused:
                 continue
@@ -147,6 +150,8 @@ class Dispatcher:
                         wait = 0.0  # a long line is being set aside: yield, then go on
                     break
                 task_id, host = pick
+                del self._active[name]  # to the back of the turn order
+                self._active[name] = None
                 q.inflight += 1
                 self.busy += 1
                 self.hosts.take(host)
@@ -166,5 +171,5 @@ class Dispatcher:
                 waiter = self.queues.get(name)
                 if waiter is not None:
                     waiter.ready.wake(host)
-                    self._active.add(name)
+                    self._active[name] = None
             self._wake.set()

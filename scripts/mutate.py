@@ -140,7 +140,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "pump yields to other greenlets", "1000 -> 1001"):
         "how many tasks one pass sets aside before the pump yields: the tests use PARK_BATCH "
         "itself; every task still starts, in the same order",
-    ("miyamoto/dispatch.py", "self._active.discard(name)", "drop the call"):
+    ("miyamoto/dispatch.py", "del self._active[name]", "drop the call"):
         "a queue with an empty ready line left in the active set is skipped on every pass "
         "(time only, and it is dropped on the next pass that finds it empty anyway)",
     ("miyamoto/replication.py",

@@ -170,6 +170,19 @@ def test_dispatch_a_full_target_spends_no_token_and_waits_for_a_slot():
     assert d.busy == 0 and d.hosts.busy == {} and d.queue("q").inflight == 0
 
 
+def test_dispatch_slots_freed_one_at_a_time_go_round_the_waiting_queues():
+    runs = Gates()
+    d = Dispatcher(runs, lambda name: QueueConfig(name=name), 64, FakeClock(), max_per_host=1)
+    for i in range(4):
+        d.submit("a", f"a{i}", H)
+    for i in range(4):
+        d.submit("b", f"b{i}", H)
+    for _ in range(8):
+        _pass(d)
+        runs.finish(*runs.started)
+    assert runs.started == ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "b3"]
+
+
 def test_dispatch_a_look_that_finds_only_full_targets_gives_its_token_back():
     runs, clock = Gates(), FakeClock()
     qc = QueueConfig(name="q", rate=0.001, burst=2)
@@ -200,7 +213,10 @@ def test_dispatch_a_queue_takes_its_share_and_leaves_the_rest_of_the_pool():
     assert "o1" not in runs.started and d.busy == 8  # the pool is full
     runs.finish("f0", "f1")
     _pass(d)
-    assert sorted(runs.started[-2:]) == ["f4", "o1"]  # freed slots go to the waiting queues
+    assert set(runs.started[-2:]) <= {"f4", "f5", "o1"} and d.busy == 8  # to those waiting
+    runs.finish(*runs.started[-2:])
+    _pass(d)
+    assert {"f4", "f5", "o1"} <= set(runs.started) and d.busy == 7
     assert len([t for t in runs.started if t.startswith("s")]) == 4
 
 
@@ -260,7 +276,7 @@ def test_dispatch_a_configured_limit_above_the_pool_is_clamped_and_logged(caplog
 def test_dispatch_a_paused_queue_does_not_hold_up_the_queues_after_it():
     runs = Gates()
     d = Dispatcher(runs, lambda name: QueueConfig(name=name), 64, FakeClock())
-    for i in range(20):  # in set order the open queue comes first only 1 time in 21
+    for i in range(20):  # the open queue comes last in turn order
         d.pause(f"p{i}", True)
         d.submit(f"p{i}", f"p{i}-task", H)
     d.submit("open", "o", G)
@@ -304,7 +320,9 @@ def test_node_a_hanging_queue_does_not_hold_up_another(node_factory):
     slow, fast = Sink().start(), Sink().start()
     try:
         slow.reply("/hang", Reply(200, delay=10.0))
-        node = node_factory(queues={"slow": {"timeout": 20}, "fast": {}})
+        # in memory: a disk's fsync on this shared box varies by tens of ms, and the
+        # slots, not the journal, are what this measures
+        node = node_factory(data_dir=":memory:", queues={"slow": {"timeout": 20}, "fast": {}})
         r = node.post("/queue/slow/batch", json=[{"url": slow.url_for("/hang"),
                                                   "params": {"i": i}} for i in range(1000)])
         assert r.status_code == 200, r.text
@@ -344,7 +362,7 @@ def test_node_max_per_host_caps_a_target_across_queues_without_spending_attempts
         assert {r.headers["X-Task-Retry-Count"] for r in reqs} == {"0"}
         a_times = [r.time for r in reqs if r.form["i"][0][0] == "a"]
         b_times = [r.time for r in reqs if r.form["i"][0][0] == "b"]
-        assert min(b_times) < max(a_times)  # both queues got turns at the target
+        assert min(b_times) < sorted(a_times)[15]  # both queues got turns at the target
     finally:
         sink.stop()
 
