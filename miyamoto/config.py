@@ -230,7 +230,7 @@ class QueueConfig:
     name: str = "default"
     rate: float = 0.0  # dispatches per second for the whole cluster; 0 = unlimited
     burst: int = 100
-    max_concurrent: int = 1000
+    max_concurrent: int = 0  # deliveries in flight on one node; 0 = half of concurrency
     max_attempts: int = 25
     min_backoff: float = 0.5
     max_backoff: float = 3600.0
@@ -243,7 +243,7 @@ class QueueConfig:
 QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "rate": _float_ge(0),
     "burst": _int_ge(1),
-    "max_concurrent": _int_ge(1),
+    "max_concurrent": _int_ge(0),
     "max_attempts": _int_ge(1),
     "min_backoff": _float_ge(0),
     "max_backoff": _float_ge(0),

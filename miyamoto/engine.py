@@ -25,6 +25,7 @@ from miyamoto.config import Config, QueueConfig
 from miyamoto.delivery import Outcome, build_request
 from miyamoto.dispatch import Dispatcher
 from miyamoto.errors import Conflict, Duplicate, Unavailable
+from miyamoto.fairness import origin
 from miyamoto.journal import Journal
 from miyamoto.retry import Action, decide, is_success
 from miyamoto.scheduler import Scheduler
@@ -74,7 +75,8 @@ class Engine:
         self.live: dict[str, Task] = {}
         self.names: dict[tuple[str, str], tuple[str, float]] = {}
         self.scheduler = Scheduler(self._due, clock)
-        self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock)
+        self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock,
+                                     max_per_host=config.max_per_host)
         self.hooks = hooks or Hooks()
         self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
         self.stats = Stats()
@@ -173,7 +175,7 @@ class Engine:
     def _due(self, task_id: str) -> None:
         t = self.live.get(task_id)
         if t is not None and t.state == State.SCHEDULED:
-            self.dispatcher.submit(t.queue, task_id)
+            self.dispatcher.submit(t.queue, task_id, origin(t.url))
 
     def _run(self, task_id: str) -> bool:
         """Deliver a due copy; False if it did not go (its token is given back)."""

@@ -144,7 +144,7 @@ class Node:
         qs = self.engine.dispatcher.view(name)
         c = qs.config
         return {
-            "name": name, "paused": qs.paused,
+            "name": name, "paused": qs.paused, "limit": qs.limit,
             "config": {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
                        "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
                        "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
