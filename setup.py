@@ -19,6 +19,7 @@ setup(
         "requests>=2.31",
         "ujson>=5.9",
         "geventhttpclient>=2.3",
+        "prometheus_client>=0.20",
     ],
     extras_require={
         "test": [

@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import gevent
 import gevent.event
@@ -73,8 +73,10 @@ class JournalClosed(RuntimeError):
 
 
 class Journal:
-    def __init__(self, data_dir: str, *, sync_full: bool = False):
+    def __init__(self, data_dir: str, *, sync_full: bool = False,
+                 on_commit: Callable[[float], None] | None = None):
         self.data_dir = data_dir
+        self._on_commit = on_commit  # seconds each group commit took (metrics)
         self.memory = data_dir == ":memory:"
         self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
         self._sync_full = sync_full
@@ -217,6 +219,7 @@ class Journal:
         if not (tasks or names or queues):
             self._answer(waiters, None)
             return
+        started = time.monotonic()
         try:
             self._pool.apply(self._commit, self._rows(tasks, names, queues))
         except Exception as e:
@@ -232,6 +235,8 @@ class Journal:
             self._answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
         self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(time.monotonic() - started)
         self._answer(waiters, None)
 
     @staticmethod

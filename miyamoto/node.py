@@ -24,10 +24,11 @@ from miyamoto.config import Config
 from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
 from miyamoto.journal import Journal
+from miyamoto.logs import AccessLog
+from miyamoto.metrics import Metrics
 from miyamoto.server import HTTPServer
 from miyamoto.task import State, Task
 from miyamoto.validate import Limits
-from miyamoto.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,10 @@ class Node:
         self.config = config
         self.clock = clock
         self.node_id = config.node
-        self.journal = Journal(config.data_dir)
+        self.metrics = Metrics()  # its own registry: several nodes may share a process
+        self.journal = Journal(config.data_dir, on_commit=self.metrics.journal_commit)
         self.cluster = Cluster(config, self.journal, clock=clock, monotonic=time.monotonic,
-                               rng=random.Random())
+                               rng=random.Random(), metrics=self.metrics)
         self.engine = self.cluster.engine
         self.targets = self.engine.targets  # the cluster adds the members' endpoints
         self.targets.set_endpoints(self._own_endpoints)
@@ -47,6 +49,7 @@ class Node:
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
+        self.metrics.watch(self)
         self.server: HTTPServer | None = None
         self.draining = False
         self._stopped = gevent.event.Event()
@@ -59,7 +62,8 @@ class Node:
         address: Any = (self.config.http_host, self.config.http_port)
         if self.config.reuse_port:  # several processes of this host share the port
             address = _shared_listener(self.config.http_host.strip("[]"), self.config.http_port)
-        self.server = HTTPServer(address, self.api)
+        app = AccessLog(self.api) if self.config.access_log else self.api
+        self.server = HTTPServer(address, app)
         self.server.start()
         log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
                  self.config.http, self.config.cluster, self.config.data_dir)
@@ -162,43 +166,9 @@ class Node:
             return False, "stopping"
         return self.cluster.ready()
 
-    def metrics_text(self) -> str:
-        s = self.engine.stats
-        members = self.cluster.info().get("members", [])
-        lines = [
-            "# TYPE miyamoto_tasks_stored_total counter",
-            f"miyamoto_tasks_stored_total {s.stored}",
-            "# TYPE miyamoto_attempts_total counter",
-            f"miyamoto_attempts_total {s.attempts}",
-            "# TYPE miyamoto_tasks_succeeded_total counter",
-            f"miyamoto_tasks_succeeded_total {s.succeeded}",
-            "# TYPE miyamoto_tasks_failed_total counter",
-            f"miyamoto_tasks_failed_total {s.failed}",
-            "# TYPE miyamoto_retries_total counter",
-            f"miyamoto_retries_total {s.retried}",
-            "# TYPE miyamoto_tasks_cancelled_total counter",
-            f"miyamoto_tasks_cancelled_total {s.cancelled}",
-            "# TYPE miyamoto_tasks_live gauge",
-            f"miyamoto_tasks_live {len(self.engine.live)}",
-            "# TYPE miyamoto_deliveries_in_flight gauge",
-            f"miyamoto_deliveries_in_flight {self.engine.dispatcher.busy}",
-            "# TYPE miyamoto_journal_commits_total counter",
-            f"miyamoto_journal_commits_total {self.journal.commits}",
-            "# TYPE miyamoto_cluster_members gauge",
-            f"miyamoto_cluster_members {len(members)}",
-            "# HELP miyamoto_peer_clock_offset_seconds a member's wall clock minus ours",
-            "# TYPE miyamoto_peer_clock_offset_seconds gauge",
-            *(f'miyamoto_peer_clock_offset_seconds{{peer="{_label(str(mem["id"]))}"}} '
-              f'{mem["clock_offset"]}' for mem in members
-              if mem["id"] != self.node_id and mem.get("clock_offset") is not None),
-            "# TYPE miyamoto_info gauge",
-            f'miyamoto_info{{version="{__version__}",node="{_label(self.node_id)}"}} 1',
-        ]
-        return "\n".join(lines) + "\n"
-
-
-def _label(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    def metrics_body(self) -> bytes:
+        """GET /metrics: Prometheus text exposition (``miyamoto.metrics``)."""
+        return self.metrics.render()
 
 
 def _shared_listener(host: str, port: int) -> socket.socket:
