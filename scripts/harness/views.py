@@ -114,11 +114,11 @@ def parse_metrics(text: str) -> dict[str, float]:
                 continue
             name = sample.name.removeprefix("miyamoto_")
             if not sample.labels:
-                out[name] = sample.value
+                out[name] = float(sample.value)
                 continue
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            out[f"{name}{{{labels}}}"] = sample.value
-            summed[name] = summed.get(name, 0.0) + sample.value
+            out[f"{name}{{{labels}}}"] = float(sample.value)
+            summed[name] = summed.get(name, 0.0) + float(sample.value)
     for name, total in summed.items():
         out.setdefault(name, total)
     return out
