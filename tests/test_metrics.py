@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import NodeProcess, free_port, wait_until
+from helpers import NodeProcess, dealer, free_port, wait_until
 from harness.views import parse_metrics
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 
@@ -162,6 +162,14 @@ def test_cluster_role_term_members_and_leader_changes(cluster_factory):
     wait_until(lambda: verb_count(samples(by_id(nodes, follower)), "HEARTBEAT", "received")
                > verb_count(views[follower], "HEARTBEAT", "received"), 5.0, interval=0.05,
                what="more heartbeats counted")
+
+    # a malformed message from an insider's socket: counted as dropped, verb "invalid"
+    target = by_id(nodes, follower)
+    raw = dealer(target.cluster_addr, b"intruder")
+    raw.send_multipart([b"NO_SUCH_VERB", b"{}"])
+    raw.close()
+    wait_until(lambda: verb_count(samples(target), "invalid", "dropped") >= 1, 5.0,
+               interval=0.05, what="the malformed message counted as dropped")
 
     by_id(nodes, old).kill()
     survivors = [n for n in nodes if n.node_id != old]
