@@ -158,7 +158,7 @@ def test_cluster_role_term_members_and_leader_changes(cluster_factory):
         assert v[f'cluster_role{{role="{role}"}}'] == 1 and v["cluster_role"] == 1
     assert verb_count(views[old], "HEARTBEAT", "sent") > 0
     follower = next(n for n in views if n != old)
-    assert verb_count(views[follower], "HEARTBEAT", "received") > 0
+    # (a member admitted last may not have had a heartbeat yet when first scraped)
     wait_until(lambda: verb_count(samples(by_id(nodes, follower)), "HEARTBEAT", "received")
                > verb_count(views[follower], "HEARTBEAT", "received"), 5.0, interval=0.05,
                what="more heartbeats counted")
