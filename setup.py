@@ -20,6 +20,7 @@ setup(
         "ujson>=5.9",
         "geventhttpclient>=2.3",
         "tqdm>=4.66",  # the CLI's progress bar for enqueue --file
+        "prometheus_client>=0.20",
     ],
     extras_require={
         "test": [

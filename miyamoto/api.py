@@ -18,6 +18,7 @@ import ujson
 
 from miyamoto import auth
 from miyamoto.errors import Conflict, Duplicate, Unavailable
+from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.task import QUEUE_NAME_RE, State
 from miyamoto.validate import Limits, ValidationError, parse_batch, parse_enqueue
 
@@ -220,7 +221,7 @@ class Api:
                                          "reason": why}
 
     def metrics(self, environ: dict) -> tuple[int, Any]:
-        return 200, Raw(self.service.metrics_text().encode(), "text/plain; version=0.0.4")
+        return 200, Raw(self.service.metrics_body(), CONTENT_TYPE_LATEST)
 
     def openapi(self, environ: dict) -> tuple[int, Any]:
         from miyamoto.openapi import SPEC

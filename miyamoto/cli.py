@@ -81,8 +81,9 @@ def _serve(args: argparse.Namespace) -> int:
     except config_mod.ConfigError as e:
         print(f"miyamoto: bad option {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from miyamoto import logs
+
+    logs.configure(config.log_level, config.log_format)
     if config.processes > 1:
         from miyamoto.processes import supervise
 

@@ -31,6 +31,7 @@ from miyamoto.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.journal import Journal
 from miyamoto.membership import Member, Membership, Roster, Timing
+from miyamoto.metrics import Metrics
 from miyamoto.outbox import Outbox, unbatch
 from miyamoto.protocol import DecodeError, Verb
 from miyamoto.queries import Queries
@@ -55,7 +56,8 @@ _SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: ow
 
 class Cluster:
     def __init__(self, config: Config, journal: Journal, *, clock: Callable[[], float],
-                 monotonic: Callable[[], float], rng: random.Random):
+                 monotonic: Callable[[], float], rng: random.Random,
+                 metrics: Metrics | None = None):
         self.config = cfg = config
         self.me = cfg.node
         self.journal = journal
@@ -64,12 +66,15 @@ class Cluster:
         self.rng = rng
         self.group = gevent.pool.Group()
         self.engine = Engine(cfg, journal, clock=clock, rng=rng, hooks=_Hooks(self),
-                             spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t))
+                             spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t),
+                             metrics=metrics)
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
         self.transport = Transport(cfg.node, cfg.cluster, self._receive, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
+        self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
+        self._leader_seen: str | None = None
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
         self.zones: dict[str, str] = {}  # member -> failure domain
@@ -176,6 +181,10 @@ class Cluster:
 
     def _check_roster(self) -> None:
         assert self.membership is not None
+        leader = self.membership.leader
+        if leader is not None and leader != self._leader_seen:
+            self._leader_seen = leader
+            self.leader_changes += 1
         if self.membership.roster != self.roster:
             self._roster_changed(self.membership.roster)
 

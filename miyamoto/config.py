@@ -77,6 +77,13 @@ def _level(v: str) -> str:
     return s
 
 
+def _log_format(v: str) -> str:
+    s = str(v).strip().lower()
+    if s not in ("text", "json"):
+        raise ValueError("must be text or json")
+    return s
+
+
 def _str(v: str) -> str:
     return str(v).strip()
 
@@ -205,6 +212,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
     Setting("log_level", _level, "INFO", "debug, info, warning, error"),
+    Setting("log_format", _log_format, "text",
+            "text, or json: one JSON object a line (time, level, logger, message, exception)"),
+    Setting("access_log", _bool, False, "log one line per HTTP request (no query string)"),
     Setting("max_body", _int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
     Setting("max_url", _int_ge(16), 2083, "longest target URL"),
     Setting("max_delay", _float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
@@ -287,6 +297,8 @@ class Config:
     max_per_host: int
     signing_secret: tuple[str, ...]
     log_level: str
+    log_format: str
+    access_log: bool
     max_body: int
     max_url: int
     max_delay: float

@@ -27,6 +27,7 @@ from miyamoto.dispatch import Dispatcher
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.fairness import origin
 from miyamoto.journal import Journal
+from miyamoto.metrics import Metrics
 from miyamoto.retry import Action, decide, is_success
 from miyamoto.scheduler import Scheduler
 from miyamoto.targets import TargetGuard
@@ -62,8 +63,10 @@ class Stats:
 class Engine:
     def __init__(self, config: Config, journal: Journal, client: ClientPool | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None):
+                 hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None,
+                 metrics: Metrics | None = None):
         self.config = config
+        self.metrics = metrics or Metrics()  # per-attempt observations (/metrics)
         self.journal = journal
         # The target rules the delivery client enforces at connect; the node adds its own
         # endpoints and the API checks enqueued URLs against the same guard.
@@ -192,11 +195,13 @@ class Engine:
         if t is None or t.state != State.SCHEDULED or t.fire_at > now + 0.001:
             return False  # changed while the claim was made; whoever changed it rescheduled it
         self.scheduler.cancel(task_id)
+        first_delay = None if t.first_attempt else now - t.eta  # due to first attempt
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
         self.stats.attempts += 1
         log.debug("task %s: attempt %d, copy %d of %s", task_id, t.attempts + 1, t.replica,
                   ",".join(t.replicas))
+        started = time.monotonic()
         try:
             q = self.queue_config(t.queue)
             timeout = t.timeout or q.timeout
@@ -209,14 +214,16 @@ class Engine:
         except Exception as e:  # never leave a copy RUNNING: a failed attempt is retried
             log.exception("task %s: attempt failed unexpectedly", task_id)
             outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock())
-        self.finish(task_id, outcome)
+        action = self.finish(task_id, outcome)
+        self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
+                             time.monotonic() - started, first_delay)
         return True
 
-    def finish(self, task_id: str, outcome: Outcome) -> None:
+    def finish(self, task_id: str, outcome: Outcome) -> Action | None:
         """Record an attempt's outcome: carry out what ``retry.decide`` rules for it."""
         t = self.live.get(task_id)
         if t is None:
-            return
+            return None
         decision = decide(t, outcome, self.queue_config(t.queue), self.clock(), self.rng)
         t = decision.task
         if decision.action is Action.RECORD:  # it ended while this attempt ran
@@ -241,6 +248,7 @@ class Engine:
             self.scheduler.schedule(task_id, t.fire_at)
             self.stats.retried += 1
             self.hooks.retried(t)
+        return decision.action
 
     def _end(self, t: Task) -> None:
         self.live.pop(t.id, None)

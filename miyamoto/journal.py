@@ -74,8 +74,10 @@ def _problem(e: BaseException) -> str:
 
 
 class Journal:
-    def __init__(self, data_dir: str, *, sync_full: bool = False):
+    def __init__(self, data_dir: str, *, sync_full: bool = False,
+                 on_commit: Callable[[float], None] | None = None):
         self.data_dir = data_dir
+        self._on_commit = on_commit  # seconds each group commit took (metrics)
         self.memory = data_dir == ":memory:"
         self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
         self._sync_full = sync_full
@@ -221,6 +223,7 @@ class Journal:
         if not (tasks or names or queues):
             _answer(waiters, None)
             return
+        started = time.monotonic()
         try:
             self._run(self._commit, *_rows(tasks, names, queues))
         except Exception as e:
@@ -241,6 +244,8 @@ class Journal:
             _answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
         self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(time.monotonic() - started)
         self.health.recovered()
         _answer(waiters, None)
 

@@ -25,10 +25,11 @@ from miyamoto.cluster import Cluster
 from miyamoto.errors import Unavailable
 from miyamoto.fdlimit import connection_cap
 from miyamoto.journal import Journal
+from miyamoto.logs import AccessLog
+from miyamoto.metrics import Metrics
 from miyamoto.server import BACKLOG, HTTPServer
 from miyamoto.task import State, Task
 from miyamoto.validate import Limits
-from miyamoto.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,10 @@ class Node:
         self.config = config
         self.clock = clock
         self.node_id = config.node
-        self.journal = Journal(config.data_dir)
+        self.metrics = Metrics()  # its own registry: several nodes may share a process
+        self.journal = Journal(config.data_dir, on_commit=self.metrics.journal_commit)
         self.cluster = Cluster(config, self.journal, clock=clock, monotonic=time.monotonic,
-                               rng=random.Random())
+                               rng=random.Random(), metrics=self.metrics)
         self.engine = self.cluster.engine
         self.targets = self.engine.targets  # the cluster adds the members' endpoints
         self.targets.set_endpoints(self._own_endpoints)
@@ -48,6 +50,7 @@ class Node:
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
+        self.metrics.watch(self)
         self.server: HTTPServer | None = None
         self.draining = False
         self._stopped = gevent.event.Event()
@@ -61,8 +64,9 @@ class Node:
         address: Any = (c.http_host, c.http_port)
         if c.reuse_port:  # several processes of this host share the port
             address = _shared_listener(c.http_host.strip("[]"), c.http_port)
+        app = AccessLog(self.api) if c.access_log else self.api
         self.server = HTTPServer(
-            address, self.api,
+            address, app,
             max_connections=connection_cap(c.max_connections, other_fds=c.concurrency),
             header_timeout=c.http_header_timeout, idle_timeout=c.http_idle_timeout,
             max_header_bytes=c.max_header_bytes)
@@ -170,45 +174,9 @@ class Node:
             return False, f"journal: {self.journal.health.problem}"
         return self.cluster.ready()
 
-    def metrics_text(self) -> str:
-        s = self.engine.stats
-        members = self.cluster.info().get("members", [])
-        lines = [
-            "# TYPE miyamoto_tasks_stored_total counter",
-            f"miyamoto_tasks_stored_total {s.stored}",
-            "# TYPE miyamoto_attempts_total counter",
-            f"miyamoto_attempts_total {s.attempts}",
-            "# TYPE miyamoto_tasks_succeeded_total counter",
-            f"miyamoto_tasks_succeeded_total {s.succeeded}",
-            "# TYPE miyamoto_tasks_failed_total counter",
-            f"miyamoto_tasks_failed_total {s.failed}",
-            "# TYPE miyamoto_retries_total counter",
-            f"miyamoto_retries_total {s.retried}",
-            "# TYPE miyamoto_tasks_cancelled_total counter",
-            f"miyamoto_tasks_cancelled_total {s.cancelled}",
-            "# TYPE miyamoto_tasks_live gauge",
-            f"miyamoto_tasks_live {len(self.engine.live)}",
-            "# TYPE miyamoto_deliveries_in_flight gauge",
-            f"miyamoto_deliveries_in_flight {self.engine.dispatcher.busy}",
-            "# TYPE miyamoto_journal_commits_total counter",
-            f"miyamoto_journal_commits_total {self.journal.commits}",
-            "# TYPE miyamoto_journal_healthy gauge",
-            f"miyamoto_journal_healthy {int(self.journal.health.ok)}",
-            "# TYPE miyamoto_cluster_members gauge",
-            f"miyamoto_cluster_members {len(members)}",
-            "# HELP miyamoto_peer_clock_offset_seconds a member's wall clock minus ours",
-            "# TYPE miyamoto_peer_clock_offset_seconds gauge",
-            *(f'miyamoto_peer_clock_offset_seconds{{peer="{_label(str(mem["id"]))}"}} '
-              f'{mem["clock_offset"]}' for mem in members
-              if mem["id"] != self.node_id and mem.get("clock_offset") is not None),
-            "# TYPE miyamoto_info gauge",
-            f'miyamoto_info{{version="{__version__}",node="{_label(self.node_id)}"}} 1',
-        ]
-        return "\n".join(lines) + "\n"
-
-
-def _label(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    def metrics_body(self) -> bytes:
+        """GET /metrics: Prometheus text exposition (``miyamoto.metrics``)."""
+        return self.metrics.render()
 
 
 def _shared_listener(host: str, port: int) -> socket.socket:

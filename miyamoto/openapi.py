@@ -92,6 +92,7 @@ SPEC: dict[str, Any] = {
         "/readyz": {"get": dict(_op("Readiness", extra={"503": {"description": "not ready"}}),
                                 security=[])},
         "/metrics": {"get": {"summary": "Prometheus metrics",
-                             "responses": {"200": {"description": "text exposition format"}}}},
+                             "responses": {"200": {"description": "Prometheus text exposition "
+                                                           "format (prometheus_client)"}}}},
     },
 }

@@ -113,6 +113,12 @@ class TransportStats:
     sent: int = 0
     send_failed: int = 0  # peer not connected, HWM reached, bad address
     zap_denied: int = 0  # CURVE clients refused by the ZAP handler
+    # (verb, "sent" | "received" | "dropped") -> messages; verb "invalid" if undecodable
+    messages: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def count(self, verb: str, direction: str) -> None:
+        key = (verb, direction)
+        self.messages[key] = self.messages.get(key, 0) + 1
 
 
 def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
@@ -310,19 +316,23 @@ class Transport:
         sock = self._dealers.get(address) or self._connect(address)
         if sock is None:
             self.stats.send_failed += 1
+            self.stats.count(verb.value, "dropped")
             return False
         try:
             sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             self.stats.send_failed += 1
+            self.stats.count(verb.value, "dropped")
             log.debug("%s to %s at %s not sent: not connected or queue full",
                       verb.value, to or "?", address)
             return False
         except zmq.ZMQError as e:
             self.stats.send_failed += 1
+            self.stats.count(verb.value, "dropped")
             log.debug("%s to %s at %s not sent: %s", verb.value, to or "?", address, e)
             return False
         self.stats.sent += 1
+        self.stats.count(verb.value, "sent")
         return True
 
     def connect(self, address: str) -> bool:
@@ -415,10 +425,12 @@ class Transport:
             sender, verb, payload = parse_frames(frames)
         except Exception as e:  # DecodeError, or anything else a peer's bytes provoke
             self.stats.dropped += 1
+            self.stats.count("invalid", "dropped")
             self._warn.warning("dropped malformed message from %s (identity %r): %s",
                                _peer_address(first), frames[0][:64], e)
             return
         self.stats.received += 1
+        self.stats.count(verb.value, "received")
         try:
             self.on_message(sender, verb, payload)
         except Exception:

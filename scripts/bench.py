@@ -76,7 +76,7 @@ import ujson
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # scripts/ is not a package: the shared harness (the tests use it too) is found beside us
 from harness import (LOCALHOST, HarnessError, NodeProcess, http_get_json,  # noqa: E402
-                     plan_cluster, probe_view, server_metrics, stop_all, wait_converged,
+                     is_counter, plan_cluster, probe_view, server_metrics, stop_all, wait_converged,
                      wait_until)
 from harness.fastload import (Enqueuer, delivery_report, enqueue_report,  # noqa: E402
                               node_exits, replicas_per_task, resources, wait_deliveries)
@@ -218,8 +218,9 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Counters (`*_total`) as the run's increase; gauges as their value at the end."""
-    return {k: v - before.get(k, 0) if k.endswith("_total") else v for k, v in after.items()}
+    """Counters (`*_total`, histograms' `_count`/`_sum`) as the run's increase; gauges as
+    their value at the end."""
+    return {k: v - before.get(k, 0) if is_counter(k) else v for k, v in after.items()}
 
 
 # --------------------------------------------------------------------------- nodes

@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from helpers import CLUSTER_KEYS, NodeProcess, ProcessRegistry, Sink, write_ini
+from helpers import CLUSTER_KEYS, NodeDied, NodeProcess, ProcessRegistry, Sink, write_ini
+from harness.nodes import port_taken  # noqa: E402,I001  (helpers puts scripts/ on the path)
 
 # Short cluster timings, so that a node (alone or not) is ready fast and replicas of a
 # task do not wait 5 s for each other. Option names as in miyamoto/config.py.
@@ -125,6 +126,14 @@ def node(node_factory: Callable[..., NodeProcess]) -> NodeProcess:
     return node_factory()
 
 
+def replan(nodes: list[NodeProcess], tmp_path: Path, ids: list[str]) -> None:
+    """Fresh ports for a planned cluster, in place (seeds follow)."""
+    from helpers import plan_cluster
+
+    for p, fresh in zip(nodes, plan_cluster(tmp_path, ids), strict=True):
+        p.http_port, p.cluster_port, p.seeds = fresh.http_port, fresh.cluster_port, fresh.seeds
+
+
 @pytest.fixture
 def cluster_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[..., list[NodeProcess]]:
     """``cluster_factory(n=3, *, ids=None, options=None, queues=None, start=True,
@@ -148,10 +157,21 @@ def cluster_factory(tmp_path: Path, proc_registry: ProcessRegistry) -> Callable[
         for p in nodes:
             p.config = write_node_config(tmp_path / f"{p.node_id}.ini", options, queues)
         if start:
-            for p in nodes:
-                p.start()
-            for p in nodes:
-                p.wait_ready(timeout)
+            for attempt in range(3):
+                for p in nodes:
+                    p.start()
+                try:
+                    for p in nodes:
+                        p.wait_ready(timeout)
+                    break
+                except NodeDied:
+                    # a port handed out by the OS was taken before a node bound it (a
+                    # parallel test's connection): plan the cluster again on fresh ports
+                    if attempt == 2 or not any(port_taken(p.log_text(20)) for p in nodes):
+                        raise
+                    for p in nodes:
+                        p.kill()
+                    replan(nodes, tmp_path, ids)
             if converge:
                 wait_converged(nodes, timeout)
         return nodes

@@ -24,15 +24,15 @@ by the programs that use it.
 from .nodes import (CLUSTER_KEYS, PROGRAM, REPO, NodeProcess, ProcessRegistry, child_env, plan_cluster, run_cli,
                     stop_all, write_ini)
 from .sink import Reply, Request, Sink
-from .views import (cluster_view, http_get, http_get_json, member_ids, metrics, probe_view,
-                    server_metrics, wait_converged)
+from .views import (cluster_view, http_get, http_get_json, is_counter, member_ids, metrics,
+                    parse_metrics, probe_view, server_metrics, wait_converged)
 from .waits import (LOCALHOST, HarnessError, NodeDied, free_port, free_ports, port_refuses,
                     wait_until)
 
 __all__ = [
     "CLUSTER_KEYS", "LOCALHOST", "PROGRAM", "REPO", "HarnessError", "NodeDied", "NodeProcess", "ProcessRegistry",
     "Reply", "Request", "Sink", "child_env", "cluster_view", "free_port", "free_ports",
-    "http_get", "http_get_json", "member_ids", "metrics", "plan_cluster", "port_refuses",
+    "http_get", "http_get_json", "is_counter", "member_ids", "metrics", "parse_metrics", "plan_cluster", "port_refuses",
     "probe_view", "run_cli", "server_metrics", "stop_all", "wait_converged", "wait_until",
     "write_ini",
 ]

@@ -140,6 +140,8 @@ class NodeProcess:
         if output not in ("log", "pipe"):
             raise ValueError(f"output is 'log' or 'pipe', not {output!r}")
         self.output = output
+        # ports we picked ourselves may be picked again if another process took them
+        self.own_ports = address_flags and http_port is None and cluster_port is None
         if address_flags and (http_port is None or cluster_port is None):
             p1, p2 = free_ports(2)
             http_port = http_port or p1
@@ -252,6 +254,11 @@ class NodeProcess:
         try:
             wait_until(up, timeout, interval=0.03, what=f"node {self.node_id} to be ready")
         except NodeDied:
+            if self.own_ports and self.starts < 4 and port_taken(self.log_text(20)):
+                # a port the OS gave us went to another process (an outgoing connection
+                # of a parallel test, say) before the node bound it: take two fresh ones
+                self.http_port, self.cluster_port = free_ports(2)
+                return self.start().wait_ready(timeout, ready)
             raise
         except HarnessError:
             raise HarnessError(f"node {self.node_id} not ready after {timeout:g}s:\n"
@@ -432,3 +439,8 @@ def write_ini(path: os.PathLike | str, sections: Mapping[str, Mapping[str, Any]]
         lines.append("")
     Path(path).write_text("\n".join(lines))
     return str(path)
+
+
+def port_taken(log_tail: str) -> bool:
+    """The node could not bind a port another process holds (HTTP or ZeroMQ)."""
+    return "Address already in use" in log_tail

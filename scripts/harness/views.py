@@ -93,21 +93,46 @@ def wait_converged(nodes: Sequence[NodeProcess], timeout: float = 15.0,
         raise HarnessError(f"{e}; last seen (leader, term, version, members): {last}") from None
 
 
+def is_counter(key: str) -> bool:
+    """A ``metrics`` key that only grows (a counter, or a histogram's count and sum)."""
+    return key.partition("{")[0].endswith(("_total", "_count", "_sum"))
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The ``miyamoto_*`` samples of a /metrics body (prefix removed), read by
+    prometheus_client's parser. An unlabelled sample is ``name``; a labelled one is
+    ``name{label="value",...}`` (labels sorted), and ``name`` alone is then the sum
+    over its label sets (attempts of every queue and outcome). Histogram buckets are
+    left out (their ``_count`` and ``_sum`` stay)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    summed: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith("miyamoto_") or "le" in sample.labels:
+                continue
+            name = sample.name.removeprefix("miyamoto_")
+            if not sample.labels:
+                out[name] = float(sample.value)
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{name}{{{labels}}}"] = float(sample.value)
+            summed[name] = summed.get(name, 0.0) + float(sample.value)
+    for name, total in summed.items():
+        out.setdefault(name, total)
+    return out
+
+
 def metrics(node: NodeProcess, timeout: float = 2.0) -> dict[str, float] | None:
-    """The unlabelled ``miyamoto_*`` samples of a node's /metrics (prefix removed), or None."""
+    """``parse_metrics`` of a node's /metrics, or None if it did not answer."""
     body = http_get(node.url + "/metrics", timeout)
     if body is None:
         return None
-    out: dict[str, float] = {}
-    for line in body.decode("utf-8", "replace").splitlines():
-        name, _, value = line.partition(" ")
-        if not name.startswith("miyamoto_") or "{" in name:
-            continue
-        try:
-            out[name.removeprefix("miyamoto_")] = float(value)
-        except ValueError:
-            continue
-    return out
+    try:
+        return parse_metrics(body.decode("utf-8", "replace"))
+    except ValueError:
+        return None
 
 
 def server_metrics(nodes: Sequence[NodeProcess]) -> dict[str, float]:
@@ -116,7 +141,7 @@ def server_metrics(nodes: Sequence[NodeProcess]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for node in nodes:
         for key, number in (metrics(node) or {}).items():
-            if key.startswith("cluster_") and not key.endswith("_total"):
+            if key.startswith("cluster_") and not is_counter(key):
                 totals[key] = max(totals.get(key, number), number)
             else:
                 totals[key] = totals.get(key, 0.0) + number
