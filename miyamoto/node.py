@@ -72,7 +72,8 @@ class Node:
             max_header_bytes=c.max_header_bytes)
         self.server.start()
         log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
-                 self.config.http, self.config.cluster, self.config.data_dir)
+                 self.config.http, "none: no key" if self.cluster.solo else self.config.cluster,
+                 self.config.data_dir)
 
     @property
     def http_port(self) -> int:
