@@ -113,3 +113,24 @@ def test_batch_type(node: NodeProcess, sink) -> None:
     assert post(node, body, None, "/queue/default/batch").status_code == 200
     assert post(node, body, "application/json", "/queue/default/batch").status_code == 200
     sink.wait_for(count=2, path="/b1")
+
+
+@pytest.mark.timeout(10)
+def test_enqueue_kind_rules() -> None:
+    """The decision table of miyamoto.mediatype, without a node."""
+    from miyamoto.mediatype import enqueue_kind
+    from miyamoto.validate import ValidationError
+
+    obj = b' {"url": "http://127.0.0.1:9/"}'
+    assert enqueue_kind("application/json", b"[1]") == "application/json"  # 400 later
+    assert enqueue_kind("application/cloudevents+json", obj) == "application/json"
+    assert enqueue_kind("", obj) == "application/json"
+    assert enqueue_kind("", b"task.url=x") == FORM
+    assert enqueue_kind("", b"[1, 2]") == FORM  # not an object: a form, as before
+    assert enqueue_kind(FORM, b"a={b}") == FORM
+    assert enqueue_kind(FORM, b"{not json") == FORM
+    for ctype, body, hint in [(FORM, obj, True), ("applicatoin/json", obj, True),
+                              ("text/plain", b"x", False), ("text/plain", b"", False)]:
+        with pytest.raises(ValidationError) as e:
+            enqueue_kind(ctype, body)
+        assert e.value.status == 415 and (HINT in e.value.message) == hint
