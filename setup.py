@@ -28,6 +28,8 @@ setup(
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
             "pytest-xdist>=3.5",
+            "openapi-spec-validator>=0.7",  # tests/test_openapi.py: the spec is valid 3.1
+            "schemathesis>=4.0",  # tests/test_openapi.py: a bounded run against a node
         ],
     },
     entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 import ujson
 
-from miyamoto import auth
+from miyamoto import auth, mediatype
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.task import QUEUE_NAME_RE, State
@@ -36,11 +36,13 @@ _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str, field: str | None = None):
+    def __init__(self, status: int, message: str, field: str | None = None,
+                 headers: list[tuple[str, str]] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.field = field
+        self.headers = headers or []
 
 
 Handler = Callable[..., tuple[int, Any]]
@@ -85,6 +87,7 @@ class Api:
                 headers.append(("WWW-Authenticate", 'Bearer realm="miyamoto"'))
         except HTTPError as e:
             status, body = e.status, _error(e.message, e.field)
+            headers.extend(e.headers)
         except ValidationError as e:
             status, body = e.status, _error(e.message, e.field)
         except Duplicate as e:
@@ -115,7 +118,8 @@ class Api:
                 continue
             handler = handlers.get(method) or (handlers.get("GET") if method == "HEAD" else None)
             if handler is None:
-                raise HTTPError(405, f"{method} is not allowed on {path}")
+                raise HTTPError(405, f"{method} is not allowed on {path}",
+                                headers=[("Allow", _allow(handlers))])
             need = _NEEDS.get(handler.__name__) or (auth.READ if method in ("GET", "HEAD")
                                                     else auth.ADMIN)
             self.tokens.check(environ.get("HTTP_AUTHORIZATION"), need)
@@ -151,12 +155,14 @@ class Api:
     # ------------------------------------------------------------ tasks
     def enqueue(self, environ: dict, queue: str | None = None) -> tuple[int, Any]:
         body = self._body(environ)
-        task = parse_enqueue(environ.get("CONTENT_TYPE") or "", body, path_queue=queue,
+        kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
+        task = parse_enqueue(kind, body, path_queue=queue,
                              idempotency_key=environ.get("HTTP_IDEMPOTENCY_KEY"),
                              limits=self.limits, now=self.clock())
         return 200, self.service.enqueue(task)
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
+        mediatype.check_batch(environ.get("CONTENT_TYPE") or "")
         body = self._body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
                             max_batch=self.max_batch)
@@ -246,6 +252,13 @@ def _error(message: str, field: str | None = None) -> dict[str, Any]:
         out["error"] = f"{field} {message}"
         out["field"] = field
     return out
+
+
+def _allow(handlers: dict[str, Handler]) -> str:
+    """The Allow header of a 405 (RFC 9110 15.5.6): the route's methods, and HEAD
+    wherever GET is served (answered by the GET handler without a body)."""
+    methods = list(handlers) + (["HEAD"] if "GET" in handlers else [])
+    return ", ".join(methods)
 
 
 def _read(stream: Any, n: int) -> bytes:
