@@ -76,3 +76,23 @@ def payload_list(d: dict, key: str, max_items: int) -> list[Any]:
     if not isinstance(v, list) or len(v) > max_items:
         raise DecodeError(f"{key} must be a list of at most {max_items} items")
     return v
+
+
+MAX_ERROR = 200  # characters of an attempt's error text (task.HISTORY_ERROR_CHARS)
+
+
+def opt_attempt(d: dict, key: str) -> dict | None:
+    """One attempt of a task's history (start, duration, node, status, error), rebuilt
+    from its checked fields only, so a peer cannot grow our records with extra keys."""
+    v = d.get(key)
+    if v is None:
+        return None
+    a = obj(d, key)
+    status = a.get("status")
+    if status is not None and (type(status) is not int or not 100 <= status <= 999):
+        raise DecodeError(f"{key}.status must be an HTTP status or null")
+    if number(a, "duration") < 0:
+        raise DecodeError(f"{key}.duration must not be negative")
+    return {"start": number(a, "start"), "duration": number(a, "duration"),
+            "node": string(a, "node"), "status": status,
+            "error": opt_string(a, "error", MAX_ERROR)}
