@@ -146,11 +146,8 @@ class Task:
             if not isinstance(replicas, list) or not all(isinstance(r, str) for r in replicas):
                 raise DecodeError("task replicas are not a list of ids")
             kwargs["replicas"] = tuple(replicas)
-            history = kwargs.get("history", [])
-            if not isinstance(history, list) or len(history) > HISTORY_MAX \
-                    or not all(isinstance(a, dict) for a in history):
-                raise DecodeError(f"task history is not a list of at most {HISTORY_MAX} objects")
-            kwargs["history"] = tuple(checks.opt_attempt({"a": a}, "a") for a in history)
+            if "history" in kwargs:
+                kwargs["history"] = checks.attempt_list(kwargs["history"], HISTORY_MAX)
             for k in ("eta", "created", "fire_at"):
                 kwargs[k] = float(kwargs.get(k, 0.0))
                 if not math.isfinite(kwargs[k]):
