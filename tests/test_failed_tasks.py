@@ -176,3 +176,18 @@ def test_history_entries_are_checked_and_bounded() -> None:
     assert Task.decode(t.encode()).history == history
     row = dict(t.encode(), history=[entry, {"start": "bad"}, 7])
     assert Task.decode(row).history == (entry,)
+
+
+@pytest.mark.timeout(30)
+def test_bulk_routes_need_admin(node_factory: Callable[..., NodeProcess]) -> None:
+    import secrets
+
+    admin, enq, read = (secrets.token_urlsafe(24) for _ in range(3))
+    n = node_factory(env={"MIYAMOTO_API_TOKENS": f"admin:{admin},enqueue:{enq},read:{read}"})
+    for action in ("retry", "delete"):
+        path = f"/queues/default/failed/{action}"
+        assert n.post(path).status_code == 401
+        for token in (enq, read):
+            assert n.post(path, headers={"Authorization": f"Bearer {token}"}).status_code == 403
+        r = n.post(path, headers={"Authorization": f"Bearer {admin}"})
+        assert r.status_code == 200 and r.json()["count"] == 0, r.text
