@@ -143,6 +143,11 @@ def test_failed_tasks_in_a_cluster(cluster_factory: Callable[..., list[NodeProce
     for n in nodes:
         history = n.task(tid)["history"]
         assert [h["status"] for h in history] == [200, 500, 500], (n.node_id, history)
+        # each node's own copy knows all three (RETRY/DONE carry the attempt): a node's
+        # list shows its own copy's record first
+        listed = n.get("/queues/default/tasks?state=succeeded&limit=1000").json()["tasks"]
+        (own,) = [t for t in listed if t["id"] == tid]
+        assert [h["status"] for h in own["history"]] == [200, 500, 500], (n.node_id, own)
 
 
 # ------------------------------------------------------------ the record and its wire checks
