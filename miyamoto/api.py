@@ -62,12 +62,14 @@ class Api:
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
             (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
-            (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.cancel_task}),
+            (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
             (re.compile(rf"/queues/{q}"), {"GET": self.get_queue}),
             (re.compile(rf"/queues/{q}/tasks"), {"GET": self.list_tasks}),
             (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
+            (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
+             {"POST": self.failed}),
             (re.compile(r"/cluster/?"), {"GET": self.cluster}),
             (re.compile(r"/healthz"), {"GET": self.healthz}),
             (re.compile(r"/readyz"), {"GET": self.readyz}),
@@ -175,8 +177,9 @@ class Api:
             raise HTTPError(404, "names no known task", "id")
         return 200, found
 
-    def cancel_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
-        found = self.service.cancel(task_id)
+    def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        """Cancel a live task, delete a failed one (state "deleted"); 409 if it succeeded."""
+        found = self.service.delete(task_id)
         if found is None:
             raise HTTPError(404, "names no known task", "id")
         return 200, found
@@ -213,6 +216,9 @@ class Api:
 
     def control(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
         return 200, self.service.control(queue, action)
+
+    def failed(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
+        return 200, self.service.failed(queue, action)
 
     # ------------------------------------------------------------ operations
     def cluster(self, environ: dict) -> tuple[int, Any]:

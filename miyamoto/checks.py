@@ -76,3 +76,42 @@ def payload_list(d: dict, key: str, max_items: int) -> list[Any]:
     if not isinstance(v, list) or len(v) > max_items:
         raise DecodeError(f"{key} must be a list of at most {max_items} items")
     return v
+
+
+
+MAX_ERROR = 200  # characters of an attempt's error text (task.HISTORY_ERROR_CHARS)
+
+
+def opt_attempt(d: dict, key: str) -> dict | None:
+    """One attempt of a task's history (start, duration, node, status, error), rebuilt
+    from its checked fields only, so a peer cannot grow our records with extra keys."""
+    v = d.get(key)
+    if v is None:
+        return None
+    a = obj(d, key)
+    status, node, error = a.get("status"), a.get("node"), a.get("error")
+    if status is not None and (type(status) is not int or not 0 <= status <= 999):
+        raise DecodeError(f"{key}.status must be an HTTP status or null")
+    if type(node) is not str or len(node) > MAX_NAME:
+        raise DecodeError(f"{key}.node must be a string of at most {MAX_NAME} characters")
+    if error is not None and (type(error) is not str or len(error) > MAX_ERROR):
+        raise DecodeError(f"{key}.error must be null or at most {MAX_ERROR} characters")
+    if number(a, "duration") < 0:
+        raise DecodeError(f"{key}.duration must not be negative")
+    return {"start": number(a, "start"), "duration": number(a, "duration"), "node": node,
+            "status": status, "error": error}
+
+
+def attempt_list(v: Any, max_items: int) -> tuple[dict, ...]:
+    """A task's history as stored or sent: the well-formed entries of the last
+    ``max_items``. A bad entry is left out rather than refusing the whole task (its
+    journal row must never be lost over its history)."""
+    if not isinstance(v, list):
+        raise DecodeError("task history is not a list")
+    out = []
+    for a in v[-max_items:]:
+        try:
+            out.append(opt_attempt({"a": a}, "a"))
+        except DecodeError:
+            continue
+    return tuple(a for a in out if a is not None)

@@ -167,7 +167,8 @@ class Client:
         return self._call("GET", f"/tasks/{_seg(task_id)}")
 
     def cancel(self, task_id: str) -> dict[str, Any]:
-        """Cancel a scheduled task on every replica; Conflict if it already ended."""
+        """Cancel a scheduled task on every replica, or delete a failed one (state
+        "deleted"); Conflict if it succeeded."""
         return self._call("DELETE", f"/tasks/{_seg(task_id)}")
 
     def retry(self, task_id: str) -> dict[str, Any]:
@@ -199,6 +200,15 @@ class Client:
     def purge(self, queue: str) -> dict[str, Any]:
         """Drop every scheduled task of a queue; the answer's ``purged`` counts them."""
         return self._call("POST", f"/queues/{_seg(queue)}/purge")
+
+    def retry_failed(self, queue: str) -> dict[str, Any]:
+        """Run every failed task of a queue again: ``count`` tasks, ``more`` if some
+        node held more than one request does (call again)."""
+        return self._call("POST", f"/queues/{_seg(queue)}/failed/retry")
+
+    def delete_failed(self, queue: str) -> dict[str, Any]:
+        """Delete every failed task of a queue (``count``, ``more`` as retry_failed)."""
+        return self._call("POST", f"/queues/{_seg(queue)}/failed/delete")
 
     # ------------------------------------------------------------ operations
     def cluster(self) -> dict[str, Any]:

@@ -264,7 +264,7 @@ class Cluster:
             elif isinstance(e, Update):
                 engine.apply_remote(e.id, state=e.state, fire_at=e.at, attempts=e.attempts,
                                     last=e.last, earliest=e.how == EARLIER,
-                                    exact=e.how == EXACT)
+                                    exact=e.how == EXACT, attempt=e.attempt)
             elif isinstance(e, CancelCopy):
                 if e.abort:
                     engine.abort(e.id)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from miyamoto.task import LAST_BODY_BYTES, Task
+from miyamoto.task import HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
 from miyamoto.version import __version__
 
 USER_AGENT = f"miyamoto/{__version__}"
@@ -28,7 +28,16 @@ class Outcome:
     headers: dict[str, str] | None = None
     body: bytes = b""
     error: str | None = None
-    at: float = 0.0
+    at: float = 0.0  # when the attempt ended
+    start: float = 0.0  # when it started
+    node: str = ""  # which node made it
+
+    def attempt(self) -> dict[str, Any]:
+        """The attempt's entry in the task's history: small (no headers, no body, the
+        error cut short), as it is kept 20 times over and sent to every sibling."""
+        return {"start": self.start, "duration": round(max(0.0, self.at - self.start), 6),
+                "node": self.node, "status": self.status,
+                "error": None if self.error is None else self.error[:HISTORY_ERROR_CHARS]}
 
     def record(self) -> dict[str, Any]:
         """The last-response record kept with the task (first 4 KiB of the body)."""

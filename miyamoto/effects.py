@@ -33,6 +33,7 @@ class Update:
     state: State | None = None
     attempts: int | None = None
     last: dict | None = None
+    attempt: dict | None = None  # the sibling's attempt, for our copy's history
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from miyamoto.metrics import Metrics
 from miyamoto.retry import Action, decide, is_success
 from miyamoto.scheduler import Scheduler
 from miyamoto.targets import TargetGuard
-from miyamoto.task import State, Task, new_id
+from miyamoto.task import State, Task, add_attempt, new_id
 
 log = logging.getLogger(__name__)
 
@@ -208,12 +208,15 @@ class Engine:
             method, url, headers, body = build_request(t, now, self.config.signing_secret)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
-                              headers=resp.headers, body=resp.body, at=self.clock())
+                              headers=resp.headers, body=resp.body, at=self.clock(),
+                              start=now, node=self.config.node)
         except DeliveryError as e:
-            outcome = Outcome(ok=False, error=str(e), at=self.clock())
+            outcome = Outcome(ok=False, error=str(e), at=self.clock(), start=now,
+                              node=self.config.node)
         except Exception as e:  # never leave a copy RUNNING: a failed attempt is retried
             log.exception("task %s: attempt failed unexpectedly", task_id)
-            outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock())
+            outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock(),
+                              start=now, node=self.config.node)
         action = self.finish(task_id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
                              time.monotonic() - started, first_delay)
@@ -273,7 +276,7 @@ class Engine:
     def apply_remote(self, task_id: str, *, state: State | None = None,
                      fire_at: float | None = None, attempts: int | None = None,
                      last: dict | None = None, earliest: bool = False,
-                     exact: bool = False) -> Task | None:
+                     exact: bool = False, attempt: dict | None = None) -> Task | None:
         """Bring this copy in step with what a sibling replica did; None if unknown.
 
         fire_at pushes the copy later (a claim), or sets it exactly when a state is
@@ -287,6 +290,8 @@ class Engine:
             changes["attempts"] = attempts
         if last is not None:
             changes["last"] = last
+        if attempt is not None:  # the sibling's attempt, in our copy's history too
+            changes["history"] = add_attempt(t.history, attempt)
         if state is not None and state.ended:
             t = t.evolve(state=state, finished=self.clock(), **changes)
             if self.live[task_id].state == State.RUNNING:
@@ -349,6 +354,17 @@ class Engine:
         else:
             self._end(t)
         return t
+
+    def delete(self, task_id: str) -> Task | None:
+        """DELETE /tasks/<id> on this copy: a failed one's record is removed (the dead
+        letter is dealt with) and returned; a live one is cancelled, a cancelled one
+        returned as is. None if unknown; Conflict if it succeeded (``cancel``)."""
+        if task_id not in self.live:
+            t = self.journal.get(task_id)
+            if t is not None and t.state == State.FAILED:
+                self.journal.delete(task_id)
+                return t
+        return self.cancel(task_id)
 
     def abort(self, task_id: str) -> None:
         """Undo a copy whose enqueue was refused: cancel it and free its name."""

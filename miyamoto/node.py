@@ -132,6 +132,9 @@ class Node:
     def cancel(self, task_id: str) -> dict[str, Any] | None:
         return self.cluster.queries.cancel(task_id)
 
+    def delete(self, task_id: str) -> dict[str, Any] | None:
+        return self.cluster.queries.delete(task_id)
+
     def rerun(self, task_id: str) -> dict[str, Any] | None:
         self._check_open()
         return self.cluster.queries.rerun(task_id)
@@ -162,6 +165,13 @@ class Node:
 
     def control(self, queue: str, action: str) -> dict[str, Any]:
         result = self.cluster.queries.control(queue, action)
+        return {"status": "ok", "queue": queue, "action": action, **result}
+
+    def failed(self, queue: str, action: str) -> dict[str, Any]:
+        """POST /queues/<q>/failed/retry|delete: the queue's whole dead-letter list."""
+        if action == "retry":
+            self._check_open()
+        result = self.cluster.queries.failed(queue, action)
         return {"status": "ok", "queue": queue, "action": action, **result}
 
     # ------------------------------------------------------------ operations

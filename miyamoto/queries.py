@@ -17,11 +17,13 @@ from miyamoto.engine import Engine
 from miyamoto.errors import Conflict
 from miyamoto.protocol import DecodeError
 from miyamoto.requests import Requests
-from miyamoto.task import State
+from miyamoto.task import HISTORY_MAX, State
 
 log = logging.getLogger(__name__)
 
-_ORDER = {"succeeded": 4, "failed": 4, "cancelled": 4, "running": 2, "scheduled": 1}
+_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "running": 2,
+          "scheduled": 1}
+BULK_MAX = 10_000  # failed copies one node retries or deletes per request
 
 
 def summary_ok(s: Any) -> bool:
@@ -74,6 +76,7 @@ class Queries:
         if not found:
             return None
         best = dict(max(found, key=lambda s: (_ORDER[s["state"]], s["attempts"], -s["replica"])))
+        best["history"] = merge_history(s.get("history") for s in found)
         best["copies"] = sorted(({"node": s["node"], "replica": s["replica"],
                                   "state": s["state"], "next_attempt": s.get("next_attempt")}
                                  for s in found), key=lambda c: c["replica"])
@@ -89,6 +92,25 @@ class Queries:
             results.append({"conflict": str(e)})
         results += list(self.ask("cancel", {"id": task_id}).values())
         return pick(results)
+
+    def delete(self, task_id: str) -> dict[str, Any] | None:
+        results: list[Any] = []
+        try:
+            results.append(self.delete_local(task_id))
+        except Conflict as e:
+            results.append({"conflict": str(e)})
+        results += list(self.ask("delete", {"id": task_id}).values())
+        return pick(results)
+
+    def delete_local(self, task_id: str) -> dict | None:
+        t = self.engine.get(task_id)
+        if t is None:
+            return None
+        was = t.state
+        t = self.engine.delete(task_id)
+        if t is None:
+            return None
+        return dict(t.summary(), state="deleted") if was == State.FAILED else t.summary()
 
     def rerun(self, task_id: str) -> dict[str, Any] | None:
         results: list[Any] = []
@@ -149,6 +171,33 @@ class Queries:
         self.engine.pause(queue, action == "pause")
         return {}
 
+    def failed(self, queue: str, action: str) -> dict[str, Any]:
+        """Retry or delete every failed task of the queue, on every node: ``count``
+        distinct tasks (their first copies), ``more`` if some node had more than BULK_MAX."""
+        result = self.failed_local(queue, action)
+        for r in self.ask("failed", {"queue": queue, "action": action}).values():
+            if isinstance(r, dict) and type(r.get("count")) is int \
+                    and type(r.get("more")) is bool:
+                result["count"] += r["count"]
+                result["more"] = result["more"] or r["more"]
+        return result
+
+    def failed_local(self, queue: str, action: str) -> dict[str, Any]:
+        """This node's failed copies of ``queue`` (up to BULK_MAX), each rerun as
+        ``rerun_local`` does (copy i fires i offsets late: the siblings' claims let one
+        deliver) or deleted; one journal commit for them all."""
+        copies = self.engine.journal.list(queue, State.FAILED.value, BULK_MAX + 1)
+        more, copies = len(copies) > BULK_MAX, copies[:BULK_MAX]
+        for t in copies:
+            if action == "retry":
+                self.engine.rerun(t.id, wait=False, delay=t.replica * self.offset)
+                self.replay(t.id)
+            else:
+                self.engine.delete(t.id)
+        if copies:
+            self.engine.journal.flush()
+        return {"count": sum(1 for t in copies if t.replica == 0), "more": more}
+
     def _restagger(self, queue: str) -> None:
         """Before a queue resumes: copies that fell due while it was paused would all fire
         at once, every replica of a task together, their CLAIMs crossing (a duplicate for
@@ -190,6 +239,16 @@ class Queries:
                 return self.rerun_local(checks.string(args, "id"))
             except Conflict as e:
                 return {"conflict": str(e)}
+        if op == "delete":
+            try:
+                return self.delete_local(checks.string(args, "id"))
+            except Conflict as e:
+                return {"conflict": str(e)}
+        if op == "failed":
+            action = checks.string(args, "action")
+            if action not in ("retry", "delete"):
+                raise DecodeError("unknown failed-task action")
+            return self.failed_local(checks.string(args, "queue"), action)
         if op == "paused":
             return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":
@@ -206,3 +265,17 @@ class Queries:
         if action not in ("pause", "resume", "purge"):
             raise DecodeError("unknown control action")
         return self.control_local(checks.string(args, "queue"), action)
+
+
+def merge_history(histories: Any) -> list[dict[str, Any]]:
+    """The attempts every copy knows, each once (by start and node), newest first, at
+    most task.HISTORY_MAX; a peer's entry that is not well typed is left out."""
+    seen: dict[tuple, dict] = {}
+    for h in histories:
+        if not isinstance(h, list):
+            continue
+        for a in h:
+            if isinstance(a, dict) and type(a.get("start")) in (int, float) \
+                    and isinstance(a.get("node"), str):
+                seen.setdefault((a["start"], a["node"]), a)
+    return sorted(seen.values(), key=lambda a: a["start"], reverse=True)[:HISTORY_MAX]

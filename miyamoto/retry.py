@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from miyamoto.backoff import Rng, backoff, jittered, retry_after
 from miyamoto.config import QueueConfig
 from miyamoto.delivery import Outcome
-from miyamoto.task import State, Task
+from miyamoto.task import State, Task, add_attempt
 
 
 class Action(enum.Enum):
@@ -70,7 +70,8 @@ def decide(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
     attempts = task.attempts + 1
     counted = {"attempts": attempts,
                "executions": task.executions + (outcome.status is not None),
-               "last": outcome.record()}
+               "last": outcome.record(),
+               "history": add_attempt(task.history, outcome.attempt())}
     if task.state.ended:
         return Decision(Action.RECORD, task.evolve(finished=task.finished or now, **counted))
     if is_success(outcome.status):

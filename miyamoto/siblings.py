@@ -302,17 +302,18 @@ class Siblings:
         if not siblings:
             return []
         effects: list[Any] = []
+        attempt = t.history[-1] if t.history else None
         if t.state == State.SUCCEEDED:
-            msg: Any = m.Done(t.id, t.attempts, t.last)
+            msg: Any = m.Done(t.id, t.attempts, t.last, attempt)
         elif t.state == State.FAILED:
-            msg = m.Failed(t.id, t.attempts, t.last)
+            msg = m.Failed(t.id, t.attempts, t.last, attempt)
         elif t.state == State.SCHEDULED:
             # a sibling claimed while our attempt ran (its CLAIM crossed ours): our retry
             # waits for its lease like any held copy, and the others wait with us
             at = max(t.fire_at, self._held_until(t, now))
             if at > t.fire_at:
                 effects.append(Update(t.id, at=at, how=LATER))
-            msg = m.Retry(t.id, t.replica, max(0.0, at - now), t.attempts, t.last)
+            msg = m.Retry(t.id, t.replica, max(0.0, at - now), t.attempts, t.last, attempt)
         else:
             return []
         return effects + [Send(r, msg) for r in siblings]
@@ -347,12 +348,13 @@ class Siblings:
             if not held:
                 self.claims.pop(t.id, None)
             return [Update(t.id, at=max(at, held), how=EXACT, state=State.SCHEDULED,
-                           attempts=msg.attempts, last=msg.last)]
+                           attempts=msg.attempts, last=msg.last, attempt=msg.attempt)]
         self.claims.pop(t.id, None)
         if isinstance(msg, (m.Done, m.Failed)):
             self._forget(t.id)
             state = State.SUCCEEDED if isinstance(msg, m.Done) else State.FAILED
-            return [Update(t.id, state=state, attempts=msg.attempts, last=msg.last)]
+            return [Update(t.id, state=state, attempts=msg.attempts, last=msg.last,
+                           attempt=msg.attempt)]
         if isinstance(msg, m.Cancel):
             self._forget(t.id)
             return [CancelCopy(t.id, msg.abort)]

@@ -17,10 +17,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from miyamoto import checks
 from miyamoto.protocol import DecodeError
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 LAST_BODY_BYTES = 4096
+HISTORY_MAX = 20  # attempts kept with a task (newest last)
+HISTORY_ERROR_CHARS = 200  # an attempt's error text is cut to this
 
 
 def new_id() -> str:
@@ -69,6 +72,7 @@ class Task:
     executions: int = 0  # attempts that got an HTTP response
     first_attempt: float | None = None
     last: dict[str, Any] | None = None  # last response: status, headers, body, error, at
+    history: tuple[dict[str, Any], ...] = ()  # the last HISTORY_MAX attempts, oldest first
     finished: float | None = None
     replicas: tuple[str, ...] = ()
     replica: int = 0  # this copy's index in replicas
@@ -94,6 +98,8 @@ class Task:
         d["state"] = self.state.value
         if self.replicas:
             d["replicas"] = list(self.replicas)
+        if self.history:
+            d["history"] = list(self.history)
         return d
 
     def summary(self) -> dict[str, Any]:
@@ -105,6 +111,7 @@ class Task:
             "attempts": self.attempts, "executions": self.executions,
             "max_attempts": self.max_attempts, "timeout": self.timeout,
             "last_response": self.last, "finished": self.finished,
+            "history": list(reversed(self.history)),  # newest first
             "replicas": list(self.replicas), "replica": self.replica,
             "callback": self.callback, "failure_callback": self.failure_callback,
         }
@@ -139,6 +146,8 @@ class Task:
             if not isinstance(replicas, list) or not all(isinstance(r, str) for r in replicas):
                 raise DecodeError("task replicas are not a list of ids")
             kwargs["replicas"] = tuple(replicas)
+            if "history" in kwargs:
+                kwargs["history"] = checks.attempt_list(kwargs["history"], HISTORY_MAX)
             for k in ("eta", "created", "fire_at"):
                 kwargs[k] = float(kwargs.get(k, 0.0))
                 if not math.isfinite(kwargs[k]):
@@ -156,6 +165,17 @@ class Task:
             raise
         except (KeyError, TypeError, ValueError) as e:
             raise DecodeError(f"malformed task: {e}") from e
+
+
+def add_attempt(history: tuple[dict[str, Any], ...],
+                attempt: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """``history`` with ``attempt`` appended (once: a sibling's news may repeat it), the
+    oldest dropped beyond HISTORY_MAX, so a task's record stays bounded however often
+    it is retried or rerun."""
+    key = (attempt.get("start"), attempt.get("node"))
+    if any((a.get("start"), a.get("node")) == key for a in history[-HISTORY_MAX:]):
+        return history
+    return (*history[-(HISTORY_MAX - 1):], attempt)
 
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Task))

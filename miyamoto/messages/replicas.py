@@ -55,16 +55,18 @@ class Retry:
     delay: float
     attempts: int
     last: dict | None = None
+    attempt: dict | None = None  # the attempt's history entry (checks.opt_attempt)
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         return {"id": self.id, "replica": self.replica, "delay": self.delay,
-                "attempts": self.attempts, "last": self.last}
+                "attempts": self.attempts, "last": self.last, "attempt": self.attempt}
 
     @classmethod
     def from_payload(cls, d: dict) -> "Retry":
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
-                   _seconds(d, "delay"), c.integer(d, "attempts"), _last(d))
+                   _seconds(d, "delay"), c.integer(d, "attempts"), _last(d),
+                   c.opt_attempt(d, "attempt"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +74,17 @@ class _Ended:
     id: str
     attempts: int = 0
     last: dict | None = None
+    attempt: dict | None = None  # the attempt's history entry (checks.opt_attempt)
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
-        return {"id": self.id, "attempts": self.attempts, "last": self.last}
+        return {"id": self.id, "attempts": self.attempts, "last": self.last,
+                "attempt": self.attempt}
 
     @classmethod
     def from_payload(cls, d: dict) -> Any:
-        return cls(c.string(d, "id"), c.integer(d, "attempts"), _last(d))
+        return cls(c.string(d, "id"), c.integer(d, "attempts"), _last(d),
+                   c.opt_attempt(d, "attempt"))
 
 
 @message(Verb.DONE)
@@ -259,7 +264,8 @@ class Stored:
                    c.opt_string(d, "duplicate"), c.opt_string(d, "error"))
 
 
-OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control"})
+OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",
+                 "failed"})
 
 
 @message(Verb.REQUEST)
