@@ -72,5 +72,25 @@ class Tokens:
                               f"(it needs {_WHO[need]})")
 
 
+SCOPES = (ADMIN, ENQUEUE, READ)
+
+
+def parse_tokens(v: str) -> tuple[tuple[str, str], ...]:
+    """The ``api_tokens`` option, ``SCOPE:TOKEN,...``; a token is 16-512 printable characters without spaces or commas.
+    The error never quotes a token."""
+    out = []
+    for i, part in enumerate(p.strip() for p in str(v).split(",")):
+        if not part:
+            continue
+        scope, sep, token = part.partition(":")
+        if not sep or scope not in SCOPES:
+            raise ValueError(f"entry {i + 1} must be SCOPE:TOKEN with SCOPE one of "
+                             + ", ".join(SCOPES))
+        if not 16 <= len(token) <= 512 or not token.isprintable() or " " in token:
+            raise ValueError(f"entry {i + 1}: a token is 16-512 printable characters, no spaces")
+        out.append((scope, token))
+    return tuple(out)
+
+
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()

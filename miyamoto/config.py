@@ -17,6 +17,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from miyamoto.auth import parse_tokens
+
 
 class ConfigError(ValueError):
     """A bad option value; the message names the option."""
@@ -142,26 +144,6 @@ def _cidrs(v: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-TOKEN_SCOPES = ("admin", "enqueue", "read")
-
-
-def _tokens(v: str) -> tuple[tuple[str, str], ...]:
-    """``SCOPE:TOKEN,...``; a token is 16-512 printable characters without spaces or commas.
-    The error never quotes a token."""
-    out = []
-    for i, part in enumerate(p.strip() for p in str(v).split(",")):
-        if not part:
-            continue
-        scope, sep, token = part.partition(":")
-        if not sep or scope not in TOKEN_SCOPES:
-            raise ValueError(f"entry {i + 1} must be SCOPE:TOKEN with SCOPE one of "
-                             + ", ".join(TOKEN_SCOPES))
-        if not 16 <= len(token) <= 512 or not token.isprintable() or " " in token:
-            raise ValueError(f"entry {i + 1}: a token is 16-512 printable characters, no spaces")
-        out.append((scope, token))
-    return tuple(out)
-
-
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -196,7 +178,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("curve_secret", _z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
     Setting("insecure_cluster", _bool, False,
             "allow a cluster without CurveZMQ keys (plain TCP: anyone who reaches the port is a peer)"),
-    Setting("api_tokens", _tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
+    Setting("api_tokens", parse_tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
             flag=False, secret=True),
     Setting("insecure_http", _bool, False, "allow an HTTP address beyond loopback without api_tokens"),
     Setting("target_allow", _cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),

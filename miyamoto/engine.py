@@ -22,9 +22,10 @@ import ujson
 
 from miyamoto.outgoing import ClientPool, DeliveryError
 from miyamoto.config import Config, QueueConfig
+from miyamoto.copyops import CopyOps
 from miyamoto.delivery import Outcome, build_request
 from miyamoto.dispatch import Dispatcher
-from miyamoto.errors import Conflict, Duplicate, Unavailable
+from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.fairness import origin
 from miyamoto.journal import Journal
 from miyamoto.metrics import Metrics
@@ -60,7 +61,7 @@ class Stats:
     cancelled: int = 0
 
 
-class Engine:
+class Engine(CopyOps):
     def __init__(self, config: Config, journal: Journal, client: ClientPool | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None,
@@ -334,102 +335,3 @@ class Engine:
     def get(self, task_id: str) -> Task | None:
         t = self.live.get(task_id)
         return t if t is not None else self.journal.get(task_id)
-
-    def cancel(self, task_id: str) -> Task | None:
-        """Cancel this copy; None if unknown. Conflict if it already ended."""
-        t = self.live.get(task_id)
-        if t is None:
-            ended = self.journal.get(task_id)
-            if ended is None:
-                return None
-            if ended.state == State.CANCELLED:
-                return ended
-            raise Conflict(f"task is already {ended.state.value}")
-        now = self.clock()
-        t = t.evolve(state=State.CANCELLED, finished=now)
-        self.stats.cancelled += 1
-        if self.live[task_id].state == State.RUNNING:
-            self.live[task_id] = t  # finish() ends it when the attempt returns
-            self.journal.put(t)
-        else:
-            self._end(t)
-        return t
-
-    def delete(self, task_id: str) -> Task | None:
-        """DELETE /tasks/<id> on this copy: a failed one's record is removed (the dead
-        letter is dealt with) and returned; a live one is cancelled, a cancelled one
-        returned as is. None if unknown; Conflict if it succeeded (``cancel``)."""
-        if task_id not in self.live:
-            t = self.journal.get(task_id)
-            if t is not None and t.state == State.FAILED:
-                self.journal.delete(task_id)
-                return t
-        return self.cancel(task_id)
-
-    def abort(self, task_id: str) -> None:
-        """Undo a copy whose enqueue was refused: cancel it and free its name."""
-        t = self.live.get(task_id)
-        if t is None:
-            return
-        if t.name is not None and self.names.get((t.queue, t.name), ("",))[0] == task_id:
-            del self.names[(t.queue, t.name)]
-            self.journal.release_name(t.queue, t.name)
-        try:
-            self.cancel(task_id)
-        except Conflict:
-            pass
-
-    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:
-        """Run a task again now: a failed or cancelled one with a fresh set of attempts,
-        a scheduled one at once. None if unknown; Conflict if running or succeeded."""
-        now = self.clock() + delay
-        t = self.live.get(task_id)
-        if t is not None:
-            if t.state != State.SCHEDULED:
-                raise Conflict(f"task is {t.state.value}")
-            t = t.evolve(fire_at=now)
-            self.live[task_id] = t
-            self.journal.put(t)
-            self.scheduler.schedule(task_id, now)
-            return t
-        t = self.journal.get(task_id)
-        if t is None:
-            return None
-        if t.state == State.SUCCEEDED:
-            raise Conflict("task already succeeded")
-        t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
-                     finished=None)
-        self.journal.put(t, wait=wait)
-        self.live[task_id] = t
-        self.scheduler.schedule(task_id, now)
-        return t
-
-    def purge(self, queue: str) -> int:
-        """Cancel every scheduled copy of the queue on this node; returns how many
-        of them were first copies (replica 0), i.e. distinct tasks cluster-wide."""
-        doomed = [t for t in self.live.values() if t.queue == queue and t.state == State.SCHEDULED]
-        for t in doomed:
-            self.cancel(t.id)
-        return sum(1 for t in doomed if t.replica == 0)
-
-    def pause(self, queue: str, paused: bool) -> None:
-        self.dispatcher.pause(queue, paused)
-        self.journal.set_paused(queue, paused)
-
-    def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
-        counts = self.journal.counts(primary_only)
-        for t in self.live.values():
-            if primary_only and t.replica != 0:
-                continue
-            c = counts.setdefault(t.queue, {})
-            c[t.state.value] = c.get(t.state.value, 0) + 1
-        for name in self.dispatcher.queues:
-            counts.setdefault(name, {})
-        return counts
-
-    def list(self, queue: str, state: State, limit: int) -> list[Task]:
-        if state in (State.SCHEDULED, State.RUNNING):
-            out = [t for t in self.live.values() if t.queue == queue and t.state == state]
-            out.sort(key=lambda t: t.fire_at)
-            return out[:limit]
-        return self.journal.list(queue, state.value, limit)

@@ -94,7 +94,8 @@ _SCHEMAS: dict[str, Any] = {
     "Task": {"type": "object", "required": ["id", "queue", "state", "url", "method"],
              "properties": {
                  "id": {"type": "string"}, "queue": {"type": "string"},
-                 "state": {"enum": _STATES}, "name": {"type": ["string", "null"]},
+                 # "deleted": the answer to DELETE of a failed task
+                 "state": {"enum": [*_STATES, "deleted"]}, "name": {"type": ["string", "null"]},
                  "url": {"type": "string"}, "method": {"enum": list(METHODS)},
                  "eta": {"type": "number"}, "created": {"type": "number"},
                  "next_attempt": {"type": ["number", "null"]},
@@ -107,6 +108,13 @@ _SCHEMAS: dict[str, Any] = {
                  "replica": {"type": "integer"}, "node": {"type": "string"},
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
+                 "history": {"type": "array", "maxItems": 20, "description": "the last "
+                             "attempts, newest first", "items": {
+                                 "type": "object", "properties": {
+                                     "start": {"type": "number"}, "duration": {"type": "number"},
+                                     "node": {"type": "string"},
+                                     "status": {"type": ["integer", "null"]},
+                                     "error": {"type": ["string", "null"]}}}},
                  "copies": {"type": "array", "items": {"type": "object", "properties": {
                      "node": {"type": "string"}, "replica": {"type": "integer"},
                      "state": {"enum": _STATES},
@@ -128,6 +136,11 @@ _SCHEMAS: dict[str, Any] = {
         "status": {"const": "ok"}, "queue": {"type": "string"},
         "action": {"enum": ["pause", "resume", "purge"]},
         "purged": {"type": "integer", "minimum": 0}}},
+    "FailedBulk": {"type": "object", "required": ["status", "queue", "action", "count", "more"],
+                   "properties": {"status": {"const": "ok"}, "queue": {"type": "string"},
+                                  "action": {"enum": ["retry", "delete"]},
+                                  "count": {"type": "integer", "minimum": 0},
+                                  "more": {"type": "boolean"}}},
     "Cluster": {"type": "object", "required": ["node", "role", "leader", "term", "members"],
                 "properties": {
                     "node": {"type": "string"},
@@ -217,7 +230,8 @@ _PATHS: dict[str, Any] = {
         body={"application/json": {"schema": _ref("Batch")}})},
     "/tasks/{id}": {"get": _op("One task, with its copies", "Task", params=[_ID],
                                scope="read or enqueue"),
-                    "delete": _op("Cancel a task on every replica", "Task", params=[_ID],
+                    "delete": _op("Cancel a task on every replica (delete a failed one)",
+                                  "Task", params=[_ID],
                                   extra=_CONFLICT, scope="admin")},
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
@@ -232,6 +246,12 @@ _PATHS: dict[str, Any] = {
     "/queues/{queue}/pause": _control("Pause a queue, cluster-wide"),
     "/queues/{queue}/resume": _control("Resume a queue, cluster-wide"),
     "/queues/{queue}/purge": _control("Cancel every scheduled task of a queue"),
+    "/queues/{queue}/failed/retry": {"post": _op(
+        "Run every failed task of a queue again, cluster-wide (up to 10,000 a call: more)",
+        "FailedBulk", params=[_QUEUE], scope="admin")},
+    "/queues/{queue}/failed/delete": {"post": _op(
+        "Delete every failed task of a queue, cluster-wide (up to 10,000 a call: more)",
+        "FailedBulk", params=[_QUEUE], scope="admin")},
     "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
     "/healthz": {"get": {**_op("Liveness", "Health"), **_OPEN}},
     "/readyz": {"get": {**_op("Readiness", "Ready", extra={"503": _answer("not ready",
