@@ -83,24 +83,14 @@ class Queries:
         return best
 
     def cancel(self, task_id: str) -> dict[str, Any] | None:
-        results: list[Any] = []
-        try:
-            t = self.engine.cancel(task_id)
-            if t is not None:
-                results.append(t.summary())
-        except Conflict as e:
-            results.append({"conflict": str(e)})
-        results += list(self.ask("cancel", {"id": task_id}).values())
-        return pick(results)
+        return self._everywhere("cancel", self.cancel_local, task_id)
+
+    def cancel_local(self, task_id: str) -> dict | None:
+        t = self.engine.cancel(task_id)
+        return t.summary() if t is not None else None
 
     def delete(self, task_id: str) -> dict[str, Any] | None:
-        results: list[Any] = []
-        try:
-            results.append(self.delete_local(task_id))
-        except Conflict as e:
-            results.append({"conflict": str(e)})
-        results += list(self.ask("delete", {"id": task_id}).values())
-        return pick(results)
+        return self._everywhere("delete", self.delete_local, task_id)
 
     def delete_local(self, task_id: str) -> dict | None:
         t = self.engine.get(task_id)
@@ -113,12 +103,19 @@ class Queries:
         return dict(t.summary(), state="deleted") if was == State.FAILED else t.summary()
 
     def rerun(self, task_id: str) -> dict[str, Any] | None:
+        return self._everywhere("rerun", self.rerun_local, task_id)
+
+    def _everywhere(self, op: str, local: Callable[[str], dict | None],
+                    task_id: str) -> dict[str, Any] | None:
+        """``op`` on this node's copy and on every peer's; the most telling answer."""
         results: list[Any] = []
         try:
-            results.append(self.rerun_local(task_id))
+            found = local(task_id)
+            if found is not None:
+                results.append(found)
         except Conflict as e:
             results.append({"conflict": str(e)})
-        results += list(self.ask("rerun", {"id": task_id}).values())
+        results += list(self.ask(op, {"id": task_id}).values())
         return pick(results)
 
     def rerun_local(self, task_id: str) -> dict | None:
@@ -228,20 +225,11 @@ class Queries:
         if op == "get":
             t = self.engine.get(checks.string(args, "id"))
             return t.summary() if t is not None else None
-        if op == "cancel":
+        local = {"cancel": self.cancel_local, "rerun": self.rerun_local,
+                 "delete": self.delete_local}.get(op)
+        if local is not None:
             try:
-                t = self.engine.cancel(checks.string(args, "id"))
-            except Conflict as e:
-                return {"conflict": str(e)}
-            return t.summary() if t is not None else None
-        if op == "rerun":
-            try:
-                return self.rerun_local(checks.string(args, "id"))
-            except Conflict as e:
-                return {"conflict": str(e)}
-        if op == "delete":
-            try:
-                return self.delete_local(checks.string(args, "id"))
+                return local(checks.string(args, "id"))
             except Conflict as e:
                 return {"conflict": str(e)}
         if op == "failed":
