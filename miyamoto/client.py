@@ -146,10 +146,12 @@ class Client:
 
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
-        failure_callback); None values are left out. Raises DuplicateTask, InvalidTask,
-        Unavailable ..."""
+        failure_callback, dedupe="content"); None values are left out. Raises
+        DuplicateTask, InvalidTask, Unavailable ... A task named by the server after its
+        content is retried on a 503 like a named one: sent twice, it is stored once."""
         task = _task(url, params, fields)
-        return self._call("POST", "/queue", json=task, retry=task.get("name") is not None)
+        named = task.get("name") is not None or task.get("dedupe") == "content"
+        return self._call("POST", "/queue", json=task, retry=named)
 
     def enqueue_batch(self, tasks: Iterable[Mapping[str, Any]],
                       queue: str = "default") -> list[dict[str, Any]]:
@@ -158,7 +160,8 @@ class Client:
         task, in order: ``status`` is ``scheduled``, ``duplicate`` (``id`` the original)
         or ``error`` (``error`` says why; that one was not stored)."""
         body = [{k: v for k, v in t.items() if v is not None} for t in tasks]
-        named = bool(body) and all(t.get("name") is not None for t in body)
+        named = bool(body) and all(t.get("name") is not None or t.get("dedupe") == "content"
+                                   for t in body)
         answer = self._call("POST", f"/queue/{_seg(queue)}/batch", json=body, retry=named)
         return list(answer.get("tasks", []))
 

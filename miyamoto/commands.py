@@ -76,6 +76,9 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eta", type=float, help="unix time to run at")
     p.add_argument("--queue", help="queue name")
     p.add_argument("--name", help="de-duplication name")
+    p.add_argument("--dedupe", choices=("content",),
+                   help="content: name the task after a hash of its request, so an "
+                        "identical task is a duplicate")
     p.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="extra header for the target (repeatable)")
     p.add_argument("--json", dest="json_body", metavar="JSON",
@@ -138,7 +141,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     """The task fields given as flags (None: not given, the node's default)."""
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
-        "failure_callback", "max_attempts", "timeout", "priority")}
+        "failure_callback", "max_attempts", "timeout", "priority", "dedupe")}
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)

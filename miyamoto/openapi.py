@@ -51,6 +51,8 @@ _TASK_FIELDS: dict[str, Any] = {
                       "over countdown; at most max_delay ahead"}),
     "name": _nullable({"type": "string", "minLength": 1, "maxLength": _D.max_name,
                        "description": "de-duplication key (else the Idempotency-Key header)"}),
+    "dedupe": {"enum": ["content", None], "description": "content: the name is content: + "
+               "the SHA-256 of the method, URL, headers and body sent; not with name"},
     "queue": _nullable({"type": "string", "pattern": _QUEUE_PATTERN}),
     "max_attempts": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS}),
     "timeout": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT}),
@@ -59,7 +61,7 @@ _TASK_FIELDS: dict[str, Any] = {
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback")}
+    "callback", "failure_callback", "dedupe")}
 
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,

@@ -16,6 +16,7 @@ from urllib.parse import SplitResult, parse_qsl, quote, urlsplit, urlunsplit
 
 import ujson
 
+from miyamoto import dedupe as _dedupe
 from miyamoto.task import METHODS, QUEUE_NAME_RE, Task, new_id
 
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
@@ -28,6 +29,7 @@ _NAME_RE = re.compile(r"[^\x00-\x1f\x7f]+")
 _JSON_FIELDS = frozenset({
     "url", "method", "params", "body", "content_type", "json", "headers", "countdown", "eta",
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
+    "dedupe",
 })
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
@@ -220,16 +222,20 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     headers = _headers("headers", fields.get("headers") or {})
     eta = _eta(fields, limits, now)
     name = _name(fields, idempotency_key, limits)
+    try:
+        dedupe = _dedupe.mode(fields, named=name is not None)
+    except _dedupe.DedupeError as e:
+        raise ValidationError("dedupe", str(e)) from None
     queue = _queue(fields, path_queue)
     max_attempts, timeout = _attempt_limits(fields)
     callback = _optional_url(fields, "callback", limits)
     failure_callback = _optional_url(fields, "failure_callback", limits)
-    return Task(
+    return _dedupe.apply(Task(
         id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
         failure_callback=failure_callback, created=now, fire_at=eta,
-    )
+    ), dedupe)
 
 
 def _check_field_names(fields: Mapping[str, Any]) -> None:
