@@ -2,7 +2,7 @@
 
 `serve` monkey-patches gevent first thing, before the server modules are imported;
 nothing else in the package patches anything. The client commands (enqueue, status,
-task, cancel, retry, tasks, pause, resume, purge) run on ``miyamoto.Client`` (requests)
+task, cancel, retry, tasks, pause, resume, purge, failed) run on ``miyamoto.Client`` (requests)
 and need no gevent at all.
 """
 

@@ -59,9 +59,30 @@ def add_commands(sub: Any) -> None:
         p.add_argument("queue", help="queue name")
         p.set_defaults(func=_command(_control), action=name)
 
+    _failed_commands(sub, common)
+
     status = sub.add_parser("status", parents=[common], help="cluster, queues and counts")
     status.add_argument("--json", action="store_true", help="the raw answers, not tables")
     status.set_defaults(func=_command(_status))
+
+
+def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto failed list|retry|delete QUEUE``: the queue's dead letters."""
+    failed = sub.add_parser("failed", help="a queue's failed tasks: list, retry or delete them")
+    actions = failed.add_subparsers(dest="failed_action", metavar="{list,retry,delete}",
+                                    required=True)
+    ls = actions.add_parser("list", parents=[common], help="the failed tasks, as a table")
+    ls.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
+    ls.add_argument("--json", action="store_true", help="the raw answer, not a table")
+    retry = actions.add_parser("retry", parents=[common],
+                               help="run every failed task of the queue again, cluster-wide")
+    delete = actions.add_parser("delete", parents=[common],
+                                help="delete every failed task of the queue, cluster-wide")
+    delete.add_argument("-y", "--yes", action="store_true",
+                        help="do not ask (required when stdin is not a terminal)")
+    for p, fn in ((ls, _failed_list), (retry, _failed_bulk), (delete, _failed_bulk)):
+        p.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
+        p.set_defaults(func=_command(fn))
 
 
 def _enqueue_args(p: argparse.ArgumentParser) -> None:
@@ -101,6 +122,8 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
         token = args.token or os.environ.get("MIYAMOTO_TOKEN") or \
             os.environ.get("MIYAMOTO_API_TOKEN")  # the older name, kept as an alias
         server = args.server or os.environ.get("MIYAMOTO_SERVER") or DEFAULT_SERVER
+        if "://" not in server:  # 127.0.0.1:8088, as the node's own --http option is given
+            server = "http://" + server
         try:
             with Client(server, token=token, timeout=args.request_timeout) as client:
                 return fn(client, args)
@@ -229,6 +252,38 @@ def _tasks(client: Any, args: argparse.Namespace) -> int:
 
 def _control(client: Any, args: argparse.Namespace) -> int:
     _print(getattr(client, args.action)(args.queue))
+    return 0
+
+
+def _failed_list(client: Any, args: argparse.Namespace) -> int:
+    from miyamoto.tables import failed_lines
+
+    tasks = client.tasks(args.queue, "failed", args.limit)
+    if args.json:
+        _print({"queue": args.queue, "state": "failed", "tasks": tasks})
+    else:
+        print("\n".join(failed_lines(tasks)))
+    return 0
+
+
+def _failed_bulk(client: Any, args: argparse.Namespace) -> int:
+    """Retry or delete the whole failed list; delete asks first (or wants --yes)."""
+    if args.failed_action == "delete" and not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("refusing to delete without --yes: stdin is not a terminal")
+        count = (client.queue(args.queue).get("counts") or {}).get("failed", "?")
+        print(f"Delete the {count} failed task(s) of queue {args.queue!r} on every node? "
+              "[y/N] ", end="", file=sys.stderr, flush=True)
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            print("miyamoto: not deleted", file=sys.stderr)
+            return 1
+    fn = client.retry_failed if args.failed_action == "retry" else client.delete_failed
+    result = fn(args.queue)
+    _print({"queue": args.queue, "action": args.failed_action, **result})
+    if result.get("more"):
+        print("miyamoto: some node holds more failed tasks than one request takes; run it "
+              "again", file=sys.stderr)
     return 0
 
 

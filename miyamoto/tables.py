@@ -11,6 +11,7 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 
 STATES = ("scheduled", "running", "succeeded", "failed", "cancelled")
+LAST_CHARS = 40  # an error message in the failed list's LAST column
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -43,6 +44,24 @@ def task_lines(tasks: Sequence[Mapping[str, Any]], now: float | None = None) -> 
                  ([t.get("id"), t.get("state"), t.get("attempts"),
                    _when(t.get("next_attempt") or t.get("finished"), now), t.get("name"),
                    t.get("url")] for t in tasks))
+
+
+def failed_lines(tasks: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
+    """``miyamoto failed list``: when each task failed and what its last attempt got."""
+    now = time.time() if now is None else now
+    return table(("ID", "ATTEMPTS", "FAILED", "LAST", "NAME", "URL"),
+                 ([t.get("id"), t.get("attempts"), _when(t.get("finished"), now),
+                   _last(t.get("last_response")), t.get("name"), t.get("url")] for t in tasks))
+
+
+def _last(last: Any) -> str:
+    """``HTTP 500`` or the error, cut short: one cell of a table."""
+    if not isinstance(last, Mapping):
+        return "-"
+    if last.get("status") is not None:
+        return f"HTTP {last['status']}"
+    error = str(last.get("error") or "-").splitlines()[0] if last.get("error") else "-"
+    return error if len(error) <= LAST_CHARS else error[:LAST_CHARS - 3] + "..."
 
 
 def _cell(value: Any) -> str:

@@ -239,3 +239,109 @@ def test_tokens_by_flag_and_environment(node_factory, sink):
     ok(run_cli("enqueue", f"{sink.url}/t", "--token", ADMIN, env=dict(env, MIYAMOTO_TOKEN=READ)))
     sink.wait_for(count=1, path="/t")
     assert ADMIN not in n.log_text() and READ not in n.log_text()
+
+
+def cli_on_a_terminal(args: list[str], typed: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the CLI with a pty as its stdin (a person at a terminal) who types ``typed``."""
+    master, slave = pty.openpty()
+    try:
+        os.write(master, typed.encode())  # waits in the tty's line buffer until read
+        cp = subprocess.run([sys.executable, "-m", "miyamoto", *args], stdin=slave,
+                            capture_output=True, text=True, timeout=30,
+                            env=dict(os.environ, PYTHONPATH=str(REPO), **env))
+    finally:
+        os.close(slave)
+        os.close(master)
+    return cp
+
+
+@pytest.mark.timeout(90)
+def test_failed_list_retry_and_delete(node, sink):
+    env = cli_env(node)
+    sink.reply("/dead", 500)
+    with Client(node.url) as c:
+        ids = [c.enqueue(f"{sink.url}/dead", {"i": i}, queue="dlq", max_attempts=1,
+                         name=f"dead-{i}" if i == 0 else None)["id"] for i in range(3)]
+    for task_id in ids:
+        node.wait_task_state(task_id, "failed")
+    table = ok(run_cli("failed", "list", "dlq", env=env)).stdout.splitlines()
+    assert table[0].split() == ["ID", "ATTEMPTS", "FAILED", "LAST", "NAME", "URL"]
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert set(rows) == set(ids)
+    assert all("HTTP 500" in row and "ago" in row for row in rows.values()), table
+    assert "dead-0" in rows[ids[0]]
+    raw = json.loads(ok(run_cli("failed", "list", "dlq", "--json", env=env)).stdout)
+    assert sorted(t["id"] for t in raw["tasks"]) == sorted(ids) and raw["state"] == "failed"
+    assert ok(run_cli("failed", "list", env=env)).stdout.splitlines()[1:] == []  # default
+
+    # delete: never without --yes when nobody can answer; at a terminal, only on "y"
+    cp = subprocess.run([sys.executable, "-m", "miyamoto", "failed", "delete", "dlq"],
+                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+                        env=dict(os.environ, PYTHONPATH=str(REPO), **env))
+    assert cp.returncode == 2 and "--yes" in cp.stderr and "Traceback" not in cp.stderr
+    cp = cli_on_a_terminal(["failed", "delete", "dlq"], "n\n", env)
+    assert cp.returncode == 1 and "3 failed task(s)" in cp.stderr and "not deleted" in cp.stderr
+    assert node.counts("dlq")["failed"] == 3
+
+    # retry the whole list: the target works now
+    sink.reply("/dead", 200)
+    out = json.loads(ok(run_cli("failed", "retry", "dlq", env=env)).stdout)
+    assert {k: out[k] for k in ("queue", "action", "count", "more")} == \
+        {"queue": "dlq", "action": "retry", "count": 3, "more": False}
+    for task_id in ids:
+        node.wait_task_state(task_id, "succeeded")
+    assert len(sink.wait_for(count=6, path="/dead")) == 6  # 3 failed + 3 retried
+
+    sink.reply("/gone", 500)
+    with Client(node.url) as c:
+        doomed = [c.enqueue(f"{sink.url}/gone", queue="dlq", max_attempts=1)["id"]
+                  for _ in range(2)]
+    for task_id in doomed:
+        node.wait_task_state(task_id, "failed")
+    cp = ok(cli_on_a_terminal(["failed", "delete", "dlq"], "y\n", env))
+    assert json.loads(cp.stdout)["count"] == 2 and "2 failed task(s)" in cp.stderr
+    assert node.counts("dlq")["failed"] == 0
+    with Client(node.url) as c:
+        again = c.enqueue(f"{sink.url}/gone", queue="dlq", max_attempts=1)["id"]
+    node.wait_task_state(again, "failed")
+    out = json.loads(ok(run_cli("failed", "delete", "dlq", "--yes", env=env)).stdout)
+    assert out["count"] == 1 and node.counts("dlq")["failed"] == 0
+    cp = run_cli("failed", "retry", "dlq", "--server", "http://127.0.0.1:9")
+    assert cp.returncode == 1 and "cannot reach" in cp.stderr
+
+
+@pytest.mark.timeout(60)
+def test_enqueue_dedupe_content_and_a_server_without_scheme(node, sink):
+    env = {"MIYAMOTO_SERVER": node.url.removeprefix("http://")}
+    args = ("enqueue", f"{sink.url}/d", "k=v", "-H", "X-A: 1", "--dedupe", "content")
+    first = json.loads(ok(run_cli(*args, env=env)).stdout)
+    assert first["name"].startswith("content:")
+    cp = run_cli(*args, env=env)
+    assert cp.returncode == 1 and "duplicate" in cp.stderr and first["id"] in cp.stderr
+    ok(run_cli("enqueue", f"{sink.url}/d", "k=w", "--dedupe", "content", env=env))
+    cp = run_cli("enqueue", f"{sink.url}/d", "--dedupe", "content", "--name", "n", env=env)
+    assert cp.returncode == 1 and "dedupe" in cp.stderr, cp.stderr
+    cp = run_cli("enqueue", f"{sink.url}/d", "--dedupe", "body", env=env)
+    assert cp.returncode == 2
+    reqs = sink.wait_for(count=2, path="/d")
+    assert sorted(r.form["k"][0] for r in reqs) == ["v", "w"]
+
+
+@pytest.mark.timeout(10)
+def test_failed_table_layout_with_a_fake_clock():
+    from miyamoto.tables import LAST_CHARS, failed_lines
+
+    long_error = "ConnectTimeout: " + "x" * 100 + "\nsecond line"
+    lines = failed_lines([
+        {"id": "a1", "attempts": 3, "finished": 990.0, "last_response": {"status": 503},
+         "name": None, "url": "http://t/1"},
+        {"id": "b22", "attempts": 1, "finished": 999.5, "name": "nm", "url": "http://t/2",
+         "last_response": {"status": None, "error": long_error}},
+        {"id": "c", "attempts": 0, "finished": None, "last_response": None},
+    ], now=1000.0)
+    assert lines[0].split() == ["ID", "ATTEMPTS", "FAILED", "LAST", "NAME", "URL"]
+    assert lines[1].split() == ["a1", "3", "10.0", "s", "ago", "HTTP", "503", "-", "http://t/1"]
+    cell = lines[2][lines[0].index("LAST"):lines[0].index("NAME")].rstrip()
+    assert cell.startswith("ConnectTimeout: xxx") and cell.endswith("...")
+    assert len(cell) == LAST_CHARS and "second" not in lines[2]
+    assert lines[3].split() == ["c", "0", "-", "-", "-", "-"]
