@@ -30,7 +30,9 @@ setup(
             "pytest-xdist>=3.5",
             "openapi-spec-validator>=0.7",  # tests/test_openapi.py: the spec is valid 3.1
             "schemathesis>=4.0",  # tests/test_openapi.py: a bounded run against a node
+            "matplotlib>=3.8",  # tests/test_bench_plot.py: scripts/bench.py --plot
         ],
+        "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
     },
     entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},
 )

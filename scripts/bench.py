@@ -13,11 +13,17 @@ Modes:
   --delayed N      enqueue N tasks due in --countdown s (far future) and report the
                    node's RSS before/after and the journal's size on disk
 
+Progress bars (enqueued, delivered) are drawn on stderr when it is a terminal, or with
+--progress; never with --quiet. --plot FILE writes the enqueue-to-delivery latency
+distribution (histogram and CDF, titled with the run's parameters) as a PNG; it needs
+matplotlib: pip install -e '.[plot]'.
+
 Examples:
   .venv/bin/python scripts/bench.py                             # 1 node, disk, 20k tasks
   .venv/bin/python scripts/bench.py --memory --tasks 5000
   .venv/bin/python scripts/bench.py --nodes 3 --replication 2 --rss
   .venv/bin/python scripts/bench.py --paced 100                 # 1000 tasks at 100/s
+  .venv/bin/python scripts/bench.py --memory --plot latency.png
   .venv/bin/python scripts/bench.py --delayed 100000
   .venv/bin/python scripts/bench.py --server http://127.0.0.1:8088 --tasks 2000
 
@@ -81,6 +87,7 @@ from harness import (LOCALHOST, HarnessError, NodeProcess, http_get_json,  # noq
 from harness.fastload import (Enqueuer, delivery_report, enqueue_report,  # noqa: E402
                               node_exits, replicas_per_task, resources, wait_deliveries)
 from harness.fastsink import Sink  # noqa: E402
+from harness import plot, progress  # noqa: E402
 from harness.procfs import (cpu_delta, cpu_snapshot, dir_bytes, loadavg, mb,  # noqa: E402
                             proc_status_kb)
 
@@ -92,8 +99,8 @@ clock = time.perf_counter
 
 
 def log(msg: str) -> None:
-    """Progress line on stderr."""
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    """Progress line on stderr (through tqdm, so that it does not break a bar)."""
+    progress.write(f"[bench {time.strftime('%H:%M:%S')}] {msg}")
 
 
 # --------------------------------------------------------------------------- options
@@ -181,6 +188,12 @@ def _measurement_options(out: argparse._ArgumentGroup) -> None:
     out.add_argument("--rss", action="store_true",
                      help="also report the nodes' peak RSS (VmHWM) and journal file sizes")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    out.add_argument("--progress", action="store_true",
+                     help="draw progress bars on stderr even when it is not a terminal "
+                          "(by default only on a terminal; never with --quiet)")
+    out.add_argument("--plot", metavar="FILE",
+                     help="write the enqueue-to-delivery latency distribution (histogram "
+                          "and CDF) as a PNG to FILE; needs matplotlib (the 'plot' extra)")
 
 
 def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -210,6 +223,17 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for kv in args.node_env:
         if "=" not in kv:
             p.error(f"--node-env wants KEY=VALUE, got {kv!r}")
+    if args.plot is not None:
+        if args.delayed is not None:
+            p.error("--plot needs deliveries: not with --delayed")
+        try:
+            plot.require()
+        except plot.PlotUnavailable as e:
+            p.error(str(e))
+        where = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(where) or not os.access(where, os.W_OK):
+            p.error(f"--plot {args.plot}: {where} is not a writable directory")
+    args.bars = progress.enabled(args.quiet, args.progress)
     if args.grace is None:
         offset = float(dict(kv.split("=", 1) for kv in args.node_env).get(
             "MIYAMOTO_REPLICA_OFFSET", DEFAULT_REPLICA_OFFSET))
@@ -298,6 +322,11 @@ def base_report(args: argparse.Namespace, view: dict[str, Any] | None,
             "loadavg_1m": None if (la := loadavg()) is None else round(la, 2)}
 
 
+def answered(load: Any) -> int:
+    """Enqueues that are over: acknowledged, failed, or given up for time."""
+    return load.acked + load.errors + load.not_sent
+
+
 def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | ExternalNode], sink: Sink, run: str,
                  report: dict[str, Any]) -> None:
     """Throughput or paced run: enqueue, wait for deliveries, grace, measure."""
@@ -305,19 +334,23 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
                    request_timeout=args.request_timeout, queue=args.queue, json=args.json)
     cpu0, metrics0 = cpu_snapshot(nodes), server_metrics(nodes)
     t0 = clock()
+    load = enq.load
+    if args.paced is not None:
+        log(f"enqueueing {args.tasks} tasks at {args.paced:g}/s")
+    else:
+        log(f"enqueueing {args.tasks} tasks from {args.connections} connections")
     try:
-        if args.paced is not None:
-            log(f"enqueueing {args.tasks} tasks at {args.paced:g}/s")
-            enq.run_paced(args.paced, args.connections, args.enqueue_timeout)
-        else:
-            log(f"enqueueing {args.tasks} tasks from {args.connections} connections")
-            enq.run_fast(args.connections, args.enqueue_timeout)
+        with progress.bar(args.bars, "enqueued", args.tasks, lambda: answered(load)):
+            if args.paced is not None:
+                enq.run_paced(args.paced, args.connections, args.enqueue_timeout)
+            else:
+                enq.run_fast(args.connections, args.enqueue_timeout)
     finally:
         enq.close()
-    load = enq.load
     log(f"enqueued {load.acked} ({load.errors} errors) in {clock() - t0:.2f}s; "
         f"delivered so far {sink.stats.delivered}")
-    wait_deliveries(sink, load, nodes, args.timeout, log)
+    with progress.bar(args.bars, "delivered", load.acked, lambda: sink.stats.delivered):
+        wait_deliveries(sink, load, nodes, args.timeout, log)
     done = clock()
     cpu = cpu_delta(cpu0, cpu_snapshot(nodes))
     if args.grace > 0:
@@ -333,6 +366,13 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
         report.update(resources(nodes))
     report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
     report["stored_per_task"] = replicas_per_task(report["server_metrics"], load.acked)
+    if args.plot is not None:
+        try:
+            plot.write_png(args.plot, plot.latency_samples(sink, load), report)
+            log(f"wrote the latency plot to {args.plot}")
+        except OSError as e:  # the result line is still printed; the exit code says it
+            log(f"cannot write --plot {args.plot}: {e}")
+            args.plot_failed = True
 
 
 def run_delayed(args: argparse.Namespace, nodes: Sequence[NodeProcess | ExternalNode], sink: Sink, run: str,
@@ -345,7 +385,8 @@ def run_delayed(args: argparse.Namespace, nodes: Sequence[NodeProcess | External
                    countdown=args.countdown, json=args.json)
     log(f"enqueueing {args.tasks} tasks due in {args.countdown:g}s")
     try:
-        enq.run_fast(args.connections, args.enqueue_timeout)
+        with progress.bar(args.bars, "enqueued", args.tasks, lambda: answered(enq.load)):
+            enq.run_fast(args.connections, args.enqueue_timeout)
     finally:
         enq.close()
     log(f"enqueued {enq.load.acked} ({enq.load.errors} errors); settling {args.settle:g}s")
@@ -477,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench: interrupted", file=sys.stderr)
         return 130
     print(ujson.dumps(report), flush=True)
-    return 0
+    return 1 if getattr(args, "plot_failed", False) else 0
 
 
 if __name__ == "__main__":
