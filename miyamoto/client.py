@@ -12,7 +12,8 @@ name is ``DuplicateTask`` carrying the original ``.id``, a rejected field is
 ``Unavailable``.
 
 Retries: a 503 (too few replicas answered, or the node is stopping) or a refused
-connection is retried only for an enqueue whose every task is *named*. The server
+connection is retried only for an enqueue whose every task is *named* (a ``name``,
+or ``dedupe="content"``, which the server turns into one). The server
 de-duplicates names, so sending a named task twice stores it once; an unnamed task
 sent again after an answer was lost could be stored twice, so that is left to the
 caller. Attempts are bounded (``retries``), spaced by exponential backoff with full

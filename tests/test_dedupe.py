@@ -77,3 +77,26 @@ def test_batch_answers_duplicates_by_content(node: NodeProcess, sink: Sink) -> N
     assert new["status"] == "scheduled" and new["id"] != first["id"], new
     reqs = sink.wait_for(count=2, path="/b")
     assert sorted(r.json()["n"] for r in reqs) == [1, 2]
+
+
+@pytest.mark.timeout(30)
+def test_client_retries_a_content_named_task_on_503() -> None:
+    """The server names it, so sending it again stores it once: retried like a named one."""
+    from miyamoto import Client
+    from test_client import Scripted  # the scripted 503 server of the client's tests
+
+    s = Scripted(503, 503, 200)
+    try:
+        with Client(s.url, timeout=10) as c:
+            assert c.enqueue("http://127.0.0.1:9/w", {"a": "1"}, dedupe="content")["id"] == "abc"
+        assert s.calls == 3 and all(b["dedupe"] == "content" for b in s.bodies)
+    finally:
+        s.close()
+    s = Scripted(503, 200)  # a batch of content-named and named tasks
+    try:
+        with Client(s.url, timeout=10) as c:
+            c.enqueue_batch([{"url": "http://127.0.0.1:9/w", "dedupe": "content"},
+                             {"url": "http://127.0.0.1:9/w", "name": "b"}])
+        assert s.calls == 2
+    finally:
+        s.close()
