@@ -146,7 +146,8 @@ class Client:
 
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
-        failure_callback); None values are left out. Raises DuplicateTask, InvalidTask,
+        failure_callback, priority, flow_key, flow_rate, flow_parallelism); None values
+        are left out. Raises DuplicateTask, InvalidTask,
         Unavailable ..."""
         task = _task(url, params, fields)
         return self._call("POST", "/queue", json=task, retry=task.get("name") is not None)
@@ -214,6 +215,11 @@ class Client:
     def cluster(self) -> dict[str, Any]:
         """The roster, leader, term, this node, and the peers' health."""
         return self._call("GET", "/cluster")
+
+    def targets(self) -> list[dict[str, Any]]:
+        """The target origins this node delivered to recently: ``origin``, breaker
+        ``state`` (closed, open, half_open), ``failures``, ``inflight``, ``retry_at``."""
+        return list(self._call("GET", "/targets").get("targets", []))
 
     # ------------------------------------------------------------ the wire
     def _call(self, method: str, path: str, *, retry: bool = False, **kw: Any) -> dict[str, Any]:
