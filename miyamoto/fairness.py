@@ -185,9 +185,11 @@ class ReadyLine:
         whose gate is closed are set aside on the way, at most ``PARK_BATCH`` per call
         (a 100,000-task line for one stuck target is moved over several pump passes)."""
         gate = gate or hosts.gate
+        levels = self._levels
         for _ in range(PARK_BATCH):
-            woken = self._woken_head(hosts, gate)
-            best = self._best_level()
+            woken = self._woken_head(hosts, gate) if self._woken else None
+            # one priority in use (the usual case): no comparison of heads
+            best = next(iter(levels.items())) if len(levels) == 1 else self._best_level()
             if woken is None and best is None:
                 return None
             if woken is not None and (best is None or self._aside[woken][0] <= best[1][0]):
