@@ -71,6 +71,7 @@ class Api:
             (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
              {"POST": self.failed}),
             (re.compile(r"/cluster/?"), {"GET": self.cluster}),
+            (re.compile(r"/targets/?"), {"GET": self.targets}),  # scope read
             (re.compile(r"/healthz"), {"GET": self.healthz}),
             (re.compile(r"/readyz"), {"GET": self.readyz}),
             (re.compile(r"/metrics"), {"GET": self.metrics}),
@@ -223,6 +224,9 @@ class Api:
     # ------------------------------------------------------------ operations
     def cluster(self, environ: dict) -> tuple[int, Any]:
         return 200, self.service.cluster_info()
+
+    def targets(self, environ: dict) -> tuple[int, Any]:
+        return 200, {"targets": self.service.target_states()}
 
     def healthz(self, environ: dict) -> tuple[int, Any]:
         return 200, {"status": "ok", "node": self.service.node_id}

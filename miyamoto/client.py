@@ -147,9 +147,10 @@ class Client:
 
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
-        failure_callback, dedupe="content"); None values are left out. Raises
-        DuplicateTask, InvalidTask, Unavailable ... A task named by the server after its
-        content is retried on a 503 like a named one: sent twice, it is stored once."""
+        failure_callback, priority, flow_key, flow_rate, flow_parallelism,
+        dedupe="content"); None values are left out. Raises DuplicateTask, InvalidTask,
+        Unavailable ... A task named by the server after its content is retried on a 503
+        like a named one: sent twice, it is stored once."""
         task = _task(url, params, fields)
         named = task.get("name") is not None or task.get("dedupe") == "content"
         return self._call("POST", "/queue", json=task, retry=named)
@@ -218,6 +219,11 @@ class Client:
     def cluster(self) -> dict[str, Any]:
         """The roster, leader, term, this node, and the peers' health."""
         return self._call("GET", "/cluster")
+
+    def targets(self) -> list[dict[str, Any]]:
+        """The target origins this node delivered to recently: ``origin``, breaker
+        ``state`` (closed, open, half_open), ``failures``, ``inflight``, ``retry_at``."""
+        return list(self._call("GET", "/targets").get("targets", []))
 
     # ------------------------------------------------------------ the wire
     def _call(self, method: str, path: str, *, retry: bool = False, **kw: Any) -> dict[str, Any]:

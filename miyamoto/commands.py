@@ -60,6 +60,9 @@ def add_commands(sub: Any) -> None:
         p.set_defaults(func=_command(_control), action=name)
 
     _failed_commands(sub, common)
+    targets = sub.add_parser("targets", parents=[common],
+                             help="target origins: circuit breaker state, failures, in flight")
+    targets.set_defaults(func=_command(lambda client, args: _print(client.targets()) or 0))
 
     status = sub.add_parser("status", parents=[common], help="cluster, queues and counts")
     status.add_argument("--json", action="store_true", help="the raw answers, not tables")
@@ -110,7 +113,10 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--failure-callback", help="URL told of the task's final failure")
     p.add_argument("--max-attempts", type=int, help="override the queue's retry limit")
     p.add_argument("--timeout", type=float, help="override the queue's dispatch deadline (s)")
-    p.add_argument("--priority", type=int, help="task priority (on nodes that have them)")
+    p.add_argument("--priority", type=int, help="0-9, higher goes first (default 5)")
+    p.add_argument("--flow-key", help="flow-control key: tasks sharing it share its limits")
+    p.add_argument("--flow-rate", type=float, help="tasks/s for --flow-key")
+    p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
 
 
 def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -164,7 +170,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     """The task fields given as flags (None: not given, the node's default)."""
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
-        "failure_callback", "max_attempts", "timeout", "priority", "dedupe")}
+        "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
+        "flow_parallelism", "dedupe")}
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)

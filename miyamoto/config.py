@@ -190,6 +190,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_header_bytes", _int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
     Setting("max_connections", _int_ge(16), 10000, "HTTP connections open at once"),
     Setting("max_per_host", _int_ge(1), 128, "deliveries in flight to one target host"),
+    Setting("breaker_failures", _int_ge(0), 10, "consecutive failed attempts (connection "
+            "errors, timeouts, 5xx, 429) that open a target origin's circuit breaker; 0: never"),
+    Setting("breaker_cooldown", _float_ge(0.01), 30.0, "seconds an open breaker waits before "
+            "one probe delivery (doubled after each failed probe, up to 10x)"),
     Setting("signing_secret", _secret, (),
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
@@ -277,6 +281,8 @@ class Config:
     max_header_bytes: int
     max_connections: int
     max_per_host: int
+    breaker_failures: int
+    breaker_cooldown: float
     signing_secret: tuple[str, ...]
     log_level: str
     log_format: str

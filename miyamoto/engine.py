@@ -27,6 +27,7 @@ from miyamoto.delivery import Outcome, build_request
 from miyamoto.dispatch import Dispatcher
 from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.fairness import origin
+from miyamoto.flow import spec_of
 from miyamoto.journal import Journal
 from miyamoto.metrics import Metrics
 from miyamoto.retry import Action, decide, is_success
@@ -80,7 +81,9 @@ class Engine(CopyOps):
         self.names: dict[tuple[str, str], tuple[str, float]] = {}
         self.scheduler = Scheduler(self._due, clock)
         self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock,
-                                     max_per_host=config.max_per_host)
+                                     max_per_host=config.max_per_host,
+                                     breaker_failures=config.breaker_failures,
+                                     breaker_cooldown=config.breaker_cooldown)
         self.hooks = hooks or Hooks()
         self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
         self.stats = Stats()
@@ -179,7 +182,7 @@ class Engine(CopyOps):
     def _due(self, task_id: str) -> None:
         t = self.live.get(task_id)
         if t is not None and t.state == State.SCHEDULED:
-            self.dispatcher.submit(t.queue, task_id, origin(t.url))
+            self.dispatcher.submit(t.queue, task_id, origin(t.url), t.priority, spec_of(t))
 
     def _run(self, task_id: str) -> bool:
         """Deliver a due copy; False if it did not go (its token is given back)."""
@@ -218,6 +221,7 @@ class Engine(CopyOps):
             log.exception("task %s: attempt failed unexpectedly", task_id)
             outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock(),
                               start=now, node=self.config.node)
+        self.dispatcher.outcome(origin(t.url), outcome.status)  # the target's breaker
         action = self.finish(task_id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
                              time.monotonic() - started, first_delay)

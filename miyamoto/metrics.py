@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, \
     HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from miyamoto.breakermetrics import breaker_metrics
 from miyamoto.version import __version__
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ class NodeCollector(Collector):
         yield from self._queues()
         yield from self._journal()
         yield from self._cluster()
+        yield from breaker_metrics(self.node.engine.dispatcher)  # per target origin, bounded
         info = GaugeMetricFamily("miyamoto_info", "this node's version and id",
                                  labels=["version", "node"])
         info.add_metric([__version__, self.node.node_id], 1)

@@ -178,6 +178,10 @@ class Node:
     def cluster_info(self) -> dict[str, Any]:
         return self.cluster.info()
 
+    def target_states(self) -> list[dict[str, Any]]:
+        """GET /targets: this node's view of the origins it delivers to (breakers)."""
+        return self.engine.dispatcher.targets()
+
     def ready(self) -> tuple[bool, str]:
         if self.draining:
             return False, "stopping"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from miyamoto.dispatchspec import DISPATCH_FIELDS, TARGETS_SCHEMA
 from miyamoto.task import METHODS, State
 from miyamoto.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -58,10 +59,11 @@ _TASK_FIELDS: dict[str, Any] = {
     "timeout": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT}),
     "callback": _nullable(dict(_URL, description="POSTed the outcome when the task succeeds")),
     "failure_callback": _nullable(dict(_URL, description="POSTed the outcome when it fails")),
+    **DISPATCH_FIELDS,
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe")}
+    "callback", "failure_callback", "dedupe", *DISPATCH_FIELDS)}
 
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
@@ -110,6 +112,7 @@ _SCHEMAS: dict[str, Any] = {
                  "replica": {"type": "integer"}, "node": {"type": "string"},
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
+                 **DISPATCH_FIELDS,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
                                  "type": "object", "properties": {
@@ -164,6 +167,7 @@ _SCHEMAS: dict[str, Any] = {
     "Ready": {"type": "object", "required": ["status", "reason"], "properties": {
         "status": {"enum": ["ready", "not ready"]}, "reason": {"type": "string"}}},
     "OpenAPI": {"type": "object", "required": ["openapi", "info", "paths"]},
+    "Targets": TARGETS_SCHEMA,
 }
 
 
@@ -255,6 +259,8 @@ _PATHS: dict[str, Any] = {
         "Delete every failed task of a queue, cluster-wide (up to 10,000 a call: more)",
         "FailedBulk", params=[_QUEUE], scope="admin")},
     "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
+    "/targets": {"get": _op("Target origins attempted recently by this node: circuit "
+                            "breaker state, consecutive failures, deliveries in flight", "Targets")},
     "/healthz": {"get": {**_op("Liveness", "Health"), **_OPEN}},
     "/readyz": {"get": {**_op("Readiness", "Ready", extra={"503": _answer("not ready",
                                                                           "Ready")}), **_OPEN}},

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from miyamoto import checks
+from miyamoto import checks, dispatchfields
 from miyamoto.protocol import DecodeError
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
@@ -64,6 +64,10 @@ class Task:
     timeout: float | None = None
     callback: str | None = None
     failure_callback: str | None = None
+    priority: int = 5  # 0..9: who goes first among a queue's waiting due tasks (dispatch)
+    flow_key: str | None = None  # tasks sharing a key share flow_rate and flow_parallelism
+    flow_rate: float | None = None
+    flow_parallelism: int | None = None
     created: float = 0.0
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
@@ -114,6 +118,8 @@ class Task:
             "history": list(reversed(self.history)),  # newest first
             "replicas": list(self.replicas), "replica": self.replica,
             "callback": self.callback, "failure_callback": self.failure_callback,
+            "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
+            "flow_parallelism": self.flow_parallelism,
         }
 
     @classmethod
@@ -160,6 +166,7 @@ class Task:
                 raise DecodeError("task max_attempts is below 1")
             if kwargs.get("timeout") is not None and not 0 < kwargs["timeout"] <= 86400:
                 raise DecodeError("task timeout is out of range")
+            dispatchfields.check_decoded(kwargs)
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -193,6 +200,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "timeout": (int, float), "callback": (str,), "failure_callback": (str,),
     "first_attempt": (int, float), "last": (dict,), "finished": (int, float),
     "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
+    "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -30,6 +30,7 @@ _JSON_FIELDS = frozenset({
     "url", "method", "params", "body", "content_type", "json", "headers", "countdown", "eta",
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
     "dedupe",
+    "priority", "flow_key", "flow_rate", "flow_parallelism",  # dispatchfields.FIELDS
 })
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
@@ -230,11 +231,12 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     max_attempts, timeout = _attempt_limits(fields)
     callback = _optional_url(fields, "callback", limits)
     failure_callback = _optional_url(fields, "failure_callback", limits)
+    from miyamoto.dispatchfields import parse as dispatch_fields  # priority, flow_key...
     return _dedupe.apply(Task(
         id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
-        failure_callback=failure_callback, created=now, fire_at=eta,
+        failure_callback=failure_callback, created=now, fire_at=eta, **dispatch_fields(fields),
     ), dedupe)
 
 

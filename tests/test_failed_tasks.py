@@ -71,7 +71,8 @@ def test_delete_failed_task_and_history(node: NodeProcess, sink: Sink) -> None:
 
 @pytest.mark.timeout(40)
 def test_history_is_bounded(node_factory: Callable[..., NodeProcess], sink: Sink) -> None:
-    node = node_factory(queues=FAST)
+    # 25 failures in a row to one target: no circuit breaker (it would hold them 30 s)
+    node = node_factory(queues=FAST, options={"breaker_failures": 0})
     sink.reply("/always", 500)
     tid = node.enqueue("fast", url=sink.url_for("/always"), max_attempts=25)["id"]
     got = node.wait_task_state(tid, "failed", timeout=20)

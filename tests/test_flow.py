@@ -1,0 +1,220 @@
+"""Flow-control keys (issue 11, point 5): the key table (miyamoto.flow), the
+dispatcher's use of it with a fake clock, the fields' checks, and a real node with two
+queues sharing a key's rate and its parallelism.
+"""
+
+from __future__ import annotations
+
+import gevent
+import gevent.event
+import pytest
+
+from helpers import Reply, Sink
+from miyamoto.config import QueueConfig
+from miyamoto.dispatch import Dispatcher
+from miyamoto.flow import FlowSpec, FlowTable
+from miyamoto.protocol import DecodeError
+from miyamoto.task import Task
+from miyamoto.validate import Limits, ValidationError, build_task
+
+H, G = "http://h:80", "http://g:80"
+
+
+# ================================================================ units: the key table
+
+
+@pytest.mark.timeout(10)
+def test_flow_limits_are_shared_among_members_and_the_last_task_seen_sets_them():
+    table = FlowTable()
+    f = table.configure(FlowSpec("k", 6.0, 5), 0.0)
+    assert f.limit == 5 and f.bucket.rate == 6.0
+    table.set_share(3)
+    assert f.limit == 1 and f.bucket.rate == 2.0  # 5 // 3, rate / 3
+    table.set_share(10)
+    assert f.limit == 1 and f.bucket.rate == pytest.approx(0.6)  # at least one per node
+    table.set_share(1)
+    table.configure(FlowSpec("k", 1.0, 2), 1.0)  # a later task changes the key's limits
+    assert table.get("k") is f and f.limit == 2 and f.bucket.rate == 1.0
+    table.configure(FlowSpec("k", None, None), 2.0)  # one without limits leaves them
+    assert f.limit == 2 and f.bucket.rate == 1.0
+    unlimited = table.configure(FlowSpec("free", None, None), 0.0)
+    assert unlimited.blocked_until(0.0) is None
+
+
+@pytest.mark.timeout(10)
+def test_flow_table_is_bounded_and_evicts_idle_keys_first():
+    table = FlowTable(size=3)
+    busy = table.configure(FlowSpec("busy", None, 1), 0.0)
+    busy.inflight = 1
+    for i in range(10):
+        table.configure(FlowSpec(f"k{i}", 1.0, None), 0.0)
+    assert len(table) == 3 and table.get("busy") is busy  # in flight: kept
+    assert table.get("k9") is not None and table.get("k0") is None
+
+
+@pytest.mark.timeout(10)
+def test_flow_a_rate_is_a_spacing_without_burst():
+    f = FlowTable().configure(FlowSpec("k", 5.0, None), 100.0)
+    assert f.blocked_until(100.0) is None and f.bucket.take(100.0)
+    assert f.blocked_until(100.0) == pytest.approx(100.2)
+    assert f.blocked_until(100.2) is None
+
+
+# ================================================================ units: the dispatcher
+
+
+class Gates:
+    """A run that holds each delivery until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self._gates: dict[str, gevent.event.Event] = {}
+
+    def __call__(self, task_id: str) -> None:
+        self.started.append(task_id)
+        self._gates.setdefault(task_id, gevent.event.Event()).wait()
+
+    def finish(self, *task_ids: str) -> None:
+        for t in task_ids:
+            self._gates.setdefault(t, gevent.event.Event()).set()
+        gevent.sleep(0)
+        gevent.sleep(0)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pass(d: Dispatcher) -> float | None:
+    wait = d.dispatch_ready()
+    gevent.sleep(0)
+    return wait
+
+
+@pytest.mark.timeout(10)
+def test_dispatch_a_full_key_holds_its_tasks_across_queues_but_not_the_others():
+    runs = Gates()
+    d = Dispatcher(runs, lambda name: QueueConfig(name=name), 64, FakeClock())
+    one = FlowSpec("k", None, 1)
+    d.submit("a", "a1", H, flow=one)
+    d.submit("b", "b1", G, flow=one)
+    d.submit("a", "a2", H, flow=one)
+    d.submit("a", "free", H)  # no key: not held up by the full one
+    d.submit("b", "other", G, flow=FlowSpec("other", None, 1))
+    _pass(d)
+    assert sorted(runs.started) == ["a1", "free", "other"]
+    assert d.flows.get("k").inflight == 1
+    for done in ("a1", "b1", "a2"):  # each freed slot starts one more task of the key
+        runs.finish(done)
+        _pass(d)
+        assert d.flows.get("k").inflight == (0 if done == "a2" else 1)
+    assert sorted(runs.started) == ["a1", "a2", "b1", "free", "other"]
+    assert runs.started.index("a1") < runs.started.index("a2")  # FIFO within a queue
+    runs.finish(*runs.started)
+    assert d.flows.get("k").inflight == 0 and d.busy == 0
+
+
+@pytest.mark.timeout(10)
+def test_dispatch_a_key_rate_spends_no_queue_token_and_wakes_on_a_timer():
+    runs, clock = Gates(), FakeClock()
+    qc = QueueConfig(name="q", rate=0.001, burst=3)  # three queue tokens, then one per 1000 s
+    d = Dispatcher(runs, lambda name: qc, 64, clock)
+    slow = FlowSpec("k", 0.5, None)  # one every 2 s
+    for i in range(3):
+        d.submit("q", f"k{i}", H, flow=slow)
+    d.submit("q", "g", G)
+    wait = _pass(d)
+    assert runs.started == ["k0", "g"] and wait == pytest.approx(2.0)
+    clock.now += 2.0
+    _pass(d)
+    assert runs.started == ["k0", "g", "k1"]  # the third queue token: none was wasted
+
+
+# ================================================================ units: the fields
+
+
+def _task(**fields) -> Task:
+    return build_task({"url": "http://example.com/x", **fields}, path_queue=None,
+                      idempotency_key=None, limits=Limits(), now=1000.0)
+
+
+@pytest.mark.timeout(10)
+def test_flow_fields_checks_and_round_trip():
+    t = _task(flow_key="customer-42", flow_rate="2.5", flow_parallelism=3)
+    assert (t.flow_key, t.flow_rate, t.flow_parallelism) == ("customer-42", 2.5, 3)
+    back = Task.decode(t.encode())
+    assert (back.flow_key, back.flow_rate, back.flow_parallelism) == ("customer-42", 2.5, 3)
+    assert back.summary()["flow_key"] == "customer-42"
+    assert _task(flow_key="k").flow_rate is None
+    for fields, name in (({"flow_rate": 1}, "flow_rate"), ({"flow_parallelism": 1},
+                          "flow_parallelism"), ({"flow_key": ""}, "flow_key"),
+                         ({"flow_key": "x" * 201}, "flow_key"), ({"flow_key": "a\nb"}, "flow_key"),
+                         ({"flow_key": 7}, "flow_key"),
+                         ({"flow_key": "k", "flow_rate": 0}, "flow_rate"),
+                         ({"flow_key": "k", "flow_rate": True}, "flow_rate"),
+                         ({"flow_key": "k", "flow_rate": "nan"}, "flow_rate"),
+                         ({"flow_key": "k", "flow_parallelism": 0}, "flow_parallelism"),
+                         ({"flow_key": "k", "flow_parallelism": 1.5}, "flow_parallelism")):
+        with pytest.raises(ValidationError) as e:
+            _task(**fields)
+        assert e.value.field == name and e.value.status == 400, fields
+    for bad in ({"flow_rate": 1.0}, {"flow_key": "k", "flow_rate": -1.0},
+                {"flow_key": "k", "flow_parallelism": 0}, {"flow_key": 3}):
+        with pytest.raises(DecodeError):
+            Task.decode({**_task().encode(), **bad})
+
+
+# ================================================================ a real node
+
+
+@pytest.mark.timeout(60)
+def test_node_two_queues_share_a_key_rate(node_factory):
+    """The issue's case: one key at 5 tasks/s across two queues: 20 tasks take about
+    4 s in all (19 gaps of 0.2 s), and all arrive; a task of the same queue without
+    the key goes meanwhile."""
+    sink = Sink().start()
+    try:
+        node = node_factory(data_dir=":memory:")
+        batch = lambda q: [{"url": sink.url_for("/k"), "params": {"i": f"{q}{i}"},  # noqa: E731
+                            "flow_key": "partner", "flow_rate": 5} for i in range(10)]
+        for q in ("a", "b"):
+            r = node.post(f"/queue/{q}/batch", json=batch(q))
+            assert r.status_code == 200, r.text
+        node.enqueue("a", url=sink.url_for("/free"), params={"i": "free"})
+        reqs = sink.wait_for(count=20, path="/k", timeout=30)
+        times = sorted(r.time for r in reqs)
+        span = times[-1] - times[0]
+        free = sink.wait_for(count=1, path="/free", timeout=5)[0].time
+        print(f"\n20 tasks at 5/s: {span:.2f} s from first to last; the unkeyed task came "
+              f"{free - times[0]:.2f} s after the first")
+        assert span >= 3.0, span
+        assert sorted(r.form["i"][0] for r in reqs) == sorted(
+            f"{q}{i}" for q in "ab" for i in range(10))
+        assert free < times[-1] - 1.0  # not held behind the key
+        assert {r.headers["X-Task-Retry-Count"] for r in reqs} == {"0"}  # no attempt spent
+    finally:
+        sink.stop()
+
+
+@pytest.mark.timeout(60)
+def test_node_parallelism_1_never_has_two_in_flight(node_factory):
+    sink = Sink().start()
+    try:
+        sink.reply("/one", Reply(200, delay=0.1))
+        node = node_factory(data_dir=":memory:")
+        for q in ("a", "b"):
+            r = node.post(f"/queue/{q}/batch", json=[
+                {"url": sink.url_for("/one"), "params": {"i": f"{q}{i}"}, "flow_key": "solo",
+                 "flow_parallelism": 1} for i in range(8)])
+            assert r.status_code == 200, r.text
+        reqs = sink.wait_for(count=16, path="/one", timeout=30)
+        assert len({r.form["i"][0] for r in reqs}) == 16
+        assert sink.max_inflight_by_path["/one"] == 1, sink.max_inflight_by_path
+        task = node.get("/queues/a/tasks?state=succeeded").json()["tasks"]
+        assert task and all(t.get("flow_key", "solo") == "solo" for t in task)
+    finally:
+        sink.stop()
