@@ -239,3 +239,27 @@ def test_totals_count_per_queue_and_add_up_over_the_cluster() -> None:
     assert merged["q"] == {"succeeded": 3, TOTAL_PREFIX + "enqueued": 7,
                            TOTAL_PREFIX + "delivered": 5, TOTAL_PREFIX + "failed": 1}
     assert merged["z"] == {}
+
+
+# ================================================================ against a real node
+
+@pytest.mark.timeout(60)
+def test_find_a_task_by_name_through_http_client_and_cli(node, sink) -> None:
+    from helpers import run_cli
+    from miyamoto import Client
+    from miyamoto.client import NotFound
+
+    tid = node.enqueue("mail", url=sink.url_for("/later"), countdown=60, name="welcome-7")["id"]
+    r = node.get("/tasks", params={"name": "welcome-7", "queue": "mail"})
+    assert r.status_code == 200 and r.json()["id"] == tid and r.json()["state"] == "scheduled"
+    assert node.get("/tasks", params={"name": "welcome-7"}).status_code == 404  # other queue
+    with Client(node.url, timeout=10) as c:
+        assert c.find("welcome-7", queue="mail")["id"] == tid
+        with pytest.raises(NotFound):
+            c.find("welcome-8", queue="mail")
+    out = run_cli("find", "welcome-7", "--queue", "mail", env={"MIYAMOTO_SERVER": node.url})
+    assert out.returncode == 0 and ujson.loads(out.stdout)["id"] == tid, out.stderr
+    out = run_cli("find", "nobody", env={"MIYAMOTO_SERVER": node.url})
+    assert out.returncode == 1 and "name" in out.stderr
+    totals = {q["name"]: q["totals"] for q in node.get("/queues").json()["queues"]}
+    assert totals["mail"] == {"enqueued": 1, "delivered": 0, "failed": 0}
