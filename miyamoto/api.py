@@ -192,8 +192,8 @@ class Api:
         _check_queue(queue)
         found = self.service.find_task(queue, name)
         if found is None:
-            raise HTTPError(404, "names no task (of this queue, within the dedup window)",
-                            "name")
+            raise HTTPError(404, "is held by no task of this queue (a name is kept for "
+                                 "dedup_window)", "name")
         return 200, found
 
     def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:

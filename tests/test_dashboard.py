@@ -263,3 +263,20 @@ def test_find_a_task_by_name_through_http_client_and_cli(node, sink) -> None:
     assert out.returncode == 1 and "name" in out.stderr
     totals = {q["name"]: q["totals"] for q in node.get("/queues").json()["queues"]}
     assert totals["mail"] == {"enqueued": 1, "delivered": 0, "failed": 0}
+
+
+@pytest.mark.timeout(90)
+def test_names_and_totals_are_answered_cluster_wide(cluster_factory, sink) -> None:
+    """Every node finds a named task, those that hold no copy of it through their peers
+    (the REQUEST op ``name``), and every node's totals count the task once."""
+    nodes = cluster_factory(3, options={"replication": 2})
+    tid = nodes[0].enqueue("mail", url=sink.url_for("/later"), countdown=60,
+                           name="welcome-9")["id"]
+    holders = set(nodes[0].task(tid)["replicas"])
+    assert len(holders) == 2
+    for n in nodes:
+        r = n.get("/tasks", params={"name": "welcome-9", "queue": "mail"}, timeout=10)
+        assert r.status_code == 200 and r.json()["id"] == tid, (n.node_id, r.text)
+        totals = {q["name"]: q["totals"] for q in n.get("/queues", timeout=10).json()["queues"]}
+        assert totals["mail"] == {"enqueued": 1, "delivered": 0, "failed": 0}, n.node_id
+    assert any(n.node_id not in holders for n in nodes)  # one of them had to ask
