@@ -194,6 +194,12 @@ def test_dashboard_asks_for_a_token(node_factory: Callable[..., NodeProcess],
     wait_text(page, 'tr[data-queue="default"] td:nth-child(2)', "paused")
     body = page.locator("body").inner_text()
     assert ADMIN not in body and READ not in body  # never shown
+    # auto-refresh can be paused and resumed
+    page.click("#refresh-toggle")
+    wait_text(page, "#refresh-toggle", "Resume refresh")
+    page.wait_for_function("() => !ui.auto && ui.timer === null", timeout=WAIT_MS)
+    page.click("#refresh-toggle")
+    page.wait_for_function("() => ui.auto && ui.timer !== null", timeout=WAIT_MS)
     screenshot(page, "dashboard-token")
 
 
@@ -221,3 +227,47 @@ def test_dashboard_shows_when_each_peer_was_last_heard(node: NodeProcess, page: 
     assert text(page, heard.format("d")) == "754 s ago"
     assert "<b>z</b>" in text(page, '#cluster-table tr[data-member="d"]')
     assert "leader a, term 4" in text(page, "#cluster-summary")
+
+
+RATES_JS = """() => {
+  const realNow = Date.now;
+  let t = 1.7e12;  // a fake clock (ms)
+  Date.now = () => t;
+  const q = (enqueued, delivered, failed) => [{name: "q", totals: {enqueued, delivered, failed}}];
+  const seen = [];
+  try {
+    ui.base = null; ui.rates = []; ui.queueRates = {};
+    sample(q(10, 5, 0));                   // the first read: nothing to compare with
+    seen.push(queueRates("q"));
+    t += 2000; sample(q(30, 9, 1));        // 20 enqueued, 4 delivered, 1 failed in 2 s
+    seen.push(queueRates("q"));
+    t += 100; sample(q(60, 60, 1));        // a click's refresh 0.1 s later: not a rate yet
+    seen.push(queueRates("q"));
+    t += 1900; sample(q(60, 60, 1));       // 2 s since the last rate: 30, 51, 0 in 2 s
+    seen.push(queueRates("q"));
+    t += 2000; sample(q(2, 1, 0));         // the node restarted: counts from 0, never < 0
+    seen.push(queueRates("q"));
+    t += 400000; sample(q(2, 1, 0));       // points older than the chart's 5 min are dropped
+    return {seen, points: ui.rates.length};
+  } finally {
+    Date.now = realNow;
+  }
+}"""
+
+
+@pytest.mark.timeout(60)
+def test_rates_come_from_successive_totals(node: NodeProcess, page: Any) -> None:
+    """The script's rate logic with a fake clock (its own refresh paused first)."""
+    page.goto(node.url + "/")
+    wait_text(page, "#refreshed", "refreshed")
+    page.click("#refresh-toggle")
+    page.wait_for_function("() => !ui.auto && ui.timer === null && !ui.busy", timeout=WAIT_MS)
+    got = page.evaluate(RATES_JS)
+    assert got["seen"] == [
+        None,
+        {"enqueued": 10, "delivered": 2, "failed": 0.5},
+        {"enqueued": 10, "delivered": 2, "failed": 0.5},
+        {"enqueued": 15, "delivered": 25.5, "failed": 0},
+        {"enqueued": 0, "delivered": 0, "failed": 0},
+    ], got
+    assert got["points"] == 1

@@ -9,6 +9,7 @@
 
 const REFRESH_MS = 2000;
 const CHART_SECONDS = 300;
+const MIN_RATE_SECONDS = 1.5;
 const TOKEN_KEY = "miyamoto.token";
 const STATES = ["scheduled", "running", "succeeded", "failed", "cancelled"];
 const RATES = ["enqueued", "delivered", "failed"];
@@ -22,8 +23,9 @@ const ui = {
   busy: false,
   again: false,        // a refresh was asked for while one ran: run another after it
   ask: null,           // 401: no data without a token (refresh stops); 403: a wider one is needed
-  samples: [],         // [{t, totals: {queue: {enqueued, delivered, failed}}}]
-  rates: [],           // [{t, enqueued, delivered, failed}] cluster-wide, for the chart
+  base: null,          // {t, totals: {queue: {enqueued, delivered, failed}}}: rates count from it
+  queueRates: {},      // queue -> {enqueued, delivered, failed} per second, the latest
+  rates: [],           // [{t, enqueued, delivered, failed}] all queues, for the chart
   detailId: null,      // the task shown in the lookup panel, refreshed with the rest
 };
 
@@ -237,35 +239,35 @@ function renderCluster(info) {
 
 // ------------------------------------------------------------------ queues and rates
 
+// Rates are differences of the queues' totals over at least MIN_RATE_SECONDS: a refresh
+// right after another (a button's) would divide a burst by a few milliseconds.
 function sample(queues) {
   const now = Date.now() / 1000;
   const totals = {};
   for (const q of queues) totals[q.name] = q.totals || {};
-  ui.samples.push({t: now, totals});
-  while (ui.samples.length > 2) ui.samples.shift();
-  if (ui.samples.length === 2) {
-    const all = {t: now};
-    for (const k of RATES) all[k] = 0;
-    for (const q of queues) {
-      const r = queueRates(q.name);
-      for (const k of RATES) all[k] += r ? r[k] : 0;
-    }
-    ui.rates.push(all);
-    while (ui.rates.length && ui.rates[0].t < now - CHART_SECONDS) ui.rates.shift();
+  const base = ui.base;
+  if (base && now - base.t < MIN_RATE_SECONDS) return;
+  ui.base = {t: now, totals};
+  if (!base) return;
+  const dt = now - base.t;
+  const all = {t: now};
+  for (const k of RATES) all[k] = 0;
+  ui.queueRates = {};
+  for (const q of queues) {
+    const before = base.totals[q.name];
+    if (!before) continue;
+    const r = {};
+    // a node that restarted counts from 0 again: never a negative rate
+    for (const k of RATES) r[k] = Math.max(0, ((totals[q.name][k] || 0) - (before[k] || 0)) / dt);
+    ui.queueRates[q.name] = r;
+    for (const k of RATES) all[k] += r[k];
   }
+  ui.rates.push(all);
+  while (ui.rates.length && ui.rates[0].t < now - CHART_SECONDS) ui.rates.shift();
 }
 
-// per second between the last two reads; a node that restarted counts from 0 again
 function queueRates(name) {
-  if (ui.samples.length < 2) return null;
-  const [a, b] = ui.samples;
-  const dt = b.t - a.t;
-  const before = a.totals[name];
-  const after = b.totals[name];
-  if (!before || !after || dt <= 0) return null;
-  const out = {};
-  for (const k of RATES) out[k] = Math.max(0, ((after[k] || 0) - (before[k] || 0)) / dt);
-  return out;
+  return ui.queueRates[name] || null;
 }
 
 function renderQueues(queues) {
