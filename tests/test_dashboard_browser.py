@@ -203,10 +203,18 @@ def test_dashboard_asks_for_a_token(node_factory: Callable[..., NodeProcess],
     screenshot(page, "dashboard-token")
 
 
+def fulfill(body: Any) -> Callable[..., None]:
+    """A playwright route handler answering ``body`` as JSON."""
+    def handle(route: Any, request: Any = None) -> None:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+    return handle
+
+
 @pytest.mark.timeout(60)
-def test_dashboard_shows_when_each_peer_was_last_heard(node: NodeProcess, page: Any) -> None:
+def test_dashboard_shows_last_heard_targets_and_schedules(node: NodeProcess, page: Any) -> None:
     """The roster's "last heard" column, from a /cluster answer of four members (a
-    single node hears only itself)."""
+    single node hears only itself), and the targets and schedules panels from answers
+    in the shapes those routes promise (this node serves neither)."""
     answer = {"node": "a", "role": "leader", "leader": "a", "term": 4, "version": 9,
               "members": [
                   {"id": "a", "http": "127.0.0.1:1", "cluster": "x", "leader": True,
@@ -217,8 +225,15 @@ def test_dashboard_shows_when_each_peer_was_last_heard(node: NodeProcess, page: 
                    "last_heard": None},
                   {"id": "d", "http": "127.0.0.1:7", "cluster": "x", "leader": False,
                    "last_heard": 754.2, "zone": "<b>z</b>"}]}
-    page.route("**/cluster", lambda route: route.fulfill(
-        status=200, content_type="application/json", body=json.dumps(answer)))
+    targets = {"targets": [{"origin": "https://<i>slow</i>.example", "state": "open",
+                            "failures": 7, "inflight": 0, "retry_at": 1.7e9}]}
+    schedules = {"schedules": [
+        {"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Paris", "paused": False,
+         "next": [1.7e9, 1.7e9 + 86400], "last_task_ids": ["t-1", "t-2"]},
+        {"name": "tick", "every": 30, "timezone": "UTC", "paused": True, "next": [],
+         "last_task_ids": []}]}
+    for path, body in (("cluster", answer), ("targets", targets), ("schedules", schedules)):
+        page.route(f"**/{path}", fulfill(body))
     page.goto(node.url + "/")
     heard = '#cluster-table tr[data-member="{}"] .last-heard'
     wait_text(page, heard.format("a"), "this node")
@@ -227,6 +242,15 @@ def test_dashboard_shows_when_each_peer_was_last_heard(node: NodeProcess, page: 
     assert text(page, heard.format("d")) == "754 s ago"
     assert "<b>z</b>" in text(page, '#cluster-table tr[data-member="d"]')
     assert "leader a, term 4" in text(page, "#cluster-summary")
+    # the panels of routes other versions serve: shown when they answer 200
+    wait_text(page, '#targets-panel tr[data-origin="https://<i>slow</i>.example"]', "open")
+    assert "7" in text(page, "#targets-table tbody")
+    assert page.locator("#targets-panel i").count() == 0
+    wait_text(page, '#schedules-panel tr[data-schedule="nightly"]', "cron 0 3 * * *")
+    assert "Europe/Paris" in text(page, '#schedules-panel tr[data-schedule="nightly"]')
+    assert "t-2" in text(page, '#schedules-panel tr[data-schedule="nightly"]')
+    tick = text(page, '#schedules-panel tr[data-schedule="tick"]')
+    assert "every 30 s" in tick and "paused" in tick
 
 
 RATES_JS = """() => {
