@@ -12,6 +12,8 @@ setup(
     long_description=(Path(__file__).parent / "README").read_text(),
     long_description_content_type="text/markdown",
     packages=find_packages(exclude=["tests", "tests.*"]),
+    # the dashboard's page, script and style (miyamoto/dashboard.py serves them)
+    package_data={"miyamoto": ["static/*.html", "static/*.js", "static/*.css"]},
     python_requires=">=3.11",
     install_requires=[
         "gevent>=24.2",
@@ -31,6 +33,7 @@ setup(
             "openapi-spec-validator>=0.7",  # tests/test_openapi.py: the spec is valid 3.1
             "schemathesis>=4.0",  # tests/test_openapi.py: a bounded run against a node
             "matplotlib>=3.8",  # tests/test_bench_plot.py: scripts/bench.py --plot
+            "playwright>=1.40",  # tests/test_dashboard_browser.py drives Debian's chromium
         ],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
     },

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 import ujson
 
-from miyamoto import auth, mediatype
+from miyamoto import auth, dashboard, mediatype
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.task import QUEUE_NAME_RE, State
@@ -32,7 +32,9 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 # what each route needs from a token (auth.py); any other GET needs read, anything else admin
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
-          "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK}
+          "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
+          # the dashboard's page and assets hold no data: it asks for a token itself
+          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN}
 
 
 class HTTPError(Exception):
@@ -62,6 +64,7 @@ class Api:
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
             (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
+            (re.compile(r"/tasks/?"), {"GET": self.find_task}),
             (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
@@ -77,6 +80,7 @@ class Api:
             (re.compile(r"/metrics"), {"GET": self.metrics}),
             (re.compile(r"/openapi.json"), {"GET": self.openapi}),
             (re.compile(r"/"), {"GET": self.dashboard}),
+            (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
         ]
 
     # ------------------------------------------------------------ WSGI
@@ -105,6 +109,7 @@ class Api:
             status, body = 500, _error("internal error")
         if isinstance(body, Raw):
             data, ctype = body.data, body.content_type
+            headers.extend(body.headers)
         else:
             data = ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode()
             ctype = "application/json"
@@ -178,6 +183,20 @@ class Api:
             raise HTTPError(404, "names no known task", "id")
         return 200, found
 
+    def find_task(self, environ: dict) -> tuple[int, Any]:
+        """GET /tasks?name=N&queue=Q: a task by its name (queue "default" if not given)."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        name = (query.get("name") or [""])[0]
+        if not 1 <= len(name) <= self.limits.max_name:
+            raise HTTPError(400, f"must be 1-{self.limits.max_name} characters", "name")
+        queue = (query.get("queue") or ["default"])[0]
+        _check_queue(queue)
+        found = self.service.find_task(queue, name)
+        if found is None:
+            raise HTTPError(404, "is held by no task of this queue (a name is kept for "
+                                 "dedup_window)", "name")
+        return 200, found
+
     def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         """Cancel a live task, delete a failed one (state "deleted"); 409 if it succeeded."""
         found = self.service.delete(task_id)
@@ -245,15 +264,22 @@ class Api:
         return 200, SPEC
 
     def dashboard(self, environ: dict) -> tuple[int, Any]:
-        from miyamoto.dashboard import render
+        return self.dashboard_asset(environ, dashboard.PAGE)
 
-        return 200, Raw(render(self.service).encode(), "text/html; charset=utf-8")
+    def dashboard_asset(self, environ: dict, asset: str) -> tuple[int, Any]:
+        found = dashboard.asset(asset)
+        if found is None:
+            raise HTTPError(404, "no such dashboard file")
+        data, ctype, headers = found
+        return 200, Raw(data, ctype, headers)
 
 
 class Raw:
-    def __init__(self, data: bytes, content_type: str):
+    def __init__(self, data: bytes, content_type: str,
+                 headers: Iterable[tuple[str, str]] = ()):
         self.data = data
         self.content_type = content_type
+        self.headers = list(headers)
 
 
 def _error(message: str, field: str | None = None) -> dict[str, Any]:

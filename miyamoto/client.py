@@ -171,6 +171,11 @@ class Client:
         """A task's state, attempts, last response, replicas; NotFound if unknown."""
         return self._call("GET", f"/tasks/{_seg(task_id)}")
 
+    def find(self, name: str, queue: str = "default") -> dict[str, Any]:
+        """The task holding ``name`` in ``queue`` (while the dedup window keeps the name);
+        NotFound if none."""
+        return self._call("GET", "/tasks", params={"name": name, "queue": queue})
+
     def cancel(self, task_id: str) -> dict[str, Any]:
         """Cancel a scheduled task on every replica, or delete a failed one (state
         "deleted"); Conflict if it succeeded."""

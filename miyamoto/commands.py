@@ -44,6 +44,11 @@ def add_commands(sub: Any) -> None:
         p.add_argument("id", help="task id")
         p.set_defaults(func=_command(fn))
 
+    find = sub.add_parser("find", parents=[common], help="show the task holding a name")
+    find.add_argument("name", help="the task's name")
+    find.add_argument("--queue", default="default", help="its queue (default: default)")
+    find.set_defaults(func=_command(_find))
+
     tasks = sub.add_parser("tasks", parents=[common], help="list a queue's tasks in one state")
     tasks.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
     tasks.add_argument("--state", default="scheduled",
@@ -233,6 +238,11 @@ def _enqueue_file(client: Any, args: argparse.Namespace, fields: dict[str, Any])
 # ---------------------------------------------------------------- the rest
 def _task(client: Any, args: argparse.Namespace) -> int:
     _print(client.get(args.id))
+    return 0
+
+
+def _find(client: Any, args: argparse.Namespace) -> int:
+    _print(client.find(args.name, args.queue))
     return 0
 
 

@@ -1,47 +1,50 @@
-"""A one-page HTML view of the node: cluster, queues, counts (GET /)."""
+"""The dashboard: a static page and its assets, served from the package (GET /, and
+GET /dashboard/<file>).
+
+The page holds no data: its script (``static/dashboard.js``) reads the JSON API with the
+operator's token, so the page and its assets are open routes (``api._NEEDS``) and the
+data routes keep their scopes. Only the files named in ``FILES`` are served, looked up
+by exact name, so no path can reach anything else in the package or on disk. Every
+answer carries a strict Content-Security-Policy: scripts and styles from this origin
+only, no inline script, no eval, nothing framed; a task's last response body (a
+stranger's bytes) is shown as text by the script, and even a slip there could not run.
+"""
 
 from __future__ import annotations
 
-from html import escape
-from typing import Any
+import logging
+from functools import lru_cache
+from importlib import resources
 
-from miyamoto.version import __version__
+log = logging.getLogger(__name__)
 
-
-def render(service: Any) -> str:
-    info = service.cluster_info()
-    queues = service.queues()
-    members = "".join(
-        f"<tr><td>{escape(str(m.get('id')))}</td><td>{escape(str(m.get('http')))}</td>"
-        f"<td>{escape(str(m.get('cluster')))}</td>"
-        f"<td>{'leader' if m.get('id') == info.get('leader') else ''}</td>"
-        f"<td>{escape(_last_heard(m, info.get('node')))}</td></tr>"
-        for m in info.get("members", []))
-    states = ("scheduled", "running", "succeeded", "failed", "cancelled")
-    rows = "".join(
-        f"<tr><td>{escape(q['name'])}</td><td>{'paused' if q['paused'] else 'running'}</td>"
-        + "".join(f"<td>{q['counts'].get(s, 0)}</td>" for s in states) + "</tr>"
-        for q in queues)
-    head = "".join(f"<th>{s}</th>" for s in states)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Miyamoto {escape(str(info.get('node')))}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}</style></head>
-<body><h1>Miyamoto {__version__}: node {escape(str(info.get('node')))}</h1>
-<h2>Cluster</h2><p>leader {escape(str(info.get('leader')))}, term {escape(str(info.get('term')))}</p>
-<table><tr><th>id</th><th>http</th><th>cluster</th><th>role</th><th>last heard</th></tr>{members}</table>
-<h2>Queues</h2><table><tr><th>queue</th><th>state</th>{head}</tr>{rows}</table>
-<p><a href="/openapi.json">openapi.json</a> · <a href="/metrics">metrics</a></p>
-</body></html>"""
+PAGE = "dashboard.html"
+FILES = {
+    PAGE: "text/html; charset=utf-8",
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = (
+    ("Content-Security-Policy", CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+    # small files, and an upgraded node must not run yesterday's script
+    ("Cache-Control", "no-cache"),
+)
 
 
-def _last_heard(member: dict[str, Any], me: Any) -> str:
-    """The member's ``last_heard`` (seconds since this node last heard from it, as
-    GET /cluster serves it) for a reader: "this node", "2.5 s ago", or "-" when this
-    node has not heard from it (a follower hears only from the leader)."""
-    if member.get("id") == me:
-        return "this node"
-    seconds = member.get("last_heard")
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-        return "-"
-    return f"{float(seconds):.1f} s ago" if seconds < 60 else f"{float(seconds):.0f} s ago"
+def asset(name: str) -> tuple[bytes, str, tuple[tuple[str, str], ...]] | None:
+    """(body, Content-Type, headers) of a known dashboard file, or None."""
+    ctype = FILES.get(name)
+    if ctype is None:
+        return None
+    return _read(name), ctype, HEADERS
+
+
+@lru_cache(maxsize=len(FILES))
+def _read(name: str) -> bytes:
+    """The file from the installed package (package_data in setup.py); read once."""
+    return resources.files("miyamoto").joinpath("static", name).read_bytes()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import gevent
@@ -60,6 +60,15 @@ class Stats:
     failed: int = 0
     retried: int = 0
     cancelled: int = 0
+    # per queue since this node started: first copies stored, deliveries, final failures;
+    # GET /queues sums them over the cluster ("totals") and the dashboard turns the
+    # differences of successive reads into rates (the state counts cannot: they shrink
+    # when tasks are deleted, retried or swept)
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, queue: str, what: str) -> None:
+        c = self.totals.setdefault(queue, {"enqueued": 0, "delivered": 0, "failed": 0})
+        c[what] += 1
 
 
 class Engine(CopyOps):
@@ -165,6 +174,8 @@ class Engine(CopyOps):
             raise Unavailable("the journal could not store the task") from e
         self.live[task.id] = task
         self.stats.stored += 1
+        if task.replica == 0:
+            self.stats.count(task.queue, "enqueued")
         if not hold:
             self.scheduler.schedule(task.id, task.fire_at)
         return task
@@ -239,12 +250,14 @@ class Engine(CopyOps):
         elif decision.action is Action.SUCCEEDED:
             self._end(t)
             self.stats.succeeded += 1
+            self.stats.count(t.queue, "delivered")
             self.hooks.done(t)
             if t.callback:
                 self._callback(t, t.callback)
         elif decision.action is Action.FAILED:
             self._end(t)
             self.stats.failed += 1
+            self.stats.count(t.queue, "failed")
             log.info("task %s failed after %d attempts (last: %s)", t.id, t.attempts,
                      outcome.status or outcome.error)
             self.hooks.failed(t)

@@ -27,6 +27,7 @@ from miyamoto.fdlimit import connection_cap
 from miyamoto.journal import Journal
 from miyamoto.logs import AccessLog
 from miyamoto.metrics import Metrics
+from miyamoto.queries import TOTAL_PREFIX
 from miyamoto.server import BACKLOG, HTTPServer
 from miyamoto.task import State, Task
 from miyamoto.validate import Limits
@@ -129,6 +130,11 @@ class Node:
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         return self.cluster.queries.get_task(task_id)
 
+    def find_task(self, queue: str, name: str) -> dict[str, Any] | None:
+        """GET /tasks?name=&queue=: the task holding a name (while it is reserved)."""
+        task_id = self.cluster.queries.find_name(queue, name)
+        return self.get_task(task_id) if task_id is not None else None
+
     def cancel(self, task_id: str) -> dict[str, Any] | None:
         return self.cluster.queries.cancel(task_id)
 
@@ -158,6 +164,9 @@ class Node:
                        "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
                        "max_retry_duration": c.max_retry_duration, "timeout": c.timeout},
             "counts": {s.value: counts.get(s.value, 0) for s in State},
+            # since the nodes started, summed over the cluster: rates for the dashboard
+            "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
+                       for k in ("enqueued", "delivered", "failed")},
         }
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:

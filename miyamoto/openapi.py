@@ -131,7 +131,12 @@ _SCHEMAS: dict[str, Any] = {
                   "config": {"type": "object", "additionalProperties": {
                       "type": ["number", "null"]}},
                   "counts": {"type": "object", "required": _STATES, "properties": {
-                      s: {"type": "integer", "minimum": 0} for s in _STATES}}}},
+                      s: {"type": "integer", "minimum": 0} for s in _STATES}},
+                  "totals": {"type": "object", "description": "tasks enqueued, delivered and "
+                             "failed (finally) since the nodes started, summed over the "
+                             "cluster: the dashboard's rates", "properties": {
+                                 k: {"type": "integer", "minimum": 0}
+                                 for k in ("enqueued", "delivered", "failed")}}}},
     "Queues": {"type": "object", "required": ["queues"],
                "properties": {"queues": {"type": "array", "items": _ref("Queue")}}},
     "TaskList": {"type": "object", "required": ["queue", "state", "tasks"], "properties": {
@@ -234,6 +239,13 @@ _PATHS: dict[str, Any] = {
         "Enqueue a JSON list of tasks, all valid or none stored", "BatchResult",
         params=[_QUEUE], extra=_ENQ_EXTRA, scope="enqueue",
         body={"application/json": {"schema": _ref("Batch")}})},
+    "/tasks": {"get": _op("The task holding a name (while the dedup window keeps it)", "Task",
+                          params=[{"name": "name", "in": "query", "required": True,
+                                   "schema": {"type": "string", "minLength": 1,
+                                              "maxLength": _D.max_name}},
+                                  {"name": "queue", "in": "query", "schema": {
+                                      "type": "string", "pattern": _QUEUE_PATTERN,
+                                      "default": "default"}}])},
     "/tasks/{id}": {"get": _op("One task, with its copies", "Task", params=[_ID],
                                scope="read or enqueue"),
                     "delete": _op("Cancel a task on every replica (delete a failed one)",
@@ -269,9 +281,18 @@ _PATHS: dict[str, Any] = {
                                                "content": {"text/plain": {
                                                    "schema": {"type": "string"}}}}, **_AUTH}}},
     "/openapi.json": {"get": _op("This description", "OpenAPI")},
-    "/": {"get": {"summary": "A one-page HTML dashboard", "description": "Needs read.",
-                  "responses": {"200": {"description": "HTML", "content": {"text/html": {
-                      "schema": {"type": "string"}}}}, **_AUTH}}},
+    "/": {"get": {"summary": "The dashboard page (its script reads the API with a token)",
+                  **_OPEN, "responses": {"200": {"description": "HTML", "content": {
+                      "text/html": {"schema": {"type": "string"}}}}}}},
+    "/dashboard/{asset}": {"get": {
+        "summary": "The dashboard's script and style", **_OPEN,
+        "parameters": [{"name": "asset", "in": "path", "required": True,
+                        "schema": {"enum": ["dashboard.html", "dashboard.js", "dashboard.css"]}}],
+        "responses": {"200": {"description": "the file", "content": {
+            "text/javascript": {"schema": {"type": "string"}},
+            "text/css": {"schema": {"type": "string"}},
+            "text/html": {"schema": {"type": "string"}}}},
+            "404": _answer("not a dashboard file")}}},
 }
 
 SPEC: dict[str, Any] = {

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 _ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "running": 2,
           "scheduled": 1}
 BULK_MAX = 10_000  # failed copies one node retries or deletes per request
+TOTAL_PREFIX = "total:"  # a queue's totals among its state counts (see counts_local)
 
 
 def summary_ok(s: Any) -> bool:
@@ -129,8 +130,32 @@ class Queries:
         return (self.engine.get(task_id) or t).summary()
 
     # ------------------------------------------------------------ queues
+    def find_name(self, queue: str, name: str) -> str | None:
+        """The id of the task holding ``name`` in ``queue`` on any node (names are kept
+        by the task's copies while the dedup window lasts), or None."""
+        held = self.name_local(queue, name)
+        if held is not None:
+            return held
+        found = [r for r in self.ask("name", {"queue": queue, "name": name}).values()
+                 if isinstance(r, str) and r]
+        return min(found) if found else None
+
+    def name_local(self, queue: str, name: str) -> str | None:
+        held = self.engine.names.get((queue, name))
+        return held[0] if held is not None else None
+
+    def counts_local(self) -> dict[str, dict[str, int]]:
+        """This node's counts per queue and state (first copies), and its ``totals``
+        under TOTAL_PREFIX keys: a peer adds both up as it adds up states."""
+        counts = self.engine.queue_counts(primary_only=True)
+        for q, totals in self.engine.stats.totals.items():
+            mine = counts.setdefault(q, {})
+            for k, n in totals.items():
+                mine[TOTAL_PREFIX + k] = n
+        return counts
+
     def queue_counts(self) -> dict[str, dict[str, int]]:
-        total = self.engine.queue_counts(primary_only=True)
+        total = self.counts_local()
         for result in self.ask("counts", {}).values():
             if not isinstance(result, dict):
                 continue
@@ -240,7 +265,9 @@ class Queries:
         if op == "paused":
             return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":
-            return self.engine.queue_counts(primary_only=True)
+            return self.counts_local()
+        if op == "name":
+            return self.name_local(checks.string(args, "queue"), checks.string(args, "name"))
         if op == "list":
             try:
                 state = State(checks.string(args, "state"))

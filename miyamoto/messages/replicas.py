@@ -265,7 +265,7 @@ class Stored:
 
 
 OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",
-                 "failed"})
+                 "failed", "name"})
 
 
 @message(Verb.REQUEST)
