@@ -64,7 +64,7 @@ class Api:
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
             (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
-            (re.compile(r"/tasks/?"), {"GET": self.find_task}),
+            (re.compile(r"/tasks"), {"GET": self.find_task}),
             (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),

@@ -157,8 +157,10 @@ def test_dashboard_retries_a_failed_task_and_resumes_a_queue(
     page.fill("#lookup-key", "no-such-task")
     page.click('#lookup-form button[type="submit"]')
     wait_text(page, "#lookup-message", "No task has the id no-such-task")
-    # no /targets nor /schedules on this node: their panels stay hidden
-    assert not page.locator("#targets-panel").is_visible()
+    # the node answers /targets: the panel lists the sink's origin (its breaker closed,
+    # one failed attempt behind it that the retry's success reset)
+    origin = sink.url
+    wait_text(page, f'#targets-table tr[data-origin="{origin}"]', "closed")
     assert not page.locator("#schedules-panel").is_visible()
     screenshot(page, "dashboard-after")
 
