@@ -25,6 +25,7 @@ from miyamoto import messages as m
 from miyamoto import restore
 from miyamoto.config import Config
 from miyamoto.coordinator import Coordinator
+from miyamoto.defsync import DefSync
 from miyamoto.effects import EARLIER, EXACT, CancelCopy, Drop, Restore, Send, SetReplicas, \
     Update
 from miyamoto.engine import Engine, Hooks
@@ -96,6 +97,9 @@ class Cluster:
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
+        self.defs = DefSync(self.me, cfg.data_dir, self.send, cfg.advertise, monotonic=monotonic,
+                            resend=max(0.2, 2 * cfg.heartbeat_interval),
+                            timeout=max(2.0, cfg.replication_timeout))
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -122,11 +126,13 @@ class Cluster:
                             "TCP and unauthenticated; anyone who reaches it is a peer",
                             cfg.cluster)
             self.transport.start()
+        self.defs.load()
         self._roster_changed(self.membership.roster)
         self.group.spawn(self._tick_loop)
 
     def stop(self) -> None:
         self._restores.kill()
+        self.defs.stop()
         self.group.kill()
         self.transport.stop()
 
@@ -161,6 +167,7 @@ class Cluster:
         mono = self.monotonic()
         self._send_membership(self.membership.tick(mono))
         self._check_roster()
+        self.defs.tick(self.membership.leader, self.membership.term, self._ring())
         if mono >= self._next_probe:
             self._next_probe = mono + self.config.heartbeat_interval
             for mem in self._others():
@@ -331,6 +338,8 @@ class Cluster:
                     self.requests.answer(msg)
                 elif isinstance(msg, (m.Clock, m.ClockEcho)):
                     self._on_clock(sender, msg)
+                elif isinstance(msg, m.DEFS_MESSAGES):
+                    self.defs.on_message(sender, msg)
                 elif isinstance(msg, m.Handoff):
                     self.carry_out(self.siblings.handoff(msg, self.clock()))
                 else:

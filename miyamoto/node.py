@@ -27,6 +27,7 @@ from miyamoto.fdlimit import connection_cap
 from miyamoto.journal import Journal
 from miyamoto.logs import AccessLog
 from miyamoto.metrics import Metrics
+from miyamoto.schedules import Ticker
 from miyamoto.server import BACKLOG, HTTPServer
 from miyamoto.task import State, Task
 from miyamoto.validate import Limits
@@ -50,6 +51,9 @@ class Node:
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
+        self.definitions = self.cluster.defs  # schedules and topics, cluster-wide
+        self.ticker = Ticker(self.definitions, self.cluster.enqueue, self.cluster.in_contact,
+                             limits, clock)
         self.metrics.watch(self)
         self.server: HTTPServer | None = None
         self.draining = False
@@ -60,6 +64,7 @@ class Node:
         self.journal.open()
         self.engine.start()
         self.cluster.start()
+        self.cluster.group.spawn(self.ticker.run)  # fires schedules while this node leads
         c = self.config
         address: Any = (c.http_host, c.http_port)
         if c.reuse_port:  # several processes of this host share the port
