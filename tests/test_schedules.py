@@ -38,7 +38,7 @@ def leader_of(nodes: list[NodeProcess]) -> NodeProcess:
                 if view and view.get("leader"):
                     return next((p for p in nodes if p.node_id == view["leader"]), None)
         return None
-    return wait_until(find, timeout=20, message="a leader")
+    return wait_until(find, timeout=20)
 
 
 # ---------------------------------------------------------------- pure parts
@@ -167,6 +167,8 @@ def test_leader_killed_mid_schedule_no_tick_twice_none_lost(cluster_factory, sin
     r = post_schedule(follower, name="hb", every=1, task={"url": sink.url_for("/hb")})
     assert r.status_code == 200, r.text  # a follower forwards the write to the leader
     sink.wait_for(count=3, path="/hb", timeout=15)
+    # kill between two ticks, so that no delivery is likely in flight on the leader
+    wait_until(lambda: 0.5 < time.time() % 1 < 0.7, timeout=3, interval=0.005)
     leader.kill()
     killed_at = time.time()
     rest = [n for n in nodes if n is not leader]
@@ -176,14 +178,25 @@ def test_leader_killed_mid_schedule_no_tick_twice_none_lost(cluster_factory, sin
     back = time.time()
     # ticks after the new leader took over all arrive, each once
     wait_until(lambda: any(q.time >= back + 4 for q in sink.requests("/hb")), timeout=30)
+    reqs = sink.requests("/hb")
+    ids: dict[str, set] = collections.defaultdict(set)
+    for q in reqs:
+        ids[q.headers.get("X-Task-Name")].add(q.headers.get("X-Task-Id"))
+    assert all(len(v) == 1 for v in ids.values()), ids  # no tick enqueued twice
     counts = ticks_of(sink, "/hb")
-    assert max(counts.values()) == 1, counts
+    # a delivery in flight when its node died may repeat (at-least-once, DESIGN §1):
+    # only the tick just before the kill can be one
+    twice = {n: c for n, c in counts.items()
+             if c > 1 and not killed_at - 1.5 < int(n.rsplit(":", 1)[1]) <= killed_at}
+    assert not twice, counts
     ticks = sorted(int(n.rsplit(":", 1)[1]) for n in counts)
     after = [t for t in ticks if t >= back + 1]
     assert after == list(range(after[0], after[-1] + 1)), ticks  # none lost after
-    # the leaderless gap: catch_up = last fires the newest missed tick, older ones not
-    gap = [t for t in ticks if killed_at < t < back]
-    assert len(gap) <= (back - killed_at) + 1, (gap, killed_at, back)
+    # the leaderless gap: catch_up = last fires the newest missed tick once, older ones
+    # not, so at most one tick arrives late (a backlog would be several)
+    late = [int(n.rsplit(":", 1)[1]) for q in reqs
+            for n in [q.headers.get("X-Task-Name")] if q.time - int(n.rsplit(":", 1)[1]) > 1.5]
+    assert len(set(late)) <= 1, (late, killed_at, back)
     for n in rest:
         assert [v["name"] for v in n.get("/schedules").json()["schedules"]] == ["hb"]
 
