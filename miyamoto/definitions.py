@@ -68,8 +68,10 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """Write every entry to stable storage before carrying out the effects after it."""
+    """Write every entry, and the highest term seen, to stable storage before carrying
+    out the effects after it."""
     entries: tuple[Entry, ...]
+    term: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,8 @@ class Definitions:
     timeout: float = 3.0
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     leader: str | None = None
-    term: int = 0
+    term: int = 0       # the membership's term, as last viewed
+    seen_term: int = 0  # the highest term seen in a view or a message (kept on disk)
     members: tuple[str, ...] = ()
     synced: set[str] = field(default_factory=set)
     _pending: dict[int, _Pending] = field(default_factory=dict)
@@ -129,7 +132,8 @@ class Definitions:
     @property
     def ready(self) -> bool:
         """This node leads and holds the newest set of a majority: it may write."""
-        return self.leading and len(self.synced & set(self.members)) >= self._majority()
+        return (self.leading and self.term == self.seen_term
+                and len(self.synced & set(self.members)) >= self._majority())
 
     def digest(self) -> str:
         if self._digest is None:
@@ -144,9 +148,10 @@ class Definitions:
         return len(self.members) // 2 + 1
 
     # ------------------------------------------------------------ inputs
-    def load(self, entries: Iterable[Entry]) -> None:
-        """Entries read back from disk at start."""
+    def load(self, entries: Iterable[Entry], term: int = 0) -> None:
+        """Entries and the highest term seen, read back from disk at start."""
         self._merge(entries)
+        self.seen_term = max(self.seen_term, term)
 
     def view(self, leader: str | None, term: int, members: Iterable[str],
              now: float) -> list[Any]:
@@ -156,6 +161,9 @@ class Definitions:
         took_office = leader == self.me and (self.leader != self.me or term != self.term)
         lost_office = self.leader == self.me and (leader != self.me or term != self.term)
         self.leader, self.term, self.members = leader, term, members
+        if term > self.seen_term:
+            self.seen_term = term
+            out.append(self._persist())
         if lost_office:
             out.extend(self._fail_all("leadership lost"))
         if took_office:
@@ -191,6 +199,13 @@ class Definitions:
         return wid, out
 
     def step(self, sender: str, msg: Any, now: float) -> list[Any]:
+        out: list[Any] = []
+        if msg.term > self.seen_term:  # persisted with what this message changes
+            self.seen_term = msg.term
+            out.append(self._persist())
+        return out + self._step(sender, msg, now)
+
+    def _step(self, sender: str, msg: Any, now: float) -> list[Any]:
         if isinstance(msg, DefsPut):
             return self._on_put(sender, msg, now)
         if isinstance(msg, DefsAck):
@@ -200,7 +215,7 @@ class Definitions:
             p.acked.add(sender)
             return self._check_done(msg.wid)
         if isinstance(msg, DefsDigest):
-            if not self.leading:
+            if not self.leading or msg.term != self.term:
                 return []
             if msg.digest == self.digest():
                 self.synced.add(sender)
@@ -221,19 +236,21 @@ class Definitions:
         if now >= self._next_digest:
             self._next_digest = now + self.resend
             if self.leader is not None and not self.leading and self.me in self.members:
-                out.append(Send(self.leader, DefsDigest(self.term, self.digest())))
+                out.append(Send(self.leader, DefsDigest(self.seen_term, self.digest())))
         return out
 
     # ------------------------------------------------------------ inside
     def _on_put(self, sender: str, msg: DefsPut, now: float) -> list[Any]:
         changed = self._merge(msg.entries)
         out: list[Any] = [self._persist()] if changed else []
-        if msg.wid is not None:
+        # a write of an older term than one we answered a leader in is not acked: a
+        # leader of that newer term may have taken our set without it (see "adopts")
+        if msg.wid is not None and msg.term >= self.seen_term:
             out.append(Send(sender, DefsAck(msg.term, msg.wid)))
         if msg.want:  # the leader offers its set and wants ours back
             out.extend(self._whole(sender, want=False, last_flag=True))
-        if msg.last and self.leading:
-            self.synced.add(sender)
+        if msg.last and self.leading and msg.term == self.term and self._covers(msg.index):
+            self.synced.add(sender)  # we hold all it holds: a chunk lost would show here
         if changed and self.leading:
             self._offered.clear()  # what others hold may now differ: offer again
         return out
@@ -249,11 +266,22 @@ class Definitions:
         entries = [self.entries[k] for k in sorted(self.entries)]
         chunks = [tuple(entries[i:i + CHUNK]) for i in range(0, len(entries), CHUNK)] or [()]
         out: list[Any] = []
+        index = tuple((e.kind, e.name, e.term, e.seq) for e in entries) if last_flag else None
         for i, chunk in enumerate(chunks):
             end = i == len(chunks) - 1
-            out.append(Send(to, DefsPut(self.term, chunk, want=want and end,
-                                        last=last_flag and end)))
+            out.append(Send(to, DefsPut(self.seen_term, chunk, want=want and end,
+                                        last=last_flag and end, index=index if end else None)))
         return out
+
+    def _covers(self, index: tuple[tuple[str, str, int, int], ...] | None) -> bool:
+        """We hold every entry of ``index`` (a member's whole set), or a newer one."""
+        if index is None:
+            return False
+        for kind, name, term, seq in index:
+            e = self.entries.get((kind, name))
+            if e is None or (e.term, e.seq) < (term, seq):
+                return False
+        return True
 
     def _merge(self, entries: Iterable[Entry]) -> bool:
         changed = False
@@ -270,7 +298,7 @@ class Definitions:
         return changed
 
     def _persist(self) -> Persist:
-        return Persist(tuple(self.entries[k] for k in sorted(self.entries)))
+        return Persist(tuple(self.entries[k] for k in sorted(self.entries)), self.seen_term)
 
     def _check_done(self, wid: int) -> list[Any]:
         p = self._pending.get(wid)

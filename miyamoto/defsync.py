@@ -56,11 +56,12 @@ class DefSync:
             with open(self.path, "rb") as f:
                 data = ujson.loads(f.read())
             entries = [m.Entry.from_payload(e) for e in data["entries"]]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            term = int(data.get("term", 0))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             log.error("definitions: %s is unreadable (%s): starting from the cluster's set",
                       self.path, e)
             return
-        self.machine.load(entries)
+        self.machine.load(entries, term)
         log.info("definitions: loaded %d entries from %s", len(entries), self.path)
 
     def stop(self) -> None:
@@ -98,7 +99,8 @@ class DefSync:
             return
         with self._lock:
             snapshot = [self.machine.entries[k].to_payload() for k in sorted(self.machine.entries)]
-            data = ujson.dumps({"entries": snapshot}, ensure_ascii=False).encode()
+            data = ujson.dumps({"term": self.machine.seen_term, "entries": snapshot},
+                               ensure_ascii=False).encode()
             gevent.get_hub().threadpool.apply(_atomic_write, (self.path, data))
 
     # ------------------------------------------------------------ writes

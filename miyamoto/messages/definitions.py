@@ -24,6 +24,7 @@ __all__ = ["Entry", "DefsPut", "DefsAck", "DefsDigest", "DefsWrite", "DefsWrote"
 KINDS = frozenset({"schedule", "topic", "cursor"})
 MAX_VALUE = 512 * 1024  # bytes of one definition as JSON (a topic of 100 long URLs fits)
 MAX_PER_MESSAGE = 64
+MAX_INDEX = 10000  # definitions.MAX_ENTRIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +66,40 @@ def _opt_int(d: dict, key: str) -> int | None:
 @dataclass(frozen=True, slots=True)
 class DefsPut:
     """Entries to merge. ``wid``: a leader's write, to ack; ``want``: answer with your
-    whole set; ``last``: the last chunk of a whole set answering ``want``."""
+    whole set; ``last``: the last chunk of a whole set answering ``want``, whose
+    ``index`` lists the stamp of every entry of that set (so a lost chunk shows)."""
     term: int
     entries: tuple[Entry, ...]
     wid: int | None = None
     want: bool = False
     last: bool = False
+    index: tuple[tuple[str, str, int, int], ...] | None = None
     verb: ClassVar[Verb]
 
     def payload(self) -> dict[str, Any]:
-        return {"term": self.term, "entries": [e.to_payload() for e in self.entries],
-                "wid": self.wid, "want": self.want, "last": self.last}
+        p = {"term": self.term, "entries": [e.to_payload() for e in self.entries],
+             "wid": self.wid, "want": self.want, "last": self.last}
+        if self.index is not None:
+            p["index"] = [list(i) for i in self.index]
+        return p
 
     @classmethod
     def from_payload(cls, d: dict) -> DefsPut:
         return cls(c.integer(d, "term"), _entries(d), _opt_int(d, "wid"),
-                   c.boolean(d, "want", False), c.boolean(d, "last", False))
+                   c.boolean(d, "want", False), c.boolean(d, "last", False), _index(d))
+
+
+def _index(d: dict) -> tuple[tuple[str, str, int, int], ...] | None:
+    if d.get("index") is None:
+        return None
+    out = []
+    for item in c.payload_list(d, "index", MAX_INDEX):
+        if not isinstance(item, list) or len(item) != 4:
+            raise DecodeError("index items must be [kind, name, term, seq]")
+        e = Entry.from_payload({"kind": item[0], "name": item[1], "term": item[2],
+                                "seq": item[3], "value": None})
+        out.append((e.kind, e.name, e.term, e.seq))
+    return tuple(out)
 
 
 @message(Verb.DEFS_ACK)
