@@ -102,8 +102,11 @@ class DefsApi:
         statuses = {r["status"] for r in results}
         status = 503 if "error" in statuses else 409 if statuses == {"duplicate"} else 200
         overall = {200: "scheduled", 409: "duplicate", 503: "error"}[status]
-        return status, {"status": overall, "topic": name, "ids": [r["id"] for r in out],
-                        "tasks": out}
+        body: dict[str, Any] = {"status": overall, "topic": name,
+                                "ids": [r["id"] for r in out], "tasks": out}
+        if status == 503:
+            body["error"] = "some of the topic's tasks were not stored: see tasks"
+        return status, body
 
 
 def _err(message: str, field: str) -> dict[str, Any]:
