@@ -63,6 +63,9 @@ def add_commands(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="the raw answers, not tables")
     status.set_defaults(func=_command(_status))
 
+    from miyamoto.defscommands import add_def_commands  # schedules and topics
+    add_def_commands(sub, common, _command)
+
 
 def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", nargs="?", help="target URL the task calls")

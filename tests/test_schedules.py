@@ -220,3 +220,40 @@ def test_schedule_survives_a_full_cluster_restart(cluster_factory, sink: Sink) -
     sink.wait_for(count=stopped + 3, path="/long", timeout=30)
     counts = ticks_of(sink, "/long")
     assert max(counts.values()) == 1, counts
+
+
+@pytest.mark.timeout(60)
+def test_client_and_cli_manage_schedules(node: NodeProcess, sink: Sink) -> None:
+    import json
+
+    from helpers import run_cli
+    from miyamoto import Client
+    from miyamoto.client import InvalidTask, NotFound
+
+    with Client(node.url) as c:
+        made = c.schedule("nightly", {"url": sink.url_for("/n")}, cron="0 3 * * *",
+                          timezone="Europe/Paris", paused=True)
+        assert made["cron"] == "0 3 * * *" and made["paused"] and made["next"] == []
+        with pytest.raises(InvalidTask) as e:
+            c.schedule("bad", {"url": "nope"}, every=1)
+        assert e.value.body["field"] == "task.url"
+        assert c.resume_schedule("nightly")["next"][0] > time.time()
+        assert [v["name"] for v in c.schedules()] == ["nightly"]
+    env = {"MIYAMOTO_SERVER": node.url}
+    r = run_cli("schedule", "add", "tick", sink.url_for("/cli"), "k=v", "--every", "1",
+                env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["every"] == 1, r.stderr
+    sink.wait_for(count=1, path="/cli", timeout=15)
+    assert sink.requests("/cli")[0].form == {"k": ["v"]}
+    assert run_cli("schedule", "pause", "tick", env=env).returncode == 0
+    r = run_cli("schedules", env=env)
+    assert {v["name"]: v["paused"] for v in json.loads(r.stdout)} == {"nightly": False,
+                                                                      "tick": True}
+    r = run_cli("schedule", "add", "x", "http://127.0.0.1:9/", "--every", "1",
+                "--task-json", "{bad", env=env)
+    assert r.returncode == 2 and "task-json" in r.stderr, r.stderr
+    assert run_cli("schedule", "delete", "tick", env=env).returncode == 0
+    with Client(node.url) as c:
+        c.unschedule("nightly")
+        with pytest.raises(NotFound):
+            c.get_schedule("nightly")

@@ -87,3 +87,35 @@ def test_topic_errors_name_the_field(node: NodeProcess, sink: Sink) -> None:
     assert node.get("/topics/t").status_code == 404
     assert node.delete("/topics/t").status_code == 404
     assert sink.count() == 0
+
+
+@pytest.mark.timeout(60)
+def test_client_and_cli_manage_topics(node: NodeProcess, sink: Sink) -> None:
+    import json
+
+    from helpers import run_cli
+    from miyamoto import Client
+    from miyamoto.client import InvalidTask, NotFound
+
+    with Client(node.url) as c:
+        assert c.put_topic("news", [sink.url_for("/n1")])["urls"] == [sink.url_for("/n1")]
+        assert [t["name"] for t in c.topics()] == ["news"]
+        out = c.publish("news", {"a": "1"})
+        assert out["status"] == "scheduled" and len(out["ids"]) == 1
+        with pytest.raises(InvalidTask) as e:
+            c.put_topic("news", ["ftp://x/"])
+        assert e.value.body["field"] == "urls[0]"
+    env = {"MIYAMOTO_SERVER": node.url}
+    r = run_cli("topic", "put", "cli", sink.url_for("/c1"), sink.url_for("/c2"), env=env)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("topics", env=env)
+    assert r.returncode == 0 and {t["name"] for t in json.loads(r.stdout)} == {"news", "cli"}
+    r = run_cli("topic", "publish", "cli", "k=v", "--task-name", "once", env=env)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["ids"]) == 2, r.stderr
+    sink.wait_for(count=3, timeout=15)
+    assert sorted(q.path for q in sink.requests()) == ["/c1", "/c2", "/n1"]
+    assert run_cli("topic", "delete", "cli", env=env).returncode == 0
+    r = run_cli("topic", "show", "cli", env=env)
+    assert r.returncode == 1 and "topic" in r.stderr, r.stderr
+    with Client(node.url) as c, pytest.raises(NotFound):
+        c.topic("cli")
