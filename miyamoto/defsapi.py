@@ -9,11 +9,25 @@ so that module stays one page of routing.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from miyamoto.schedules import MAX_SCHEDULES, check_name, parse_schedule, view
 from miyamoto.topics import MAX_TOPICS, expand, parse_topic, topic_name
 from miyamoto.validate import ValidationError, json_fields
+
+
+log = logging.getLogger(__name__)
+
+
+def _safe_view(name: str, value: dict, cursor: Any, now: float) -> dict[str, Any] | None:
+    """A schedule's view, or None (logged) if its stored value does not fit: values come
+    from peers, and a bad one must not turn a read into a 500."""
+    try:
+        return view(value, cursor if isinstance(cursor, dict) else None, now)
+    except (KeyError, TypeError, ValueError) as e:
+        log.warning("schedules: %s has a bad definition: %r", name, e)
+        return None
 
 
 class DefsApi:
@@ -33,8 +47,8 @@ class DefsApi:
     # ------------------------------------------------------------ schedules
     def list_schedules(self, environ: dict) -> tuple[int, Any]:
         m, now = self._defs.machine, self.api.clock()
-        return 200, {"schedules": [view(v, m.get("cursor", n), now)
-                                   for n, v in m.items("schedule")]}
+        views = [_safe_view(n, v, m.get("cursor", n), now) for n, v in m.items("schedule")]
+        return 200, {"schedules": [v for v in views if v is not None]}
 
     def post_schedule(self, environ: dict) -> tuple[int, Any]:
         cfg = self.api.service.config
@@ -49,9 +63,11 @@ class DefsApi:
     def get_schedule(self, environ: dict, sname: str) -> tuple[int, Any]:
         m = self._defs.machine
         value = m.get("schedule", check_name(sname))
-        if value is None:
+        shown = None if value is None else _safe_view(sname, value, m.get("cursor", sname),
+                                                      self.api.clock())
+        if shown is None:
             return 404, _err("names no known schedule", "name")
-        return 200, view(value, m.get("cursor", sname), self.api.clock())
+        return 200, shown
 
     def delete_schedule(self, environ: dict, sname: str) -> tuple[int, Any]:
         status, body = self._defs.op("delete", "schedule", check_name(sname))
@@ -90,9 +106,10 @@ class DefsApi:
         """One task per URL of the topic; 404 naming ``topic`` if there is none."""
         name = topic_name(fields)
         value = self._defs.machine.get("topic", name)
-        if value is None:
+        urls = None if value is None else value.get("urls")
+        if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
             return 404, _err("names no known topic", "topic")
-        tasks = expand(fields, list(value["urls"]), path_queue=queue,
+        tasks = expand(fields, urls, path_queue=queue,
                        idempotency_key=idempotency_key, limits=self.api.limits,
                        now=self.api.clock())
         results = self.api.service.enqueue_many(tasks)

@@ -52,6 +52,13 @@ def add_def_commands(sub: Any, common: argparse.ArgumentParser,
         q.add_argument("name")
         q.set_defaults(func=command(lambda c, a, fn=fn: _show(_print, getattr(c, fn)(a.name))))
 
+    _topic_commands(sub, common, command)
+
+
+def _topic_commands(sub: Any, common: argparse.ArgumentParser,
+                    command: Callable[[Callable], Callable]) -> None:
+    from miyamoto.commands import _params, _print
+
     p = sub.add_parser("topics", parents=[common], help="list the fan-out topics")
     p.set_defaults(func=command(lambda c, a: _show(_print, c.topics())))
     topic = sub.add_parser("topic", help="put, show, delete or publish to a fan-out topic")

@@ -35,19 +35,50 @@ SendFn = Callable[..., bool]  # (member, msg, address=None) -> False if it has n
 
 class DefSync:
     def __init__(self, me: str, data_dir: str, send: SendFn, reply_to: str, *,
-                 monotonic: Callable[[], float], resend: float, timeout: float):
+                 monotonic: Callable[[], float], resend: float, timeout: float,
+                 view: Callable[[], tuple[str | None, int, tuple[str, ...]]] | None = None,
+                 group: gevent.pool.Group | None = None):
         self.machine = Definitions(me, resend=resend, timeout=timeout)
+        self.view = view  # (leader, term, members) of the membership, for run()
         self.path = None if data_dir == ":memory:" else os.path.join(data_dir, FILE)
         self._send = send
         self._reply_to = reply_to
         self.monotonic = monotonic
         self.timeout = timeout
-        self.group = gevent.pool.Group()
+        self.group = group if group is not None else gevent.pool.Group()
+        self.period = max(0.01, min(0.1, resend / 4))
         self._lock = gevent.lock.RLock()  # one writer of the file at a time
         self._writes: dict[int, gevent.event.AsyncResult] = {}
         self._asks: dict[str, gevent.event.AsyncResult] = {}
 
+    @classmethod
+    def of(cls, cluster: Any) -> DefSync:
+        """The one a ``miyamoto.cluster.Cluster`` holds: its sends, clock, membership
+        view and greenlet group; timings from its config."""
+        cfg = cluster.config
+
+        def view() -> tuple[str | None, int, tuple[str, ...]]:
+            mem = cluster.membership
+            return (None, 0, ()) if mem is None else (mem.leader, mem.term, cluster._ring())
+
+        return cls(cluster.me, cfg.data_dir, cluster.send, cfg.advertise,
+                   monotonic=cluster.monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
+                   timeout=max(2.0, cfg.replication_timeout), view=view, group=cluster.group)
+
     # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start ticking (after ``load``: a member must never answer with a set it has
+        not read back yet, or a new leader would count it as holding nothing)."""
+        self.group.spawn(self.run)
+
+    def run(self) -> None:
+        assert self.view is not None
+        while True:
+            try:
+                self.tick(*self.view())
+            except Exception:
+                log.exception("definitions: tick failed")
+            gevent.sleep(self.period)
     def load(self) -> None:
         """Read the set back (after the journal took the data dir's lock)."""
         if self.path is None or not os.path.exists(self.path):
@@ -63,9 +94,6 @@ class DefSync:
             return
         self.machine.load(entries, term)
         log.info("definitions: loaded %d entries from %s", len(entries), self.path)
-
-    def stop(self) -> None:
-        self.group.kill()
 
     # ------------------------------------------------------------ inputs
     def tick(self, leader: str | None, term: int, members: tuple[str, ...]) -> None:
@@ -109,8 +137,11 @@ class DefSync:
         wid, effects = self.machine.write(changes, self.monotonic())
         waiter: gevent.event.AsyncResult = gevent.event.AsyncResult()
         self._writes[wid] = waiter
-        self.carry_out(effects)
-        ok, error = waiter.get(timeout=self.timeout + 1)
+        try:
+            self.carry_out(effects)
+            ok, error = waiter.get(timeout=self.timeout + 1)
+        finally:
+            self._writes.pop(wid, None)
         if not ok:
             raise Unavailable(f"definition not confirmed: {error}")
 

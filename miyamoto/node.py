@@ -63,7 +63,9 @@ class Node:
     def start(self) -> None:
         self.journal.open()
         self.engine.start()
+        self.definitions.load()  # before any peer can ask for it
         self.cluster.start()
+        self.definitions.start()
         self.cluster.group.spawn(self.ticker.run)  # fires schedules while this node leads
         c = self.config
         address: Any = (c.http_host, c.http_port)
