@@ -37,6 +37,7 @@ from typing import Any, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import gevent
+import gevent.pool
 from croniter import croniter
 
 from miyamoto.errors import Duplicate, Unavailable
@@ -50,6 +51,7 @@ GRACE = 2.0         # catch_up = none: how late a tick may still fire
 LAST_IDS = 10       # task ids kept per schedule
 MAX_EVERY = 366 * 86400
 MAX_SCHEDULES = 1000
+FIRE_PARALLEL = 32  # enqueues in flight at once when many ticks are due together
 NAME_CHARS = 100
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 _FIELDS = {"name", "cron", "every", "timezone", "task", "catch_up", "paused"}
@@ -171,6 +173,7 @@ class Ticker:
         self.limits = limits
         self.clock = clock
         self.fired = 0
+        self._pool = gevent.pool.Pool(FIRE_PARALLEL)
 
     def run(self) -> None:
         while True:
@@ -182,28 +185,34 @@ class Ticker:
             gevent.sleep(PERIOD)
 
     def fire_due(self) -> None:
+        """Enqueue every due tick (in parallel: a thousand schedules must not take a
+        thousand round trips), then record them all in one replicated write."""
         now = self.clock()
         machine = self.defs.machine
-        cursors: list[tuple[str, str, dict | None]] = []
-        for name, value in machine.items("schedule"):
-            try:
-                cursor = machine.get("cursor", name)
-                tick = due(value, cursor, now)
-                if tick is None:
-                    continue
-                task_id = self._enqueue(name, value, tick, now)
-            except (ValueError, KeyError, TypeError) as e:  # a bad value: skip, say so
-                log.warning("schedules: %s cannot fire: %s", name, e)
-                continue
-            if task_id is None:
-                continue
-            ids = (list((cursor or {}).get("ids", [])) + [task_id])[-LAST_IDS:]
-            cursors.append(("cursor", name, {"tick": tick, "ids": ids}))
+        cursors = [c for c in self._pool.imap(lambda item: self._fire(*item, now),
+                                              machine.items("schedule")) if c is not None]
         if cursors:
             try:
                 self.defs.write(cursors)
             except Exception as e:  # not confirmed: the names dedupe the next try
                 log.warning("schedules: cursors not confirmed: %s", e)
+
+    def _fire(self, name: str, value: dict, now: float
+              ) -> tuple[str, str, dict | None] | None:
+        """The new cursor of schedule ``name`` if a tick of it was enqueued now."""
+        try:
+            cursor = self.defs.machine.get("cursor", name)
+            tick = due(value, cursor, now)
+            if tick is None:
+                return None
+            task_id = self._enqueue(name, value, tick, now)
+        except (ValueError, KeyError, TypeError) as e:  # a bad value: skip, say so
+            log.warning("schedules: %s cannot fire: %s", name, e)
+            return None
+        if task_id is None:
+            return None
+        ids = (list((cursor or {}).get("ids", [])) + [task_id])[-LAST_IDS:]
+        return ("cursor", name, {"tick": tick, "ids": ids})
 
     def _enqueue(self, name: str, value: dict, tick: float, now: float) -> str | None:
         fields = dict(value["task"], name=f"schedule:{name}:{int(tick)}")
