@@ -225,3 +225,20 @@ def test_definitions_converge_after_a_member_was_down_during_writes(cluster_fact
         stored = json.loads(open(os.path.join(n.data_dir, "definitions.json")).read())
         assert {e["name"]: e["value"] for e in stored["entries"]}["t"] == {
             "urls": ["http://127.0.0.1:9/x"]}
+
+
+@pytest.mark.timeout(60)
+def test_a_strangers_definitions_are_dropped(node: NodeProcess) -> None:
+    from helpers import dealer
+
+    entry = m.Entry("topic", "evil", 10**6, 1, {"urls": ["http://127.0.0.1:9/evil"]})
+    s = dealer(node.cluster_addr, b"stranger")
+    for msg in (m.DefsPut(10**6, (entry,), wid=1),
+                m.DefsWrite("r1", "tcp://127.0.0.1:9", "put", "topic", "evil2",
+                            {"urls": ["http://127.0.0.1:9/evil"]})):
+        s.send_multipart(protocol.encode(msg.verb, msg.payload()))
+    s.close(linger=10_000)
+    for verb in ("DEFS_PUT", "DEFS_WRITE"):  # read (the positive control), and dropped
+        wait_until(lambda verb=verb: f"dropped {verb} from 'stranger': not a roster member"
+                   in node.log_text(), 20)
+    assert topics_of(node) == []

@@ -119,3 +119,27 @@ def test_client_and_cli_manage_topics(node: NodeProcess, sink: Sink) -> None:
     assert r.returncode == 1 and "topic" in r.stderr, r.stderr
     with Client(node.url) as c, pytest.raises(NotFound):
         c.topic("cli")
+
+
+@pytest.mark.timeout(60)
+def test_scopes_reads_need_read_writes_need_admin(node_factory, sink: Sink) -> None:
+    tokens = {"admin": "a" * 24, "enqueue": "e" * 24, "read": "r" * 24}
+    node = node_factory("guarded", env={"MIYAMOTO_API_TOKENS": ",".join(
+        f"{k}:{v}" for k, v in tokens.items())})
+
+    def call(method: str, path: str, who: str | None, **kw):
+        headers = {"Authorization": f"Bearer {tokens[who]}"} if who else {}
+        return node.request(method, path, headers=headers, **kw).status_code
+
+    body = {"urls": [sink.url_for("/s")]}
+    assert call("PUT", "/topics/t", None, json=body) == 401
+    assert call("PUT", "/topics/t", "read", json=body) == 403
+    assert call("PUT", "/topics/t", "enqueue", json=body) == 403
+    assert call("PUT", "/topics/t", "admin", json=body) == 200
+    assert call("GET", "/topics", "read") == 200 and call("GET", "/schedules", "read") == 200
+    sched = {"name": "s", "every": 60, "task": {"url": sink.url_for("/s")}}
+    assert call("POST", "/schedules", "read", json=sched) == 403
+    assert call("POST", "/schedules", "admin", json=sched) == 200
+    assert call("POST", "/schedules/s/pause", "enqueue") == 403
+    assert call("DELETE", "/topics/t", "read") == 403
+    assert call("POST", "/queue", "enqueue", json={"topic": "t"}) == 200  # enqueue scope
