@@ -53,7 +53,7 @@ from typing import Any, Iterable
 
 from miyamoto.messages.definitions import DefsAck, DefsDigest, DefsPut, Entry
 
-__all__ = ["Definitions", "Entry", "Finished", "NotLeader", "Persist", "Send", "CHUNK",
+__all__ = ["Definitions", "Entry", "Finished", "Full", "NotLeader", "Persist", "Send", "CHUNK",
            "MAX_ENTRIES"]
 
 CHUNK = 16           # entries per DEFS_PUT of a whole set (keeps a frame well under 7 MiB)
@@ -79,6 +79,11 @@ class Finished:
     wid: int
     ok: bool
     error: str = ""
+
+
+class Full(Exception):
+    """The map holds MAX_ENTRIES definitions and tombstones: a new key is refused (a
+    write that merge would drop must not be acknowledged)."""
 
 
 class NotLeader(Exception):
@@ -182,6 +187,9 @@ class Definitions:
         if not self.ready:
             raise NotLeader(self.leader if not self.leading else self.me, ready=False
                             if self.leading else True)
+        new_keys = {(kind, name) for kind, name, _ in changes} - set(self.entries)
+        if len(self.entries) + len(new_keys) > MAX_ENTRIES:
+            raise Full(f"the cluster holds {MAX_ENTRIES} definitions and tombstones")
         seq = max((e.seq for e in self.entries.values()), default=0)
         stamped = []
         for kind, name, value in changes:

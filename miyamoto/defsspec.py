@@ -81,7 +81,8 @@ def paths(op: Callable[..., dict], path: Callable[..., dict],
     """The routes, built with openapi.py's own helpers (``_op``, ``_path``, ``_answer``)."""
     s, t = path("sname", NAME_PATTERN), path("tname", NAME_PATTERN)
     write = {"503": answer("no leader holds the definitions yet, or a majority did not "
-                           "confirm in time")}
+                           "confirm in time"),
+             "409": answer("the cluster holds as many definitions as it may")}
 
     def body(name: str) -> dict[str, Any]:
         return {"application/json": {"schema": _ref(name)}}

@@ -24,7 +24,7 @@ import gevent.pool
 import ujson
 
 from miyamoto import messages as m
-from miyamoto.definitions import Definitions, Finished, NotLeader, Persist, Send
+from miyamoto.definitions import Definitions, Finished, Full, NotLeader, Persist, Send
 from miyamoto.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -170,12 +170,15 @@ class DefSync:
         else:
             new = dict(current, paused=op == "pause")
         changes = [(kind, name, new)]
-        if kind == "schedule" and op in ("put", "delete"):
+        if kind == "schedule" and op in ("put", "delete") \
+                and self.machine.get("cursor", name) is not None:
             changes.append(("cursor", name, None))  # a new schedule starts afresh
         try:
             self.write(changes)
         except NotLeader:
             raise
+        except Full as e:
+            return 409, _err(str(e), "name")
         except (Unavailable, gevent.Timeout) as e:
             return 503, _err(str(e))
         return 200, {"value": new if new is not None else current}

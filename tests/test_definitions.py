@@ -242,3 +242,17 @@ def test_a_strangers_definitions_are_dropped(node: NodeProcess) -> None:
         wait_until(lambda verb=verb: f"dropped {verb} from 'stranger': not a roster member"
                    in node.log_text(), 20)
     assert topics_of(node) == []
+
+
+def test_a_full_map_refuses_new_keys_rather_than_dropping_them(monkeypatch) -> None:
+    from miyamoto import definitions
+    from miyamoto.definitions import Full
+
+    monkeypatch.setattr(definitions, "MAX_ENTRIES", 2)
+    d = Definitions("a")
+    d.view("a", 1, ("a",), 0.0)
+    d.write([("topic", "x", {}), ("topic", "y", {})], 0.0)
+    with pytest.raises(Full):
+        d.write([("topic", "z", {})], 0.0)
+    d.write([("topic", "x", None)], 0.0)  # an existing key (a delete) still goes
+    assert d.get("topic", "z") is None and d.get("topic", "x") is None
