@@ -406,8 +406,8 @@ def json_fields(body: bytes) -> Any:
 def parse_enqueue(content_type: str, body: bytes, *, path_queue: str | None,
                   idempotency_key: str | None, limits: Limits, now: float) -> Task:
     """One task from a form or JSON body."""
-    return build_task(enqueue_fields(content_type, body, limits), path_queue=path_queue, idempotency_key=idempotency_key,
-                      limits=limits, now=now)
+    return build_task(enqueue_fields(content_type, body, limits), path_queue=path_queue,
+                      idempotency_key=idempotency_key, limits=limits, now=now)
 
 
 def enqueue_fields(content_type: str, body: bytes, limits: Limits) -> dict[str, Any]:
