@@ -23,6 +23,8 @@ setup(
         "geventhttpclient>=2.3",
         "tqdm>=4.66",  # the CLI's progress bar for enqueue --file
         "prometheus_client>=0.20",
+        "croniter>=2.0",  # schedules: cron expressions (miyamoto.schedules)
+        "tzdata>=2024.1",  # schedules: IANA time zones where the OS has none
     ],
     extras_require={
         "test": [

@@ -20,7 +20,8 @@ from miyamoto import auth, dashboard, mediatype
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.task import QUEUE_NAME_RE, State
-from miyamoto.validate import Limits, ValidationError, parse_batch, parse_enqueue
+from miyamoto.defsapi import DefsApi
+from miyamoto.validate import Limits, ValidationError, build_task, enqueue_fields, parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class Api:
         self.clock = clock
         q = r"(?P<queue>[^/]+)"
         t = r"(?P<task_id>[^/]+)"
+        d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
+        self.defs = d
         self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
@@ -73,6 +76,14 @@ class Api:
             (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
             (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
              {"POST": self.failed}),
+            (re.compile(r"/schedules/?"), {"GET": d.list_schedules, "POST": d.post_schedule}),
+            (re.compile(rf"/schedules/{s}"), {"GET": d.get_schedule,
+                                              "DELETE": d.delete_schedule}),
+            (re.compile(rf"/schedules/{s}/(?P<action>pause|resume)"),
+             {"POST": d.schedule_control}),
+            (re.compile(r"/topics/?"), {"GET": d.list_topics}),
+            (re.compile(rf"/topics/{tp}"), {"GET": d.get_topic, "PUT": d.put_topic,
+                                            "DELETE": d.delete_topic}),
             (re.compile(r"/cluster/?"), {"GET": self.cluster}),
             (re.compile(r"/targets/?"), {"GET": self.targets}),  # scope read
             (re.compile(r"/healthz"), {"GET": self.healthz}),
@@ -164,9 +175,12 @@ class Api:
     def enqueue(self, environ: dict, queue: str | None = None) -> tuple[int, Any]:
         body = self._body(environ)
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
-        task = parse_enqueue(kind, body, path_queue=queue,
-                             idempotency_key=environ.get("HTTP_IDEMPOTENCY_KEY"),
-                             limits=self.limits, now=self.clock())
+        fields = enqueue_fields(kind, body, self.limits)
+        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.topics)
+            return self.defs.enqueue_topic(fields, queue, key)
+        task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
+                          now=self.clock())
         return 200, self.service.enqueue(task)
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import requests
 
 from miyamoto.version import __version__
+from miyamoto.defsclient import DefinitionsClient
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def error_for(status: int, body: Mapping[str, Any]) -> MiyamotoError:
     return cls(message, status, body)
 
 
-class Client:
+class Client(DefinitionsClient):
     """One node's API. ``base_url`` is e.g. ``http://127.0.0.1:8088``; ``token`` an API
     bearer token (see the server's ``api_tokens``); ``timeout`` bounds each call,
     retries included; ``retries`` is the most attempts a named enqueue makes."""

@@ -25,6 +25,7 @@ from miyamoto import messages as m
 from miyamoto import restore
 from miyamoto.config import Config
 from miyamoto.coordinator import Coordinator
+from miyamoto.defsync import DefSync
 from miyamoto.effects import EARLIER, EXACT, CancelCopy, Drop, Restore, Send, SetReplicas, \
     Update
 from miyamoto.engine import Engine, Hooks
@@ -96,6 +97,7 @@ class Cluster:
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
+        self.defs = DefSync.of(self)  # cluster-wide definitions: its own loop, in self.group
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -330,7 +332,9 @@ class Cluster:
                 elif isinstance(msg, (m.Stored, m.Reply)):
                     self.requests.answer(msg)
                 elif isinstance(msg, (m.Clock, m.ClockEcho)):
-                    self._on_clock(sender, msg)
+                    _on_clock(self, sender, msg)
+                elif isinstance(msg, m.DEFS_MESSAGES):  # schedules, topics (defsync)
+                    self.defs.on_message(sender, msg)
                 elif isinstance(msg, m.Handoff):
                     self.carry_out(self.siblings.handoff(msg, self.clock()))
                 else:
@@ -344,20 +348,6 @@ class Cluster:
         if self.strangers <= 10 or self.strangers % 1000 == 0:
             log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
                         verb.value, sender[:64], self.strangers)
-
-    def _on_clock(self, sender: str, msg: m.Clock | m.ClockEcho) -> None:
-        now = self.clock()
-        if isinstance(msg, m.Clock):
-            self.send(sender, m.ClockEcho(msg.t1, now))
-            return
-        self.clocks.sample(sender, msg.t1, msg.t, now)
-        crossed = self.clocks.check(sender, now)
-        if crossed is not None:
-            skewed, est = crossed
-            (log.error if skewed else log.info)(
-                "cluster: clock of %s is %+.3f s (±%.3f) from ours: %s max_clock_skew %g s",
-                sender, est.offset, est.error, "beyond" if skewed else "back within",
-                self.clocks.max_skew)
 
     def _on_sibling(self, sender: str, msg: Any) -> None:
         copy = self.engine.get(msg.id) if isinstance(msg, m.Ask) else self.engine.live.get(msg.id)
@@ -429,6 +419,22 @@ class _Hooks(Hooks):
 
     def failed(self, t: Task) -> None:
         self._outcome(t)
+
+
+def _on_clock(c: Cluster, sender: str, msg: m.Clock | m.ClockEcho) -> None:
+    """A clock probe: echo a CLOCK, take an echo as a sample of the sender's offset."""
+    now = c.clock()
+    if isinstance(msg, m.Clock):
+        c.send(sender, m.ClockEcho(msg.t1, now))
+        return
+    c.clocks.sample(sender, msg.t1, msg.t, now)
+    crossed = c.clocks.check(sender, now)
+    if crossed is not None:
+        skewed, est = crossed
+        (log.error if skewed else log.info)(
+            "cluster: clock of %s is %+.3f s (±%.3f) from ours: %s max_clock_skew %g s",
+            sender, est.offset, est.error, "beyond" if skewed else "back within",
+            c.clocks.max_skew)
 
 
 def _endpoints(members: Iterable[Member]) -> list[tuple[str, int]]:

@@ -73,6 +73,9 @@ def add_commands(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="the raw answers, not tables")
     status.set_defaults(func=_command(_status))
 
+    from miyamoto.defscommands import add_def_commands  # schedules and topics
+    add_def_commands(sub, common, _command)
+
 
 def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """``miyamoto failed list|retry|delete QUEUE``: the queue's dead letters."""

@@ -79,6 +79,13 @@ def _level(v: str) -> str:
     return s
 
 
+def _one_of(v: str, choices: tuple[str, ...]) -> str:
+    s = str(v).strip().lower()
+    if s not in choices:
+        raise ValueError(f"must be {' or '.join(choices)}")
+    return s
+
+
 def _log_format(v: str) -> str:
     s = str(v).strip().lower()
     if s not in ("text", "json"):
@@ -207,6 +214,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_name", _int_ge(1), 500, "longest task name"),
     Setting("max_batch", _int_ge(1), 1000, "most tasks in one batch request"),
     Setting("dedup_window", _float_ge(0), 3600.0, "seconds a task name stays reserved"),
+    Setting("schedule_catch_up", lambda v: _one_of(v, ("last", "none")), "last",
+            "a schedule's ticks missed while no leader existed: last (the newest fires once) "
+            "or none (skipped); a schedule's catch_up field overrides it"),
     Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
     Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
     Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
@@ -293,6 +303,7 @@ class Config:
     max_name: int
     max_batch: int
     dedup_window: float
+    schedule_catch_up: str
     retention: float
     concurrency: int
     shutdown_timeout: float

@@ -28,6 +28,7 @@ from miyamoto.journal import Journal
 from miyamoto.logs import AccessLog
 from miyamoto.metrics import Metrics
 from miyamoto.queries import TOTAL_PREFIX
+from miyamoto.schedules import Ticker
 from miyamoto.server import BACKLOG, HTTPServer
 from miyamoto.task import State, Task
 from miyamoto.validate import Limits
@@ -51,6 +52,9 @@ class Node:
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
+        self.definitions = self.cluster.defs  # schedules and topics, cluster-wide
+        self.ticker = Ticker(self.definitions, self.cluster.enqueue, self.cluster.in_contact,
+                             limits, clock)
         self.metrics.watch(self)
         self.server: HTTPServer | None = None
         self.draining = False
@@ -60,7 +64,10 @@ class Node:
     def start(self) -> None:
         self.journal.open()
         self.engine.start()
+        self.definitions.load()  # before any peer can ask for it
         self.cluster.start()
+        self.definitions.start()
+        self.cluster.group.spawn(self.ticker.run)  # fires schedules while this node leads
         c = self.config
         address: Any = (c.http_host, c.http_port)
         if c.reuse_port:  # several processes of this host share the port

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from miyamoto.dispatchspec import DISPATCH_FIELDS, TARGETS_SCHEMA
+from miyamoto import defsspec
 from miyamoto.task import METHODS, State
 from miyamoto.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -63,13 +64,15 @@ _TASK_FIELDS: dict[str, Any] = {
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe", *DISPATCH_FIELDS)}
+    "callback", "failure_callback", "dedupe", "topic", *DISPATCH_FIELDS)}
 
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False,
                     "description": "a task as JSON (Content-Type: application/json)"},
-    "TaskForm": {"type": "object", "required": ["task.url"], "properties": _FORM_FIELDS,
+    "TaskForm": {"type": "object", "anyOf": [{"required": ["task.url"]},
+                                             {"required": ["task.topic"]}],
+                 "properties": _FORM_FIELDS,
                  "additionalProperties": {"type": "string"},
                  "description": "a task as a form: task.X keys configure it (task.header.X "
                                 "adds a header), every other key is a param"},
@@ -173,6 +176,8 @@ _SCHEMAS: dict[str, Any] = {
         "status": {"enum": ["ready", "not ready"]}, "reason": {"type": "string"}}},
     "OpenAPI": {"type": "object", "required": ["openapi", "info", "paths"]},
     "Targets": TARGETS_SCHEMA,
+    **defsspec.SCHEMAS,
+    "TopicTaskRequest": defsspec.topic_task(_TASK_FIELDS),
 }
 
 
@@ -212,7 +217,8 @@ _ID = _path("id", _ID_PATTERN)
 _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                 "description": "the task's name when the body gives none",
                 "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_name}}
-_TASK_BODY = {"application/json": {"schema": _ref("TaskRequest")},
+_TASK_BODY = {"application/json": {"schema": {"anyOf": [_ref("TaskRequest"),
+                                                       _ref("TopicTaskRequest")]}},
               "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
 _ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
               "413": _answer("the body or a field is too large"),
@@ -222,8 +228,13 @@ _CONFLICT = {"409": _answer("the task's state does not allow it")}
 
 
 def _enqueue(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
-    return _op(summary, "Enqueued", body=_TASK_BODY, params=params, extra=_ENQ_EXTRA,
-               scope="enqueue")
+    op = _op(summary, "Enqueued", body=_TASK_BODY, params=params, extra=_ENQ_EXTRA,
+             scope="enqueue")
+    for status, schema in (("200", "Enqueued"), ("409", "Duplicate"), ("503", "Error")):
+        # with topic instead of url: one task per URL (miyamoto.defsapi.enqueue_topic)
+        op["responses"][status]["content"]["application/json"]["schema"] = {
+            "anyOf": [_ref(schema), _ref("FanOut")]}
+    return op
 
 
 def _control(summary: str) -> dict[str, Any]:
@@ -270,6 +281,7 @@ _PATHS: dict[str, Any] = {
     "/queues/{queue}/failed/delete": {"post": _op(
         "Delete every failed task of a queue, cluster-wide (up to 10,000 a call: more)",
         "FailedBulk", params=[_QUEUE], scope="admin")},
+    **defsspec.paths(_op, _path, _answer),
     "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
     "/targets": {"get": _op("Target origins attempted recently by this node: circuit "
                             "breaker state, consecutive failures, deliveries in flight", "Targets")},

@@ -48,6 +48,12 @@ class Verb(str, enum.Enum):
     # clock probes between members (miyamoto.clocks)
     CLOCK = "CLOCK"
     CLOCK_ECHO = "CLOCK_ECHO"
+    # cluster-wide definitions: schedules, topics (miyamoto.definitions)
+    DEFS_PUT = "DEFS_PUT"
+    DEFS_ACK = "DEFS_ACK"
+    DEFS_DIGEST = "DEFS_DIGEST"
+    DEFS_WRITE = "DEFS_WRITE"
+    DEFS_WROTE = "DEFS_WROTE"
     # many messages for one peer in one frame (miyamoto.outbox)
     BATCH = "BATCH"
 

@@ -31,6 +31,7 @@ _JSON_FIELDS = frozenset({
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
     "dedupe",
     "priority", "flow_key", "flow_rate", "flow_parallelism",  # dispatchfields.FIELDS
+    "topic",  # instead of url: one task per URL of the topic (miyamoto.topics)
 })
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
@@ -248,6 +249,9 @@ def _check_field_names(fields: Mapping[str, Any]) -> None:
     unknown = set(fields) - _JSON_FIELDS
     if unknown:
         raise ValidationError(sorted(unknown)[0], "unknown field")
+    if "topic" in fields:  # a topic is expanded before (miyamoto.topics), one task at a time
+        raise ValidationError("topic", "cannot be given with url" if "url" in fields
+                              else "is accepted by POST /queue only, one task at a time")
     if "url" not in fields:
         raise ValidationError("url", "is required")
 
@@ -410,16 +414,20 @@ def json_fields(body: bytes) -> Any:
 def parse_enqueue(content_type: str, body: bytes, *, path_queue: str | None,
                   idempotency_key: str | None, limits: Limits, now: float) -> Task:
     """One task from a form or JSON body."""
+    return build_task(enqueue_fields(content_type, body, limits), path_queue=path_queue,
+                      idempotency_key=idempotency_key, limits=limits, now=now)
+
+
+def enqueue_fields(content_type: str, body: bytes, limits: Limits) -> dict[str, Any]:
+    """A form or JSON enqueue body as JSON-shaped fields, not yet checked."""
     if len(body) > limits.max_body:
         raise ValidationError("body", f"is larger than {limits.max_body} bytes", 413)
     if content_type.split(";")[0].strip().lower() == "application/json":
         fields = json_fields(body)
         if not isinstance(fields, dict):
             raise ValidationError("body", "must be a JSON object")
-    else:
-        fields = form_fields(body)
-    return build_task(fields, path_queue=path_queue, idempotency_key=idempotency_key,
-                      limits=limits, now=now)
+        return fields
+    return form_fields(body)
 
 
 def parse_batch(body: bytes, *, path_queue: str | None, limits: Limits, now: float,

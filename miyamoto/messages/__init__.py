@@ -41,3 +41,4 @@ def decode(verb: Verb, payload: dict) -> Any:
 from miyamoto.messages.replicas import *  # noqa: E402,F401,F403
 from miyamoto.messages.membership import *  # noqa: E402,F401,F403
 from miyamoto.messages.clocks import *  # noqa: E402,F401,F403
+from miyamoto.messages.definitions import *  # noqa: E402,F401,F403

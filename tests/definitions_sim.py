@@ -1,0 +1,214 @@
+"""A deterministic simulator for ``miyamoto.definitions``: nodes, a lossy network,
+crashes, and leader changes that reach each node at its own time.
+
+Time is fake. Every message goes through ``protocol.encode``/``decode`` and the typed
+decoders, so payloads must be real JSON. Leadership is played by the simulator with
+Raft's one guarantee: at most one leader per term; each node learns of a new term after
+its own random delay, so an old leader may go on acting in its old term for a while (as
+a cut-off or slow one does). A crash throws the machine away; a restart builds a new
+one from what its last ``Persist`` wrote. Clients write at random to whichever node
+thinks it leads.
+
+The checker, after every event:
+
+* no acknowledged write lost: a node that is ``ready`` (a leader allowed to write)
+  holds, for every write acknowledged so far, that entry or a newer one;
+
+and at the end, after the faults stop and the network heals, every live node holds the
+same set, and every acknowledged write is in it (or overwritten by a newer one).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from miyamoto import messages as m
+from miyamoto import protocol
+from miyamoto.definitions import Definitions, Finished, Persist, Send
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+@dataclass
+class SimNode:
+    id: str
+    machine: Definitions | None = None
+    disk: tuple[tuple[m.Entry, ...], int] = ((), 0)
+
+
+@dataclass(order=True)
+class _Event:
+    at: float
+    seq: int
+    kind: str = field(compare=False)
+    data: Any = field(compare=False)
+
+
+class Sim:
+    def __init__(self, n: int = 3, seed: int = 0, *, loss: float = 0.1,
+                 delay: tuple[float, float] = (0.001, 0.05), factory: type = Definitions):
+        self.rng = random.Random(seed)
+        self.ids = [f"n{i}" for i in range(n)]
+        self.nodes = {i: SimNode(i) for i in self.ids}
+        self.loss, self.delay, self.factory = loss, delay, factory
+        self.now = 0.0
+        self.events: list[_Event] = []
+        self.seq = 0
+        self.term = 0
+        self.leader: str | None = None
+        self.acked: dict[tuple[str, str], tuple[int, int]] = {}  # newest acked stamp
+        self.writes: dict[tuple[str, int], list[m.Entry]] = {}  # (node, wid) -> entries
+        self.acked_count = 0
+        for i in self.ids:
+            self._start(i)
+
+    # ------------------------------------------------------------ plumbing
+    def _push(self, at: float, kind: str, data: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, _Event(at, self.seq, kind, data))
+
+    def _start(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        node.machine = self.factory(node_id, resend=0.2, timeout=1.5)
+        node.machine.load(*node.disk)
+        self._view(node_id, None, 0)
+
+    def _view(self, node_id: str, leader: str | None, term: int) -> None:
+        mc = self.nodes[node_id].machine
+        if mc is not None:
+            self._carry(node_id, mc.view(leader, term, self.ids, self.now))
+
+    def _carry(self, node_id: str, effects: list[Any]) -> None:
+        node = self.nodes[node_id]
+        for e in effects:
+            if isinstance(e, Persist):
+                node.disk = (e.entries, e.term)
+            elif isinstance(e, Send):
+                if self.rng.random() < self.loss:
+                    continue
+                verb, payload = protocol.decode(protocol.encode(e.msg.verb, e.msg.payload()))
+                self._push(self.now + self.rng.uniform(*self.delay), "msg",
+                           (node_id, e.to, verb, payload))
+            elif isinstance(e, Finished):
+                entries = self.writes.pop((node_id, e.wid), None)
+                if e.ok and entries is not None:
+                    self.acked_count += 1
+                    for en in entries:
+                        key = (en.kind, en.name)
+                        if (en.term, en.seq) > self.acked.get(key, (-1, -1)):
+                            self.acked[key] = (en.term, en.seq)
+
+    # ------------------------------------------------------------ faults and clients
+    def elect(self) -> None:
+        """A new term with a random live leader; each node hears of it after a delay."""
+        live = [i for i in self.ids if self.nodes[i].machine is not None]
+        if not live:
+            return
+        self.term += 1
+        self.leader = self.rng.choice(live)
+        for i in self.ids:
+            lag = 0.0 if i == self.leader else self.rng.uniform(0, 0.5)
+            self._push(self.now + lag, "view", (i, self.leader, self.term))
+
+    def crash(self, node_id: str) -> None:
+        self.nodes[node_id].machine = None
+
+    def client_write(self) -> None:
+        for i in self.ids:
+            mc = self.nodes[i].machine
+            if mc is not None and mc.ready:
+                key = self.rng.choice(["a", "b", "c", "d"])
+                value = None if self.rng.random() < 0.2 else {"v": self.rng.randrange(1000)}
+                wid, effects = mc.write([("topic", key, value)], self.now)
+                self.writes[(i, wid)] = [mc.entries[("topic", key)]]
+                self._carry(i, effects)
+
+    # ------------------------------------------------------------ running
+    def run(self, until: float, *, faults: bool = True, dt: float = 0.05) -> None:
+        next_tick = self.now
+        while self.now < until:
+            if self.events and self.events[0].at <= next_tick:
+                ev = heapq.heappop(self.events)
+                self.now = max(self.now, ev.at)
+                self._event(ev)
+            else:
+                self.now = next_tick
+                next_tick += dt
+                self._tick_all(faults)
+            self.check()
+
+    def _event(self, ev: _Event) -> None:
+        if ev.kind == "view":
+            node_id, leader, term = ev.data
+            self._view(node_id, leader, term)
+        elif ev.kind == "msg":
+            sender, to, verb, payload = ev.data
+            mc = self.nodes[to].machine
+            if mc is not None:
+                self._carry(to, mc.step(sender, m.decode(verb, payload), self.now))
+        elif ev.kind == "elect":
+            self.elect()
+        elif ev.kind == "restart":
+            self._start(ev.data)
+            if self.leader is not None:
+                self._push(self.now + 0.1, "view", (ev.data, self.leader, self.term))
+
+    def _tick_all(self, faults: bool) -> None:
+        for i in self.ids:
+            mc = self.nodes[i].machine
+            if mc is not None:
+                self._carry(i, mc.tick(self.now))
+        if not faults:
+            return
+        r = self.rng.random()
+        if r < 0.01:
+            self.elect()
+        elif r < 0.015:
+            victim = self.rng.choice(self.ids)
+            if self.nodes[victim].machine is not None:
+                self.crash(victim)
+                self._push(self.now + self.rng.uniform(0.2, 2.0), "restart", victim)
+                if victim == self.leader:
+                    self._push(self.now + self.rng.uniform(0.5, 1.0), "elect", None)
+        if r > 0.7:
+            self.client_write()
+
+    def heal(self) -> None:
+        """Stop losing messages, bring every node back, and elect a leader they all see."""
+        self.loss = 0.0
+        for i in self.ids:
+            if self.nodes[i].machine is None:
+                self._start(i)
+        self.elect()
+
+    # ------------------------------------------------------------ checks
+    def check(self) -> None:
+        for i in self.ids:
+            mc = self.nodes[i].machine
+            if mc is None or not mc.ready:
+                continue
+            for key, stamp in self.acked.items():
+                e = mc.entries.get(key)
+                if e is None or (e.term, e.seq) < stamp:
+                    raise SafetyViolation(f"t={self.now:.2f}: ready leader {i} (term "
+                                          f"{mc.term}) lacks acked {key} {stamp}; has {e}")
+
+    def converged(self) -> bool:
+        sets = {self.nodes[i].machine.digest() for i in self.ids
+                if self.nodes[i].machine is not None}
+        return len(sets) == 1
+
+    def final_check(self) -> None:
+        if not self.converged():
+            raise SafetyViolation("members did not converge: " + ", ".join(
+                f"{i}={self.nodes[i].machine.digest()}" for i in self.ids))
+        any_node = self.nodes[self.ids[0]].machine
+        for key, stamp in self.acked.items():
+            e = any_node.entries.get(key)
+            if e is None or (e.term, e.seq) < stamp:
+                raise SafetyViolation(f"acked write {key} {stamp} lost at the end: {e}")

@@ -1,0 +1,258 @@
+"""Cluster-wide definitions: the pure machine (fake time), its simulator with a planted
+bug, the file, and real nodes converging after one was down during a write."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from definitions_sim import SafetyViolation, Sim
+from helpers import NodeProcess, wait_converged, wait_until
+from miyamoto import messages as m
+from miyamoto import protocol
+from miyamoto.definitions import CHUNK, Definitions, Finished, NotLeader, Persist, Send
+from miyamoto.protocol import DecodeError, Verb
+
+
+def sends(effects: list[Any], cls: type | None = None) -> list[Send]:
+    return [e for e in effects if isinstance(e, Send) and (cls is None or isinstance(e.msg, cls))]
+
+
+def wire(msg: Any) -> Any:
+    """Through the real encoding and the typed decoder, as a peer would get it."""
+    verb, payload = protocol.decode(protocol.encode(msg.verb, msg.payload()))
+    return m.decode(verb, payload)
+
+
+def ready_leader(members: tuple[str, ...] = ("a", "b", "c")) -> Definitions:
+    d = Definitions("a")
+    d.view("a", 1, members, 0.0)
+    for mem in members[1:]:
+        d.step(mem, m.DefsDigest(1, d.digest()), 0.0)
+    assert d.ready
+    return d
+
+
+# ---------------------------------------------------------------- the machine
+
+def test_a_node_alone_writes_at_once_persisting_first() -> None:
+    d = Definitions("a")
+    d.view("a", 1, ("a",), 0.0)
+    assert d.ready
+    wid, effects = d.write([("topic", "t", {"urls": ["http://x/"]})], 0.0)
+    assert isinstance(effects[0], Persist) and effects[-1] == Finished(wid, True)
+    assert effects[0].entries[0].value == {"urls": ["http://x/"]}
+    assert d.get("topic", "t") == {"urls": ["http://x/"]}
+
+
+def test_a_write_finishes_once_a_majority_acked() -> None:
+    d = ready_leader()
+    wid, effects = d.write([("topic", "t", {"urls": []})], 0.0)
+    puts = sends(effects, m.DefsPut)
+    assert {s.to for s in puts} == {"b", "c"} and not any(isinstance(e, Finished)
+                                                           for e in effects)
+    assert d.step("b", wire(m.DefsAck(1, wid)), 0.1) == [Finished(wid, True)]
+    # an unacked write is resent, then given up at its deadline
+    wid2, _ = d.write([("topic", "u", None)], 1.0)
+    assert {s.to for s in sends(d.tick(1.0 + d.resend))} >= {"b", "c"}
+    assert Finished(wid2, False, "a majority did not confirm in time") in d.tick(1.0 + d.timeout)
+
+
+def test_followers_redirect_and_a_new_leader_waits_for_a_majority() -> None:
+    f = Definitions("b")
+    f.view("a", 1, ("a", "b", "c"), 0.0)
+    with pytest.raises(NotLeader) as e:
+        f.write([("topic", "t", None)], 0.0)
+    assert e.value.leader == "a"
+    d = Definitions("a")
+    offers = d.view("a", 2, ("a", "b", "c"), 0.0)
+    assert {s.to for s in sends(offers) if s.msg.want} == {"b", "c"} and not d.ready
+    with pytest.raises(NotLeader):
+        d.write([("topic", "t", None)], 0.0)
+    # b answers the offer with its whole set, which holds a write we lacked
+    old = m.Entry("topic", "x", 1, 7, {"urls": ["http://x/"]})
+    b = Definitions("b", entries={("topic", "x"): old})
+    b.view("a", 2, ("a", "b", "c"), 0.0)
+    answer = b.step("a", wire(sends(offers)[0].msg), 0.0)
+    assert [s.msg.last for s in sends(answer)] == [True]
+    for s in sends(answer):
+        d.step("b", wire(s.msg), 0.1)
+    assert d.ready and d.get("topic", "x") == old.value
+    wid, _ = d.write([("topic", "y", {})], 0.2)
+    assert (d.entries[("topic", "y")].term, d.entries[("topic", "y")].seq) == (2, 8)
+
+
+def test_a_lost_chunk_does_not_count_as_synced() -> None:
+    many = {("topic", f"t{i}"): m.Entry("topic", f"t{i}", 1, i + 1, {}) for i in range(CHUNK + 3)}
+    b = Definitions("b", entries=dict(many))
+    b.view("a", 2, ("a", "b", "c"), 0.0)
+    answer = sends(b.step("a", m.DefsPut(2, (), want=True), 0.0))
+    assert len(answer) == 2
+    d = Definitions("a")
+    d.view("a", 2, ("a", "b", "c"), 0.0)
+    d.step("b", wire(answer[1].msg), 0.0)  # the first chunk was lost
+    assert not d.ready
+    d.step("b", wire(answer[0].msg), 0.1)
+    d.step("b", wire(answer[1].msg), 0.1)
+    assert d.ready
+
+
+def test_merge_is_last_writer_wins_and_stale_terms_get_no_ack() -> None:
+    b = Definitions("b")
+    b.view("a", 3, ("a", "b", "c"), 0.0)
+    new = m.Entry("topic", "t", 3, 5, None)  # a deletion
+    assert any(isinstance(e, Persist) for e in b.step("a", m.DefsPut(3, (new,), wid=1), 0.0))
+    old = m.Entry("topic", "t", 2, 9, {"urls": ["http://x/"]})
+    out = b.step("z", m.DefsPut(2, (old,), wid=4), 0.0)  # a deposed leader's write
+    assert b.entries[("topic", "t")] == new and not sends(out, m.DefsAck)
+    assert b.get("topic", "t") is None and b.items("topic") == []
+
+
+def test_messages_decode_or_raise_naming_the_field() -> None:
+    e = m.Entry("schedule", "s", 1, 2, {"every": 1})
+    put = m.DefsPut(1, (e,), wid=3, want=True, last=True, index=(("schedule", "s", 1, 2),))
+    assert wire(put) == put
+    w = m.DefsWrite("r", "tcp://127.0.0.1:1", "pause", "schedule", "s")
+    assert wire(w) == w
+    for verb, payload in [(Verb.DEFS_PUT, {"term": 1, "entries": [{"kind": "evil"}]}),
+                          (Verb.DEFS_PUT, {"term": -1, "entries": []}),
+                          (Verb.DEFS_PUT, {"term": 1, "entries": [], "index": [[1]]}),
+                          (Verb.DEFS_WRITE, {"req": "r", "reply_to": "x", "op": "drop",
+                                             "kind": "topic", "name": "t"}),
+                          (Verb.DEFS_WROTE, {"req": "r", "status": 999, "body": {}}),
+                          (Verb.DEFS_ACK, {"term": 1})]:
+        with pytest.raises(DecodeError):
+            m.decode(verb, payload)
+
+
+# ---------------------------------------------------------------- the simulator
+
+@pytest.mark.timeout(60)
+def test_simulated_clusters_lose_no_acked_write_and_converge() -> None:
+    acked = 0
+    for seed in range(12):
+        sim = Sim(3 if seed % 2 else 5, seed)
+        sim.elect()
+        sim.run(15)
+        sim.heal()
+        sim.run(sim.now + 5, faults=False)
+        sim.final_check()
+        acked += sim.acked_count
+        assert sim.term > 1
+    assert acked > 500  # the runs did write (and change leaders) a lot
+
+
+class _NoAdoption(Definitions):
+    """Planted bug: a new leader writes at once, without a majority's set."""
+
+    @property
+    def ready(self) -> bool:
+        return self.leading
+
+
+@pytest.mark.timeout(60)
+def test_the_checker_catches_a_leader_that_does_not_adopt() -> None:
+    caught = 0
+    for seed in range(10):
+        sim = Sim(3, seed, factory=_NoAdoption)
+        sim.elect()
+        try:
+            sim.run(15)
+            sim.heal()
+            sim.run(sim.now + 5, faults=False)
+            sim.final_check()
+        except SafetyViolation:
+            caught += 1
+    assert caught >= 3
+
+
+# ---------------------------------------------------------------- the file
+
+def test_definitions_file_round_trips_and_a_bad_one_is_survived(tmp_path) -> None:
+    import gevent
+
+    from miyamoto.defsync import FILE, DefSync
+
+    sent: list[Any] = []
+    one = DefSync("a", str(tmp_path), lambda *a, **k: sent.append(a) or True, "tcp://x:1",
+                  monotonic=lambda: 0.0, resend=0.2, timeout=1.0)
+    one.tick("a", 4, ("a",))
+    assert one.op("put", "topic", "t", {"urls": ["http://x/"]}) == (
+        200, {"value": {"urls": ["http://x/"]}})
+    assert one.op("pause", "topic", "nope")[0] == 404
+    data = json.loads((tmp_path / FILE).read_text())
+    assert data["term"] == 4 and data["entries"][0]["name"] == "t"
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".definitions.")]
+    two = DefSync("a", str(tmp_path), lambda *a, **k: True, "tcp://x:1",
+                  monotonic=lambda: 0.0, resend=0.2, timeout=1.0)
+    two.load()
+    assert two.machine.get("topic", "t") == {"urls": ["http://x/"]} and two.machine.seen_term == 4
+    (tmp_path / FILE).write_text("{not json")
+    three = DefSync("a", str(tmp_path), lambda *a, **k: True, "tcp://x:1",
+                    monotonic=lambda: 0.0, resend=0.2, timeout=1.0)
+    three.load()  # logged, not raised: the cluster's set comes back from the others
+    assert three.machine.entries == {}
+    gevent.sleep(0)
+
+
+# ---------------------------------------------------------------- real nodes
+
+def topics_of(node: NodeProcess) -> list[dict]:
+    r = node.get("/topics", timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()["topics"]
+
+
+@pytest.mark.timeout(120)
+def test_definitions_converge_after_a_member_was_down_during_writes(cluster_factory) -> None:
+    a, b, c = nodes = cluster_factory(3)
+    assert a.request("PUT", "/topics/gone", json={"urls": ["http://127.0.0.1:9/g"]},
+                     timeout=15).status_code == 200
+    wait_until(lambda: all(topics_of(n) for n in nodes), timeout=20)
+    c.kill()
+    wait_converged([a, b], timeout=30)
+    r = b.request("PUT", "/topics/t", json={"urls": ["http://127.0.0.1:9/x"]}, timeout=15)
+    assert r.status_code == 200, r.text  # a majority (a, b) has it on disk
+    assert b.delete("/topics/gone", timeout=15).status_code == 200
+    c.restart().wait_ready(30)
+    wait_converged(nodes, timeout=30)
+    want = [{"name": "t", "urls": ["http://127.0.0.1:9/x"]}]
+    wait_until(lambda: all(topics_of(n) == want for n in nodes), timeout=30)
+    for n in nodes:
+        stored = json.loads(open(os.path.join(n.data_dir, "definitions.json")).read())
+        assert {e["name"]: e["value"] for e in stored["entries"]}["t"] == {
+            "urls": ["http://127.0.0.1:9/x"]}
+
+
+@pytest.mark.timeout(60)
+def test_a_strangers_definitions_are_dropped(node: NodeProcess) -> None:
+    from helpers import dealer
+
+    entry = m.Entry("topic", "evil", 10**6, 1, {"urls": ["http://127.0.0.1:9/evil"]})
+    s = dealer(node.cluster_addr, b"stranger")
+    for msg in (m.DefsPut(10**6, (entry,), wid=1),
+                m.DefsWrite("r1", "tcp://127.0.0.1:9", "put", "topic", "evil2",
+                            {"urls": ["http://127.0.0.1:9/evil"]})):
+        s.send_multipart(protocol.encode(msg.verb, msg.payload()))
+    s.close(linger=10_000)
+    for verb in ("DEFS_PUT", "DEFS_WRITE"):  # read (the positive control), and dropped
+        wait_until(lambda verb=verb: f"dropped {verb} from 'stranger': not a roster member"
+                   in node.log_text(), 20)
+    assert topics_of(node) == []
+
+
+def test_a_full_map_refuses_new_keys_rather_than_dropping_them(monkeypatch) -> None:
+    from miyamoto import definitions
+    from miyamoto.definitions import Full
+
+    monkeypatch.setattr(definitions, "MAX_ENTRIES", 2)
+    d = Definitions("a")
+    d.view("a", 1, ("a",), 0.0)
+    d.write([("topic", "x", {}), ("topic", "y", {})], 0.0)
+    with pytest.raises(Full):
+        d.write([("topic", "z", {})], 0.0)
+    d.write([("topic", "x", None)], 0.0)  # an existing key (a delete) still goes
+    assert d.get("topic", "z") is None and d.get("topic", "x") is None
