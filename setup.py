@@ -31,6 +31,8 @@ setup(
             "openapi-spec-validator>=0.7",  # tests/test_openapi.py: the spec is valid 3.1
             "schemathesis>=4.0",  # tests/test_openapi.py: a bounded run against a node
         ],
+        # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests
+        "compare": ["celery>=5.3", "redis>=5.0"],
     },
     entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},
 )
