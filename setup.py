@@ -19,6 +19,7 @@ setup(
         "requests>=2.31",
         "ujson>=5.9",
         "geventhttpclient>=2.3",
+        "httptools>=0.6",  # miyamoto/httpclient.py: the delivery client's answer parser
         "tqdm>=4.66",  # the CLI's progress bar for enqueue --file
         "prometheus_client>=0.20",
     ],
