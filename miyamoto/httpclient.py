@@ -37,6 +37,7 @@ import httptools
 
 from miyamoto.outgoing import MAX_RESPONSE, DeliveryError, Response, TargetRefused
 from miyamoto.targets import TargetGuard, parse_address
+from miyamoto.wire import send_all
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ class HTTPClient:
         deadline = time.monotonic() + timeout
         sock, _ = origin.checkout()
         try:
-            answer, status, keep = _exchange(sock, data, deadline, timeout)
+            answer, status, keep = _exchange(sock, data, deadline, timeout, origin.ssl is None)
         except BaseException:
             sock.close()
             raise
@@ -266,10 +267,13 @@ class HTTPClient:
 
 
 def _exchange(sock: Any, data: bytes, deadline: float,
-              timeout: float) -> tuple[_Answer, int, bool]:
+              timeout: float, plain: bool) -> tuple[_Answer, int, bool]:
     """Send the request, read one whole answer (1xx skipped); (answer, status, keep-alive)."""
     try:
-        sock.sendall(data)
+        if plain:
+            send_all(sock, data)
+        else:
+            sock.sendall(data)
         answer = _Answer()
         parser = answer.parser
         _read(sock, parser, answer, deadline, timeout)

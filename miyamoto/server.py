@@ -36,6 +36,7 @@ from gevent.server import StreamServer
 
 from miyamoto.connections import INF, Conn, Connections
 from miyamoto.httphead import BadRequest, ClientGone, Head, keep_alive, read_head, read_request_line
+from miyamoto.wire import send_all
 
 log = logging.getLogger(__name__)
 
@@ -311,13 +312,13 @@ class HTTPServer(StreamServer):
             out = resp.head(len(body), close, version, self._date.now())
             sent = True
             if environ["REQUEST_METHOD"] == "HEAD" or resp.code in (204, 304):
-                sock.sendall(out)
+                send_all(sock, out)
             elif len(body) <= _ONE_SEND:
                 out += body
-                sock.sendall(out)
+                send_all(sock, out)
             else:
-                sock.sendall(out)
-                sock.sendall(body)
+                send_all(sock, out)
+                send_all(sock, body)
             if stream.failed:
                 return True
             stream._discard()

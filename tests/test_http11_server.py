@@ -157,3 +157,29 @@ def test_an_app_error_is_a_500_without_detail(conn, caplog):
     assert json.loads(body) == {"status": "error", "error": "internal error"}
     assert b"planted" not in body and _closed(conn)
     assert any("planted failure" in r.exc_text for r in caplog.records if r.exc_text)
+
+
+def test_send_all_finishes_what_one_send_cannot():
+    """More than the socket buffers hold: the first send is partial, the rest waits."""
+    from miyamoto.wire import send_all
+
+    listener = gevent.socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    sender = gevent.socket.create_connection(listener.getsockname(), timeout=10)
+    receiver, _ = listener.accept()
+    data = bytes(range(256)) * (32 * 1024)  # 8 MiB
+    got = bytearray()
+
+    def drain() -> None:
+        while len(got) < len(data):
+            chunk = receiver.recv(1 << 20)
+            if not chunk:
+                return
+            got.extend(chunk)
+    reader = gevent.spawn(drain)
+    send_all(sender, data)
+    reader.join(timeout=10)
+    assert bytes(got) == data
+    for s in (sender, receiver, listener):
+        s.close()
