@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 __all__ = ["HTTPClient", "DeliveryError", "Response", "TargetRefused"]
 
 MAX_IDLE = 128  # idle keep-alive connections kept per origin
+MAX_URLS, MAX_URL_KEPT = 1024, 512  # URLs kept split (a task's target repeats), <= 0.5 MB
 _RECV = 65536
 _PEEK = stdsocket.MSG_PEEK | stdsocket.MSG_DONTWAIT
 _BODYLESS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
@@ -214,6 +215,7 @@ class HTTPClient:
         self.guard = guard or TargetGuard()
         self._ssl = ssl_context
         self._concurrency = concurrency  # dispatch bounds concurrent deliveries itself
+        self._urls: dict[str, tuple[str, str, int, str]] = {}
 
     def _origin(self, scheme: str, host: str, port: int, timeout: float) -> _Origin:
         key = (scheme, host, port, timeout)
@@ -230,9 +232,8 @@ class HTTPClient:
             old.close()
         return origin
 
-    def request(self, method: str, url: str, *, body: bytes, headers: dict[str, str],
-                timeout: float) -> Response:
-        """One request and its whole answer within ``timeout`` s, or DeliveryError."""
+    def _split(self, url: str) -> tuple[str, str, int, str]:
+        """(scheme, host, port, request target); remembered for the URLs that repeat."""
         parts = urlsplit(url)
         scheme = parts.scheme
         if scheme not in ("http", "https"):
@@ -245,6 +246,17 @@ class HTTPClient:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
+        split = (scheme, host, port, target)
+        if len(url) <= MAX_URL_KEPT:
+            if len(self._urls) >= MAX_URLS:
+                self._urls.clear()
+            self._urls[url] = split
+        return split
+
+    def request(self, method: str, url: str, *, body: bytes, headers: dict[str, str],
+                timeout: float) -> Response:
+        """One request and its whole answer within ``timeout`` s, or DeliveryError."""
+        scheme, host, port, target = self._urls.get(url) or self._split(url)
         origin = self._origin(scheme, host, port, timeout)
         data = _request_bytes(method, target, origin.host_header, headers, body)
         deadline = time.monotonic() + timeout

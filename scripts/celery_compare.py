@@ -24,6 +24,8 @@ Needs the ``compare`` extra (``pip install -e '.[compare]'``) and ``redis-server
 
   .venv/bin/python scripts/celery_compare.py                      # 20,000 tasks, 50 conns
   .venv/bin/python scripts/celery_compare.py --tasks 5000 --bench-arg=--memory
+  git archive OLD | tar -x -C /tmp/old && .venv/bin/python scripts/celery_compare.py \
+      --variant "before=env PYTHONPATH=/tmp/old $PWD/.venv/bin/python -P -m miyamoto"
 """
 
 from __future__ import annotations
@@ -96,10 +98,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bench-arg", action="append", default=[], metavar="ARG",
                    help="extra scripts/bench.py argument for the Miyamoto side (repeat), "
                         "e.g. --bench-arg=--memory")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=NODE_CMD",
+                   help="also run the Miyamoto side with bench.py --node-cmd NODE_CMD, "
+                        "reported as NAME (repeat; e.g. before=\"env PYTHONPATH=/tmp/old "
+                        "python -P -m miyamoto\" for a before/after in one run: -P, or "
+                        "the repo's own package shadows the old one)")
     p.add_argument("--skip-celery", action="store_true", help="only the Miyamoto side")
     args = p.parse_args(argv)
     if args.tasks < 1 or args.connections < 1 or args.concurrency < 1:
         p.error("--tasks, --connections and --concurrency must be >= 1")
+    for v in args.variant:
+        if "=" not in v:
+            p.error(f"--variant wants NAME=NODE_CMD, got {v!r}")
     return args
 
 
@@ -210,7 +220,11 @@ def run_celery(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         sent = clock()
         first = sink.stats.first_at
         deadline = clock() + args.timeout
+        report_at = clock() + 5
         while clock() < deadline and sum(1 for s in send_at if s in first) < len(send_at):
+            if clock() >= report_at:
+                log(f"celery: {sink.stats.delivered} of {len(send_at)} delivered")
+                report_at = clock() + 5
             gevent.sleep(0.05)
         cpu = _tree_cpu_s(worker.pid) + (proc_cpu_s(redis_proc.pid) or 0.0) - cpu0
         got = [s for s in send_at if s in first]
@@ -226,10 +240,11 @@ def run_celery(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         sink.stop(timeout=0.5)
 
 
-def run_miyamoto(args: argparse.Namespace) -> dict[str, Any]:
+def run_miyamoto(args: argparse.Namespace, node_cmd: str | None = None) -> dict[str, Any]:
+    extra = [] if node_cmd is None else [f"--node-cmd={node_cmd}"]
     bench_args = bench.parse_args(["--tasks", str(args.tasks), "--connections",
                                    str(args.connections), "--timeout", str(args.timeout),
-                                   *args.bench_arg])
+                                   *args.bench_arg, *extra])
     report = bench.bench(bench_args)
     keys = ("journal", "enqueued", "enqueue_per_s", "delivered", "lost", "duplicated",
             "delivered_per_s", "latency_ms", "cpu_s")
@@ -250,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             out["celery"] = run_celery(args, workdir)
         log("miyamoto: one node through scripts/bench.py")
         out["miyamoto"] = run_miyamoto(args)
+        for v in args.variant:
+            name, cmd = v.split("=", 1)
+            log(f"miyamoto variant {name}: --node-cmd {cmd}")
+            out[f"miyamoto_{name}"] = run_miyamoto(args, cmd)
     except KeyboardInterrupt:
         print("celery_compare: interrupted", file=sys.stderr)
         return 130
@@ -259,6 +278,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     m = out["miyamoto"].get("delivered_per_s")
     c = out.get("celery", {}).get("delivered_per_s")
     out["ratio"] = round(m / c, 2) if m and c else None
+    for v in args.variant:
+        name = v.split("=", 1)[0]
+        mv = out[f"miyamoto_{name}"].get("delivered_per_s")
+        out[f"ratio_{name}"] = round(mv / c, 2) if mv and c else None
     out["loadavg_1m_end"] = loadavg()
     print(ujson.dumps(out), flush=True)
     return 0
