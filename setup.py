@@ -21,6 +21,7 @@ setup(
         "requests>=2.31",
         "ujson>=5.9",
         "geventhttpclient>=2.3",
+        "httptools>=0.6",  # miyamoto/httpclient.py: the delivery client's answer parser
         "tqdm>=4.66",  # the CLI's progress bar for enqueue --file
         "prometheus_client>=0.20",
         "croniter>=2.0",  # schedules: cron expressions (miyamoto.schedules)
@@ -38,6 +39,8 @@ setup(
             "playwright>=1.40",  # tests/test_dashboard_browser.py drives Debian's chromium
         ],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
+        # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests
+        "compare": ["celery>=5.3", "redis>=5.0"],
     },
     entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},
 )

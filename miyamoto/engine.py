@@ -20,6 +20,7 @@ import gevent
 import gevent.pool
 import ujson
 
+from miyamoto.httpclient import HTTPClient
 from miyamoto.outgoing import ClientPool, DeliveryError
 from miyamoto.config import Config, QueueConfig
 from miyamoto.copyops import CopyOps
@@ -72,7 +73,8 @@ class Stats:
 
 
 class Engine(CopyOps):
-    def __init__(self, config: Config, journal: Journal, client: ClientPool | None = None,
+    def __init__(self, config: Config, journal: Journal,
+                 client: HTTPClient | ClientPool | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None,
                  metrics: Metrics | None = None):
@@ -82,8 +84,8 @@ class Engine(CopyOps):
         # The target rules the delivery client enforces at connect; the node adds its own
         # endpoints and the API checks enqueued URLs against the same guard.
         self.targets = getattr(client, "guard", None) or TargetGuard.from_config(config)
-        self.client = client or ClientPool(concurrency=min(config.concurrency, 256),
-                                           guard=self.targets)
+        self.client = client or HTTPClient(concurrency=min(config.concurrency, 256),
+                                            guard=self.targets)
         self.clock = clock
         self.rng = rng or random.Random()
         self.live: dict[str, Task] = {}

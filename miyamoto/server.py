@@ -1,31 +1,42 @@
-"""The node's HTTP server: gevent.pywsgi with strict request heads, read deadlines, a
-connection cap and TCP_NODELAY.
+"""The node's HTTP server: an HTTP/1.1 loop on gevent's StreamServer, with strict request
+heads, read deadlines, a connection cap and TCP_NODELAY.
 
-pywsgi writes a response's headers and body in two sends; without TCP_NODELAY every
-keep-alive response after the first waits ~40 ms for a delayed ACK (gevent #1233), so
-``_Handler`` sends them in one and sets TCP_NODELAY on every accepted socket.
+Why not gevent.pywsgi (which this replaced): under ``scripts/bench.py`` its handler
+machinery (per-request attribute resets, header re-encoding, ``finalize_headers``, two
+sends per response) was about a third of the server's CPU beyond the application. This
+loop reads a request with ``miyamoto.httphead``, hands the application a plain WSGI
+environ (built from a per-server template and the parsed head), and writes status line,
+headers and body with one ``sendall`` from cached status lines; TCP_NODELAY is set on
+every accepted socket (a keep-alive response must not wait ~40 ms for a delayed ACK,
+gevent #1233). The body stream is still pywsgi's ``Input`` (Content-Length, chunked,
+``Expect: 100-continue``), wrapped so that the request's deadline is armed while it reads.
 
-What pywsgi left open, and where it is closed: request heads are read by
-``miyamoto.httphead`` (64 KiB cap, 431; no ambiguous framing, 400); a connection's
-deadlines and the cap are ``miyamoto.connections`` (see there why a full server evicts
-the longest-waiting connection rather than refusing new ones); and a client's fault
-never reaches the log as a traceback or the client as a 500: a broken head gets a JSON
-4xx and a close, a broken body (short, bad chunk, client gone) a 400 from the
-application or a quiet close, a socket error a quiet close.
+What is closed, and where: request heads are read by ``miyamoto.httphead`` (64 KiB cap,
+431; no ambiguous framing, 400); a connection's deadlines and the cap are
+``miyamoto.connections`` (see there why a full server evicts the longest-waiting
+connection rather than refusing new ones); and a client's fault never reaches the log as
+a traceback or the client as a 500: a broken head gets a JSON 4xx and a close, a broken
+body (short, bad chunk, client gone) a 400 from the application or a quiet close, a
+socket error a quiet close.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import sys
+import time
 from typing import Any, Callable
+from wsgiref.handlers import format_date_time
 
 import gevent.pool
 import ujson
-from gevent.pywsgi import Input, WSGIHandler, WSGIServer, unquote_latin1
+from gevent.pywsgi import Input, unquote_latin1
+from gevent.server import StreamServer
 
 from miyamoto.connections import INF, Conn, Connections
-from miyamoto.httphead import BadRequest, ClientGone, keep_alive, read_head, read_request_line
+from miyamoto.httphead import BadRequest, ClientGone, Head, keep_alive, read_head, read_request_line
+from miyamoto.wire import send_all
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +45,9 @@ _REASONS = {400: "Bad Request", 413: "Payload Too Large", 414: "URI Too Long",
             503: "Service Unavailable"}
 LINGER = 1.0  # s an answered bad request has to stop sending before its socket closes
 BACKLOG = 1024
+_ONE_SEND = 65536  # a body up to this size goes out in the same send as the head
+_STATUS_LINES: dict[str, bytes] = {}  # "200 OK" -> b"HTTP/1.1 200 OK\r\n", per status seen
+_MAX_STATUS_LINES = 64
 
 
 def error_response(status: int, message: str) -> bytes:
@@ -75,175 +89,107 @@ class _Input(Input):
             conn.deadline = INF
 
 
-class _Handler(WSGIHandler):
-    """One connection: requests read by ``httphead``, answered by the application."""
+class _Date:
+    """The Date header's value, formatted once a second rather than once a response."""
 
-    conn: Conn
-    served = 0
-    wsgi_input: _Input
+    __slots__ = ("second", "value")
 
-    def log_request(self) -> None:  # access logs off: they cost more than the request
-        pass
+    def __init__(self) -> None:
+        self.second = -1
+        self.value = b""
 
-    def handle(self) -> None:
-        try:
-            while self.handle_one_request():
-                pass
-        except OSError:  # the client went away, or a deadline shut the socket
-            pass
-        finally:
-            self.server.connections.remove(self.conn)
-            try:
-                self.rfile.close()  # drops the socket's last file reference: the fd closes
-            except OSError:
-                pass
-            self.__dict__.pop("rfile", None)
-            self.__dict__.pop("wsgi_input", None)
+    def now(self) -> bytes:
+        t = int(time.time())
+        if t != self.second:
+            self.second = t
+            self.value = format_date_time(t).encode("latin-1")
+        return self.value
 
-    def handle_one_request(self) -> bool:
-        """Read and answer one request; True: keep the connection for another."""
-        conns: Connections = self.server.connections
-        conn, rfile = self.conn, self.rfile
-        if self.served:
-            if not conns.idle(conn) or not rfile.peek(1):
-                return False
-            conns.request(conn)
-        try:
-            line = read_request_line(rfile)
-            if line is None:
-                return False
-            head = read_head(rfile, self.server.max_header_bytes, line.version)
-        except ClientGone:
-            return False
-        except BadRequest as e:
-            log.debug("http: %s from %s: %s", e.status, self.client_address, e.message)
-            self._refuse(e.status, e.message)
-            return False
-        conns.busy(conn)
-        self.command, self.path, self.request_version = line.method, line.target, line.version
-        self.headers = head  # type: ignore[assignment]
-        self.content_length = head.content_length  # type: ignore[assignment]
-        self.close_connection = not keep_alive(head, line.version)
-        self.environ = self.get_environ()
-        self.application = self.server.application
-        self.handle_one_response()
-        self.served += 1
-        return not self.close_connection and not rfile.closed
 
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer a request that cannot be read, then close without a reset: stop
-        sending, and read what the client still sends (for at most LINGER s), so that
-        the answer is not destroyed by an RST before the client reads it."""
-        sock = self.socket
-        sock.sendall(error_response(status, message))
-        self.server.connections.linger(self.conn, LINGER)
-        sock.shutdown(socket.SHUT_WR)
-        while sock.recv(65536):
-            pass
+class _Response:
+    """What the application gave ``start_response``; ``head()`` renders the bytes."""
 
-    def handle_one_response(self) -> None:
-        self.status = None
-        self.headers_sent = False
-        self.result = None
-        self.response_use_chunked = False
-        self.connection_upgraded = False
-        self.response_length = 0
-        stream = self.wsgi_input
-        try:
-            self.run_application()
-            if stream.failed:
-                self.close_connection = True
-            else:
-                stream._discard()
-        except OSError:  # a write to a client that left, or a broken body: just close
-            self.close_connection = True
-        except Exception:
-            log.exception("http: %s %s failed", self.command, self.path)
-            self.close_connection = True
-            if not self.headers_sent:
-                self.socket.sendall(error_response(500, "internal error"))
+    __slots__ = ("status", "headers", "code", "connection", "length", "date")
 
-    def _write_with_headers(self, data: bytes) -> None:
-        """Status line, headers and body in one send (pywsgi makes two)."""
-        self.headers_sent = True
-        self.finalize_headers()
-        if self.wsgi_input.failed:
-            self.close_connection = True
-        out = bytearray(b"HTTP/1.1 ")
-        out += self.status
+    def __init__(self) -> None:
+        self.status = ""
+        self.headers: list[tuple[str, str]] = []
+        self.code = 0
+        self.connection: str | None = None  # the application's Connection header
+        self.length: str | None = None
+        self.date = False
+
+    def start(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        """WSGI start_response: the checks pywsgi makes (no CR/LF anywhere, latin-1)."""
+        if "\r" in status or "\n" in status:
+            raise ValueError("carriage return or newline in status", status)
+        for name, value in headers:
+            if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+                raise ValueError("carriage return or newline in a header", name)
+            low = name.lower()
+            if low == "content-length":
+                self.length = value
+            elif low == "connection":
+                self.connection = value.lower()
+            elif low == "date":
+                self.date = True
+        self.status, self.headers, self.code = status, headers, int(status.split(" ", 1)[0])
+        return self._write_unsupported
+
+    @staticmethod
+    def _write_unsupported(data: bytes) -> None:
+        raise NotImplementedError("write() is not supported: return the body")
+
+    def head(self, body_len: int, close: bool, version: str, date: bytes) -> bytearray:
+        line = _STATUS_LINES.get(self.status)
+        if line is None:
+            line = f"HTTP/1.1 {self.status}\r\n".encode("latin-1")
+            if len(_STATUS_LINES) < _MAX_STATUS_LINES:
+                _STATUS_LINES[self.status] = line
+        out = bytearray(line)
+        for name, value in self.headers:
+            out += f"{name}: {value}\r\n".encode("latin-1")
+        if not self.date:
+            out += b"Date: " + date + b"\r\n"
+        if self.length is None and self.code not in (204, 304):
+            out += b"Content-Length: %d\r\n" % body_len
+        if self.connection is None:
+            if version == "HTTP/1.0":
+                out += b"Connection: close\r\n" if close else b"Connection: keep-alive\r\n"
+            elif close:
+                out += b"Connection: close\r\n"
         out += b"\r\n"
-        for header, value in self.response_headers:
-            out += header
-            out += b": "
-            out += value
-            out += b"\r\n"
-        if self.close_connection and self.request_version == "HTTP/1.1" and not any(
-                h.lower() == b"connection" for h, _ in self.response_headers):
-            out += b"Connection: close\r\n"
-        out += b"\r\n"
-        if data and len(data) <= 65536 and not self.response_use_chunked:
-            out += data
-            self._sendall(out)
-        else:
-            self._sendall(out)
-            self._write(data)
-
-    def get_environ(self) -> dict[str, Any]:
-        """The WSGI environ, built straight from the parsed head (pywsgi re-splits
-        header lines); the body stream is always ``_Input`` (no upgrades here)."""
-        env = self.server.get_environ()
-        env["REQUEST_METHOD"] = self.command
-        env["SCRIPT_NAME"] = ""
-        path, _, query = self.path.partition("?")
-        env["PATH_INFO"] = unquote_latin1(path)
-        env["QUERY_STRING"] = query
-        head = self.headers
-        ctype = head.typeheader
-        if ctype is not None:
-            env["CONTENT_TYPE"] = ctype
-        if head.content_length is not None:
-            env["CONTENT_LENGTH"] = str(head.content_length)
-        env["SERVER_PROTOCOL"] = self.request_version
-        address = self.client_address
-        if isinstance(address, tuple):
-            env["REMOTE_ADDR"] = str(address[0])
-            env["REMOTE_PORT"] = str(address[1])
-        for name, value in head.fields:
-            key = name.environ
-            if key is None:
-                continue
-            if key in env:
-                env[key] += ("; " if key == "HTTP_COOKIE" else ",") + value
-            else:
-                env[key] = value
-        expect = env.get("HTTP_EXPECT", "").lower() == "100-continue"
-        self.wsgi_input = _Input(self.rfile, head.content_length, self.conn,
-                                 self.socket if expect else None, head.chunked)
-        env["wsgi.input"] = self.wsgi_input
-        env["wsgi.input_terminated"] = True
-        return env
+        return out
 
 
-class HTTPServer(WSGIServer):
+class HTTPServer(StreamServer):
     """``max_connections`` open at once (beyond it, see ``miyamoto.connections``), each
     with ``header_timeout`` s to send a request's head and body and ``idle_timeout`` s
-    between requests; heads beyond ``max_header_bytes`` get 431."""
-
-    handler_class = _Handler
+    between requests; heads beyond ``max_header_bytes`` get 431. ``app`` is a WSGI
+    application (``miyamoto.api.Api``)."""
 
     def __init__(self, address: tuple[str, int] | socket.socket, app: Any, *,
                  max_connections: int = 10000, header_timeout: float = 10.0,
                  idle_timeout: float = 30.0, max_header_bytes: int = 65536):
         # a listening socket (SO_REUSEPORT, node.py) comes with its own backlog
         backlog = None if isinstance(address, socket.socket) else BACKLOG
-        super().__init__(address, app, backlog=backlog, spawn=gevent.pool.Pool(None), log=None,
-                         error_log=_ErrorLog())
+        super().__init__(address, backlog=backlog, spawn=gevent.pool.Pool(None))
+        self.application = app
         self.connections = Connections(max_connections, header_timeout, idle_timeout)
         self.max_header_bytes = max_header_bytes
         self._sweeper: Any = None
+        self._environ: dict[str, Any] = {}
+        self._date = _Date()
 
     def start(self) -> None:
         super().start()
+        host, port = self.address[0], self.address[1]
+        self._environ = {
+            "GATEWAY_INTERFACE": "CGI/1.1", "SERVER_SOFTWARE": "miyamoto",
+            "SERVER_NAME": str(host), "SERVER_PORT": str(port), "SCRIPT_NAME": "",
+            "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+            "wsgi.multithread": False, "wsgi.multiprocess": False, "wsgi.run_once": False,
+            "wsgi.input_terminated": True}
         interval = self.connections.sweep_interval
         self._sweeper = self.loop.timer(interval, interval, ref=False)
         self._sweeper.start(self.connections.sweep)  # in the hub: it only shuts sockets
@@ -261,34 +207,139 @@ class HTTPServer(WSGIServer):
                 self._sweeper = None
 
     def handle(self, sock: socket.socket, address: Any) -> None:
+        """One connection, request after request (StreamServer closes the socket after)."""
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        conn = self.connections.admit(sock)
+        conns = self.connections
+        conn = conns.admit(sock)
         if conn is None:
-            why = "stopping" if self.connections.closing else "too many connections"
+            why = "stopping" if conns.closing else "too many connections"
             try:
                 sock.sendall(error_response(503, why))
             except OSError:
                 pass
             return
-        handler = self.handler_class(sock, address, self)
-        handler.conn = conn
-        handler.handle()
+        rfile = sock.makefile("rb", -1)
+        try:
+            served = 0
+            while True:
+                if served:
+                    if not conns.idle(conn) or not rfile.peek(1):
+                        break
+                    conns.request(conn)
+                if not self._one(sock, rfile, conn, address):
+                    break
+                served += 1
+        except OSError:  # the client went away, or a deadline shut the socket
+            pass
+        finally:
+            conns.remove(conn)
+            try:
+                rfile.close()
+            except OSError:
+                pass
+
+    def _one(self, sock: socket.socket, rfile: Any, conn: Conn, address: Any) -> bool:
+        """Read and answer one request; True: keep the connection for another."""
+        try:
+            line = read_request_line(rfile)
+            if line is None:
+                return False
+            head = read_head(rfile, self.max_header_bytes, line.version)
+        except ClientGone:
+            return False
+        except BadRequest as e:
+            log.debug("http: %s from %s: %s", e.status, address, e.message)
+            self._refuse(sock, conn, e.status, e.message)
+            return False
+        self.connections.busy(conn)
+        close = not keep_alive(head, line.version)
+        environ, stream = self._environ_for(line.method, line.target, line.version, head,
+                                            address, rfile, conn, sock)
+        close = self._respond(sock, environ, stream, line.version, close)
+        return not close
+
+    def _environ_for(self, method: str, target: str, version: str, head: Head,
+                     address: Any, rfile: Any, conn: Conn,
+                     sock: socket.socket) -> tuple[dict[str, Any], _Input]:
+        """The WSGI environ, straight from the parsed head: names with ``_`` and the
+        two fields carried as CONTENT_TYPE / CONTENT_LENGTH are left out, as pywsgi does."""
+        env = self._environ.copy()
+        env["REQUEST_METHOD"] = method
+        path, _, query = target.partition("?")
+        env["PATH_INFO"] = unquote_latin1(path)
+        env["QUERY_STRING"] = query
+        env["SERVER_PROTOCOL"] = version
+        ctype = head.typeheader
+        if ctype is not None:
+            env["CONTENT_TYPE"] = ctype
+        if head.content_length is not None:
+            env["CONTENT_LENGTH"] = str(head.content_length)
+        if isinstance(address, tuple):
+            env["REMOTE_ADDR"] = str(address[0])
+            env["REMOTE_PORT"] = str(address[1])
+        for name, value in head.fields:
+            key = name.environ
+            if key is None:
+                continue
+            if key in env:
+                env[key] += ("; " if key == "HTTP_COOKIE" else ",") + value
+            else:
+                env[key] = value
+        expect = env.get("HTTP_EXPECT", "").lower() == "100-continue"
+        stream = _Input(rfile, head.content_length, conn, sock if expect else None, head.chunked)
+        env["wsgi.input"] = stream
+        return env, stream
+
+    def _respond(self, sock: socket.socket, environ: dict[str, Any], stream: _Input,
+                 version: str, close: bool) -> bool:
+        """Run the application and send its answer in one send; True: close after it."""
+        resp = _Response()
+        sent = False
+        try:
+            result = self.application(environ, resp.start)
+            try:
+                body = b"".join(result)
+            finally:
+                closer = getattr(result, "close", None)
+                if closer is not None:
+                    closer()
+            if not resp.status:
+                raise RuntimeError("the application did not call start_response")
+            close = close or stream.failed or resp.connection == "close"
+            out = resp.head(len(body), close, version, self._date.now())
+            sent = True
+            if environ["REQUEST_METHOD"] == "HEAD" or resp.code in (204, 304):
+                send_all(sock, out)
+            elif len(body) <= _ONE_SEND:
+                out += body
+                send_all(sock, out)
+            else:
+                send_all(sock, out)
+                send_all(sock, body)
+            if stream.failed:
+                return True
+            stream._discard()
+            return close
+        except OSError:  # a write to a client that left, or a broken body: just close
+            return True
+        except Exception:
+            log.exception("http: %s %s failed", environ["REQUEST_METHOD"], environ["PATH_INFO"])
+            if not sent:
+                sock.sendall(error_response(500, "internal error"))
+            return True
+
+    def _refuse(self, sock: socket.socket, conn: Conn, status: int, message: str) -> None:
+        """Answer a request that cannot be read, then close without a reset: stop
+        sending, and read what the client still sends (for at most LINGER s), so that
+        the answer is not destroyed by an RST before the client reads it."""
+        sock.sendall(error_response(status, message))
+        self.connections.linger(conn, LINGER)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(65536):
+            pass
 
 
-class _ErrorLog:
-    """pywsgi's error log as a file-like object that writes to logging."""
-
-    def write(self, data: str) -> None:
-        data = data.strip()
-        if data:
-            log.warning("http: %s", data)
-
-    def flush(self) -> None:
-        pass
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
+__all__ = ["BACKLOG", "HTTPServer", "error_response"]

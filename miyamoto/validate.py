@@ -12,11 +12,12 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
-from urllib.parse import SplitResult, parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 import ujson
 
 from miyamoto import dedupe as _dedupe
+from miyamoto.formdata import form_pairs
 from miyamoto.task import METHODS, QUEUE_NAME_RE, Task, new_id
 
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
@@ -378,8 +379,7 @@ def form_fields(body: bytes) -> dict[str, Any]:
     params: dict[str, Any] = {}
     headers: dict[str, str] = {}
     try:
-        pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS,
-                          errors="strict")
+        pairs = form_pairs(text, MAX_FORM_FIELDS)
     except UnicodeDecodeError:
         raise ValidationError("body", "form data must be UTF-8") from None
     except ValueError:
