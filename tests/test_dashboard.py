@@ -176,6 +176,7 @@ def test_name_lookup_route(app: Api) -> None:
     token = READ if app.tokens.enabled else None
     status, _, body = call(app, "/tasks", query="name=known&queue=mail", token=token)
     assert status == 200 and ujson.loads(body)["id"] == "t-1"
+    assert call(app, "/tasks", query="name=known", token=token)[0] == 200  # queue: default
     assert call(app, "/tasks/", query="name=known", token=token)[0] == 404  # /tasks/ is no route
     assert app.service.lookups == [("mail", "known"), ("default", "known")]
     status, _, body = call(app, "/tasks", query="name=nobody", token=token)

@@ -24,7 +24,14 @@ def ticks_of(sink: Sink, path: str) -> collections.Counter:
 
 
 def post_schedule(node: NodeProcess, **body: Any) -> Any:
-    return node.post("/schedules", json=body, timeout=15)
+    """POST /schedules, again while the answer is 503: a cluster just formed (or just
+    re-led) takes no definition write until its leader holds a majority's set."""
+    deadline = time.monotonic() + 20
+    while True:
+        r = node.post("/schedules", json=body, timeout=15)
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
 
 
 def leader_of(nodes: list[NodeProcess]) -> NodeProcess:

@@ -75,7 +75,8 @@ def test_statuses_next_to_the_2xx_range_are_failures(node, sink, status):
 def test_max_retry_duration_ends_the_retries(node_factory, sink):
     limit = 1.2
     node = node_factory(queues={"brief": {"max_attempts": 1000, "min_backoff": 0.1,
-                                          "max_backoff": 0.1, "max_retry_duration": limit}})
+                                          "max_backoff": 0.1, "max_retry_duration": limit}},
+                        options={"breaker_failures": 0})  # retries, not the target's breaker
     sink.reply("/down", 500)
     t = node.enqueue("brief", url=f"{sink.url}/down")
     got = node.wait_task_state(t["id"], "failed", timeout=10)
