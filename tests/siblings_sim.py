@@ -16,9 +16,17 @@ The checker watches every delivery start and raises ``SafetyViolation`` when
   that is still running,
 - a node out of contact (or out of the roster) starts a delivery of a task with siblings
   (two ticks after its lease ran out: the machine learns of contact at its tick),
-- a task is delivered again and no excuse holds: the earlier delivery was in flight at
-  its node's crash, outlived its claim lease, or its news (CLAIM/DONE) never reached
-  the node that delivered again (lost, cut off, or still on its way).
+- a task is delivered again and no excuse holds. This is the strict rule ("no side of a
+  cut delivers what the other side will"); the excuses, in the simulator's terms, for a
+  node N starting a delivery of a task that node O already started successfully:
+  * in flight at a fault: O's delivery was running when O crashed or paused, or when a
+    partition put O off the majority side; or O was cleared to start by an answer that
+    was on its way across a partition when it began (sent before, read after the cut);
+  * outlived its lease: O's delivery took longer than its claim's lease;
+  * its news was lost: O's DONE/FAILED to N was lost by the lossy network (not by a cut:
+    a real link loses nothing it has acknowledged) and O could not be asked since.
+  A sibling's claim that never reached N is no excuse: N may deliver only once O has
+  answered it (or left N's roster), so O's claim must have been acknowledged by N.
 At the end every acknowledged task that was not cancelled must have been delivered.
 """
 
@@ -38,17 +46,15 @@ from miyamoto.siblings import Siblings, SiblingTiming
 from miyamoto.task import State, Task
 
 OFFSET = 1.0
-TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, late_after=0.5, ask_timeout=0.3,
-                       ask_lease=1.0, stall_gap=0.3, fresh=0.3)
+TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, ask_timeout=0.3, ask_lease=1.0,
+                       stall_gap=0.3)
 DEADLINE = 1.0          # an attempt's dispatch deadline
 TICK = 0.1
 FAILURE_TIMEOUT = 1.5   # the oracle drops a member unreachable this long
 REJOIN = 0.4            # ... and takes it back once reachable this long
 MAX_ATTEMPTS = 3
 PLANTED = {  # bugs the checker must catch: timings that switch a rule off
-    "late copies do not ask": {"late_after": 1e9},
     "no stall check": {"stall_gap": 1e9},
-    "late copies do not ask and no stall check": {"late_after": 1e9, "stall_gap": 1e9},
 }
 
 
@@ -69,7 +75,6 @@ class SimNode:
     claims_seen: dict[str, tuple[str, float]] = field(default_factory=dict)  # id -> (from, until)
     contact: bool = True
     cut_at: float | None = None
-    left_at: dict[str, float] = field(default_factory=dict)  # member -> when it left our view
 
 
 class LiveView(Mapping[str, Task]):
@@ -117,9 +122,9 @@ class Sim:
         self.inflight_at_fault: set[tuple[str, str]] = set()  # (task, node): crash, pause, cut
         self.outlived: set[tuple[str, str]] = set()
         self.news_arrived: dict[tuple[str, str, str], float] = {}  # (task, from, to) -> last
-        self.claim_arrived: dict[tuple[str, str, str], tuple[float, float]] = {}  # at, until
+        self.news_lost: set[tuple[str, str, str]] = set()  # (task, from, to): DONE/FAILED
         self.excused: dict[str, int] = {"in flight at a fault": 0, "outlived its lease": 0,
-                                        "its news never arrived": 0}
+                                        "its news was lost": 0}
         for i in self.ids:
             self._at(self.rng.uniform(0, TICK), "tick", i)
         self._at(TICK, "oracle", None)
@@ -150,8 +155,12 @@ class Sim:
     def send(self, src: str, to: str, msg: Any) -> None:
         if to == src:
             return
-        if not self.connected(src, to) or self.rng.random() < self.loss:
-            return  # lost; the checker's excuse is "news never arrived"
+        if not self.connected(src, to):
+            return
+        if self.rng.random() < self.loss:
+            if isinstance(msg, (m.Done, m.Failed)):
+                self.news_lost.add((msg.id, src, to))
+            return
         self._at(self.now + self.rng.uniform(*self.latency), "msg", (src, to, msg))
 
     # ------------------------------------------------------------ the client
@@ -206,6 +215,10 @@ class Sim:
         self.groups = [set(g) for g in groups]
         for i in set(self.ids) - self.majority_side():
             self._in_flight(i)
+        for _, _, kind, data in self.events:  # a go on its way across the cut clears its copy
+            if kind == "msg" and isinstance(data[2], m.Answer) and \
+                    data[2].verdict in (m.GO, m.UNKNOWN) and not self.connected(data[0], data[1]):
+                self.inflight_at_fault.add((data[2].id, data[1]))
         self._at(self.now + duration, "heal", None)
 
     def _in_flight(self, node_id: str) -> None:
@@ -222,10 +235,6 @@ class Sim:
     def _on_tick(self, node_id: str) -> None:
         nd = self.nodes[node_id]
         if nd.up and not nd.paused:
-            for other in self.ids:  # the members' probes of each other, every heartbeat
-                o = self.nodes[other]
-                if other != node_id and o.up and not o.paused and self.connected(node_id, other):
-                    nd.machine.heard(other, self.now)
             self._fire_due(nd)
             self._apply(nd, nd.machine.tick(self.now, nd.contact, LiveView(nd.copies)))
             lost = nd.machine.take_lost()
@@ -244,18 +253,13 @@ class Sim:
             return
         if isinstance(msg, (m.Done, m.Failed, m.Retry)):
             self.news_arrived[(msg.id, src, to)] = self.now
-        elif isinstance(msg, m.Claim):
-            self.claim_arrived[(msg.id, src, to)] = (self.now, self.now + msg.lease)
         if nd.paused:
             nd.inbox.append((src, msg))
         else:
             self._receive(nd, src, msg)
 
     def _receive(self, nd: SimNode, src: str, msg: Any) -> None:
-        nd.machine.heard(src, self.now)
         if isinstance(msg, tuple) and msg[0] == "members":
-            for gone in nd.machine.members - set(msg[1]):
-                nd.left_at[gone] = self.now
             self._apply(nd, nd.machine.set_members(msg[1], self.now, self._live(nd)))
             return
         if isinstance(msg, tuple) and msg[0] == "store":
@@ -270,8 +274,12 @@ class Sim:
             nd.claims_seen[msg.id] = (src, self.now + msg.lease)
         elif isinstance(msg, (m.Retry, m.Done, m.Failed)):
             nd.claims_seen.pop(msg.id, None)
-        self._apply(nd, nd.machine.step(src, msg, copy if isinstance(msg, m.Ask) else live,
-                                        self.now))
+        effects = nd.machine.step(src, msg, copy if isinstance(msg, m.Ask) else live, self.now)
+        if isinstance(msg, m.Ask) and live is not None and any(
+                isinstance(e, fx.Send) and isinstance(e.msg, m.Answer) and e.msg.verdict == m.GO
+                for e in effects):  # an acknowledged claim
+            nd.claims_seen[msg.id] = (src, self.now + (msg.lease or TIMING.ask_lease))
+        self._apply(nd, effects)
 
     def _on_store(self, data: tuple[str, Task]) -> None:
         holder, copy = data
@@ -357,11 +365,17 @@ class Sim:
             t = nd.copies[task_id]
             if t.state != State.SCHEDULED or t.fire_at > self.now:
                 continue
-            go, effects = nd.machine.fire(t, self.now, DEADLINE)
-            self._apply(nd, effects)
-            t = nd.copies[task_id]
-            if go and t.state == State.SCHEDULED and t.fire_at <= self.now + 1e-9:
-                self._start(nd, t)
+            self._fire(nd, task_id)
+
+    def _fire(self, nd: SimNode, task_id: str) -> None:
+        t = nd.copies.get(task_id)
+        if t is None or t.state != State.SCHEDULED or t.fire_at > self.now + 1e-9:
+            return
+        go, effects = nd.machine.fire(t, self.now, DEADLINE)
+        self._apply(nd, effects)
+        t = nd.copies.get(task_id)
+        if go and t is not None and t.state == State.SCHEDULED and t.fire_at <= self.now + 1e-9:
+            self._start(nd, t)
 
     def _start(self, nd: SimNode, t: Task) -> None:
         self.check_start(nd, t)
@@ -406,6 +420,8 @@ class Sim:
                 self.send(nd.id, e.to, e.msg)
             elif isinstance(e, fx.Update):
                 self._update(nd, e)
+            elif isinstance(e, fx.Fire):
+                self._fire(nd, e.id)
             elif isinstance(e, fx.CancelCopy):
                 t = nd.copies.get(e.id)
                 if t is not None and not t.state.ended:
@@ -469,22 +485,16 @@ class Sim:
                 self.excused["in flight at a fault"] += 1
             elif (t.id, other) in self.outlived:
                 self.excused["outlived its lease"] += 1
-            elif self._news_missed(t.id, other, nd, start):
-                self.excused["its news never arrived"] += 1
+            elif self._news_lost(t.id, other, nd, start):
+                self.excused["its news was lost"] += 1
             else:
                 raise SafetyViolation(f"{nd.id} delivers {t.id} again: {other} started it at "
                                       f"{start:.2f} and its news reached {nd.id}")
 
-    def _news_missed(self, task_id: str, other: str, nd: SimNode, start: float) -> bool:
-        """No outcome of ``other``'s delivery reached us, and its claim (if one did)
-        has run out or its claimer left the roster: we cannot know it delivered."""
-        if self.news_arrived.get((task_id, other, nd.id), -1.0) >= start:
-            return False
-        at, until = self.claim_arrived.get((task_id, other, nd.id), (-1.0, -1.0))
-        return at < start or until <= self.now or other in self.dropped_since(nd, at)
-
-    def dropped_since(self, nd: SimNode, at: float) -> set[str]:
-        return {i for i, t in nd.left_at.items() if t >= at}
+    def _news_lost(self, task_id: str, other: str, nd: SimNode, start: float) -> bool:
+        """``other``'s outcome never reached us because the network lost it."""
+        return self.news_arrived.get((task_id, other, nd.id), -1.0) < start and \
+            (task_id, other, nd.id) in self.news_lost
 
     def heal_all(self) -> None:
         self.groups = None

@@ -29,7 +29,8 @@ def _last(d: dict) -> dict | None:
 @message(Verb.CLAIM)
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """Copy ``replica`` starts a delivery: hold yours off for ``lease`` seconds from now.
+    """Copy ``replica`` starts a delivery: hold yours off for ``lease`` seconds from now
+    (one way; kept for an ASK that came before our copy, see ``miyamoto.asking``).
     Times between nodes travel as durations, so the receiver's clock is the only one
     that matters."""
     id: str
@@ -158,23 +159,28 @@ class Replicas:
 @message(Verb.ASK)
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """A copy firing late (or reloaded, or held while its node was cut off) asks its
-    siblings before delivering: is the task still to be delivered, and by me?"""
+    """A copy about to deliver asks its siblings first: is the task still to be
+    delivered, and by me? Answered ``go``, hold yours off for ``lease`` seconds from now
+    (an acknowledged claim). ``probe``: only tell me if it ended or moved."""
     id: str
     replica: int
-    probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
+    probe: bool = False
+    lease: float | None = None  # None: the receiver's ask_lease
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "replica": self.replica}
         if self.probe:
             d["probe"] = True
+        if self.lease is not None:
+            d["lease"] = self.lease
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Ask":
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
-                   c.boolean(d, "probe", False))
+                   c.boolean(d, "probe", False),
+                   _seconds(d, "lease") if d.get("lease") is not None else None)
 
 
 GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED = "go", "wait", "claimed", "ended", "unknown", "rehomed"
