@@ -1,26 +1,32 @@
 """Acknowledged claims: a copy asks its live siblings before it delivers (pure).
 
-Part of the sibling protocol (``miyamoto.siblings``, which holds the state and the rules
-in full): this mixin is the asking side and the answering side of one exchange. A copy
-about to deliver sends ASK(lease) to every live sibling (a member of the roster holding
-a copy); each answers, folded into one ANSWER shape:
+Part of the sibling protocol (``miyamoto.siblings``, which holds the state and states
+the rules in full): this mixin is both sides of one exchange. A copy about to deliver
+sends ASK (numbered: its round) to every live sibling (a roster member holding a copy);
+each answers, in one ANSWER shape that echoes the round:
 
-- ``go`` (or ``unknown``: no copy here yet; its claim is kept for the copy on its way):
-  the acknowledgement. The sibling holds its own copy off for ``lease`` plus its
-  distance in offsets, exactly as a CLAIM did, and remembers the claim, so that a loss
-  of the claimer releases it;
-- ``claimed`` (a copy of it is running here, or another sibling holds a live claim) and
+- ``go`` (or ``unknown``: no copy here yet; the ASK is kept as a claim for the copy on
+  its way): the acknowledgement. The sibling notes the asker's claim, which holds its
+  own copy off for ``ask_lease`` from when it read the ASK (``fire`` looks at the claims:
+  nothing is written, and on the healthy path the asker's DONE ends the copy before it
+  is due). The asker, once cleared, delivers and sends CLAIM(lease) one way, which
+  extends the hold to the attempt's deadline plus ``claim_lease``;
+- ``claimed`` (a copy is running here, or another sibling holds a live claim) and
   ``wait`` (two copies asking each other: the lower replica index goes first): stand
   down, look again once the lease ends;
 - ``ended`` / ``rehomed``: the task is over, or its copies moved (ours may be dropped).
 
-The copy delivers only once every live sibling has answered. A sibling that does not
-answer is asked again every ``ask_timeout``; the copy waits as long as that sibling is
-in the roster. Why this costs a round trip on every delivery: a cut between two nodes
-that both keep running is seen by neither for a while, and any one-way CLAIM sent in
-that while is lost, so the other side delivers the task again. With an acknowledged
-claim, no delivery starts after a cut began unless its acknowledgement crossed the cut
-before it: only deliveries in flight at the cut (or cleared just then) may repeat.
+The copy delivers only once every live sibling has answered the round, and only within
+``ask_lease / 2`` of the round's first ASK: every hold began after that, so the copy
+starts, and its CLAIM arrives, while they all last; a round decided later (a sibling
+kept silent until the roster dropped it) is asked again. Answers to an older round are
+ignored (but for an end or a move, which are facts). A silent sibling is asked again
+every ``ask_timeout``; the copy waits as long as that sibling is in the roster. Why a
+round trip before every delivery: a cut between two nodes that both keep running is
+seen by neither for a while, and every one-way CLAIM sent meanwhile is lost, so the
+other side delivers again. Acknowledged, no delivery starts after a cut began unless
+its acknowledgement crossed the cut before it: only deliveries in flight at the cut
+(or cleared just then) may repeat.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from miyamoto import messages as m
-from miyamoto import replication
 from miyamoto.effects import LATER, Drop, Fire, Send, SetReplicas, Update
 from miyamoto.task import State, Task
 
@@ -49,12 +54,13 @@ class _Claim:
 @dataclass
 class _Asking:
     replica: int
-    n: int
+    n: int        # the task's number of copies
     deadline: float
     waiting: set[str]
-    lease: float  # what the siblings that answer ``go`` hold their copies off for
     wide: bool = False  # asked every member, not only the copy's siblings
     answers: list[m.Answer] = field(default_factory=list)
+    started: float = 0.0  # the round's first ASK: every answer's hold began after it
+    round: int = 0
 
 
 class Asking:
@@ -67,6 +73,7 @@ class Asking:
     asking: dict[str, _Asking]
     cleared: dict[str, float]
     stale_since: dict[str, float]  # a copy that must ask found no one who knows: since
+    rounds: int  # ASK rounds started (numbers them)
 
     # ------------------------------------------------------------ hooks of Siblings
     def _note_claim(self, task_id: str, claim: _Claim) -> None:
@@ -82,15 +89,15 @@ class Asking:
         raise NotImplementedError
 
     # ------------------------------------------------------------ asking
-    def _ask(self, t: Task, siblings: list[str], now: float, lease: float,
-             wide: bool = False) -> list[Any]:
+    def _ask(self, t: Task, siblings: list[str], now: float, wide: bool = False) -> list[Any]:
         """Ask. The held copy is not rescheduled (nothing is written): it waits, out of
         the engine's schedule, until the last answer fires it (``Fire``) or holds it
         off; an unanswered ask is sent again at its deadline (``tick``)."""
-        a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), lease,
-                    wide)
+        self.rounds += 1
+        a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
+                    started=now, round=self.rounds)
         self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica, lease=lease)
+        ask = m.Ask(t.id, t.replica, n=a.round)
         return [Send(r, ask) for r in siblings]
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Any]:
@@ -98,27 +105,26 @@ class Asking:
         if not a.waiting:
             return self._decide(task_id, a, now)
         a.deadline = now + self.t.ask_timeout
-        ask = m.Ask(task_id, a.replica, lease=a.lease)
+        ask = m.Ask(task_id, a.replica, n=a.round)
         return [Send(r, ask) for r in sorted(a.waiting)]
 
     def _decide(self, task_id: str, a: _Asking, now: float) -> list[Any]:
         """Every live sibling answered (or left): go, or stand down until a lease ends.
 
-        A copy that must ask (its node was away) and heard no one who knows the task
-        (its siblings left the roster, or dropped their copies) asks every member: the
-        task may have been re-homed to any of them and delivered there. If none knows
-        either, it waits, asking again, for one of its siblings to come back (the one
-        that delivered it while we were away may be just that), at most ``claim_lease``:
-        a sibling gone for good must not hold the task forever."""
-        if task_id in self.must_ask and a.n > 1 and \
-                all(x.verdict == m.UNKNOWN for x in a.answers):
-            others = self._everyone_else()
-            if not a.wide and others:
+        A copy that must ask (its node was away) and has no sibling left in the roster
+        (none answered, they all left) asks every member: its task may have been re-homed to any of them and
+        delivered there. If none knows it either, it waits, asking again, for one of its
+        siblings to come back (the one that may have delivered it while we were away),
+        at most ``claim_lease``: a sibling gone for good must not hold it forever."""
+        if task_id in self.must_ask and a.n > 1 and not a.wide and not a.answers:
+            others = self._everyone_else()  # its siblings left the roster, none answered
+            if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
-                ask = m.Ask(task_id, a.replica, lease=a.lease)
-                return [Send(r, ask) for r in others]
+                return [Send(r, m.Ask(task_id, a.replica, n=a.round)) for r in others]
+        if a.wide and task_id in self.must_ask and \
+                all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
-            if others and now - since < self.t.claim_lease:
+            if now - since < self.t.claim_lease:
                 del self.asking[task_id]
                 return [Update(task_id, at=now + self.t.ask_timeout, how=LATER)]
         self.stale_since.pop(task_id, None)
@@ -126,8 +132,11 @@ class Asking:
         holds = [x.lease for x in a.answers if x.verdict in (m.WAIT, m.CLAIMED)]
         if holds:
             return [Update(task_id, at=now + max(holds), how=LATER)]
+        # each ``go`` holds its sibling off for ask_lease from when it read our ASK, so
+        # at least from ``started``: we must start, and our CLAIM arrive, well within
+        # that (a go read long ago, while another sibling kept silent, is stale)
         self.must_ask.discard(task_id)
-        self.cleared[task_id] = now + self.t.ask_lease / 2
+        self.cleared[task_id] = a.started + self.t.ask_lease / 2
         return [Fire(task_id)]
 
     def _everyone_else(self) -> list[str]:
@@ -149,13 +158,13 @@ class Asking:
     # ------------------------------------------------------------ answering
     def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Any]:
         def answer(verdict: str, **kw: Any) -> list[Any]:
-            return [Send(sender, m.Answer(msg.id, verdict, **kw))]
+            return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))]
         if t is None:
             if msg.probe:
                 return []
             # our copy may still be on its way (STORE and ASK travel apart): it holds
             # for this claim once stored
-            self._keep_early(sender, m.Claim(msg.id, msg.replica, self._lease(msg)), now)
+            self._keep_early(sender, m.Claim(msg.id, msg.replica, self.t.ask_lease), now)
             return answer(m.UNKNOWN)
         if t.state.ended:
             return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
@@ -170,16 +179,14 @@ class Asking:
             return answer(m.CLAIMED, lease=claim.until - now)
         if t.id in self.asking and t.replica < msg.replica:
             return answer(m.WAIT, lease=self.t.ask_timeout)
-        # the asker goes: hold our copy off as for its claim
-        n, lease = len(t.replicas), self._lease(msg)
-        if 0 <= msg.replica < n:
-            self._note_claim(t.id, _Claim(sender, msg.replica, now + lease))
+        # the asker goes: our copy is held off by its claim (for ``ask_lease``, then for
+        # the lease of the CLAIM it sends as it delivers). Noted, not written: ``fire``
+        # looks at the claims, so the healthy path, whose DONE comes long before our
+        # copy is due, costs no journal write here
+        if 0 <= msg.replica < len(t.replicas):
+            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
         self.cleared.pop(t.id, None)
-        at = replication.sibling_fire_at(now + lease, t.replica, msg.replica, n, self.t.offset)
-        return [Update(t.id, at=at, how=LATER)] + answer(m.GO)
-
-    def _lease(self, msg: m.Ask) -> float:
-        return msg.lease if msg.lease is not None else self.t.ask_lease
+        return answer(m.GO)
 
     def _on_answer(self, sender: str, msg: m.Answer, t: Task | None, now: float) -> list[Any]:
         a = self.asking.get(msg.id)
@@ -194,8 +201,8 @@ class Asking:
                 return [Drop(msg.id)] if self.me not in msg.replicas else \
                     [SetReplicas(msg.id, msg.replicas)]
             return []
-        if sender not in a.waiting:
-            return []
+        if sender not in a.waiting or (msg.n != a.round and msg.verdict not in (m.ENDED, m.REHOMED)):
+            return []  # an answer to an earlier round: its hold may be over
         a.waiting.discard(sender)
         if msg.verdict == m.ENDED:
             self._forget(msg.id)

@@ -332,7 +332,7 @@ class Cluster:
                 elif isinstance(msg, (m.Clock, m.ClockEcho)):
                     self._on_clock(sender, msg)
                 elif isinstance(msg, m.Handoff):
-                    self.carry_out(self.siblings.handoff(msg, self.clock()))
+                    self.carry_out(self.siblings.handoff(msg, self.clock(), sender))
                 else:
                     self._on_sibling(sender, msg)
         except DecodeError as e:

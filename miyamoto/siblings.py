@@ -11,26 +11,27 @@ drives it with loss, delay, pauses, partitions, crashes and member drops.
 The rules, and why each is there:
 
 Every delivery is acknowledged first (``miyamoto.asking``)
-    A copy about to deliver sends ASK(lease) to each live sibling (one in the roster)
-    and delivers only once every one has answered ``go`` or ``unknown``; a sibling
-    answering ``go`` holds its own copy off for the lease (the attempt's deadline plus
-    ``claim_lease``) plus its distance in offsets, as for a claim. One that has the task
-    running, claimed or ended says so and the asker stands down; two copies asking each
-    other: the lower replica index goes first. A sibling that does not answer is asked
-    again; the copy waits as long as that sibling is in the roster. Why: a link cut
-    between two nodes while both run is not a pause, and neither side sees it for a
-    while (3 heartbeats at best, ``failure_timeout`` to be sure); every one-way CLAIM
-    sent in that while is lost and the other side delivers the task again (a one-way
-    CLAIM cost 8-11 duplicates per 10 s cut at 100 tasks/s, measured on 5 nodes in
-    network namespaces). Acknowledged, no delivery starts after a cut began without an
-    answer that crossed the cut before it: the majority side drops the cut-off member
-    after ``failure_timeout`` and then goes, the minority side hears no answer and
-    starts nothing. Only a delivery in flight at the cut may repeat. The cost on the
-    healthy path: one round trip before each delivery, one ANSWER per sibling (the
-    outbox batches them per peer), and no journal write on the asking side (an answer
-    fires the held copy, ``Fire``). Times travel as durations (a lease, a delay), read
-    against the receiver's clock. DONE / FAILED end the siblings' copies, RETRY moves
-    them in step with the retry time.
+    A copy about to deliver sends ASK to each live sibling (one in the roster) and
+    delivers only once every one has answered ``go`` or ``unknown``, within half an
+    ``ask_lease`` of its ASK; a sibling answering ``go`` holds its own copy off for
+    ``ask_lease``, and the copy, as it delivers, sends CLAIM(lease) one way to extend
+    that to its attempt's deadline plus ``claim_lease`` (plus each sibling's distance in
+    offsets). One that has the task running, claimed or ended says so and the asker
+    stands down; two copies asking each other: the lower replica index goes first. A
+    sibling that does not answer is asked again; the copy waits as long as that sibling
+    is in the roster. Why: a link cut between two nodes while both run is not a pause,
+    and neither side sees it for a while (3 heartbeats at best, ``failure_timeout`` to
+    be sure); the one-way CLAIM this protocol used to send and deliver on is lost in
+    that while, and the other side delivered the task again (8-11 duplicates per 10 s
+    cut at 100 tasks/s, 5 nodes in network namespaces). Acknowledged, no delivery starts
+    after a cut began without an answer that crossed the cut before it: the majority
+    side drops the cut-off member after ``failure_timeout`` and then goes, the minority
+    side hears no answer and starts nothing. Only a delivery in flight at the cut may
+    repeat. The cost on the healthy path: one round trip before each delivery and one
+    ANSWER per sibling (the outbox batches messages per peer); no journal write on
+    either side for the exchange (the held copy is fired again by ``Fire``, the answerer
+    notes the claim). Times travel as durations (a lease, a delay), read against the
+    receiver's clock. DONE / FAILED end the siblings' copies, RETRY moves them in step.
 
 Out of touch: must ask, and probe
     A copy reloaded from the journal, a copy held while its node was out of the roster
@@ -40,7 +41,13 @@ Out of touch: must ask, and probe
     marked copy (ASK ``probe``: answered only with an end or a move), since a copy due
     later would ask only when it fires, and by then the sibling that delivered it may
     have left the roster. Why: while the node was stopped its siblings fired and
-    delivered, and that news sits unread in its inbox or was lost with the link.
+    delivered, and that news sits unread in its inbox or was lost with the link. Such a
+    copy whose siblings cannot tell (they left the roster, or dropped their copies) asks
+    every member, since its task may have been re-homed to any of them; if none knows,
+    it waits for a sibling to come back, at most ``claim_lease``. It is not used to
+    restore lost copies either (``miyamoto.restore``): a copy made from a stale one
+    would answer ``go``. (A rejoined node delivered again what its siblings delivered
+    while it was cut off, measured with flapping links, until these two rules.)
 
 Contact: no deliveries without a majority
     A node that cannot hear a majority of the roster (``contact`` is False: its lease
@@ -82,6 +89,7 @@ CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
 HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
 PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
 EMPTY: Mapping[str, Task] = {}
+EVER = float("inf")
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,7 @@ class Siblings(Asking):
         self.asking: dict[str, _Asking] = {}
         self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
         self.stale_since: dict[str, float] = {}
+        self.rounds = 0
         self.last_tick: float | None = None
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
@@ -220,15 +229,19 @@ class Siblings(Asking):
             return False, [Update(t.id, at=now + HOLD_RETRY, how=LATER)]
         if t.id in self.asking:
             return False, []  # its answers fire it
+        held = self._held_until(t, now)
+        if held > now:  # a sibling we answered ``go`` (or that claimed) has it
+            return False, [Update(t.id, at=held, how=LATER)]
         siblings, wide = self._live_siblings(t), False
         if not siblings and t.id in self.must_ask and len(t.replicas) > 1:
             # its siblings all left while we were away: any member may hold it now
             siblings, wide = self._everyone_else(), True
-        if siblings and self.cleared.pop(t.id, None) is None:
-            return False, self._ask(t, siblings, now, deadline + self.t.claim_lease, wide)
+        if siblings and self.cleared.pop(t.id, -EVER) < now:  # no clearance, or a stale one
+            return False, self._ask(t, siblings, now, wide)
         self.must_ask.discard(t.id)
         self.claims.pop(t.id, None)
-        return True, []
+        claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
+        return True, [Send(r, claim) for r in self._live_siblings(t)]
 
     def _live_siblings(self, t: Task) -> list[str]:
         return [r for r in t.replicas if r != self.me and r in self.members]
@@ -300,8 +313,13 @@ class Siblings(Asking):
             return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
         return []
 
-    def handoff(self, msg: m.Handoff, now: float) -> list[Any]:
-        """A sibling stopping gracefully hands us its due copies: fire ours then."""
+    def handoff(self, msg: m.Handoff, now: float, sender: str | None = None) -> list[Any]:
+        """A sibling stopping gracefully hands us its due copies: fire ours then (its
+        claims on them, if any, go with it)."""
+        for task_id, _ in msg.tasks:
+            if sender is not None and task_id in self.claims and \
+                    self.claims[task_id].claimer == sender:
+                del self.claims[task_id]
         return [Update(task_id, at=now + delay, how=EARLIER) for task_id, delay in msg.tasks]
 
     def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Any]:

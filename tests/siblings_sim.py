@@ -23,8 +23,9 @@ The checker watches every delivery start and raises ``SafetyViolation`` when
     partition put O off the majority side; or O was cleared to start by an answer that
     was on its way across a partition when it began (sent before, read after the cut);
   * outlived its lease: O's delivery took longer than its claim's lease;
-  * its news was lost: O's DONE/FAILED to N was lost by the lossy network (not by a cut:
-    a real link loses nothing it has acknowledged) and O could not be asked since.
+  * its news was lost: O's DONE/FAILED did not reach N, and the lossy network lost it
+    on its way to N or to another sibling (which may have restored N's copy from what it
+    knew). A cut is no excuse here: a real link loses nothing but what a cut stops.
   A sibling's claim that never reached N is no excuse: N may deliver only once O has
   answered it (or left N's roster), so O's claim must have been acknowledged by N.
 At the end every acknowledged task that was not cancelled must have been delivered.
@@ -119,10 +120,11 @@ class Sim:
         self.cancelled: set[str] = set()
         # task -> [(node, start, will succeed)]: every delivery attempt
         self.deliveries: dict[str, list[tuple[str, float, bool]]] = {}
-        self.inflight_at_fault: set[tuple[str, str]] = set()  # (task, node): crash, pause, cut
+        self.inflight_at_fault: set[tuple[str, str]] = set()  # (task, node): crash, pause
+        self.inflight_at_cut: set[tuple[str, str, str]] = set()  # (task, node, cut off from)
         self.outlived: set[tuple[str, str]] = set()
         self.news_arrived: dict[tuple[str, str, str], float] = {}  # (task, from, to) -> last
-        self.news_lost: set[tuple[str, str, str]] = set()  # (task, from, to): DONE/FAILED
+        self.news_lost: set[tuple[str, str]] = set()  # (task, from): a DONE/FAILED lost
         self.excused: dict[str, int] = {"in flight at a fault": 0, "outlived its lease": 0,
                                         "its news was lost": 0}
         for i in self.ids:
@@ -159,7 +161,7 @@ class Sim:
             return
         if self.rng.random() < self.loss:
             if isinstance(msg, (m.Done, m.Failed)):
-                self.news_lost.add((msg.id, src, to))
+                self.news_lost.add((msg.id, src))
             return
         self._at(self.now + self.rng.uniform(*self.latency), "msg", (src, to, msg))
 
@@ -213,12 +215,15 @@ class Sim:
 
     def partition(self, *groups: set[str], duration: float) -> None:
         self.groups = [set(g) for g in groups]
-        for i in set(self.ids) - self.majority_side():
-            self._in_flight(i)
+        for i in self.ids:  # deliveries running now, on either side of the cut
+            apart = {j for j in self.ids if not self.connected(i, j)}
+            for task_id in self.nodes[i].running:
+                self.inflight_at_cut.update((task_id, i, j) for j in apart)
         for _, _, kind, data in self.events:  # a go on its way across the cut clears its copy
             if kind == "msg" and isinstance(data[2], m.Answer) and \
                     data[2].verdict in (m.GO, m.UNKNOWN) and not self.connected(data[0], data[1]):
-                self.inflight_at_fault.add((data[2].id, data[1]))
+                self.inflight_at_cut.update((data[2].id, data[1], j) for j in self.ids
+                                            if not self.connected(data[1], j))
         self._at(self.now + duration, "heal", None)
 
     def _in_flight(self, node_id: str) -> None:
@@ -266,7 +271,7 @@ class Sim:
             self._store(nd, msg[1])
             return
         if isinstance(msg, m.Handoff):
-            self._apply(nd, nd.machine.handoff(msg, self.now))
+            self._apply(nd, nd.machine.handoff(msg, self.now, src))
             return
         copy = nd.copies.get(msg.id)
         live = copy if copy is not None and not copy.state.ended else None
@@ -278,7 +283,7 @@ class Sim:
         if isinstance(msg, m.Ask) and live is not None and any(
                 isinstance(e, fx.Send) and isinstance(e.msg, m.Answer) and e.msg.verdict == m.GO
                 for e in effects):  # an acknowledged claim
-            nd.claims_seen[msg.id] = (src, self.now + (msg.lease or TIMING.ask_lease))
+            nd.claims_seen[msg.id] = (src, self.now + TIMING.ask_lease)
         self._apply(nd, effects)
 
     def _on_store(self, data: tuple[str, Task]) -> None:
@@ -472,7 +477,8 @@ class Sim:
             raise SafetyViolation(f"{nd.id} starts {t.id} out of contact or out of the roster")
         claim = nd.claims_seen.get(t.id)
         if claim is not None and claim[1] > self.now and claim[0] in nd.machine.members \
-                and (t.id, claim[0]) not in self.inflight_at_fault:
+                and (t.id, claim[0]) not in self.inflight_at_fault \
+                and (t.id, claim[0], nd.id) not in self.inflight_at_cut:
             claimer = self.nodes[claim[0]]
             if claimer.up and t.id in claimer.running:
                 raise SafetyViolation(f"{nd.id} starts {t.id} under {claim[0]}'s live claim")
@@ -481,7 +487,8 @@ class Sim:
             if other != nd.id and ok:  # a failed attempt is retried, not duplicated
                 latest[other] = start
         for other, start in latest.items():
-            if (t.id, other) in self.inflight_at_fault:
+            if (t.id, other) in self.inflight_at_fault or \
+                    (t.id, other, nd.id) in self.inflight_at_cut:
                 self.excused["in flight at a fault"] += 1
             elif (t.id, other) in self.outlived:
                 self.excused["outlived its lease"] += 1
@@ -492,9 +499,10 @@ class Sim:
                                       f"{start:.2f} and its news reached {nd.id}")
 
     def _news_lost(self, task_id: str, other: str, nd: SimNode, start: float) -> bool:
-        """``other``'s outcome never reached us because the network lost it."""
+        """``other``'s outcome never reached us, and the network lost it on its way to
+        us or to a sibling (which may have restored the copy we hold from what it knew)."""
         return self.news_arrived.get((task_id, other, nd.id), -1.0) < start and \
-            (task_id, other, nd.id) in self.news_lost
+            (task_id, other) in self.news_lost
 
     def heal_all(self) -> None:
         self.groups = None

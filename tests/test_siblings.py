@@ -46,6 +46,12 @@ def fire(s: Siblings, t: Task, now: float, deadline: float = 30.0) -> tuple[bool
     return s.fire(t, now, deadline)
 
 
+def ans(s: Siblings, verdict: str, **kw) -> m.Answer:
+    """An answer from a sibling to ``s``'s current round of ASKs about t1."""
+    a = s.asking.get("t1")
+    return m.Answer("t1", verdict, n=a.round if a is not None else 0, **kw)
+
+
 def sends(effects: list, kind: type) -> dict[str, object]:
     return {e.to: e.msg for e in effects if isinstance(e, fx.Send) and isinstance(e.msg, kind)}
 
@@ -61,7 +67,7 @@ def test_an_on_time_copy_asks_every_live_sibling_with_its_claims_lease_and_holds
     go, effects = s.fire(task(fire_at=100.0), 100.2, deadline=30.0)
     assert not go
     # the deadline plus claim_lease; the copy is not rescheduled (nothing written)
-    assert effects == [fx.Send(r, m.Ask("t1", 0, lease=90.0)) for r in ("b", "c")]
+    assert effects == [fx.Send(r, m.Ask("t1", 0, n=1)) for r in ("b", "c")]
     assert "t1" in s.asking
 
 
@@ -73,23 +79,24 @@ def test_single_copy_on_a_single_node_just_goes():
 def test_a_late_copy_asks_the_same_way():
     s = machine()
     go, effects = fire(s, task(fire_at=100.0), 130.0, 30.0)
-    assert not go and effects == [fx.Send(r, m.Ask("t1", 0, lease=90.0)) for r in ("b", "c")]
+    assert not go and effects == [fx.Send(r, m.Ask("t1", 0, n=1)) for r in ("b", "c")]
 
 
 def test_answers_go_clear_the_copy_to_fire_now():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    assert s.step("b", m.Answer("t1", m.GO), None, 110.1) == []
-    effects = s.step("c", m.Answer("t1", m.UNKNOWN), None, 110.2)
+    assert s.step("b", ans(s, m.GO), None, 110.1) == []
+    effects = s.step("c", ans(s, m.UNKNOWN), None, 110.2)
     assert effects == [fx.Fire("t1")]  # timed again, nothing written
-    # the siblings hold for our lease already: no CLAIM after the answers
-    assert fire(s, task(fire_at=110.0), 110.2, 30.0) == (True, [])
+    # it goes, and tells them its attempt's lease (deadline plus claim_lease), one way
+    assert fire(s, task(fire_at=110.0), 110.2, 30.0) == \
+        (True, [fx.Send(r, m.Claim("t1", 0, 90.0)) for r in ("b", "c")])
 
 
 def test_a_sibling_that_ended_the_task_stands_the_late_copy_down():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    effects = s.step("b", m.Answer("t1", m.ENDED, state="succeeded", attempts=1), None, 110.1)
+    effects = s.step("b", ans(s, m.ENDED, state="succeeded", attempts=1), None, 110.1)
     assert effects == [fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
     assert "t1" not in s.asking
 
@@ -97,8 +104,8 @@ def test_a_sibling_that_ended_the_task_stands_the_late_copy_down():
 def test_a_claimed_answer_holds_the_copy_and_it_asks_again():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.CLAIMED, lease=40.0), None, 110.1)
-    effects = s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.step("b", ans(s, m.CLAIMED, lease=40.0), None, 110.1)
+    effects = s.step("c", ans(s, m.GO), None, 110.2)
     assert effects == [fx.Update("t1", at=150.2, how=fx.LATER)]
     go, effects = fire(s, task(fire_at=150.2), 150.2, 30.0)
     assert not go and sends(effects, m.Ask)  # still must ask
@@ -107,18 +114,18 @@ def test_a_claimed_answer_holds_the_copy_and_it_asks_again():
 def test_rehomed_answer_drops_a_copy_that_is_no_longer_ours():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    effects = s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), None, 110.1)
+    effects = s.step("b", ans(s, m.REHOMED, replicas=("d", "b", "c")), None, 110.1)
     assert effects == [fx.Drop("t1")]
 
 
 def test_an_unanswered_ask_is_sent_again_while_the_sibling_is_a_member():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("b", ans(s, m.GO), None, 110.1)
     effects = s.tick(110.0 + T.ask_timeout + 0.01, True)
-    assert effects == [fx.Send("c", m.Ask("t1", 0, lease=90.0))]
+    assert effects == [fx.Send("c", m.Ask("t1", 0, n=1))]
     effects = s.tick(110.0 + 5 * T.ask_timeout, True)  # and again: c is still a member
-    assert effects == [fx.Send("c", m.Ask("t1", 0, lease=90.0))]
+    assert effects == [fx.Send("c", m.Ask("t1", 0, n=1))]
     # c leaves the roster (the majority dropped it): nobody left to wait for, the copy goes
     effects = s.set_members(("a", "b"), 112.5)
     assert effects == [fx.Fire("t1")]
@@ -175,8 +182,8 @@ def test_back_in_touch_a_node_probes_the_siblings_of_its_copies():
     effects = s.tick(100.2, True, live)
     assert sends(effects, m.Ask) == {"b": m.Ask("t1", 0, probe=True), "c": m.Ask("t1", 0, probe=True)}
     # a probe's answer that the task ended ends our copy; any other answer is no news
-    assert s.step("c", m.Answer("t1", m.GO), live["t1"], 100.3) == []
-    assert s.step("b", m.Answer("t1", m.ENDED, state="succeeded", attempts=1), live["t1"],
+    assert s.step("c", ans(s, m.GO), live["t1"], 100.3) == []
+    assert s.step("b", ans(s, m.ENDED, state="succeeded", attempts=1), live["t1"],
                   100.3) == [fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
 
 
@@ -207,7 +214,10 @@ def test_answering_go_holds_our_copy_off_like_a_claim():
     s = machine(me="b")
     effects = s.step("a", m.Ask("t1", 0), task(replica=1, fire_at=105.0), 100.0)
     assert sends(effects, m.Answer)["a"].verdict == m.GO
-    assert updates(effects) == [fx.Update("t1", at=100.0 + T.ask_lease + T.offset, how=fx.LATER)]
+    assert updates(effects) == []  # noted, not written: our copy is due later anyway
+    go, effects = fire(s, task(replica=1, fire_at=104.0), 104.0)  # due early: held
+    assert not go and effects == [fx.Update("t1", at=100.0 + T.ask_lease + T.offset,
+                                            how=fx.LATER)]
     # a third copy asking now hears that a holds it
     answer = sends(s.step("c", m.Ask("t1", 2), task(replica=1), 100.5), m.Answer)["c"]
     assert answer.verdict == m.CLAIMED and answer.lease == pytest.approx(T.ask_lease - 0.5)
@@ -479,7 +489,7 @@ def test_a_copy_waits_for_a_silent_sibling_while_it_is_in_the_roster():
     s = machine(now=100.0)
     go, effects = fire(s, task(fire_at=101.0), 101.0, 30.0)
     assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
-    assert s.step("b", m.Answer("t1", m.GO), task(fire_at=101.0), 101.1) == []
+    assert s.step("b", ans(s, m.GO), task(fire_at=101.0), 101.1) == []
     resent = 0
     for k in range(1, 41):  # c stays silent: asked again and again, never cleared
         now = 101.0 + k * 0.25  # the loop ticks in contact
@@ -488,7 +498,11 @@ def test_a_copy_waits_for_a_silent_sibling_while_it_is_in_the_roster():
     assert resent == 10 // T.ask_timeout
     effects = s.set_members(("a", "b"), 112.0)
     assert effects == [fx.Fire("t1")]
-    assert s.fire(task(fire_at=101.0), 112.0, 30.0) == (True, [])
+    # b's go is old by now (it held its copy off for ask_lease from 101.1): ask it again
+    go, effects = s.fire(task(fire_at=101.0), 112.0, 30.0)
+    assert not go and effects == [fx.Send("b", m.Ask("t1", 0, n=2))]
+    assert s.step("b", ans(s, m.GO), task(fire_at=101.0), 112.1) == [fx.Fire("t1")]
+    assert s.fire(task(fire_at=101.0), 112.1, 30.0) == (True, [fx.Send("b", m.Claim("t1", 0, 90.0))])
 
 
 def test_contact_lost_on_the_first_tick_still_makes_every_copy_ask():
@@ -532,7 +546,7 @@ def test_a_two_node_cluster_out_of_contact_makes_copies_ask():
     s.tick(100.1, False, {"t1": t})
     assert "t1" in s.must_ask
     go, effects = fire(s, t, 100.5)
-    assert not go and sends(effects, m.Ask) == {"b": m.Ask("t1", 0, lease=90.0)}
+    assert not go and sends(effects, m.Ask) == {"b": m.Ask("t1", 0, n=1)}
 
 
 def test_a_node_alone_in_its_roster_has_no_news_to_miss():
@@ -584,16 +598,16 @@ def test_a_node_dropped_from_the_roster_marks_its_copies_to_ask():
 def test_a_cleared_copy_goes_while_the_clearance_lasts_then_asks_again():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)
-    until = 110.2 + T.ask_lease / 2
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)
+    until = 110.0 + T.ask_lease / 2  # from the ASK: each go held its sibling from then on
     for now in (110.5, 111.0, 111.5, 112.0, until):  # the loop ticks in contact
         s.tick(now, True)  # the clearance runs until then, inclusive
-    assert s.fire(task(fire_at=110.0), until, 30.0) == (True, [])
+    assert s.fire(task(fire_at=110.0), until, 30.0) == (True, [fx.Send(r, m.Claim("t1", 0, 90.0)) for r in ("b", "c")])
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)
     for now in (110.5, 111.0, 111.5, 112.0, until + 0.01):
         s.tick(now, True)  # it lapsed: the copy asks again
     go, effects = s.fire(task(fire_at=110.0), until + 0.02, 30.0)
@@ -605,8 +619,8 @@ def test_a_clearance_does_not_outlive_a_loss_of_contact():
     s = machine()
     live = {"t1": task()}
     fire(s, live["t1"], 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)
     s.tick(110.21, False, live)  # contact lapsed
     s.tick(110.22, True, live)
     go, effects = s.fire(live["t1"], 110.23, 30.0)
@@ -637,8 +651,8 @@ def test_a_two_node_cluster_out_of_contact_holds_its_copies():
 def test_a_copy_fired_again_while_it_asks_waits_for_the_answers():
     s = machine()
     go, effects = fire(s, task(), 110.0, 30.0)
-    assert effects == [fx.Send("b", m.Ask("t1", 0, lease=90.0)),
-                       fx.Send("c", m.Ask("t1", 0, lease=90.0))]
+    assert effects == [fx.Send("b", m.Ask("t1", 0, n=1)),
+                       fx.Send("c", m.Ask("t1", 0, n=1))]
     assert fire(s, task(), 111.0, 30.0) == (False, [])  # the answers fire it
 
 
@@ -655,41 +669,42 @@ def test_a_copy_back_from_away_whose_siblings_all_left_asks_every_member():
     s = machine(members=("a", "d", "e"))  # b and c, its siblings, left while a was away
     s.dropped(["t1"])
     go, effects = fire(s, task(), 100.0)
-    assert not go and effects == [fx.Send(r, m.Ask("t1", 0, lease=90.0)) for r in ("d", "e")]
-    s.step("d", m.Answer("t1", m.UNKNOWN), None, 100.1)
-    effects = s.step("e", m.Answer("t1", m.REHOMED, replicas=("d", "e")), None, 100.2)
+    assert not go and effects == [fx.Send(r, m.Ask("t1", 0, n=1)) for r in ("d", "e")]
+    s.step("d", ans(s, m.UNKNOWN), None, 100.1)
+    effects = s.step("e", ans(s, m.REHOMED, replicas=("d", "e")), None, 100.2)
     assert effects == [fx.Drop("t1")]
 
 
-def test_a_copy_back_from_away_that_hears_no_one_who_knows_asks_every_member():
-    s = machine(members=("a", "b", "d"))
-    s.dropped(["t1"])
-    fire(s, task(), 100.0)  # asks b, its one live sibling
-    effects = s.step("b", m.Answer("t1", m.UNKNOWN), None, 100.1)  # b dropped its copy
-    assert effects == [fx.Send(r, m.Ask("t1", 0, lease=90.0)) for r in ("b", "d")]
-    effects = s.step("d", m.Answer("t1", m.ENDED, state="succeeded", attempts=1), None, 100.2)
-    assert effects == [fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
-    # the whole roster knows nothing: it waits for a sibling to come back and tell,
-    # asking again, at most claim_lease, then goes
-    s = machine(members=("a", "b", "d"))
+def test_a_copy_back_from_away_whose_siblings_stay_away_waits_for_them():
+    """Nobody in the roster knows the task: the sibling that may have delivered it while
+    we were away is out of it. Wait for it to come back (at most claim_lease)."""
+    s = machine(members=("a", "d"))  # b and c, its siblings, left while a was away
     s.dropped(["t1"])
     for now in (100.0, 130.0, 160.0):
-        fire(s, task(), now)
-        s.step("b", m.Answer("t1", m.UNKNOWN), None, now + 0.1)
-        assert s.step("d", m.Answer("t1", m.UNKNOWN), None, now + 0.2) == []
-        effects = s.step("b", m.Answer("t1", m.UNKNOWN), None, now + 0.3)
+        go, effects = fire(s, task(), now)
+        assert not go and effects == [fx.Send("d", m.Ask("t1", 0, n=s.rounds))]
+        effects = s.step("d", ans(s, m.UNKNOWN), None, now + 0.3)
         if now + 0.3 - 100.3 < T.claim_lease:
             assert effects == [fx.Update("t1", at=now + 0.3 + T.ask_timeout, how=fx.LATER)]
     assert effects == [fx.Fire("t1")]
+    # b is back: its word (here: it has no copy, so it delivered nothing) is enough
+    s = machine(members=("a", "d"))
+    s.dropped(["t1"])
+    fire(s, task(), 100.0)
+    s.step("d", ans(s, m.UNKNOWN), None, 100.1)
+    s.set_members(("a", "b", "d"), 101.0)
+    go, effects = fire(s, task(), 102.1)
+    assert not go and effects == [fx.Send("b", m.Ask("t1", 0, n=s.rounds))]
+    assert s.step("b", ans(s, m.UNKNOWN), None, 102.2) == [fx.Fire("t1")]
 
 
 def test_our_delivery_replaces_the_claim_we_held_for():
     s = machine()
     s.step("c", m.Claim("t1", 2, 20.0), task(), 100.0)  # c holds it until 120
-    s.handoff(m.Handoff((("t1", 0.0),)), 100.4)  # c stops and hands it to us
+    s.handoff(m.Handoff((("t1", 0.0),)), 100.4, "c")  # c stops and hands it to us
     fire(s, task(fire_at=100.4), 100.5)
-    s.step("b", m.Answer("t1", m.GO), None, 100.6)
-    s.step("c", m.Answer("t1", m.GO), None, 100.6)
+    s.step("b", ans(s, m.GO), None, 100.6)
+    s.step("c", ans(s, m.GO), None, 100.6)
     go, _ = fire(s, task(fire_at=100.4), 100.7)
     assert go
     retry = task(fire_at=110.0, attempts=1)
@@ -699,17 +714,17 @@ def test_our_delivery_replaces_the_claim_we_held_for():
 def test_the_longest_hold_among_the_answers_wins():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.WAIT, lease=2.0), None, 110.1)
-    effects = s.step("c", m.Answer("t1", m.CLAIMED, lease=40.0), None, 110.2)
+    s.step("b", ans(s, m.WAIT, lease=2.0), None, 110.1)
+    effects = s.step("c", ans(s, m.CLAIMED, lease=40.0), None, 110.2)
     assert effects == [fx.Update("t1", at=150.2, how=fx.LATER)]
 
 
 def test_an_unanswered_ask_sent_again_moves_its_deadline():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
+    s.step("b", ans(s, m.GO), None, 110.1)
     at = 110.0 + T.ask_timeout
-    assert s.tick(at, True) == [fx.Send("c", m.Ask("t1", 0, lease=90.0))]
+    assert s.tick(at, True) == [fx.Send("c", m.Ask("t1", 0, n=1))]
     assert s.asking["t1"].deadline == at + T.ask_timeout
     assert s.tick(at + T.ask_timeout - 0.01, True) == []
 
@@ -717,8 +732,8 @@ def test_an_unanswered_ask_sent_again_moves_its_deadline():
 def test_a_cleared_copy_held_by_a_claim_goes_on_time_without_asking():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)
     # c's CLAIM crossed its GO: our copy waits out c's lease, then fires on time
     (update,) = s.step("c", m.Claim("t1", 2, 1.0), task(fire_at=110.2), 110.3)
     assert update.at == pytest.approx(110.3 + 1.0 + T.offset)
@@ -729,8 +744,8 @@ def test_a_cleared_copy_held_by_a_claim_goes_on_time_without_asking():
 def test_news_ends_a_clearance_given_to_another_replica_set():
     s = machine(members=("a", "b", "c", "d"))
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)
     moved = task(replicas=("a", "b", "d"))
     assert s.step("b", m.Replicas("t1", ("a", "b", "d")), task(), 110.3) == \
         [fx.SetReplicas("t1", ("a", "b", "d"))]
@@ -861,8 +876,8 @@ def test_a_claim_after_the_go_answers_ends_the_clearance():
     s = Siblings("a", dataclasses.replace(T, offset=0.0), ("a", "b", "c"))
     s.tick(100.0, True)
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)  # cleared until 112.7
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)  # cleared until 112.7
     (update,) = s.step("c", m.Claim("t1", 2, 0.2), task(fire_at=110.2), 110.3)
     assert update.at == pytest.approx(110.5)
     go, effects = fire(s, task(fire_at=110.5), 111.8)  # late (a loaded node): it asks again
@@ -898,26 +913,26 @@ def test_probe_answers_end_or_move_our_copy():
     live = {"t1": task(fire_at=500.0)}
     s.tick(100.1, False, live)
     s.tick(100.2, True, live)
-    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), live["t1"], 100.3) \
+    assert s.step("b", ans(s, m.REHOMED, replicas=("d", "b", "c")), live["t1"], 100.3) \
         == [fx.Drop("t1")]
-    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), live["t1"], 100.3) \
+    assert s.step("b", ans(s, m.REHOMED, replicas=("a", "b", "d")), live["t1"], 100.3) \
         == [fx.SetReplicas("t1", ("a", "b", "d"))]
-    s.step("c", m.Answer("t1", m.ENDED, state="failed", attempts=3), live["t1"], 100.4)
+    s.step("c", ans(s, m.ENDED, state="failed", attempts=3), live["t1"], 100.4)
     assert "t1" not in s.must_ask  # it ended: nothing left to ask about
 
 
 def test_a_second_answer_from_the_same_sibling_is_ignored():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    assert s.step("b", m.Answer("t1", m.GO), None, 110.15) == []
+    s.step("b", ans(s, m.GO), None, 110.1)
+    assert s.step("b", ans(s, m.GO), None, 110.15) == []
     assert s.asking["t1"].waiting == {"c"}
 
 
 def test_a_rehomed_answer_that_drops_our_copy_ends_its_ask():
     s = machine()
     fire(s, task(), 110.0, 30.0)
-    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("d", "b", "c")), None, 110.1) == \
+    assert s.step("b", ans(s, m.REHOMED, replicas=("d", "b", "c")), None, 110.1) == \
         [fx.Drop("t1")]
     assert s.tick(110.0 + T.ask_timeout, True) == [] and "t1" not in s.must_ask
 
@@ -926,7 +941,7 @@ def test_a_rehomed_answer_stops_waiting_for_siblings_no_longer_holders():
     s = machine()
     fire(s, task(), 110.0, 30.0)
     # c's copy moved to d: nobody left to wait for, so the copy goes
-    assert s.step("b", m.Answer("t1", m.REHOMED, replicas=("a", "b", "d")), None, 110.1) == \
+    assert s.step("b", ans(s, m.REHOMED, replicas=("a", "b", "d")), None, 110.1) == \
         [fx.SetReplicas("t1", ("a", "b", "d")), fx.Fire("t1")]
 
 
@@ -944,9 +959,12 @@ def test_answering_go_ends_our_clearance():
     s = Siblings("a", dataclasses.replace(T, stall_gap=20.0), ("a", "b", "c"))
     s.tick(109.9, True)
     s.fire(task(), 110.0, 30.0)  # late: it asks
-    s.step("b", m.Answer("t1", m.GO), None, 110.1)
-    s.step("c", m.Answer("t1", m.GO), None, 110.2)  # cleared until 112.7
-    (update, _) = s.step("b", m.Ask("t1", 1), task(fire_at=110.2), 110.3)  # b asks: go, b
-    assert update.at == pytest.approx(110.3 + T.ask_lease + 2 * T.offset)  # two after b
-    go, effects = s.fire(task(fire_at=update.at), update.at + 1.3, 30.0)  # late, no tick since
+    s.step("b", ans(s, m.GO), None, 110.1)
+    s.step("c", ans(s, m.GO), None, 110.2)  # cleared until 112.7
+    (answer,) = s.step("b", m.Ask("t1", 1), task(fire_at=110.2), 110.3)  # b asks: go, b
+    assert answer.msg.verdict == m.GO and "t1" not in s.cleared
+    go, effects = s.fire(task(fire_at=110.2), 110.4, 30.0)  # b holds it: two offsets after b
+    assert not go and effects == [fx.Update("t1", at=110.3 + T.ask_lease + 2 * T.offset,
+                                            how=fx.LATER)]
+    go, effects = s.fire(task(fire_at=126.0), 126.0, 30.0)  # no tick since
     assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
