@@ -54,9 +54,6 @@ TICK = 0.1
 FAILURE_TIMEOUT = 1.5   # the oracle drops a member unreachable this long
 REJOIN = 0.4            # ... and takes it back once reachable this long
 MAX_ATTEMPTS = 3
-PLANTED = {  # bugs the checker must catch: timings that switch a rule off
-    "no stall check": {"stall_gap": 1e9},
-}
 
 
 class SafetyViolation(AssertionError):
@@ -100,14 +97,13 @@ class LiveView(Mapping[str, Task]):
 class Sim:
     def __init__(self, seed: int, n: int, replication_n: int, *, loss: float = 0.0,
                  latency: tuple[float, float] = (0.001, 0.05), fail_rate: float = 0.1,
-                 slow_rate: float = 0.05, planted: str | None = None):
+                 slow_rate: float = 0.05):
         self.rng = random.Random(seed)
         self.now = 0.0
         self.ids = [chr(ord("a") + i) for i in range(n)]
         self.replication = replication_n
         self.loss, self.latency = loss, latency
         self.fail_rate, self.slow_rate = fail_rate, slow_rate
-        self.planted = planted
         self.nodes = {i: self._new_node(i) for i in self.ids}
         self.roster: set[str] = set(self.ids)
         self.groups: list[set[str]] | None = None  # a partition: the groups that can talk
@@ -133,10 +129,7 @@ class Sim:
 
     # ------------------------------------------------------------ plumbing
     def _new_node(self, node_id: str) -> SimNode:
-        timing = TIMING
-        if self.planted in PLANTED:
-            timing = SiblingTiming(**{**TIMING.__dict__, **PLANTED[self.planted]})
-        return SimNode(node_id, Siblings(node_id, timing, self.ids))
+        return SimNode(node_id, Siblings(node_id, TIMING, self.ids))
 
     def _at(self, when: float, kind: str, data: Any) -> None:
         heapq.heappush(self.events, (when, next(self.seq), kind, data))
@@ -527,12 +520,12 @@ class Sim:
         return dups
 
 
-def random_run(seed: int, planted: str | None = None) -> Sim:
+def random_run(seed: int) -> Sim:
     """One seeded run: 2-5 nodes, replication 1-3, loss, faults; checked throughout."""
     rng = random.Random(seed)
     n = rng.randint(2, 5)
     sim = Sim(seed, n, rng.randint(1, 3), loss=rng.choice([0.0, 0.01, 0.05]),
-              latency=(0.001, rng.choice([0.01, 0.05, 0.2])), planted=planted)
+              latency=(0.001, rng.choice([0.01, 0.05, 0.2])))
     faults = sorted(rng.uniform(2, 25) for _ in range(rng.randint(1, 4)))
     for t in range(0, 250):  # enqueues over the first 25 s
         at = t * 0.1

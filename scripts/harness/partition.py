@@ -17,8 +17,11 @@ come due during the cut. After healing: one roster again (all nodes agree), ever
 acknowledged task delivered (``drain_s`` deadline), ``grace_s`` more for late copies,
 then the counts. ``in_flight_bound`` is the sink's arrivals in the ``window_s`` (1 s)
 before each cut began: the duplicates the design allows ("only a delivery in flight when
-the cut began may be repeated"). ``scripts/partition.py`` prints the report as JSON;
-``tests/test_partitions.py`` asserts on it.
+the cut began may be repeated"). ``duplicates_started_after_cut`` is the strict count:
+duplicates whose first attempt started, by the ``start`` in the copies' histories (the
+namespaces share one clock), more than ``AROUND_S`` after a cut's commands were done
+(``cut_commands_ms``; a split moves links one by one). ``scripts/partition.py`` prints
+the report as JSON; ``tests/test_partitions.py`` asserts on it.
 """
 
 from __future__ import annotations
