@@ -73,6 +73,7 @@ class Asking:
     asking: dict[str, _Asking]
     cleared: dict[str, float]
     stale_since: dict[str, float]  # a copy that must ask found no one who knows: since
+    away: set[str]  # must-ask copies whose node may have been dropped meanwhile
     rounds: int  # ASK rounds started (numbers them)
 
     # ------------------------------------------------------------ hooks of Siblings
@@ -113,21 +114,22 @@ class Asking:
 
         A copy that must ask (its node was away) and has no sibling left in the roster
         (none answered, they all left) asks every member: its task may have been re-homed to any of them and
-        delivered there. If none knows it either, it waits, asking again, for one of its
-        siblings to come back (the one that may have delivered it while we were away),
+        delivered there. If none knows it either and this node may have been dropped
+        meanwhile (``away``: out of the roster, restarted, or out of touch for longer
+        than ``away_after``), it waits, asking again, for one of its siblings to come back (the one that may have delivered it while we were away),
         at most ``claim_lease``: a sibling gone for good must not hold it forever."""
         if task_id in self.must_ask and a.n > 1 and not a.wide and not a.answers:
             others = self._everyone_else()  # its siblings left the roster, none answered
             if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
                 return [Send(r, m.Ask(task_id, a.replica, n=a.round)) for r in others]
-        if a.wide and task_id in self.must_ask and \
-                all(x.verdict == m.UNKNOWN for x in a.answers):
+        if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
             if now - since < self.t.claim_lease:
                 del self.asking[task_id]
                 return [Update(task_id, at=now + self.t.ask_timeout, how=LATER)]
         self.stale_since.pop(task_id, None)
+        self.away.discard(task_id)
         del self.asking[task_id]
         holds = [x.lease for x in a.answers if x.verdict in (m.WAIT, m.CLAIMED)]
         if holds:

@@ -99,6 +99,7 @@ class SiblingTiming:
     ask_timeout: float = 2.0     # an unanswered ASK is sent again after this
     ask_lease: float = 5.0       # a running copy says ``claimed`` for this long
     stall_gap: float = 1.5       # a gap between ticks this long is a stall of our loop
+    away_after: float = 3.0      # out of touch this long: the others may have dropped us
 
     @classmethod
     def derive(cls, offset: float, claim_lease: float, replication_timeout: float,
@@ -108,7 +109,8 @@ class SiblingTiming:
         ask_timeout = max(0.05, replication_timeout)
         return cls(offset=offset, claim_lease=claim_lease, ask_timeout=ask_timeout,
                    ask_lease=max(2 * ask_timeout, offset),
-                   stall_gap=max(2 * heartbeat_interval, failure_timeout / 2))
+                   stall_gap=max(2 * heartbeat_interval, failure_timeout / 2),
+                   away_after=failure_timeout)
 
 
 class Siblings(Asking):
@@ -124,6 +126,8 @@ class Siblings(Asking):
         self.asking: dict[str, _Asking] = {}
         self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
         self.stale_since: dict[str, float] = {}
+        self.away: set[str] = set()  # must-ask copies whose node may have been dropped
+        self._out_since: float | None = None  # out of contact (or stalled) since
         self.rounds = 0
         self.last_tick: float | None = None
         self.stalled = False
@@ -139,6 +143,7 @@ class Siblings(Asking):
         have reached us (a roster that dropped and re-admitted us while we slept)."""
         if self.last_tick is not None and now - self.last_tick > self.t.stall_gap:
             self.stalled = True  # until we are in contact again, on a later tick
+            self._out_since = min(self._out_since or now, self.last_tick)
         elif contact:
             self.stalled = False
         was = self.contact
@@ -148,8 +153,13 @@ class Siblings(Asking):
         if was and not self.contact and len(self.members | {self.me}) > 1:
             self.must_ask.update(live)
             self.cleared.clear()
+            self._out_since = self._out_since or now
         elif self.contact and not was:
+            if self._out_since is not None and now - self._out_since > self.t.away_after:
+                self.away.update(live)  # long enough to have been dropped and re-admitted
             effects += self._probe(live)
+        if self.contact:
+            self._out_since = None
         for task_id, a in list(self.asking.items()):
             if now >= a.deadline:
                 if live is not EMPTY and task_id not in live:
@@ -158,6 +168,7 @@ class Siblings(Asking):
                     effects += self._ask_again(task_id, a, now)
         if live is not EMPTY and len(self.must_ask) > self._prune_at:
             self.must_ask.intersection_update(live)  # copies that ended by other ways
+            self.away.intersection_update(live)
             self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
         self._expire(now)
         return effects
@@ -177,7 +188,9 @@ class Siblings(Asking):
         the roster marks every copy to ask first: the others re-home its tasks meanwhile."""
         new = frozenset(members)
         if self.me in self.members and self.me not in new:
+            live = list(live)
             self.must_ask.update(live)
+            self.away.update(live)
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
@@ -212,7 +225,9 @@ class Siblings(Asking):
 
     def dropped(self, task_ids: Iterable[str]) -> None:
         """This node left the roster (or is back after a restart): every copy asks first."""
+        task_ids = list(task_ids)
         self.must_ask.update(task_ids)
+        self.away.update(task_ids)
 
     # ------------------------------------------------------------ our copy fires
     def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
@@ -339,6 +354,7 @@ class Siblings(Asking):
 
     def _forget(self, task_id: str) -> None:
         self.must_ask.discard(task_id)
+        self.away.discard(task_id)
         self.asking.pop(task_id, None)
         self.stale_since.pop(task_id, None)
 

@@ -48,7 +48,7 @@ from miyamoto.task import State, Task
 
 OFFSET = 1.0
 TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, ask_timeout=0.3, ask_lease=1.0,
-                       stall_gap=0.3)
+                       stall_gap=0.3, away_after=1.5)
 DEADLINE = 1.0          # an attempt's dispatch deadline
 TICK = 0.1
 FAILURE_TIMEOUT = 1.5   # the oracle drops a member unreachable this long

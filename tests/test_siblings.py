@@ -471,16 +471,18 @@ def test_default_timings_are_what_the_default_options_derive():
     # replica_offset 5, claim_lease 60, replication_timeout 2, heartbeat 0.5, failure 3
     assert SiblingTiming.derive(5.0, 60.0, 2.0, 0.5, 3.0) == SiblingTiming() == \
         SiblingTiming(offset=5.0, claim_lease=60.0, ask_timeout=2.0, ask_lease=5.0,
-                      stall_gap=1.5)
+                      stall_gap=1.5, away_after=3.0)
 
 
 def test_derived_timings_at_their_floors_and_other_terms():
     # a slow replication timeout and heartbeat: the ask lease and the stall gap follow them
     assert SiblingTiming.derive(5.0, 60.0, 3.0, 1.0, 3.0) == SiblingTiming(
-        offset=5.0, claim_lease=60.0, ask_timeout=3.0, ask_lease=6.0, stall_gap=2.0)
+        offset=5.0, claim_lease=60.0, ask_timeout=3.0, ask_lease=6.0, stall_gap=2.0,
+        away_after=3.0)
     # tiny offset and timeout: ask_timeout keeps its floor
     assert SiblingTiming.derive(1.0, 10.0, 0.01, 0.5, 3.0) == SiblingTiming(
-        offset=1.0, claim_lease=10.0, ask_timeout=0.05, ask_lease=1.0, stall_gap=1.5)
+        offset=1.0, claim_lease=10.0, ask_timeout=0.05, ask_lease=1.0, stall_gap=1.5,
+        away_after=3.0)
 
 
 # ---------------------------------------------------------------- time, stalls, contact
