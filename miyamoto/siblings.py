@@ -231,9 +231,9 @@ class Siblings(Asking):
 
     # ------------------------------------------------------------ our copy fires
     def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
-        """Copy ``t`` is due (``deadline``: how long its attempt may take). (True, []):
-        deliver it now; (False, effects): hold it, asking its siblings or waiting for
-        contact; their answers fire it again."""
+        """Copy ``t`` is due (``deadline``: how long its attempt may take). (True,
+        effects): deliver it now, after sending the effects' CLAIMs; (False, effects):
+        hold it, asking its siblings (their answers fire it again) or waiting."""
         if len(t.replicas) <= 1 and t.id not in self.must_ask:
             return True, []  # no sibling to collide with
         stalled = self.stalled or (self.last_tick is not None
