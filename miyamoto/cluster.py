@@ -26,8 +26,8 @@ from miyamoto import restore
 from miyamoto.config import Config
 from miyamoto.coordinator import Coordinator
 from miyamoto.defsync import DefSync
-from miyamoto.effects import EARLIER, EXACT, CancelCopy, Drop, Restore, Send, SetReplicas, \
-    Update
+from miyamoto.effects import EARLIER, EXACT, CancelCopy, Drop, Fire, Restore, Send, \
+    SetReplicas, Update
 from miyamoto.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.journal import Journal
@@ -267,6 +267,8 @@ class Cluster:
                 engine.apply_remote(e.id, state=e.state, fire_at=e.at, attempts=e.attempts,
                                     last=e.last, earliest=e.how == EARLIER,
                                     exact=e.how == EXACT, attempt=e.attempt)
+            elif isinstance(e, Fire):
+                engine.release(e.id)  # its siblings acknowledged: run it (nothing written)
             elif isinstance(e, CancelCopy):
                 if e.abort:
                     engine.abort(e.id)
@@ -309,8 +311,6 @@ class Cluster:
 
     # ------------------------------------------------------------ receiving
     def _receive(self, sender: str, verb: Verb, payload: dict) -> None:
-        if sender in self._members:  # a member we hear is in touch (siblings: fresh)
-            self.siblings.heard(sender, self.clock())
         self._on_message(sender, verb, payload)
 
     def _on_message(self, sender: str, verb: Verb, payload: dict) -> None:
@@ -336,7 +336,7 @@ class Cluster:
                 elif isinstance(msg, m.DEFS_MESSAGES):  # schedules, topics (defsync)
                     self.defs.on_message(sender, msg)
                 elif isinstance(msg, m.Handoff):
-                    self.carry_out(self.siblings.handoff(msg, self.clock()))
+                    self.carry_out(self.siblings.handoff(msg, self.clock(), sender))
                 else:
                     self._on_sibling(sender, msg)
         except DecodeError as e:

@@ -37,6 +37,13 @@ class Update:
 
 
 @dataclass(frozen=True, slots=True)
+class Fire:
+    """Run this node's copy now if it is due (its siblings acknowledged its claim).
+    Not a change of the copy: nothing is written, the copy is only timed again."""
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
 class CancelCopy:
     """Cancel this node's copy (``abort``: the enqueue was refused, free its name)."""
     id: str

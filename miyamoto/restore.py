@@ -24,11 +24,13 @@ HANDOFF_CHUNK = 500  # copies named in one HANDOFF
 def plan_restores(s: Siblings, lost: set[str], copies: Iterable[Task], now: float,
                   zones: Mapping[str, str] | None = None) -> list[Any]:
     """New copies for the tasks that lost some, where this node is the restorer; a new
-    copy goes to a zone that holds none of the task's copies where there is one."""
+    copy goes to a zone that holds none of the task's copies where there is one. Not
+    from a copy that must ask (its node was away): the lost member may have delivered
+    the task meanwhile, and a new copy made from our stale one would answer ``go``."""
     ring = sorted(s.members)
     effects: list[Any] = []
     for t in copies:
-        if t.state.ended or not lost.intersection(t.replicas) or \
+        if t.state.ended or t.id in s.must_ask or not lost.intersection(t.replicas) or \
                 replication.restorer(t.replicas, set(s.members)) != s.me:
             continue
         replicas, new = t.replicas, []

@@ -10,47 +10,55 @@ drives it with loss, delay, pauses, partitions, crashes and member drops.
 
 The rules, and why each is there:
 
-On time: CLAIM, one way
-    A copy that fires on time tells its siblings CLAIM(lease) and delivers; a sibling
-    holds its copy until the lease (the attempt's deadline plus ``claim_lease``) plus its
-    distance in offsets. The healthy path costs one message per sibling and no wait.
-    DONE / FAILED end the siblings' copies, RETRY moves them in step with the retry time.
-    Times travel as durations (a lease, a delay), read against the receiver's clock.
+Every delivery is acknowledged first (``miyamoto.asking``)
+    A copy about to deliver sends ASK to each live sibling (one in the roster) and
+    delivers only once every one has answered ``go`` or ``unknown``, within half an
+    ``ask_lease`` of its ASK; a sibling answering ``go`` holds its own copy off for
+    ``ask_lease``, and the copy, as it delivers, sends CLAIM(lease) one way to extend
+    that to its attempt's deadline plus ``claim_lease`` (plus each sibling's distance in
+    offsets). One that has the task running, claimed or ended says so and the asker
+    stands down; two copies asking each other: the lower replica index goes first. A
+    sibling that does not answer is asked again; the copy waits as long as that sibling
+    is in the roster. Why: a link cut between two nodes while both run is not a pause,
+    and neither side sees it for a while (3 heartbeats at best, ``failure_timeout`` to
+    be sure); the one-way CLAIM this protocol used to send and deliver on is lost in
+    that while, and the other side delivered the task again (8-11 duplicates per 10 s
+    cut at 100 tasks/s, 5 nodes in network namespaces). Acknowledged, no delivery starts
+    after a cut began without an answer that crossed the cut before it: the majority
+    side drops the cut-off member after ``failure_timeout`` and then goes, the minority
+    side hears no answer and starts nothing. Only a delivery in flight at the cut may
+    repeat. The cost on the healthy path: one round trip before each delivery and one
+    ANSWER per sibling (the outbox batches messages per peer); no journal write on
+    either side for the exchange (the held copy is fired again by ``Fire``, the answerer
+    notes the claim). Times travel as durations (a lease, a delay), read against the
+    receiver's clock. DONE / FAILED end the siblings' copies, RETRY moves them in step.
 
-Late: ASK first
-    A copy that fires later than planned by more than ``late_after`` (its node stalled,
-    was overloaded, or was cut off), a copy reloaded from the journal, a copy held while
-    its node was out of the roster or out of contact, and every copy that fires while
-    its node has just seen its own loop stall: each ASKs its live siblings and delivers
-    only once every one has answered ``go`` or ``unknown``. Why: while the node was
-    stopped its siblings fired, claimed and delivered, and that news sits unread in its
-    inbox; a one-way CLAIM sent now would cross it. A sibling that has the task running,
-    claimed or ended says so (``claimed``/``ended``) and the asker stands down; one that
-    answers ``go`` holds its own copy off for ``ask_lease``, as if claimed, so the two
-    cannot both start. Two late copies asking each other: the lower replica index goes
-    first (the other answers it ``go`` and is answered ``wait``). A sibling that does not
-    answer is asked again; the copy waits as long as that sibling is in the roster.
-
-Out of touch with a sibling: ASK first
-    A copy that fires on time, but while this node has not heard from one of its
-    siblings' nodes for ``fresh`` (members probe each other every heartbeat), asks too.
-    Why: a link cut between the two while both run is not a pause. The cut-off side
-    keeps delivering until its contact lease runs out, and its CLAIMs are lost; a
-    sibling firing a one-way CLAIM now would deliver those tasks again. Asking waits
-    until the silent sibling answers or leaves the roster, and a node dropped from the
-    roster has stopped delivering by then. So a cut costs at most the deliveries of
-    the ``fresh`` window before it was noticed, not those of a whole lease.
+Out of touch: must ask, and probe
+    A copy reloaded from the journal, a copy held while its node was out of the roster
+    or out of contact, and every copy that fires while its node has just seen its own
+    loop stall is marked ``must_ask``: a single-copy task asks too (its siblings may
+    have been re-homed), and once back in touch the node probes the siblings of every
+    marked copy (ASK ``probe``: answered only with an end or a move), since a copy due
+    later would ask only when it fires, and by then the sibling that delivered it may
+    have left the roster. Why: while the node was stopped its siblings fired and
+    delivered, and that news sits unread in its inbox or was lost with the link. Such a
+    copy whose siblings cannot tell (they left the roster, or dropped their copies) asks
+    every member, since its task may have been re-homed to any of them; if none knows,
+    it waits for a sibling to come back, at most ``claim_lease``. It is not used to
+    restore lost copies either (``miyamoto.restore``): a copy made from a stale one
+    would answer ``go``. (A rejoined node delivered again what its siblings delivered
+    while it was cut off, measured with flapping links, until these two rules.)
 
 Contact: no deliveries without a majority
     A node that cannot hear a majority of the roster (``contact`` is False: its lease
     from them ran out, see ``Membership.in_contact``) starts no delivery; its due copies
-    are held and ask once contact is back. So during a partition only the majority side
-    delivers, and the minority side's copies, late by then, ask before they fire.
+    are held and probe once contact is back. So during a partition only the majority
+    side delivers, once it has dropped the cut-off members its copies wait for.
 
 Early news
-    STORE and the siblings' news travel on different connections, so a CLAIM or DONE may
+    STORE and the siblings' news travel on different connections, so an ASK or DONE may
     come before the copy it is about. It is kept (bounded in count and age) and replayed
-    once the copy is stored.
+    once the copy is stored: an ASK answered ``unknown`` is kept as the claim it is.
 
 Members lost, stale views
     When the roster drops members, copies held off by a lost member's claim fire again
@@ -65,13 +73,13 @@ Members lost, stale views
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from miyamoto import messages as m
 from miyamoto import replication
-from miyamoto.effects import EARLIER, EXACT, LATER, CancelCopy, Drop, Send, \
-    SetReplicas, Update
+from miyamoto.asking import Asking, _Asking, _Claim
+from miyamoto.effects import EARLIER, EXACT, LATER, CancelCopy, Send, SetReplicas, Update
 from miyamoto.task import State, Task
 
 EARLY_MAX = 20_000   # sibling news held for copies not stored yet
@@ -79,7 +87,6 @@ EARLY_TTL = 120.0
 EARLY_PER_TASK = 16
 CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
 HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
-PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
 PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
 EMPTY: Mapping[str, Task] = {}
 EVER = float("inf")
@@ -89,43 +96,24 @@ EVER = float("inf")
 class SiblingTiming:
     offset: float = 5.0          # replica_offset
     claim_lease: float = 60.0    # extra hold past an attempt's deadline
-    late_after: float = 1.25     # a copy this late asks first
     ask_timeout: float = 2.0     # an unanswered ASK is sent again after this
-    ask_lease: float = 5.0       # a sibling answering ``go`` holds its copy this long
+    ask_lease: float = 5.0       # a running copy says ``claimed`` for this long
     stall_gap: float = 1.5       # a gap between ticks this long is a stall of our loop
-    fresh: float = 1.5           # a sibling unheard this long is out of touch: ask it
+    away_after: float = 3.0      # out of touch this long: the others may have dropped us
 
     @classmethod
     def derive(cls, offset: float, claim_lease: float, replication_timeout: float,
                heartbeat_interval: float, failure_timeout: float) -> "SiblingTiming":
-        """Timings from the node's options: late means a quarter of the offset (the next
-        sibling fires one offset after us; our CLAIM must reach it well before), at
-        least half a second, so that an ordinary scheduling lag does not ask."""
+        """Timings from the node's options: an ASK is sent again after the time a
+        STORE may take; a stall is a gap of two heartbeats, or half the failure timeout."""
         ask_timeout = max(0.05, replication_timeout)
-        return cls(offset=offset, claim_lease=claim_lease,
-                   late_after=max(0.5, offset / 4), ask_timeout=ask_timeout,
+        return cls(offset=offset, claim_lease=claim_lease, ask_timeout=ask_timeout,
                    ask_lease=max(2 * ask_timeout, offset),
                    stall_gap=max(2 * heartbeat_interval, failure_timeout / 2),
-                   fresh=3 * heartbeat_interval)
+                   away_after=failure_timeout)
 
 
-@dataclass
-class _Claim:
-    claimer: str
-    theirs: int   # the claimer's replica index
-    until: float  # our clock
-
-
-@dataclass
-class _Asking:
-    replica: int
-    n: int
-    deadline: float
-    waiting: set[str]
-    answers: list[m.Answer] = field(default_factory=list)
-
-
-class Siblings:
+class Siblings(Asking):
     def __init__(self, me: str, timing: SiblingTiming, members: Iterable[str] = ()):
         self.me = me
         self.t = timing
@@ -137,11 +125,14 @@ class Siblings:
         self.must_ask: set[str] = set()    # copies that ask before they deliver
         self.asking: dict[str, _Asking] = {}
         self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
+        self.stale_since: dict[str, float] = {}
+        self.away: set[str] = set()  # must-ask copies whose node may have been dropped
+        self._out_since: float | None = None  # out of contact (or stalled) since
+        self.rounds = 0
         self.last_tick: float | None = None
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
         self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
-        self.heard_at: dict[str, float] = {}  # member -> when we last heard from it
 
     # ------------------------------------------------------------ time and roster
     def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
@@ -152,6 +143,7 @@ class Siblings:
         have reached us (a roster that dropped and re-admitted us while we slept)."""
         if self.last_tick is not None and now - self.last_tick > self.t.stall_gap:
             self.stalled = True  # until we are in contact again, on a later tick
+            self._out_since = min(self._out_since or now, self.last_tick)
         elif contact:
             self.stalled = False
         was = self.contact
@@ -160,8 +152,14 @@ class Siblings:
         effects: list[Any] = []
         if was and not self.contact and len(self.members | {self.me}) > 1:
             self.must_ask.update(live)
+            self.cleared.clear()
+            self._out_since = self._out_since or now
         elif self.contact and not was:
+            if self._out_since is not None and now - self._out_since > self.t.away_after:
+                self.away.update(live)  # long enough to have been dropped and re-admitted
             effects += self._probe(live)
+        if self.contact:
+            self._out_since = None
         for task_id, a in list(self.asking.items()):
             if now >= a.deadline:
                 if live is not EMPTY and task_id not in live:
@@ -170,20 +168,9 @@ class Siblings:
                     effects += self._ask_again(task_id, a, now)
         if live is not EMPTY and len(self.must_ask) > self._prune_at:
             self.must_ask.intersection_update(live)  # copies that ended by other ways
+            self.away.intersection_update(live)
             self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
         self._expire(now)
-        return effects
-
-    def _probe(self, live: Mapping[str, Task]) -> list[Any]:
-        """Back in touch: ask the siblings of every copy that must ask whether they know
-        its end. A copy due later would ask only when it fires, and by then the sibling
-        that delivered it may have left the roster, its news lost with it."""
-        effects: list[Any] = []
-        for task_id in list(self.must_ask)[:PROBE_MAX]:
-            t = live.get(task_id)
-            if t is not None and task_id not in self.asking:
-                probe = m.Ask(task_id, t.replica, probe=True)
-                effects += [Send(r, probe) for r in self._live_siblings(t)]
         return effects
 
     def _expire(self, now: float) -> None:
@@ -201,7 +188,9 @@ class Siblings:
         the roster marks every copy to ask first: the others re-home its tasks meanwhile."""
         new = frozenset(members)
         if self.me in self.members and self.me not in new:
+            live = list(live)
             self.must_ask.update(live)
+            self.away.update(live)
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
@@ -236,64 +225,41 @@ class Siblings:
 
     def dropped(self, task_ids: Iterable[str]) -> None:
         """This node left the roster (or is back after a restart): every copy asks first."""
+        task_ids = list(task_ids)
         self.must_ask.update(task_ids)
-
-    def heard(self, member: str, now: float) -> None:
-        """A message (any) came from ``member`` now."""
-        self.heard_at[member] = now
+        self.away.update(task_ids)
 
     # ------------------------------------------------------------ our copy fires
     def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
-        """Copy ``t`` is due. (True, effects): deliver it, after sending the effects'
-        CLAIMs; (False, effects): hold it; the effects reschedule it."""
+        """Copy ``t`` is due (``deadline``: how long its attempt may take). (True,
+        effects): deliver it now, after sending the effects' CLAIMs; (False, effects):
+        hold it, asking its siblings (their answers fire it again) or waiting."""
         if len(t.replicas) <= 1 and t.id not in self.must_ask:
             return True, []  # no sibling to collide with
         stalled = self.stalled or (self.last_tick is not None
                                    and now - self.last_tick > self.t.stall_gap)
         if self.me not in self.members or stalled or (not self.contact and len(self.members) > 1):
             self.must_ask.add(t.id)
+            self.cleared.pop(t.id, None)  # answers read after a stall may be stale
             return False, [Update(t.id, at=now + HOLD_RETRY, how=LATER)]
         if t.id in self.asking:
-            return False, [Update(t.id, at=self.asking[t.id].deadline, how=LATER)]
-        siblings = self._live_siblings(t)
-        cleared = self.cleared.pop(t.id, None)
-        late = now - t.fire_at > self.t.late_after or \
-            any(now - self.heard_at.get(r, -EVER) > self.t.fresh for r in siblings)
-        if siblings and cleared is None and (late or t.id in self.must_ask):
-            return False, self._ask(t, siblings, now)
+            return False, []  # its answers fire it
+        held = self._held_until(t, now)
+        if held > now:  # a sibling we answered ``go`` (or that claimed) has it
+            return False, [Update(t.id, at=held, how=LATER)]
+        siblings, wide = self._live_siblings(t), False
+        if not siblings and t.id in self.must_ask and len(t.replicas) > 1:
+            # its siblings all left while we were away: any member may hold it now
+            siblings, wide = self._everyone_else(), True
+        if siblings and self.cleared.pop(t.id, -EVER) < now:  # no clearance, or a stale one
+            return False, self._ask(t, siblings, now, wide)
         self.must_ask.discard(t.id)
         self.claims.pop(t.id, None)
         claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
-        return True, [Send(r, claim) for r in siblings]
+        return True, [Send(r, claim) for r in self._live_siblings(t)]
 
     def _live_siblings(self, t: Task) -> list[str]:
         return [r for r in t.replicas if r != self.me and r in self.members]
-
-    def _ask(self, t: Task, siblings: list[str], now: float) -> list[Any]:
-        self.must_ask.add(t.id)
-        a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings))
-        self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica)
-        return [Send(r, ask) for r in siblings] + [Update(t.id, at=a.deadline, how=LATER)]
-
-    def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Any]:
-        a.waiting &= self.members
-        if not a.waiting:
-            return self._decide(task_id, a, now)
-        a.deadline = now + self.t.ask_timeout
-        ask = m.Ask(task_id, a.replica)
-        return [Send(r, ask) for r in sorted(a.waiting)] + \
-            [Update(task_id, at=a.deadline, how=LATER)]
-
-    def _decide(self, task_id: str, a: _Asking, now: float) -> list[Any]:
-        """Every live sibling answered (or left): go, or stand down until a lease ends."""
-        del self.asking[task_id]
-        holds = [x.lease for x in a.answers if x.verdict in (m.WAIT, m.CLAIMED)]
-        if holds:
-            return [Update(task_id, at=now + max(holds), how=LATER)]
-        self.must_ask.discard(task_id)
-        self.cleared[task_id] = now + self.t.ask_lease / 2
-        return [Update(task_id, at=now, how=EARLIER)]
 
     # ------------------------------------------------------------ our attempt's outcome
     def outcome(self, t: Task, now: float) -> list[Any]:
@@ -362,8 +328,13 @@ class Siblings:
             return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
         return []
 
-    def handoff(self, msg: m.Handoff, now: float) -> list[Any]:
-        """A sibling stopping gracefully hands us its due copies: fire ours then."""
+    def handoff(self, msg: m.Handoff, now: float, sender: str | None = None) -> list[Any]:
+        """A sibling stopping gracefully hands us its due copies: fire ours then (its
+        claims on them, if any, go with it)."""
+        for task_id, _ in msg.tasks:
+            if sender is not None and task_id in self.claims and \
+                    self.claims[task_id].claimer == sender:
+                del self.claims[task_id]
         return [Update(task_id, at=now + delay, how=EARLIER) for task_id, delay in msg.tasks]
 
     def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Any]:
@@ -383,66 +354,9 @@ class Siblings:
 
     def _forget(self, task_id: str) -> None:
         self.must_ask.discard(task_id)
+        self.away.discard(task_id)
         self.asking.pop(task_id, None)
-
-    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Any]:
-        def answer(verdict: str, **kw: Any) -> list[Any]:
-            return [Send(sender, m.Answer(msg.id, verdict, **kw))]
-        if t is None:
-            return [] if msg.probe else answer(m.UNKNOWN)
-        if t.state.ended:
-            return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
-        if sender not in t.replicas:
-            return answer(m.REHOMED, replicas=t.replicas)
-        if msg.probe:
-            return []  # nothing the prober does not know
-        if t.state == State.RUNNING:
-            return answer(m.CLAIMED, lease=self.t.ask_lease)
-        claim = self.claims.get(t.id)
-        if claim is not None and claim.until > now and claim.claimer != sender:
-            return answer(m.CLAIMED, lease=claim.until - now)
-        if t.id in self.asking and t.replica < msg.replica:
-            return answer(m.WAIT, lease=self.t.ask_timeout)
-        # the asker goes: hold our copy off as if it had claimed
-        n = len(t.replicas)
-        if 0 <= msg.replica < n:
-            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
-        self.cleared.pop(t.id, None)
-        at = replication.sibling_fire_at(now + self.t.ask_lease, t.replica, msg.replica, n,
-                                         self.t.offset)
-        return [Update(t.id, at=at, how=LATER)] + answer(m.GO)
-
-    def _on_answer(self, sender: str, msg: m.Answer, t: Task | None, now: float) -> list[Any]:
-        a = self.asking.get(msg.id)
-        if a is None:  # the answer to a probe: only an end or a move is news
-            if t is None or t.state != State.SCHEDULED or sender not in t.replicas:
-                return []
-            if msg.verdict == m.ENDED:
-                self._forget(msg.id)
-                return [Update(msg.id, state=State(msg.state), attempts=msg.attempts,
-                               last=msg.last)]
-            if msg.verdict == m.REHOMED:
-                return [Drop(msg.id)] if self.me not in msg.replicas else \
-                    [SetReplicas(msg.id, msg.replicas)]
-            return []
-        if sender not in a.waiting:
-            return []
-        a.waiting.discard(sender)
-        if msg.verdict == m.ENDED:
-            self._forget(msg.id)
-            return [Update(msg.id, state=State(msg.state), attempts=msg.attempts, last=msg.last)]
-        if msg.verdict == m.REHOMED:
-            if self.me not in msg.replicas:
-                self._forget(msg.id)
-                return [Drop(msg.id)]
-            a.waiting &= set(msg.replicas)
-            effects: list[Any] = [SetReplicas(msg.id, msg.replicas)]
-        else:
-            a.answers.append(msg)
-            effects = []
-        if not a.waiting:
-            effects += self._decide(msg.id, a, now)
-        return effects
+        self.stale_since.pop(task_id, None)
 
     def _keep_early(self, sender: str, msg: Any, now: float) -> None:
         news = self.early.setdefault(msg.id, [])

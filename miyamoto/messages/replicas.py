@@ -29,7 +29,8 @@ def _last(d: dict) -> dict | None:
 @message(Verb.CLAIM)
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """Copy ``replica`` starts a delivery: hold yours off for ``lease`` seconds from now.
+    """Copy ``replica`` starts a delivery (its siblings said ``go``): hold yours off
+    for ``lease`` seconds from now.
     Times between nodes travel as durations, so the receiver's clock is the only one
     that matters."""
     id: str
@@ -158,23 +159,30 @@ class Replicas:
 @message(Verb.ASK)
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """A copy firing late (or reloaded, or held while its node was cut off) asks its
-    siblings before delivering: is the task still to be delivered, and by me?"""
+    """A copy about to deliver asks its siblings first: is the task still to be
+    delivered, and by me? (``miyamoto.asking``)"""
     id: str
     replica: int
     probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
+    n: int = 0  # the asker's round, echoed in the answer
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "replica": self.replica}
         if self.probe:
             d["probe"] = True
+        if self.n:
+            d["n"] = self.n
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Ask":
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
-                   c.boolean(d, "probe", False))
+                   c.boolean(d, "probe", False), _round(d))
+
+
+def _round(d: dict) -> int:
+    return c.integer(d, "n") if "n" in d else 0
 
 
 GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED = "go", "wait", "claimed", "ended", "unknown", "rehomed"
@@ -195,10 +203,13 @@ class Answer:
     attempts: int = 0
     last: dict | None = None
     replicas: tuple[str, ...] = ()
+    n: int = 0  # the round of the ASK answered
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "verdict": self.verdict}
+        if self.n:
+            d["n"] = self.n
         if self.lease:
             d["lease"] = self.lease
         if self.state is not None:
@@ -219,7 +230,8 @@ class Answer:
         if verdict == REHOMED and not replicas:
             raise DecodeError("a rehomed answer needs the replicas")
         return cls(c.string(d, "id"), verdict, _seconds(d, "lease") if "lease" in d else 0.0,
-                   state, c.integer(d, "attempts") if "attempts" in d else 0, _last(d), replicas)
+                   state, c.integer(d, "attempts") if "attempts" in d else 0, _last(d), replicas,
+                   _round(d))
 
 
 # ------------------------------------------------------------ requests (miyamoto.requests)
