@@ -204,6 +204,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_batch", _int_ge(1), 1000, "most tasks in one batch request"),
     Setting("dedup_window", _float_ge(0), 3600.0, "seconds a task name stays reserved"),
     Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
+    Setting("memory_window", _float_ge(1), 60.0,
+            "seconds ahead whose tasks are held in memory; later ones live only in the journal"),
     Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
     Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
     Setting("max_clock_skew", _float_ge(0.001), 1.0,
@@ -288,6 +290,7 @@ class Config:
     max_batch: int
     dedup_window: float
     retention: float
+    memory_window: float
     concurrency: int
     shutdown_timeout: float
     max_clock_skew: float

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _LIVE = (State.SCHEDULED.value, State.RUNNING.value)
+# spelled out, not bound: SQLite uses a partial index only when it can see the query's
+# condition implies the index's, which it cannot for parameters
+LIVE_SQL = "('scheduled', 'running')"
 BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
 LINGER = 0.0005
 WATCH_INTERVAL = 1.0  # how often the watcher checks the file and, while unhealthy, probes
@@ -264,8 +267,7 @@ class Journal:
         db.execute("BEGIN")
         try:
             if rows:
-                db.executemany("INSERT OR REPLACE INTO tasks (id, queue, state, finished, replica, "
-                               "data) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                db.executemany(INSERT_TASK, rows)
             if deletes:
                 db.executemany("DELETE FROM tasks WHERE id = ?", deletes)
             if name_rows:
@@ -316,20 +318,62 @@ class Journal:
             return self._file.conn().execute(sql, args).fetchall()
         return self._run(run)
 
-    def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
-        """Everything a restarting node needs: pending tasks, reserved names, paused queues."""
-        rows = self._query("SELECT data FROM tasks WHERE state IN (?, ?)", _LIVE)
+    def load(self) -> tuple[list[Task], dict[str, bool]]:
+        """What a restarting node needs before the pager loads its window: the copies
+        that were running (whatever their fire time) and the paused queues. Names are
+        looked up (``name_holder``), counts kept by the journal (``counts``)."""
+        rows = self._query("SELECT data FROM tasks WHERE state = ?", (State.RUNNING.value,))
         tasks = [t for t in (_decode(r[0]) for r in rows) if t is not None]
-        names = {(q, n): (i, e) for q, n, i, e in
-                 self._query("SELECT queue, name, id, expires FROM names")}
         queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
-        return tasks, names, queues
+        return tasks, queues
 
     def get(self, task_id: str) -> Task | None:
         if task_id in self._tasks:
             return self._tasks[task_id]
         rows = self._query("SELECT data FROM tasks WHERE id = ?", (task_id,))
         return _decode(rows[0][0]) if rows else None
+
+    def live_copy(self, task_id: str) -> Task | None:
+        """The scheduled or running copy ``task_id``, pending writes first; else None."""
+        if task_id in self._tasks:
+            t = self._tasks[task_id]
+            return t if t is not None and not t.state.ended else None
+        rows = self._query("SELECT data FROM tasks WHERE id = ? AND state IN (?, ?)",
+                           (task_id, *_LIVE))
+        return _decode(rows[0][0]) if rows else None
+
+    def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:
+        """(task id, expiry) of the reservation of ``name`` in ``queue``, if any."""
+        key = (queue, name)
+        if key in self._names:
+            return self._names[key]
+        rows = self._query("SELECT id, expires FROM names WHERE queue = ? AND name = ?", key)
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def page(self, after: tuple[float, int], until: float, limit: int) -> list[tuple[int, Task]]:
+        """(rowid, copy) of the live copies firing after ``after`` (fire time, rowid) and
+        at or before ``until``, in that order, at most ``limit``: the pager's slice.
+        Everything handed in before is committed first, so the slice misses no write;
+        Unavailable if that cannot be done (the pager tries again)."""
+        self.flush()
+        rows = self._query(f"SELECT rowid, data FROM tasks WHERE state IN {LIVE_SQL} AND "
+                           "at <= ? AND (at > ? OR (at = ? AND rowid > ?)) ORDER BY at, rowid "
+                           "LIMIT ?", (until, after[0], after[0], after[1], limit))
+        return [(r, t) for r, t in ((r[0], _decode(r[1])) for r in rows) if t is not None]
+
+    def live_rows(self, after: int, limit: int) -> list[tuple[int, Task]]:
+        """(rowid, copy) of live copies with a rowid above ``after``, at most ``limit``:
+        a walk over every copy, one bounded step at a time (restoring lost copies)."""
+        self._flush_for_read()
+        rows = self._query("SELECT rowid, data FROM tasks WHERE rowid > ? AND state IN (?, ?) "
+                           "ORDER BY rowid LIMIT ?", (after, *_LIVE, limit))
+        return [(r, t) for r, t in ((r[0], _decode(r[1])) for r in rows) if t is not None]
+
+    def last_rowid(self) -> int:
+        """The newest row's rowid: every row written later has a higher one (REPLACE
+        writes a new row), so it marks what was written before now."""
+        self._flush_for_read()
+        return self._query("SELECT COALESCE(MAX(rowid), 0) FROM tasks")[0][0]
 
     def _flush_for_read(self) -> None:
         """Commit what is pending so that a read sees it; while the journal cannot
@@ -341,20 +385,23 @@ class Journal:
 
     def list(self, queue: str, state: str, limit: int) -> list[Task]:
         self._flush_for_read()  # a record still waiting for its group would be missed or stale
+        order = "ASC" if state in _LIVE else "DESC"  # next to fire first / last ended first
         rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
-                           "ORDER BY finished DESC LIMIT ?", (queue, state, limit))
+                           f"ORDER BY at {order} LIMIT ?", (queue, state, limit))
         return [t for t in (_decode(r[0]) for r in rows) if t is not None]
 
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
-        """Ended tasks per queue and state (live ones are counted in memory); with
-        primary_only, only first copies (replica 0), so a cluster can add up nodes."""
+        """Rows per queue and state, as the journal records them (a running copy's row
+        may still say scheduled: the engine corrects that); with primary_only, only first
+        copies (replica 0), so a cluster can add up nodes. Read from the ``counts``
+        table the journal's triggers keep, not counted per request."""
         self._flush_for_read()  # a task that just ended is in neither memory nor SQLite until then
         out: dict[str, dict[str, int]] = {}
-        extra = " AND replica = 0" if primary_only else ""
-        for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
-                                   f"WHERE state NOT IN (?, ?){extra} GROUP BY queue, state",
-                                   _LIVE):
-            out.setdefault(q, {})[s] = n
+        extra = " AND first = 1" if primary_only else ""
+        for q, s, n in self._query("SELECT queue, state, SUM(n) FROM counts WHERE n > 0"
+                                   f"{extra} GROUP BY queue, state"):
+            if n > 0:
+                out.setdefault(q, {})[s] = n
         return out
 
     def sweep(self, now: float, retention: float) -> int:
@@ -365,8 +412,8 @@ class Journal:
             db = self._file.writable()
             db.execute("BEGIN")
             try:
-                n = db.execute("DELETE FROM tasks WHERE state NOT IN (?, ?) AND finished < ?",
-                               (*_LIVE, cutoff)).rowcount
+                n = db.execute(f"DELETE FROM tasks WHERE state NOT IN {LIVE_SQL} AND at < ?",
+                               (cutoff,)).rowcount
                 n += db.execute("DELETE FROM names WHERE expires < ?", (now,)).rowcount
                 db.execute("COMMIT")
             except BaseException:
@@ -401,14 +448,37 @@ def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -
         if t is None:
             deletes.append((task_id,))
         else:
-            # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
-            rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
-                         ujson.dumps(t.encode())))
+            rows.append(task_row(t))
     name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
                  if v is not None and _storable(q, n, v[0])]
     name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
     queue_rows = [(q, int(p)) for q, p in queues.items()]
     return rows, deletes, name_rows, name_dels, queue_rows
+
+
+INSERT_TASK = ("INSERT OR REPLACE INTO tasks (id, queue, state, finished, replica, at, data) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+
+def task_row(t: Task) -> tuple:
+    """The tasks row of ``t``: ``at`` is its fire time while live, its end once ended."""
+    # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
+    at = t.finished if t.state.ended else t.fire_at
+    return (t.id, t.queue, t.state.value, t.finished, t.replica, at, ujson.dumps(t.encode()))
+
+
+def write_tasks(db: Any, tasks: Iterable[Task]) -> int:
+    """Insert ``tasks`` in one transaction on ``db`` (a ``JournalFile`` connection), as
+    a group commit does: how ``scripts/harness/prefill.py`` fills a journal."""
+    rows = [task_row(t) for t in tasks]
+    db.execute("BEGIN")
+    try:
+        db.executemany(INSERT_TASK, rows)
+        db.execute("COMMIT")
+    except BaseException:
+        rollback(db)
+        raise
+    return len(rows)
 
 
 def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
