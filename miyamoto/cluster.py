@@ -114,6 +114,10 @@ class Cluster:
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
             self.siblings.dropped(self.engine.live)
+        else:
+            self.engine.live.ask_mark = 0
+        # copies outside the memory window ask too, when paged in (window.ask_mark)
+        self.engine.live.on_paged = self.siblings.dropped
         if self.solo:
             log.info("cluster: no cluster key (curve_secret), so no peers: a cluster of one")
         else:
@@ -165,8 +169,11 @@ class Cluster:
             self._next_probe = mono + self.config.heartbeat_interval
             for mem in self._others():
                 self.send(mem, m.Clock(self.clock()))
+        was = self.siblings.contact
         self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
                                           self.engine.live))
+        if self.siblings.contact and not was:  # the copies outside memory ask as well
+            self.group.spawn(self._mark_lapse)
         lost = self.siblings.take_lost()
         if lost:
             self._on_lost(lost)
@@ -217,16 +224,30 @@ class Cluster:
             if gone is not None:
                 self.transport.forget(gone.cluster)
 
+    def _mark_lapse(self) -> None:
+        """Back in touch: every copy written so far asks first when it is paged in."""
+        try:
+            self.engine.live.ask_mark = self.journal.last_rowid()
+        except Exception as e:
+            log.warning("cluster: could not mark the journal's copies to ask: %s", e)
+
     def _on_lost(self, lost: set[str]) -> None:
         """Members are gone and we hear a majority: free their claims, restore copies."""
-        live = dict(self.engine.live)
         now = self.clock()
-        self.carry_out(self.siblings.release_claims(lost, live, now))
-        plans = restore.plan_restores(self.siblings, lost, list(live.values()), now, self.zones)
-        for plan in plans:
-            self._restores.spawn(self._restore, plan)
-        if plans:
-            log.info("cluster: restoring copies of %d tasks lost with %s", len(plans),
+        self.carry_out(self.siblings.release_claims(lost, self.engine.live, now))  # type: ignore[arg-type]
+        self.group.spawn(self._restore_lost, lost, now)
+
+    def _restore_lost(self, lost: set[str], now: float) -> None:
+        """Plan restores a page of copies at a time (most may be only in the journal);
+        the restore pool's bound paces the walk."""
+        n = 0
+        for page in self.engine.live.pages():
+            plans = restore.plan_restores(self.siblings, lost, page, now, self.zones)
+            for plan in plans:
+                self._restores.spawn(self._restore, plan)
+            n += len(plans)
+        if n:
+            log.info("cluster: restoring copies of %d tasks lost with %s", n,
                      ",".join(sorted(lost)))
 
     def _restore(self, plan: Restore) -> None:

@@ -96,7 +96,7 @@ class Engine(CopyOps):
     def start(self) -> None:
         """Load the copies due within the window (and those that were running), not the
         backlog: the pager reads the rest as it comes due."""
-        running, paused = self.journal.load()
+        running, paused = self.journal.load_running()
         self.live.ask_mark = self.journal.last_rowid()  # what the last run wrote
         self.live.fill()
         now = self.clock()

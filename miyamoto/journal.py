@@ -32,12 +32,11 @@ from typing import Any, Callable, Iterable, TypeVar
 import gevent
 import gevent.event
 import gevent.threadpool
-import ujson
 
 from miyamoto.datadir import DataDirLocked
 from miyamoto.errors import Unavailable
 from miyamoto.journalfile import Health, JournalFile, JournalMoved, JournalUnavailable, rollback
-from miyamoto.protocol import DecodeError
+from miyamoto.journalrows import INSERT_TASK, ROW, decode_row, task_row
 from miyamoto.task import State, Task
 
 log = logging.getLogger(__name__)
@@ -318,29 +317,38 @@ class Journal:
             return self._file.conn().execute(sql, args).fetchall()
         return self._run(run)
 
-    def load(self) -> tuple[list[Task], dict[str, bool]]:
+    def load_running(self) -> tuple[list[Task], dict[str, bool]]:
         """What a restarting node needs before the pager loads its window: the copies
         that were running (whatever their fire time) and the paused queues. Names are
         looked up (``name_holder``), counts kept by the journal (``counts``)."""
-        rows = self._query("SELECT data FROM tasks WHERE state = ?", (State.RUNNING.value,))
-        tasks = [t for t in (_decode(r[0]) for r in rows) if t is not None]
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE state = ?", (State.RUNNING.value,))
+        tasks = [t for t in map(decode_row, rows) if t is not None]
         queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
         return tasks, queues
+
+    def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
+        """Everything the journal holds, read whole (tools and tests; a node reads its
+        window only): live tasks, reserved names, paused queues."""
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE state IN (?, ?)", _LIVE)
+        names = {(q, n): (i, e) for q, n, i, e in
+                 self._query("SELECT queue, name, id, expires FROM names")}
+        return [t for t in map(decode_row, rows) if t is not None], names, \
+            self.load_running()[1]
 
     def get(self, task_id: str) -> Task | None:
         if task_id in self._tasks:
             return self._tasks[task_id]
-        rows = self._query("SELECT data FROM tasks WHERE id = ?", (task_id,))
-        return _decode(rows[0][0]) if rows else None
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE id = ?", (task_id,))
+        return decode_row(rows[0]) if rows else None
 
     def live_copy(self, task_id: str) -> Task | None:
         """The scheduled or running copy ``task_id``, pending writes first; else None."""
         if task_id in self._tasks:
             t = self._tasks[task_id]
             return t if t is not None and not t.state.ended else None
-        rows = self._query("SELECT data FROM tasks WHERE id = ? AND state IN (?, ?)",
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE id = ? AND state IN (?, ?)",
                            (task_id, *_LIVE))
-        return _decode(rows[0][0]) if rows else None
+        return decode_row(rows[0]) if rows else None
 
     def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:
         """(task id, expiry) of the reservation of ``name`` in ``queue``, if any."""
@@ -356,18 +364,18 @@ class Journal:
         Everything handed in before is committed first, so the slice misses no write;
         Unavailable if that cannot be done (the pager tries again)."""
         self.flush()
-        rows = self._query(f"SELECT rowid, data FROM tasks WHERE state IN {LIVE_SQL} AND "
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE state IN {LIVE_SQL} AND "
                            "at <= ? AND (at > ? OR (at = ? AND rowid > ?)) ORDER BY at, rowid "
                            "LIMIT ?", (until, after[0], after[0], after[1], limit))
-        return [(r, t) for r, t in ((r[0], _decode(r[1])) for r in rows) if t is not None]
+        return [(r[0], t) for r, t in ((r, decode_row(r)) for r in rows) if t is not None]
 
     def live_rows(self, after: int, limit: int) -> list[tuple[int, Task]]:
         """(rowid, copy) of live copies with a rowid above ``after``, at most ``limit``:
         a walk over every copy, one bounded step at a time (restoring lost copies)."""
         self._flush_for_read()
-        rows = self._query("SELECT rowid, data FROM tasks WHERE rowid > ? AND state IN (?, ?) "
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE rowid > ? AND state IN (?, ?) "
                            "ORDER BY rowid LIMIT ?", (after, *_LIVE, limit))
-        return [(r, t) for r, t in ((r[0], _decode(r[1])) for r in rows) if t is not None]
+        return [(r[0], t) for r, t in ((r, decode_row(r)) for r in rows) if t is not None]
 
     def last_rowid(self) -> int:
         """The newest row's rowid: every row written later has a higher one (REPLACE
@@ -386,9 +394,9 @@ class Journal:
     def list(self, queue: str, state: str, limit: int) -> list[Task]:
         self._flush_for_read()  # a record still waiting for its group would be missed or stale
         order = "ASC" if state in _LIVE else "DESC"  # next to fire first / last ended first
-        rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE queue = ? AND state = ? "
                            f"ORDER BY at {order} LIMIT ?", (queue, state, limit))
-        return [t for t in (_decode(r[0]) for r in rows) if t is not None]
+        return [t for t in map(decode_row, rows) if t is not None]
 
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         """Rows per queue and state, as the journal records them (a running copy's row
@@ -456,42 +464,9 @@ def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -
     return rows, deletes, name_rows, name_dels, queue_rows
 
 
-INSERT_TASK = ("INSERT OR REPLACE INTO tasks (id, queue, state, finished, replica, at, data) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?)")
-
-
-def task_row(t: Task) -> tuple:
-    """The tasks row of ``t``: ``at`` is its fire time while live, its end once ended."""
-    # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
-    at = t.finished if t.state.ended else t.fire_at
-    return (t.id, t.queue, t.state.value, t.finished, t.replica, at, ujson.dumps(t.encode()))
-
-
-def write_tasks(db: Any, tasks: Iterable[Task]) -> int:
-    """Insert ``tasks`` in one transaction on ``db`` (a ``JournalFile`` connection), as
-    a group commit does: how ``scripts/harness/prefill.py`` fills a journal."""
-    rows = [task_row(t) for t in tasks]
-    db.execute("BEGIN")
-    try:
-        db.executemany(INSERT_TASK, rows)
-        db.execute("COMMIT")
-    except BaseException:
-        rollback(db)
-        raise
-    return len(rows)
-
-
 def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
     for w in waiters:
         if error is None:
             w.set(None)
         else:
             w.set_exception(error)
-
-
-def _decode(data: str) -> Task | None:
-    try:
-        return Task.decode(ujson.loads(data))
-    except (DecodeError, ValueError) as e:
-        log.error("journal: skipping an unreadable task row: %s", e)
-        return None
