@@ -141,6 +141,11 @@ class CopyOps:
             counts.setdefault(name, {})
         return counts
 
+    def live_depth(self) -> dict[tuple[str, str], int]:
+        """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
+        return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
+                if s in (State.SCHEDULED.value, State.RUNNING.value)}
+
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory
             out = [t for t in self.live.values() if t.queue == queue and t.state == state]
