@@ -104,9 +104,10 @@ class Window(Mapping[str, Task]):
 
     # ------------------------------------------------------------ writes
     def holds(self, t: Task) -> bool:
-        """Is ``t`` a copy memory keeps: running, held, or due within what is loaded."""
+        """Is ``t`` a copy memory keeps: running, held, due within what is loaded, or
+        due within the window (a backlog behind MEMORY_MAX still lets new tasks in)."""
         return (t.state != State.SCHEDULED or t.id in self.pinned
-                or t.fire_at <= max(self.horizon, self._loading_to))
+                or t.fire_at <= max(self.horizon, self._loading_to, self.clock() + self.span))
 
     def __setitem__(self, task_id: str, t: Task) -> None:
         """The engine changed copy ``t`` (and hands the journal its record): keep it in

@@ -113,15 +113,17 @@ def test_memory_is_capped_and_a_backlog_pages_in_as_it_drains(parts):
     journal.put_many([task(i, clock.now - 100 + i) for i in range(10)], wait=True)  # all due
     w.fill()
     assert len(w.mem) == 4 and set(w.mem) == {f"t{i:05d}" for i in range(4)}  # oldest first
-    new = task(99, clock.now)  # due now, but behind the backlog: journal only for now
+    new = task(99, clock.now)  # due now: in, however far behind the backlog is
     store(journal, w, new)
-    assert "t00099" not in w.mem
+    far = task(98, clock.now + SPAN + 1)
+    store(journal, w, far)
+    assert "t00099" in w.mem and "t00098" not in w.mem
     for i in range(4):  # delivered
         done = w.mem[f"t{i:05d}"].evolve(state=State.SUCCEEDED, finished=clock.now)
         w.forget(done.id)
         journal.put(done, wait=True)
     w.page_once()
-    assert set(w.mem) == {f"t{i:05d}" for i in range(4, 8)}
+    assert set(w.mem) == {f"t{i:05d}" for i in range(4, 7)} | {"t00099"}
 
 
 @pytest.mark.timeout(30)
