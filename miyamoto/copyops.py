@@ -98,7 +98,11 @@ class CopyOps:
             raise Conflict("task already succeeded")
         t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
                      finished=None)
-        self.journal.put(t, wait=wait)
+        self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
+        try:
+            self.journal.put(t, wait=wait)
+        finally:
+            self.live.storing.discard(task_id)
         self.live[task_id] = t
         return t
 

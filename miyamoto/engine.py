@@ -177,6 +177,7 @@ class Engine(CopyOps):
         if task.name is not None:
             name_expires = task.created + self.config.dedup_window
             self._reserve((task.queue, task.name), (task.id, name_expires))
+        self.live.storing.add(task.id)
         try:
             self.journal.put(task, wait=wait, name_expires=name_expires)
         except Exception as e:
@@ -187,6 +188,8 @@ class Engine(CopyOps):
             # debug: the journal logs why it cannot write once, not once per refused task
             log.debug("task %s not stored: journal write failed: %s", task.id, e)
             raise Unavailable("the journal could not store the task") from e
+        finally:
+            self.live.storing.discard(task.id)
         if hold:
             self.live.pin(task)
         else:

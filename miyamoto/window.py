@@ -52,6 +52,9 @@ class Window(Mapping[str, Task]):
         self.page_size = page
         self.mem: dict[str, Task] = {}
         self.pinned: set[str] = set()  # stored, but not timed until released
+        # being stored (their journal write pending): not live yet, whatever the journal
+        # says, so that news about them waits for the store as it did before the window
+        self.storing: set[str] = set()
         self.horizon = -math.inf  # every live copy firing at or before it is in memory
         self._loading_to = -math.inf  # end of the slice being read
         self._after: tuple[float, int] = (-math.inf, 0)  # (fire time, rowid) read through
@@ -68,6 +71,8 @@ class Window(Mapping[str, Task]):
         t = self.mem.get(task_id)
         if t is not None:
             return t
+        if task_id in self.storing:
+            return default
         t = self._cache.get(task_id)
         if t is None:
             t = self.journal.live_copy(task_id)
@@ -75,6 +80,8 @@ class Window(Mapping[str, Task]):
                 return default
             if task_id in self.mem:  # written while the journal was read: that is newer
                 return self.mem[task_id]
+            if task_id in self.storing:
+                return default
             self._remember(t)
         return t
 
