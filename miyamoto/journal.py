@@ -321,7 +321,7 @@ class Journal:
         """What a restarting node needs before the pager loads its window: the copies
         that were running (whatever their fire time) and the paused queues. Names are
         looked up (``name_holder``), counts kept by the journal (``counts``)."""
-        rows = self._query(f"SELECT {ROW} FROM tasks WHERE state = ?", (State.RUNNING.value,))
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE state = 'running'")  # its index
         tasks = [t for t in map(decode_row, rows) if t is not None]
         queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
         return tasks, queues

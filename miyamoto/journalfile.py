@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS meta (
 
 # ``at`` is a live copy's fire time and an ended one's end time: one index serves a
 # queue's lists in both orders, a partial one the pager (live copies by fire time, none
-# of the ended), another the sweep (ended ones only), so a pending task pays for two.
+# of the ended), another the sweep (ended ones only), a last one a restart's look for
+# the copies that were running; so a pending task pays for two.
 # ``counts`` is kept by triggers in the same transaction as the rows it counts, so it
 # cannot drift from them (REPLACE fires the delete trigger: recursive_triggers).
 INDEXES = """
@@ -73,6 +74,7 @@ CREATE INDEX IF NOT EXISTS tasks_live_at ON tasks (at)
     WHERE state IN ('scheduled', 'running');
 CREATE INDEX IF NOT EXISTS tasks_ended_at ON tasks (state, at)
     WHERE state NOT IN ('scheduled', 'running');
+CREATE INDEX IF NOT EXISTS tasks_running ON tasks (state) WHERE state = 'running';
 CREATE TABLE IF NOT EXISTS counts (
     queue TEXT NOT NULL,
     state TEXT NOT NULL,
@@ -89,7 +91,7 @@ CREATE TRIGGER IF NOT EXISTS tasks_uncounted AFTER DELETE ON tasks BEGIN
     WHERE queue = OLD.queue AND state = OLD.state AND first = (OLD.replica = 0);
 END;
 """
-SCHEMA_VERSION = "2"  # meta 'schema': 2 = the ``at`` column, its indexes and ``counts``
+SCHEMA_VERSION = "3"  # meta 'schema': 3 = the ``at`` column, its indexes and ``counts``
 
 Identity = tuple[int, int]
 
