@@ -86,6 +86,7 @@ class Journal:
         self._pool = gevent.threadpool.ThreadPool(1)
         self._file = JournalFile(data_dir, self.path, sync_full)
         self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
+        self._committing: dict[str, Task | None] = {}  # the group being committed
         self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
         self._queues: dict[str, bool] = {}
         self._waiters: list[gevent.event.AsyncResult] = []
@@ -226,9 +227,11 @@ class Journal:
             _answer(waiters, None)
             return
         started = time.monotonic()
+        self._committing = tasks  # readable until it is (a read may run before the commit)
         try:
             self._run(self._commit, *_rows(tasks, names, queues))
         except Exception as e:
+            self._committing = {}  # not committed: back among the pending (or withdrawn)
             log.debug("journal: commit of %d records failed", len(tasks), exc_info=True)
             self.health.failed(_problem(e), e)
             self._watch_now.set()
@@ -245,6 +248,8 @@ class Journal:
             self._requeue(tasks, names, queues)
             _answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
+        finally:
+            self._committing = {}
         self.commits += 1
         if self._on_commit is not None:
             self._on_commit(time.monotonic() - started)
@@ -335,16 +340,24 @@ class Journal:
         return [t for t in map(decode_row, rows) if t is not None], names, \
             self.load_running()[1]
 
+    def _pending(self, task_id: str) -> tuple[bool, Task | None]:
+        """(True, record) if a write of ``task_id`` is not committed yet."""
+        for group in (self._tasks, self._committing):
+            if task_id in group:
+                return True, group[task_id]
+        return False, None
+
     def get(self, task_id: str) -> Task | None:
-        if task_id in self._tasks:
-            return self._tasks[task_id]
+        pending, t = self._pending(task_id)
+        if pending:
+            return t
         rows = self._query(f"SELECT {ROW} FROM tasks WHERE id = ?", (task_id,))
         return decode_row(rows[0]) if rows else None
 
     def live_copy(self, task_id: str) -> Task | None:
         """The scheduled or running copy ``task_id``, pending writes first; else None."""
-        if task_id in self._tasks:
-            t = self._tasks[task_id]
+        pending, t = self._pending(task_id)
+        if pending:
             return t if t is not None and not t.state.ended else None
         rows = self._query(f"SELECT {ROW} FROM tasks WHERE id = ? AND state IN (?, ?)",
                            (task_id, *_LIVE))
