@@ -113,10 +113,9 @@ class Cluster:
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
-            self.siblings.dropped(self.engine.live)
-        else:
+            self.siblings.dropped(self.engine.live)  # (and those outside memory when paged in)
+        else:  # none asks: nothing went on without this node
             self.engine.live.ask_mark = 0
-        # copies outside the memory window ask too, when paged in (window.ask_mark)
         self.engine.live.on_paged = self.siblings.dropped
         if self.solo:
             log.info("cluster: no cluster key (curve_secret), so no peers: a cluster of one")
@@ -173,7 +172,7 @@ class Cluster:
         self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
                                           self.engine.live))
         if self.siblings.contact and not was:  # the copies outside memory ask as well
-            self.group.spawn(self._mark_lapse)
+            self.group.spawn(_mark_lapse, self)
         lost = self.siblings.take_lost()
         if lost:
             self._on_lost(lost)
@@ -224,31 +223,11 @@ class Cluster:
             if gone is not None:
                 self.transport.forget(gone.cluster)
 
-    def _mark_lapse(self) -> None:
-        """Back in touch: every copy written so far asks first when it is paged in."""
-        try:
-            self.engine.live.ask_mark = self.journal.last_rowid()
-        except Exception as e:
-            log.warning("cluster: could not mark the journal's copies to ask: %s", e)
-
     def _on_lost(self, lost: set[str]) -> None:
         """Members are gone and we hear a majority: free their claims, restore copies."""
         now = self.clock()
         self.carry_out(self.siblings.release_claims(lost, self.engine.live, now))  # type: ignore[arg-type]
-        self.group.spawn(self._restore_lost, lost, now)
-
-    def _restore_lost(self, lost: set[str], now: float) -> None:
-        """Plan restores a page of copies at a time (most may be only in the journal);
-        the restore pool's bound paces the walk."""
-        n = 0
-        for page in self.engine.live.pages():
-            plans = restore.plan_restores(self.siblings, lost, page, now, self.zones)
-            for plan in plans:
-                self._restores.spawn(self._restore, plan)
-            n += len(plans)
-        if n:
-            log.info("cluster: restoring copies of %d tasks lost with %s", n,
-                     ",".join(sorted(lost)))
+        self.group.spawn(_restore_lost, self, lost, now)
 
     def _restore(self, plan: Restore) -> None:
         """A new copy counts only once its holder answered STORED; until then (or if it
@@ -450,6 +429,27 @@ class _Hooks(Hooks):
 
     def failed(self, t: Task) -> None:
         self._outcome(t)
+
+
+def _mark_lapse(c: Cluster) -> None:
+    """Back in touch: every copy written so far asks first when it is paged in."""
+    try:
+        c.engine.live.ask_mark = c.journal.last_rowid()
+    except Exception as e:
+        log.warning("cluster: could not mark the journal's copies to ask: %s", e)
+
+
+def _restore_lost(c: Cluster, lost: set[str], now: float) -> None:
+    """Plan restores a page of copies at a time (most may be only in the journal);
+    the restore pool's bound paces the walk."""
+    n = 0
+    for page in c.engine.live.pages():
+        plans = restore.plan_restores(c.siblings, lost, page, now, c.zones)
+        for plan in plans:
+            c._restores.spawn(c._restore, plan)
+        n += len(plans)
+    if n:
+        log.info("cluster: restoring copies of %d tasks lost with %s", n, ",".join(sorted(lost)))
 
 
 def _endpoints(members: Iterable[Member]) -> list[tuple[str, int]]:
