@@ -115,7 +115,10 @@ class Cluster:
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
-            self.siblings.dropped(self.engine.live)
+            self.siblings.dropped(self.engine.live)  # (and those outside memory when paged in)
+        else:  # none asks: nothing went on without this node
+            self.engine.live.ask_mark = 0
+        self.engine.live.on_paged = self.siblings.dropped
         if self.solo:
             log.info("cluster: no cluster key (curve_secret), so no peers: a cluster of one")
         else:
@@ -167,8 +170,11 @@ class Cluster:
             self._next_probe = mono + self.config.heartbeat_interval
             for mem in self._others():
                 self.send(mem, m.Clock(self.clock()))
+        was = self.siblings.contact
         self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
                                           self.engine.live))
+        if self.siblings.contact and not was:  # the copies outside memory ask as well
+            self.group.spawn(_mark_lapse, self)
         lost = self.siblings.take_lost()
         if lost:
             self._on_lost(lost)
@@ -221,15 +227,9 @@ class Cluster:
 
     def _on_lost(self, lost: set[str]) -> None:
         """Members are gone and we hear a majority: free their claims, restore copies."""
-        live = dict(self.engine.live)
         now = self.clock()
-        self.carry_out(self.siblings.release_claims(lost, live, now))
-        plans = restore.plan_restores(self.siblings, lost, list(live.values()), now, self.zones)
-        for plan in plans:
-            self._restores.spawn(self._restore, plan)
-        if plans:
-            log.info("cluster: restoring copies of %d tasks lost with %s", len(plans),
-                     ",".join(sorted(lost)))
+        self.carry_out(self.siblings.release_claims(lost, self.engine.live, now))  # type: ignore[arg-type]
+        self.group.spawn(_restore_lost, self, lost, now)
 
     def _restore(self, plan: Restore) -> None:
         """A new copy counts only once its holder answered STORED; until then (or if it
@@ -435,6 +435,27 @@ def _on_clock(c: Cluster, sender: str, msg: m.Clock | m.ClockEcho) -> None:
             "cluster: clock of %s is %+.3f s (±%.3f) from ours: %s max_clock_skew %g s",
             sender, est.offset, est.error, "beyond" if skewed else "back within",
             c.clocks.max_skew)
+
+
+def _mark_lapse(c: Cluster) -> None:
+    """Back in touch: every copy written so far asks first when it is paged in."""
+    try:
+        c.engine.live.ask_mark = c.journal.last_rowid()
+    except Exception as e:
+        log.warning("cluster: could not mark the journal's copies to ask: %s", e)
+
+
+def _restore_lost(c: Cluster, lost: set[str], now: float) -> None:
+    """Plan restores a page of copies at a time (most may be only in the journal);
+    the restore pool's bound paces the walk."""
+    n = 0
+    for page in c.engine.live.pages():
+        plans = restore.plan_restores(c.siblings, lost, page, now, c.zones)
+        for plan in plans:
+            c._restores.spawn(c._restore, plan)
+        n += len(plans)
+    if n:
+        log.info("cluster: restoring copies of %d tasks lost with %s", n, ",".join(sorted(lost)))
 
 
 def _endpoints(members: Iterable[Member]) -> list[tuple[str, int]]:

@@ -90,6 +90,8 @@ SETTINGS: tuple[Setting, ...] = (
             "a schedule's ticks missed while no leader existed: last (the newest fires once) "
             "or none (skipped); a schedule's catch_up field overrides it"),
     Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
+    Setting("memory_window", _float_ge(1), 60.0,
+            "seconds ahead whose tasks are held in memory; later ones live only in the journal"),
     Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
     Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
     Setting("max_clock_skew", _float_ge(0.001), 1.0,
@@ -177,6 +179,7 @@ class Config:
     dedup_window: float
     schedule_catch_up: str
     retention: float
+    memory_window: float
     concurrency: int
     shutdown_timeout: float
     max_clock_skew: float

@@ -13,11 +13,14 @@ if TYPE_CHECKING:
     from miyamoto.dispatch import Dispatcher
     from miyamoto.journal import Journal
     from miyamoto.scheduler import Scheduler
+    from miyamoto.window import Window
+
+PURGE_PAGE = 1000  # copies cancelled per journal read of a purge
 
 
 class CopyOps:
     # what Engine provides
-    live: dict[str, Task]
+    live: "Window"
     journal: "Journal"
     clock: Callable[[], float]
     stats: Any
@@ -26,6 +29,9 @@ class CopyOps:
     names: dict[tuple[str, str], tuple[str, float]]
 
     def _end(self, t: Task) -> None:  # Engine's
+        raise NotImplementedError
+
+    def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:  # Engine's
         raise NotImplementedError
 
     def cancel(self, task_id: str) -> Task | None:
@@ -39,9 +45,10 @@ class CopyOps:
                 return ended
             raise Conflict(f"task is already {ended.state.value}")
         now = self.clock()
+        was = t.state
         t = t.evolve(state=State.CANCELLED, finished=now)
         self.stats.cancelled += 1
-        if self.live[task_id].state == State.RUNNING:
+        if was == State.RUNNING:
             self.live[task_id] = t  # finish() ends it when the attempt returns
             self.journal.put(t)
         else:
@@ -52,7 +59,7 @@ class CopyOps:
         """DELETE /tasks/<id> on this copy: a failed one's record is removed (the dead
         letter is dealt with) and returned; a live one is cancelled, a cancelled one
         returned as is. None if unknown; Conflict if it succeeded (``cancel``)."""
-        if task_id not in self.live:
+        if task_id not in self.live.mem:
             t = self.journal.get(task_id)
             if t is not None and t.state == State.FAILED:
                 self.journal.delete(task_id)
@@ -64,8 +71,8 @@ class CopyOps:
         t = self.live.get(task_id)
         if t is None:
             return
-        if t.name is not None and self.names.get((t.queue, t.name), ("",))[0] == task_id:
-            del self.names[(t.queue, t.name)]
+        if t.name is not None and (self.name_holder(t.queue, t.name) or ("",))[0] == task_id:
+            self.names.pop((t.queue, t.name), None)
             self.journal.release_name(t.queue, t.name)
         try:
             self.cancel(task_id)
@@ -81,9 +88,8 @@ class CopyOps:
             if t.state != State.SCHEDULED:
                 raise Conflict(f"task is {t.state.value}")
             t = t.evolve(fire_at=now)
-            self.live[task_id] = t
             self.journal.put(t)
-            self.scheduler.schedule(task_id, now)
+            self.live[task_id] = t
             return t
         t = self.journal.get(task_id)
         if t is None:
@@ -92,37 +98,67 @@ class CopyOps:
             raise Conflict("task already succeeded")
         t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
                      finished=None)
-        self.journal.put(t, wait=wait)
+        self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
+        try:
+            self.journal.put(t, wait=wait)
+        finally:
+            self.live.storing.discard(task_id)
         self.live[task_id] = t
-        self.scheduler.schedule(task_id, now)
         return t
 
     def purge(self, queue: str) -> int:
         """Cancel every scheduled copy of the queue on this node; returns how many
         of them were first copies (replica 0), i.e. distinct tasks cluster-wide."""
-        doomed = [t for t in self.live.values() if t.queue == queue and t.state == State.SCHEDULED]
-        for t in doomed:
-            self.cancel(t.id)
-        return sum(1 for t in doomed if t.replica == 0)
+        first = 0
+        done: set[str] = set()
+        while True:  # a page at a time from the journal: most copies may be only there
+            page = self.journal.list(queue, State.SCHEDULED.value, PURGE_PAGE)
+            ended = 0
+            for t in page:
+                t = self.live.mem.get(t.id, t)  # memory's record is the newer
+                if t.state != State.SCHEDULED or t.id in done:
+                    continue
+                done.add(t.id)
+                self._end(t.evolve(state=State.CANCELLED, finished=self.clock()))
+                self.stats.cancelled += 1
+                ended += 1
+                first += t.replica == 0
+            if not ended:  # done (or the journal cannot write: the rest stay)
+                return first
 
     def pause(self, queue: str, paused: bool) -> None:
         self.dispatcher.pause(queue, paused)
         self.journal.set_paused(queue, paused)
 
     def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
+        """The journal's counters, with its live rows split by memory into running (an
+        attempt's start is not journaled) and scheduled."""
         counts = self.journal.counts(primary_only)
-        for t in self.live.values():
-            if primary_only and t.replica != 0:
-                continue
-            c = counts.setdefault(t.queue, {})
-            c[t.state.value] = c.get(t.state.value, 0) + 1
+        for q, c in counts.items():
+            pending = c.pop(State.SCHEDULED.value, 0) + c.pop(State.RUNNING.value, 0)
+            running = min(pending, self.live.running_in(q, primary_only))
+            if running:
+                c[State.RUNNING.value] = running
+            if pending > running:
+                c[State.SCHEDULED.value] = pending - running
         for name in self.dispatcher.queues:
             counts.setdefault(name, {})
         return counts
 
+    def live_depth(self) -> dict[tuple[str, str], int]:
+        """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
+        return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
+                if s in (State.SCHEDULED.value, State.RUNNING.value)}
+
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
-        if state in (State.SCHEDULED, State.RUNNING):
+        if state == State.RUNNING:  # running copies are all in memory
             out = [t for t in self.live.values() if t.queue == queue and t.state == state]
-            out.sort(key=lambda t: t.fire_at)
-            return out[:limit]
-        return self.journal.list(queue, state.value, limit)
+        elif state == State.SCHEDULED:  # memory's record of a copy is the newer
+            running = self.live.running_in(queue, False)
+            out = [self.live.mem.get(t.id, t) for t in
+                   self.journal.list(queue, state.value, limit + running)]
+            out = [t for t in out if t.state == state]
+        else:
+            return self.journal.list(queue, state.value, limit)
+        out.sort(key=lambda t: t.fire_at)
+        return out[:limit]

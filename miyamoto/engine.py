@@ -10,6 +10,7 @@ nothing of the cluster: the replication layer hands it, when it is built,
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import time
@@ -35,10 +36,12 @@ from miyamoto.retry import Action, decide, is_success
 from miyamoto.scheduler import Scheduler
 from miyamoto.targets import TargetGuard
 from miyamoto.task import State, Task, add_attempt, new_id
+from miyamoto.window import Window
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL = 60.0
+NAMES_MAX = 100_000  # name reservations remembered in memory; the journal has them all
 
 
 class Hooks:
@@ -88,9 +91,12 @@ class Engine(CopyOps):
                                             guard=self.targets)
         self.clock = clock
         self.rng = rng or random.Random()
-        self.live: dict[str, Task] = {}
-        self.names: dict[tuple[str, str], tuple[str, float]] = {}
         self.scheduler = Scheduler(self._due, clock)
+        # every live copy by id; in memory only those due within the window
+        self.live = Window(journal, self.scheduler, config.memory_window, clock)
+        # recent name reservations (a bounded cache of the journal's names table)
+        self.names: collections.OrderedDict[tuple[str, str], tuple[str, float]] = \
+            collections.OrderedDict()
         self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock,
                                      max_per_host=config.max_per_host,
                                      breaker_failures=config.breaker_failures,
@@ -102,21 +108,24 @@ class Engine(CopyOps):
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        tasks, names, paused = self.journal.load()
+        """Load the copies due within the window (and those that were running), not the
+        backlog: the pager reads the rest as it comes due."""
+        running, paused = self.journal.load_running()
+        self.live.ask_mark = self.journal.last_rowid()  # what the last run wrote
+        self.live.fill()
         now = self.clock()
-        for t in tasks:
-            if t.state == State.RUNNING:  # it was being delivered when we died: deliver again
-                t = t.evolve(state=State.SCHEDULED, fire_at=now)
-            self.live[t.id] = t
-            self.scheduler.schedule(t.id, t.fire_at)
-        self.names = {k: v for k, v in names.items() if v[1] > now}
+        for t in running:  # it was being delivered when we died: deliver again
+            if t.id not in self.live.mem:
+                self.live[t.id] = t.evolve(state=State.SCHEDULED, fire_at=now)
         for queue, is_paused in paused.items():
             self.dispatcher.pause(queue, is_paused)
-        if tasks:
-            log.info("engine: reloaded %d pending tasks", len(tasks))
+        if self.live.mem:
+            log.info("engine: reloaded %d tasks due within %g s", len(self.live.mem),
+                     self.live.span)
         self.scheduler.start()
         self.dispatcher.start()
         self._group.spawn(self._sweep_loop)
+        self._group.spawn(self.live.run)
 
     def stop(self, timeout: float) -> None:
         """Stop timing and starting tasks; let deliveries in flight finish within timeout."""
@@ -136,6 +145,7 @@ class Engine(CopyOps):
                 continue
             for key in [k for k, v in self.names.items() if v[1] <= now]:
                 del self.names[key]
+            # Swept names: a lookup finds none in the journal
             if removed:
                 log.debug("engine: swept %d expired records", removed)
 
@@ -145,25 +155,43 @@ class Engine(CopyOps):
         return self.dispatcher.queue_config(name)
 
     # ------------------------------------------------------------ storing
-    def check_name(self, task: Task) -> None:
+    def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:
+        """(id, expiry) of the reservation of ``name``: memory's recent ones, else the
+        journal's index (the names of tasks outside the window are only there)."""
+        held = self.names.get((queue, name))
+        return held if held is not None else self.journal.name_holder(queue, name)
+
+    def check_name(self, task: Task, held: tuple[str, float] | None = None) -> None:
         if task.name is None:
             return
-        held = self.names.get((task.queue, task.name))
+        if held is None:
+            held = self.name_holder(task.queue, task.name)
         if held is not None and held[1] > self.clock() and held[0] != task.id:
             raise Duplicate(held[0])
+
+    def _reserve(self, key: tuple[str, str], held: tuple[str, float]) -> None:
+        self.names[key] = held
+        self.names.move_to_end(key)
+        while len(self.names) > NAMES_MAX:
+            self.names.popitem(last=False)  # the journal has it (or it is still pending there)
 
     def add(self, task: Task, *, wait: bool = True, hold: bool = False) -> Task:
         """Store a new copy (durably when wait) and time it; Duplicate if the name is
         taken. ``hold``: store it but do not time it until ``release`` (an enqueue that
         still waits for other replicas may yet be refused)."""
-        existing = self.live.get(task.id)
+        existing = self.live.mem.get(task.id)
+        if existing is None and not self.live.holds(task):
+            existing = self.live.get(task.id)  # beyond the window: only the journal knows
         if existing is not None:
             return existing  # a repeated STORE of the same copy
-        self.check_name(task)
+        self.check_name(task)  # may read the journal: then look again at memory's names
+        if task.name is not None and (task.queue, task.name) in self.names:
+            self.check_name(task, self.names[(task.queue, task.name)])
         name_expires = None
         if task.name is not None:
             name_expires = task.created + self.config.dedup_window
-            self.names[(task.queue, task.name)] = (task.id, name_expires)
+            self._reserve((task.queue, task.name), (task.id, name_expires))
+        self.live.storing.add(task.id)
         try:
             self.journal.put(task, wait=wait, name_expires=name_expires)
         except Exception as e:
@@ -174,32 +202,33 @@ class Engine(CopyOps):
             # debug: the journal logs why it cannot write once, not once per refused task
             log.debug("task %s not stored: journal write failed: %s", task.id, e)
             raise Unavailable("the journal could not store the task") from e
-        self.live[task.id] = task
+        finally:
+            self.live.storing.discard(task.id)
+        if hold:
+            self.live.pin(task)
+        else:
+            self.live[task.id] = task  # timed if due within the window, else journal only
         self.stats.stored += 1
         if task.replica == 0:
             self.stats.count(task.queue, "enqueued")
-        if not hold:
-            self.scheduler.schedule(task.id, task.fire_at)
         return task
 
     def release(self, task_id: str) -> None:
-        """Time a copy stored with ``hold``."""
-        t = self.live.get(task_id)
-        if t is not None and t.state == State.SCHEDULED:
-            self.scheduler.schedule(task_id, t.fire_at)
+        """Time a copy stored with ``hold`` (or leave it to the journal, if due later)."""
+        self.live.release(task_id)
 
     def _spawn_local(self, task: Task) -> None:
         self.add(task, wait=False)
 
     # ------------------------------------------------------------ running
     def _due(self, task_id: str) -> None:
-        t = self.live.get(task_id)
+        t = self.live.mem.get(task_id)
         if t is not None and t.state == State.SCHEDULED:
             self.dispatcher.submit(t.queue, task_id, origin(t.url), t.priority, spec_of(t))
 
     def _run(self, task_id: str) -> bool:
         """Deliver a due copy; False if it did not go (its token is given back)."""
-        t = self.live.get(task_id)
+        t = self.live.mem.get(task_id)
         if t is None or t.state != State.SCHEDULED:
             return False
         if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
@@ -207,7 +236,7 @@ class Engine(CopyOps):
             return False
         if not self.hooks.claim(t):
             return False  # the hooks rescheduled, ended or dropped the copy
-        t = self.live.get(task_id)
+        t = self.live.mem.get(task_id)
         now = self.clock()
         if t is None or t.state != State.SCHEDULED or t.fire_at > now + 0.001:
             return False  # changed while the claim was made; whoever changed it rescheduled it
@@ -266,16 +295,14 @@ class Engine(CopyOps):
             if t.failure_callback:
                 self._callback(t, t.failure_callback)
         else:
-            self.live[task_id] = t
             self.journal.put(t)
-            self.scheduler.schedule(task_id, t.fire_at)
+            self.live[task_id] = t  # a retry due beyond the window leaves memory
             self.stats.retried += 1
             self.hooks.retried(t)
         return decision.action
 
     def _end(self, t: Task) -> None:
-        self.live.pop(t.id, None)
-        self.scheduler.cancel(t.id)
+        self.live.forget(t.id)
         self.journal.put(t)
 
     def _callback(self, t: Task, url: str) -> None:
@@ -313,8 +340,9 @@ class Engine(CopyOps):
         if attempt is not None:  # the sibling's attempt, in our copy's history too
             changes["history"] = add_attempt(t.history, attempt)
         if state is not None and state.ended:
+            was = t.state
             t = t.evolve(state=state, finished=self.clock(), **changes)
-            if self.live[task_id].state == State.RUNNING:
+            if was == State.RUNNING:
                 self.live[task_id] = t  # our own attempt's finish() ends it
             else:
                 self._end(t)
@@ -328,10 +356,8 @@ class Engine(CopyOps):
                 changes["fire_at"] = fire_at
         if changes:
             t = t.evolve(**changes)
-            self.live[task_id] = t
             self.journal.put(t)
-            if t.state == State.SCHEDULED:
-                self.scheduler.schedule(task_id, t.fire_at)
+            self.live[task_id] = t  # timed again, or journal only if pushed beyond the window
         return t
 
     def set_replicas(self, task_id: str, replicas: tuple[str, ...], me: str) -> None:
@@ -340,17 +366,16 @@ class Engine(CopyOps):
         if t is None or me not in replicas:
             return
         t = t.evolve(replicas=replicas, replica=replicas.index(me))
-        self.live[task_id] = t
         self.journal.put(t)
+        self.live[task_id] = t
 
     def drop(self, task_id: str) -> None:
         """Forget a stale copy whose task lives on elsewhere; tell nobody."""
         t = self.live.pop(task_id, None)
         if t is not None:
-            self.scheduler.cancel(task_id)
             self.journal.delete(task_id)
 
     # ------------------------------------------------------------ operations
     def get(self, task_id: str) -> Task | None:
-        t = self.live.get(task_id)
+        t = self.live.mem.get(task_id)
         return t if t is not None else self.journal.get(task_id)

@@ -32,18 +32,16 @@ from typing import Any, Callable, Iterable, TypeVar
 import gevent
 import gevent.event
 import gevent.threadpool
-import ujson
 
 from miyamoto.datadir import DataDirLocked
-from miyamoto.errors import Unavailable
 from miyamoto.journalfile import Health, JournalFile, JournalMoved, JournalUnavailable, rollback
-from miyamoto.protocol import DecodeError
-from miyamoto.task import State, Task
+from miyamoto.journalreads import LIVE_SQL, JournalReads
+from miyamoto.journalrows import INSERT_TASK, task_row
+from miyamoto.task import Task
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_LIVE = (State.SCHEDULED.value, State.RUNNING.value)
 BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
 LINGER = 0.0005
 WATCH_INTERVAL = 1.0  # how often the watcher checks the file and, while unhealthy, probes
@@ -73,7 +71,7 @@ def _problem(e: BaseException) -> str:
     return CANNOT_WRITE
 
 
-class Journal:
+class Journal(JournalReads):
     def __init__(self, data_dir: str, *, sync_full: bool = False,
                  on_commit: Callable[[float], None] | None = None):
         self.data_dir = data_dir
@@ -84,6 +82,7 @@ class Journal:
         self._pool = gevent.threadpool.ThreadPool(1)
         self._file = JournalFile(data_dir, self.path, sync_full)
         self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
+        self._committing: dict[str, Task | None] = {}  # the group being committed
         self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
         self._queues: dict[str, bool] = {}
         self._waiters: list[gevent.event.AsyncResult] = []
@@ -224,9 +223,11 @@ class Journal:
             _answer(waiters, None)
             return
         started = time.monotonic()
+        self._committing = tasks  # readable until it is (a read may run before the commit)
         try:
             self._run(self._commit, *_rows(tasks, names, queues))
         except Exception as e:
+            self._committing = {}  # not committed: back among the pending (or withdrawn)
             log.debug("journal: commit of %d records failed", len(tasks), exc_info=True)
             self.health.failed(_problem(e), e)
             self._watch_now.set()
@@ -243,6 +244,8 @@ class Journal:
             self._requeue(tasks, names, queues)
             _answer(waiters, JournalClosed("journal writer stopped before the commit"))
             raise
+        finally:
+            self._committing = {}
         self.commits += 1
         if self._on_commit is not None:
             self._on_commit(time.monotonic() - started)
@@ -264,8 +267,7 @@ class Journal:
         db.execute("BEGIN")
         try:
             if rows:
-                db.executemany("INSERT OR REPLACE INTO tasks (id, queue, state, finished, replica, "
-                               "data) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                db.executemany(INSERT_TASK, rows)
             if deletes:
                 db.executemany("DELETE FROM tasks WHERE id = ?", deletes)
             if name_rows:
@@ -310,53 +312,7 @@ class Journal:
             self.flush()  # what piled up while it could not write
             self.health.recovered()
 
-    # ------------------------------------------------------------ reads
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        def run() -> list[tuple]:
-            return self._file.conn().execute(sql, args).fetchall()
-        return self._run(run)
-
-    def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
-        """Everything a restarting node needs: pending tasks, reserved names, paused queues."""
-        rows = self._query("SELECT data FROM tasks WHERE state IN (?, ?)", _LIVE)
-        tasks = [t for t in (_decode(r[0]) for r in rows) if t is not None]
-        names = {(q, n): (i, e) for q, n, i, e in
-                 self._query("SELECT queue, name, id, expires FROM names")}
-        queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
-        return tasks, names, queues
-
-    def get(self, task_id: str) -> Task | None:
-        if task_id in self._tasks:
-            return self._tasks[task_id]
-        rows = self._query("SELECT data FROM tasks WHERE id = ?", (task_id,))
-        return _decode(rows[0][0]) if rows else None
-
-    def _flush_for_read(self) -> None:
-        """Commit what is pending so that a read sees it; while the journal cannot
-        write, read what is committed rather than fail the read."""
-        try:
-            self.flush()
-        except Unavailable:
-            pass
-
-    def list(self, queue: str, state: str, limit: int) -> list[Task]:
-        self._flush_for_read()  # a record still waiting for its group would be missed or stale
-        rows = self._query("SELECT data FROM tasks WHERE queue = ? AND state = ? "
-                           "ORDER BY finished DESC LIMIT ?", (queue, state, limit))
-        return [t for t in (_decode(r[0]) for r in rows) if t is not None]
-
-    def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
-        """Ended tasks per queue and state (live ones are counted in memory); with
-        primary_only, only first copies (replica 0), so a cluster can add up nodes."""
-        self._flush_for_read()  # a task that just ended is in neither memory nor SQLite until then
-        out: dict[str, dict[str, int]] = {}
-        extra = " AND replica = 0" if primary_only else ""
-        for q, s, n in self._query("SELECT queue, state, COUNT(*) FROM tasks "
-                                   f"WHERE state NOT IN (?, ?){extra} GROUP BY queue, state",
-                                   _LIVE):
-            out.setdefault(q, {})[s] = n
-        return out
-
+    # ------------------------------------------------------------ reads (journalreads.py)
     def sweep(self, now: float, retention: float) -> int:
         """Delete ended tasks past retention and expired names; returns rows removed."""
         cutoff = now - retention
@@ -365,8 +321,8 @@ class Journal:
             db = self._file.writable()
             db.execute("BEGIN")
             try:
-                n = db.execute("DELETE FROM tasks WHERE state NOT IN (?, ?) AND finished < ?",
-                               (*_LIVE, cutoff)).rowcount
+                n = db.execute(f"DELETE FROM tasks WHERE state NOT IN {LIVE_SQL} AND at < ?",
+                               (cutoff,)).rowcount
                 n += db.execute("DELETE FROM names WHERE expires < ?", (now,)).rowcount
                 db.execute("COMMIT")
             except BaseException:
@@ -401,9 +357,7 @@ def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -
         if t is None:
             deletes.append((task_id,))
         else:
-            # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
-            rows.append((t.id, t.queue, t.state.value, t.finished, t.replica,
-                         ujson.dumps(t.encode())))
+            rows.append(task_row(t))
     name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
                  if v is not None and _storable(q, n, v[0])]
     name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
@@ -417,11 +371,3 @@ def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) ->
             w.set(None)
         else:
             w.set_exception(error)
-
-
-def _decode(data: str) -> Task | None:
-    try:
-        return Task.decode(ujson.loads(data))
-    except (DecodeError, ValueError) as e:
-        log.error("journal: skipping an unreadable task row: %s", e)
-        return None

@@ -40,10 +40,9 @@ CREATE TABLE IF NOT EXISTS tasks (
     state TEXT NOT NULL,
     finished REAL,
     replica INTEGER NOT NULL DEFAULT 0,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    at REAL
 );
-CREATE INDEX IF NOT EXISTS tasks_queue_state ON tasks (queue, state);
-CREATE INDEX IF NOT EXISTS tasks_state_finished ON tasks (state, finished);
 CREATE TABLE IF NOT EXISTS names (
     queue TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -60,6 +59,39 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT
 );
 """
+
+# ``at`` is a live copy's fire time and an ended one's end time: one index serves a
+# queue's lists in both orders, a partial one the pager (live copies by fire time, none
+# of the ended), another the sweep (ended ones only), a last one a restart's look for
+# the copies that were running; so a pending task pays for two.
+# ``counts`` is kept by triggers in the same transaction as the rows it counts, so it
+# cannot drift from them (REPLACE fires the delete trigger: recursive_triggers).
+INDEXES = """
+DROP INDEX IF EXISTS tasks_queue_state;
+DROP INDEX IF EXISTS tasks_state_finished;
+CREATE INDEX IF NOT EXISTS tasks_queue_state_at ON tasks (queue, state, at);
+CREATE INDEX IF NOT EXISTS tasks_live_at ON tasks (at)
+    WHERE state IN ('scheduled', 'running');
+CREATE INDEX IF NOT EXISTS tasks_ended_at ON tasks (state, at)
+    WHERE state NOT IN ('scheduled', 'running');
+CREATE INDEX IF NOT EXISTS tasks_running ON tasks (state) WHERE state = 'running';
+CREATE TABLE IF NOT EXISTS counts (
+    queue TEXT NOT NULL,
+    state TEXT NOT NULL,
+    first INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (queue, state, first)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS tasks_counted AFTER INSERT ON tasks BEGIN
+    INSERT INTO counts (queue, state, first, n) VALUES (NEW.queue, NEW.state, NEW.replica = 0, 1)
+    ON CONFLICT (queue, state, first) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS tasks_uncounted AFTER DELETE ON tasks BEGIN
+    UPDATE counts SET n = n - 1
+    WHERE queue = OLD.queue AND state = OLD.state AND first = (OLD.replica = 0);
+END;
+"""
+SCHEMA_VERSION = "3"  # meta 'schema': 3 = the ``at`` column, its indexes and ``counts``
 
 Identity = tuple[int, int]
 
@@ -190,14 +222,41 @@ def connect(path: str, sync_full: bool) -> tuple[sqlite3.Connection, Identity | 
         if path != ":memory:":
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'FULL' if sync_full else 'NORMAL'}")
+        db.execute("PRAGMA recursive_triggers = ON")
         db.executescript(SCHEMA)
-        columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
-        if "replica" not in columns:  # journals written before copies kept their index
-            db.execute("ALTER TABLE tasks ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
+        migrate(db)
     except BaseException:
         db.close()
         raise
     return db, (None if path == ":memory:" else identity(path))
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a journal written by an earlier version up to SCHEMA_VERSION, once: add
+    the columns, fill ``at`` from each row's record and count the rows."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+    if "replica" not in columns:  # journals written before copies kept their index
+        db.execute("ALTER TABLE tasks ADD COLUMN replica INTEGER NOT NULL DEFAULT 0")
+    if "at" not in columns:
+        db.execute("ALTER TABLE tasks ADD COLUMN at REAL")
+    version = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if version is not None and version[0] == SCHEMA_VERSION:
+        return
+    # each step may be repeated: a crash in between runs them all again at the next open
+    db.execute("UPDATE tasks SET at = CASE WHEN state IN ('scheduled', 'running') "
+               "THEN json_extract(data, '$.fire_at') ELSE finished END WHERE at IS NULL")
+    db.executescript(INDEXES)
+    db.execute("BEGIN")
+    try:
+        db.execute("DELETE FROM counts")
+        db.execute("INSERT INTO counts (queue, state, first, n) SELECT queue, state, "
+                   "replica = 0, COUNT(*) FROM tasks GROUP BY 1, 2, 3")
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
+                   (SCHEMA_VERSION,))
+        db.execute("COMMIT")
+    except BaseException:
+        rollback(db)
+        raise
 
 
 def copy_out(db: sqlite3.Connection, path: str) -> str:

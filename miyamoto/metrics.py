@@ -185,7 +185,9 @@ class NodeCollector(Collector):
         yield _counter("miyamoto_tasks_cancelled", "copies cancelled here", s.cancelled)
         yield _counter("miyamoto_attempts_started", "delivery attempts started", s.attempts)
         yield _gauge("miyamoto_tasks_live", "copies scheduled or running on this node",
-                     len(self.node.engine.live))
+                     sum(self.node.engine.live_depth().values()))
+        yield _gauge("miyamoto_tasks_in_memory", "live copies held in memory (those due "
+                     "within memory_window, and running ones)", len(self.node.engine.live))
         yield _gauge("miyamoto_deliveries_in_flight", "attempts waiting on their target",
                      self.node.engine.dispatcher.busy)
         m = self.metrics
@@ -204,9 +206,9 @@ class NodeCollector(Collector):
     def _queues(self) -> Iterator[Metric]:
         engine, m = self.node.engine, self.metrics
         depth: dict[tuple[str, str], int] = {}
-        for t in list(engine.live.values()):
-            key = (m.queue_label(t.queue), t.state.value)
-            depth[key] = depth.get(key, 0) + 1
+        for (queue, state), n in engine.live_depth().items():
+            key = (m.queue_label(queue), state)
+            depth[key] = depth.get(key, 0) + n
         states = dict(engine.dispatcher.queues)
         declared = [*self.node.config.queues, *states]  # a quiet queue shows its zeros
         names = {m.queue_label(q) for q in declared} | {q for q, _ in depth}

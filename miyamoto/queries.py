@@ -141,8 +141,8 @@ class Queries:
         return min(found) if found else None
 
     def name_local(self, queue: str, name: str) -> str | None:
-        held = self.engine.names.get((queue, name))
-        return held[0] if held is not None else None
+        held = self.engine.name_holder(queue, name)  # memory's recent ones, else the journal's
+        return held[0] if held is not None and held[1] > self.engine.clock() else None
 
     def counts_local(self) -> dict[str, dict[str, int]]:
         """This node's counts per queue and state (first copies), and its ``totals``

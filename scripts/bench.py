@@ -88,6 +88,7 @@ from harness.fastload import (Enqueuer, delivery_report, enqueue_report,  # noqa
                               node_exits, replicas_per_task, resources, wait_deliveries)
 from harness.fastsink import Sink  # noqa: E402
 from harness import plot, progress  # noqa: E402
+from harness.prefill import measure_prefill  # noqa: E402
 from harness.procfs import (cpu_delta, cpu_snapshot, dir_bytes, loadavg, mb,  # noqa: E402
                             proc_status_kb)
 
@@ -132,6 +133,11 @@ def _load_options(load: argparse._ArgumentGroup) -> None:
     load.add_argument("--delayed", type=int, default=None, metavar="N",
                       help="enqueue N far-future tasks (no delivery run); report the nodes' "
                            "RSS before/after and the journal size on disk")
+    load.add_argument("--prefill", type=int, default=None, metavar="N",
+                      help="first write N tasks due in --countdown s (spread over "
+                           "--prefill-spread s) straight into each node's journal and "
+                           "report RSS and restart time with them (harness/prefill.py)")
+    load.add_argument("--prefill-spread", type=float, default=3600.0, help=argparse.SUPPRESS)
     load.add_argument("--countdown", type=float, default=3600.0,
                       help="task.countdown of --delayed tasks, seconds (default 3600)")
     load.add_argument("--queue", default=None,
@@ -467,6 +473,10 @@ def measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             view = start_nodes(args, nodes)
             log(f"cluster ready: leader {view.get('leader')}, term {view.get('term')}; pids "
                 + ", ".join(f"{n.node_id}={n.pid}" for n in nodes))
+            if args.prefill and not args.memory:
+                report.update(measure_prefill(args, nodes, sink.url(), run,
+                                              lambda: start_nodes(args, nodes),
+                                              lambda: stop_nodes(nodes, args.stop_timeout), log))
         report.update(base_report(args, view, mode_of(args)))
         if args.delayed is not None:
             run_delayed(args, nodes, sink, run, report)
