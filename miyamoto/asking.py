@@ -61,6 +61,7 @@ class _Asking:
     answers: list[m.Answer] = field(default_factory=list)
     started: float = 0.0  # the round's first ASK: every answer's hold began after it
     round: int = 0
+    reruns: int = 0  # the copy's Task.reruns, sent with every ASK
 
 
 class Asking:
@@ -96,9 +97,9 @@ class Asking:
         off; an unanswered ask is sent again at its deadline (``tick``)."""
         self.rounds += 1
         a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
-                    started=now, round=self.rounds)
+                    started=now, round=self.rounds, reruns=t.reruns)
         self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica, n=a.round)
+        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns)
         return [Send(r, ask) for r in siblings]
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Any]:
@@ -106,7 +107,7 @@ class Asking:
         if not a.waiting:
             return self._decide(task_id, a, now)
         a.deadline = now + self.t.ask_timeout
-        ask = m.Ask(task_id, a.replica, n=a.round)
+        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns)
         return [Send(r, ask) for r in sorted(a.waiting)]
 
     def _decide(self, task_id: str, a: _Asking, now: float) -> list[Any]:
@@ -122,7 +123,7 @@ class Asking:
             others = self._everyone_else()  # its siblings left the roster, none answered
             if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
-                return [Send(r, m.Ask(task_id, a.replica, n=a.round)) for r in others]
+                return [Send(r, m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns)) for r in others]
         if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
             if now - since < self.t.claim_lease:
@@ -168,8 +169,16 @@ class Asking:
             # for this claim once stored
             self._keep_early(sender, m.Claim(msg.id, msg.replica, self.t.ask_lease), now)
             return answer(m.UNKNOWN)
-        if t.state.ended:
+        if t.state.ended and msg.reruns <= t.reruns:
             return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
+        if t.state.ended:
+            # the asker's copy was run again after ours ended (a retry of a failed task
+            # reaches the copies one by one): our end is of the run before, so the asker
+            # goes, as if we had no copy; our own rerun, when it comes, asks in turn
+            if msg.probe:
+                return []
+            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+            return answer(m.GO)
         if sender not in t.replicas:
             return answer(m.REHOMED, replicas=t.replicas)
         if msg.probe:

@@ -97,7 +97,7 @@ class CopyOps:
         if t.state == State.SUCCEEDED:
             raise Conflict("task already succeeded")
         t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
-                     finished=None)
+                     finished=None, reruns=t.reruns + 1)
         self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
         try:
             self.journal.put(t, wait=wait)

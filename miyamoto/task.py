@@ -80,6 +80,7 @@ class Task:
     finished: float | None = None
     replicas: tuple[str, ...] = ()
     replica: int = 0  # this copy's index in replicas
+    reruns: int = 0  # times it was run again after it ended (retry of a failed task)
 
     def evolve(self, **changes: Any) -> "Task":
         """A copy with ``changes``: dataclasses.replace without re-running __init__
@@ -201,6 +202,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "first_attempt": (int, float), "last": (dict,), "finished": (int, float),
     "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
+    "reruns": (int,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -197,6 +197,29 @@ def test_a_probe_is_answered_only_with_news():
 
 
 # ---------------------------------------------------------------- answering
+def test_an_end_of_an_older_run_does_not_stand_a_rerun_copy_down():
+    """A retry of a failed task reaches the copies one at a time: the rerun copy that
+    fires first asks a sibling whose copy still holds the end of the run before. That
+    end is not this run's: the sibling answers go (and holds for the asker), and answers
+    ``ended`` again once its own copy is of the same run."""
+    s = machine(me="b")
+    old = task(replica=1, state=State.FAILED, attempts=3)
+    answer = sends(s.step("a", m.Ask("t1", 0, reruns=1), old, 100.0), m.Answer)["a"]
+    assert answer.verdict == m.GO
+    assert s.step("a", m.Ask("t1", 0, probe=True, reruns=1), old, 100.0) == []
+    same = task(replica=1, state=State.FAILED, attempts=3).evolve(reruns=1)
+    assert sends(s.step("a", m.Ask("t1", 0, reruns=1), same, 100.0), m.Answer)["a"].verdict \
+        == m.ENDED
+    newer = same.evolve(reruns=2, state=State.SUCCEEDED)  # the asker is the older run
+    assert sends(s.step("a", m.Ask("t1", 0, reruns=1), newer, 100.0), m.Answer)["a"].verdict \
+        == m.ENDED
+    # the asker's side: its ASK carries its copy's reruns
+    a = machine()
+    go, effects = fire(a, task().evolve(reruns=2), 110.0)
+    assert not go and {x.reruns for x in sends(effects, m.Ask).values()} == {2}
+    assert m.Ask.from_payload(m.Ask("t1", 0, reruns=2).payload()).reruns == 2
+
+
 def test_ask_answered_from_what_this_copy_knows():
     s = machine(me="b")
     ended = task(replica=1, state=State.SUCCEEDED, attempts=2)

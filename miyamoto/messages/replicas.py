@@ -165,6 +165,7 @@ class Ask:
     replica: int
     probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
     n: int = 0  # the asker's round, echoed in the answer
+    reruns: int = 0  # the asker's copy's Task.reruns: an end of an older run is not its end
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
@@ -173,12 +174,15 @@ class Ask:
             d["probe"] = True
         if self.n:
             d["n"] = self.n
+        if self.reruns:
+            d["reruns"] = self.reruns
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Ask":
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
-                   c.boolean(d, "probe", False), _round(d))
+                   c.boolean(d, "probe", False), _round(d),
+                   c.integer(d, "reruns") if "reruns" in d else 0)
 
 
 def _round(d: dict) -> int:
