@@ -190,7 +190,14 @@ def test_name_lookup_route(app: Api) -> None:
 class StubEngine:
     def __init__(self) -> None:
         self.stats = Stats()
-        self.names: dict[tuple[str, str], tuple[str, float]] = {("q", "mine"): ("id-1", 1e12)}
+        self.names: dict[tuple[str, str], tuple[str, float]] = {("q", "mine"): ("id-1", 1e12),
+                                                                ("q", "old"): ("id-0", 1.0)}
+
+    def clock(self) -> float:
+        return 1000.0
+
+    def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:
+        return self.names.get((queue, name))  # (the engine's: memory, else the journal)
 
     def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         return {"q": {"succeeded": 2}}
@@ -219,6 +226,7 @@ def test_find_name_asks_the_peers_only_when_this_node_does_not_hold_it() -> None
     assert queries({"name": {"b": None, "c": 7}}).find_name("q", "x") is None  # ill-typed
     assert q.serve("name", {"queue": "q", "name": "mine"}) == "id-1"
     assert q.serve("name", {"queue": "q", "name": "other"}) is None
+    assert q.serve("name", {"queue": "q", "name": "old"}) is None  # its reservation expired
 
 
 def test_totals_count_per_queue_and_add_up_over_the_cluster() -> None:
