@@ -262,7 +262,14 @@ def test_schedule_survives_a_full_cluster_restart(cluster_factory, sink: Sink) -
     r = post_schedule(nodes[0], name="long", every=1, task={"url": sink.url_for("/long")})
     assert r.status_code == 200, r.text
     sink.wait_for(count=2, path="/long", timeout=15)
-    killed_at = []
+    # first a leader change, so the terms on disk are above the 1 a restart starts at
+    leader = leader_of(nodes)
+    leader.kill()
+    killed_at = [time.time()]
+    leader.restart().wait_ready(30)
+    wait_converged(nodes, timeout=30)
+    assert cluster_view(nodes[0])["term"] >= 2, cluster_view(nodes[0])
+    sink.wait_for(count=sink.count("/long") + 2, path="/long", timeout=30)
     for _ in range(2):
         for n in nodes:
             n.kill()
