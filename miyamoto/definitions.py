@@ -12,12 +12,35 @@ The rules, and why each is there:
 A map of entries, last writer wins by stamp
     Each (kind, name) holds one ``Entry``: its value (a JSON object, or None for a
     deletion: a tombstone, kept so a member that missed the delete cannot bring the old
-    value back) and a stamp ``(term, seq)``. Only a leader makes stamps: its own term
-    and one more than the highest seq it holds. Terms have at most one leader (Raft),
-    so no two different writes share a stamp, and a later leader's stamps beat every
-    earlier one's. Merging is per entry, the higher stamp wins: it is commutative and
-    idempotent, so messages may be lost, repeated or reordered and members still
-    converge to one map.
+    value back) and a stamp ``(term, seq)``. Only a ready leader makes stamps: its
+    definitions term (below) and one more than the highest seq it holds. A term has at
+    most one ready leader, so no two different writes share a stamp, and a later
+    leader's stamps beat every earlier one's. Merging is per entry, the higher stamp
+    wins: it is commutative and idempotent, so messages may be lost, repeated or
+    reordered and members still converge to one map.
+
+The definitions' own term, monotonic across restarts
+    The stamps' term is not the membership's: membership lives in memory and starts
+    again at term 1 after a full-cluster restart, while the stamps and every member's
+    refusal of older terms live on disk. A leader of membership term 1 stamping with 1
+    would lose to the old stamps and have every write refused, for good. So each member
+    keeps, on disk, ``seen_term`` (the highest definitions term it has promised) and
+    ``owner`` (the leader it promised it to). A node that takes office (in any
+    membership term) picks ``dterm`` = its own ``seen_term`` + 1, promises it to itself
+    (persisted), and offers its set with that term (the sync below). A member promises
+    ``d`` to leader L only if ``d`` is above its ``seen_term`` (or equal and promised to
+    L already), persists the promise, then answers with its set; otherwise it refuses
+    with a digest naming its own ``seen_term`` and ``owner``, and the leader starts a
+    new round above it. So a leader learns, in the majority sync it does anyway, a term
+    above what a majority holds, and a full restart costs one round, not the schedules.
+
+    Why two leaders never confirm writes in one term: a leader is ``ready`` at ``d``
+    only once a majority promised ``d`` to it; a member promises ``d`` to one leader
+    only (strictly above, or the same owner), and any two majorities share a member.
+    Why a ready leader holds every acknowledged write of an older term: a member acks a
+    write of term ``t`` only while ``t`` >= its ``seen_term``; so a member in both the
+    write's ack majority and the leader's promise majority acked before it promised,
+    and its answer to the promise carried the write.
 
 Writes go through the leader, answered once a majority has them on disk
     ``write`` (leader only) stamps the changes, persists them and sends DEFS_PUT to
@@ -28,12 +51,13 @@ Writes go through the leader, answered once a majority has them on disk
     False)``: it may still spread (like a 503'd enqueue may still run), never half.
 
 A new leader adopts the newest set of a majority before it writes
-    On taking office it sends its whole set (DEFS_PUT ``want``) to every member; each
-    merges and answers with its whole set; the leader merges those. It accepts writes
-    (``ready``) only once a majority (itself counted) has answered, or reported a
-    digest equal to its own. Every acknowledged write is on some member of any
-    majority, so a ready leader holds it: its read-modify-writes (pause, resume) and
-    its schedule cursors start from the newest state.
+    On taking office it sends its whole set (DEFS_PUT ``want``, term ``dterm``) to
+    every member; each promises (above), merges and answers with its whole set; the
+    leader merges those. It accepts writes (``ready``) only once a majority (itself
+    counted) has answered, or reported a digest equal to its own under a promise to it.
+    Every acknowledged write is on some member of any majority, so a ready leader holds
+    it: its read-modify-writes (pause, resume) and its schedule cursors start from the
+    newest state.
 
 Catch-up: digests
     Every member sends the leader a digest of its set (DEFS_DIGEST) every ``resend``;
@@ -68,10 +92,11 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """Write every entry, and the highest term seen, to stable storage before carrying
-    out the effects after it."""
+    """Write every entry, the highest definitions term promised and to whom, to stable
+    storage before carrying out the effects after it."""
     entries: tuple[Entry, ...]
     term: int
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +124,7 @@ class NotLeader(Exception):
 @dataclass
 class _Pending:
     entries: tuple[Entry, ...]
+    term: int
     acked: set[str]
     deadline: float
     resend_at: float
@@ -111,8 +137,10 @@ class Definitions:
     timeout: float = 3.0
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     leader: str | None = None
-    term: int = 0       # the membership's term, as last viewed
-    seen_term: int = 0  # the highest term seen in a view or a message (kept on disk)
+    term: int = 0       # the membership's term, as last viewed (says when office changes)
+    seen_term: int = 0  # the highest definitions term promised (kept on disk) ...
+    owner: str | None = None  # ... and to whom (kept on disk)
+    dterm: int = 0      # leading: the definitions term this node claims (0: none)
     members: tuple[str, ...] = ()
     synced: set[str] = field(default_factory=set)
     _pending: dict[int, _Pending] = field(default_factory=dict)
@@ -136,8 +164,10 @@ class Definitions:
 
     @property
     def ready(self) -> bool:
-        """This node leads and holds the newest set of a majority: it may write."""
-        return (self.leading and self.term == self.seen_term
+        """This node leads, a majority promised it ``dterm`` and gave it their sets: it
+        may write."""
+        return (self.leading and self.dterm > 0 and self.seen_term == self.dterm
+                and self.owner == self.me
                 and len(self.synced & set(self.members)) >= self._majority())
 
     def digest(self) -> str:
@@ -153,10 +183,11 @@ class Definitions:
         return len(self.members) // 2 + 1
 
     # ------------------------------------------------------------ inputs
-    def load(self, entries: Iterable[Entry], term: int = 0) -> None:
-        """Entries and the highest term seen, read back from disk at start."""
+    def load(self, entries: Iterable[Entry], term: int = 0, owner: str | None = None) -> None:
+        """Entries and the highest term promised (and to whom), read back from disk."""
         self._merge(entries)
-        self.seen_term = max(self.seen_term, term)
+        if term > self.seen_term:
+            self.seen_term, self.owner = term, owner
 
     def view(self, leader: str | None, term: int, members: Iterable[str],
              now: float) -> list[Any]:
@@ -166,17 +197,11 @@ class Definitions:
         took_office = leader == self.me and (self.leader != self.me or term != self.term)
         lost_office = self.leader == self.me and (leader != self.me or term != self.term)
         self.leader, self.term, self.members = leader, term, members
-        if term > self.seen_term:
-            self.seen_term = term
-            out.append(self._persist())
         if lost_office:
+            self.dterm = 0
             out.extend(self._fail_all("leadership lost"))
         if took_office:
-            self.synced = {self.me}
-            self._offered.clear()
-            for mem in members:
-                if mem != self.me:
-                    out.extend(self._offer(mem, now))
+            out.extend(self._new_round(self._next_term(), now))
         return out
 
     def write(self, changes: list[tuple[str, str, dict | None]], now: float
@@ -194,41 +219,30 @@ class Definitions:
         stamped = []
         for kind, name, value in changes:
             seq += 1
-            stamped.append(Entry(kind, name, self.term, seq, value))
+            stamped.append(Entry(kind, name, self.dterm, seq, value))
         self._merge(stamped)
         wid, self._next_wid = self._next_wid, self._next_wid + 1
-        p = _Pending(tuple(stamped), {self.me}, now + self.timeout, now + self.resend)
+        p = _Pending(tuple(stamped), self.dterm, {self.me}, now + self.timeout,
+                     now + self.resend)
         self._pending[wid] = p
         out: list[Any] = [self._persist()]
         for mem in self.members:
             if mem != self.me:
-                out.append(Send(mem, DefsPut(self.term, p.entries, wid=wid)))
+                out.append(Send(mem, DefsPut(self.dterm, p.entries, wid=wid)))
         out.extend(self._check_done(wid))
         return wid, out
 
     def step(self, sender: str, msg: Any, now: float) -> list[Any]:
-        out: list[Any] = []
-        if msg.term > self.seen_term:  # persisted with what this message changes
-            self.seen_term = msg.term
-            out.append(self._persist())
-        return out + self._step(sender, msg, now)
-
-    def _step(self, sender: str, msg: Any, now: float) -> list[Any]:
         if isinstance(msg, DefsPut):
             return self._on_put(sender, msg, now)
         if isinstance(msg, DefsAck):
             p = self._pending.get(msg.wid)
-            if p is None or msg.term != self.term:
+            if p is None or msg.term != p.term:
                 return []
             p.acked.add(sender)
             return self._check_done(msg.wid)
         if isinstance(msg, DefsDigest):
-            if not self.leading or msg.term != self.term:
-                return []
-            if msg.digest == self.digest():
-                self.synced.add(sender)
-                return []
-            return self._offer(sender, now)
+            return self._on_digest(sender, msg, now)
         return []
 
     def tick(self, now: float) -> list[Any]:
@@ -239,29 +253,81 @@ class Definitions:
                 out.append(Finished(wid, False, "a majority did not confirm in time"))
             elif now >= p.resend_at:
                 p.resend_at = now + self.resend
-                out.extend(Send(mem, DefsPut(self.term, p.entries, wid=wid))
+                out.extend(Send(mem, DefsPut(p.term, p.entries, wid=wid))
                            for mem in self.members if mem not in p.acked)
         if now >= self._next_digest:
             self._next_digest = now + self.resend
             if self.leader is not None and not self.leading and self.me in self.members:
-                out.append(Send(self.leader, DefsDigest(self.seen_term, self.digest())))
+                out.append(Send(self.leader, DefsDigest(self.seen_term, self.digest(),
+                                                        self.owner)))
+            elif self.leading and self.dterm and not self.ready:
+                for mem in self.members:  # an offer or its answer was lost: again
+                    if mem != self.me and mem not in self.synced:
+                        out.extend(self._offer(mem, now))
         return out
 
     # ------------------------------------------------------------ inside
+    def _next_term(self, above: int = 0) -> int:
+        """The term a new round claims: above ``above`` and every one this node promised
+        (never the membership's: that one starts again at 1 after a full restart)."""
+        return max(above, self.seen_term) + 1
+
+    def _new_round(self, dterm: int, now: float) -> list[Any]:
+        """Claim ``dterm`` (promised to itself, on disk first) and offer every member
+        the set, asking for their promise and theirs."""
+        self.dterm = dterm
+        if dterm > self.seen_term:
+            self.seen_term, self.owner = dterm, self.me
+        self.synced = {self.me}
+        self._offered.clear()
+        out: list[Any] = [self._persist()]
+        for mem in self.members:
+            if mem != self.me:
+                out.extend(self._offer(mem, now))
+        return out
+
+    def _promise(self, sender: str, term: int) -> bool:
+        """May ``sender`` lead term ``term`` here? Records (not yet persists) a new
+        promise; the caller persists before answering."""
+        if term > self.seen_term:
+            self.seen_term, self.owner = term, sender
+            return True
+        return term == self.seen_term and self.owner == sender
+
     def _on_put(self, sender: str, msg: DefsPut, now: float) -> list[Any]:
+        before = (self.seen_term, self.owner)
         changed = self._merge(msg.entries)
-        out: list[Any] = [self._persist()] if changed else []
-        # a write of an older term than one we answered a leader in is not acked: a
-        # leader of that newer term may have taken our set without it (see "adopts")
-        if msg.wid is not None and msg.term >= self.seen_term:
+        # a write (wid) or an offer (want) is a leader's claim of msg.term; a write of
+        # an older term than one we promised is not acked: a leader of that newer term
+        # may have taken our set without it (see "adopts")
+        granted = (msg.wid is not None or msg.want) and self._promise(sender, msg.term)
+        out: list[Any] = [self._persist()] if changed or (self.seen_term, self.owner) \
+            != before else []
+        if msg.wid is not None and granted:
             out.append(Send(sender, DefsAck(msg.term, msg.wid)))
         if msg.want:  # the leader offers its set and wants ours back
-            out.extend(self._whole(sender, want=False, last_flag=True))
-        if msg.last and self.leading and msg.term == self.term and self._covers(msg.index):
+            if granted:
+                out.extend(self._whole(sender, want=False, last_flag=True))
+            else:  # refused: say what we promised, so it claims a higher term
+                out.append(Send(sender, DefsDigest(self.seen_term, self.digest(),
+                                                   self.owner)))
+        if msg.last and self.leading and msg.term == self.dterm and self._covers(msg.index):
             self.synced.add(sender)  # we hold all it holds: a chunk lost would show here
         if changed and self.leading:
             self._offered.clear()  # what others hold may now differ: offer again
         return out
+
+    def _on_digest(self, sender: str, msg: DefsDigest, now: float) -> list[Any]:
+        if not self.leading or not self.dterm:
+            return []
+        if msg.term > self.dterm or (msg.term == self.dterm and msg.owner != self.me):
+            # it promised a term at or above ours to another: claim one above it
+            above = self._next_term(msg.term)
+            return self._new_round(above, now) if above > self.dterm else []
+        if msg.term == self.dterm and msg.digest == self.digest():
+            self.synced.add(sender)
+            return []
+        return self._offer(sender, now)
 
     def _offer(self, mem: str, now: float) -> list[Any]:
         """Send ``mem`` the whole set and ask for its own (at most once per resend)."""
@@ -275,9 +341,10 @@ class Definitions:
         chunks = [tuple(entries[i:i + CHUNK]) for i in range(0, len(entries), CHUNK)] or [()]
         out: list[Any] = []
         index = tuple((e.kind, e.name, e.term, e.seq) for e in entries) if last_flag else None
+        term = self.dterm if want else self.seen_term
         for i, chunk in enumerate(chunks):
             end = i == len(chunks) - 1
-            out.append(Send(to, DefsPut(self.seen_term, chunk, want=want and end,
+            out.append(Send(to, DefsPut(term, chunk, want=want and end,
                                         last=last_flag and end, index=index if end else None)))
         return out
 
@@ -306,7 +373,8 @@ class Definitions:
         return changed
 
     def _persist(self) -> Persist:
-        return Persist(tuple(self.entries[k] for k in sorted(self.entries)), self.seen_term)
+        return Persist(tuple(self.entries[k] for k in sorted(self.entries)), self.seen_term,
+                       self.owner)
 
     def _check_done(self, wid: int) -> list[Any]:
         p = self._pending.get(wid)

@@ -88,11 +88,14 @@ class DefSync:
                 data = ujson.loads(f.read())
             entries = [m.Entry.from_payload(e) for e in data["entries"]]
             term = int(data.get("term", 0))
+            owner = data.get("owner")
+            if owner is not None and not isinstance(owner, str):
+                raise TypeError("owner must be a string")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             log.error("definitions: %s is unreadable (%s): starting from the cluster's set",
                       self.path, e)
             return
-        self.machine.load(entries, term)
+        self.machine.load(entries, term, owner)
         log.info("definitions: loaded %d entries from %s", len(entries), self.path)
 
     # ------------------------------------------------------------ inputs
@@ -127,8 +130,8 @@ class DefSync:
             return
         with self._lock:
             snapshot = [self.machine.entries[k].to_payload() for k in sorted(self.machine.entries)]
-            data = ujson.dumps({"term": self.machine.seen_term, "entries": snapshot},
-                               ensure_ascii=False).encode()
+            data = ujson.dumps({"term": self.machine.seen_term, "owner": self.machine.owner,
+                                "entries": snapshot}, ensure_ascii=False).encode()
             gevent.get_hub().threadpool.apply(_atomic_write, (self.path, data))
 
     # ------------------------------------------------------------ writes

@@ -6,13 +6,21 @@ decoders, so payloads must be real JSON. Leadership is played by the simulator w
 Raft's one guarantee: at most one leader per term; each node learns of a new term after
 its own random delay, so an old leader may go on acting in its old term for a while (as
 a cut-off or slow one does). A crash throws the machine away; a restart builds a new
-one from what its last ``Persist`` wrote. Clients write at random to whichever node
-thinks it leads.
+one from what its last ``Persist`` wrote. A full-cluster restart crashes every node at
+once, drops everything in flight, and starts the membership's terms again low (as
+``miyamoto.membership`` does: its state lives in memory). Clients write at random to
+whichever node thinks it leads, and a ready leader advances a schedule's cursor (kind
+"cursor", its tick + 1) every ``CURSOR_EVERY`` seconds, as ``miyamoto.schedules`` does.
 
 The checker, after every event:
 
 * no acknowledged write lost: a node that is ``ready`` (a leader allowed to write)
   holds, for every write acknowledged so far, that entry or a newer one;
+* no two nodes have writes acknowledged in one definitions term;
+* acknowledged cursors never go back: in stamp order their ticks do not decrease (a
+  cursor that went back would fire a schedule's tick twice);
+* liveness after a full restart: within ``LIVE_WITHIN`` seconds (no other fault meanwhile
+  but message loss) a write is acknowledged again and the cursor advances;
 
 and at the end, after the faults stop and the network heals, every live node holds the
 same set, and every acknowledged write is in it (or overwritten by a newer one).
@@ -30,7 +38,15 @@ from miyamoto import protocol
 from miyamoto.definitions import Definitions, Finished, Persist, Send
 
 
+CURSOR_EVERY = 0.25
+LIVE_WITHIN = 5.0
+
+
 class SafetyViolation(AssertionError):
+    pass
+
+
+class LivenessViolation(AssertionError):
     pass
 
 
@@ -38,7 +54,7 @@ class SafetyViolation(AssertionError):
 class SimNode:
     id: str
     machine: Definitions | None = None
-    disk: tuple[tuple[m.Entry, ...], int] = ((), 0)
+    disk: tuple[tuple[m.Entry, ...], int, str | None] = ((), 0, None)
 
 
 @dataclass(order=True)
@@ -64,6 +80,12 @@ class Sim:
         self.acked: dict[tuple[str, str], tuple[int, int]] = {}  # newest acked stamp
         self.writes: dict[tuple[str, int], list[m.Entry]] = {}  # (node, wid) -> entries
         self.acked_count = 0
+        self.term_writer: dict[int, str] = {}  # definitions term -> the node acked in it
+        self.cursors: list[tuple[int, int, int]] = []  # acked (term, seq, tick)
+        self.next_cursor = 0.0
+        self.full_restarts = 0
+        self.quiet_until = 0.0  # no faults but loss before this (a liveness window)
+        self.live: tuple[float, int, int] | None = None  # (deadline, acked, cursor) to beat
         for i in self.ids:
             self._start(i)
 
@@ -87,7 +109,7 @@ class Sim:
         node = self.nodes[node_id]
         for e in effects:
             if isinstance(e, Persist):
-                node.disk = (e.entries, e.term)
+                node.disk = (e.entries, e.term, e.owner)
             elif isinstance(e, Send):
                 if self.rng.random() < self.loss:
                     continue
@@ -98,6 +120,7 @@ class Sim:
                 entries = self.writes.pop((node_id, e.wid), None)
                 if e.ok and entries is not None:
                     self.acked_count += 1
+                    self._acked(node_id, entries)
                     for en in entries:
                         key = (en.kind, en.name)
                         if (en.term, en.seq) > self.acked.get(key, (-1, -1)):
@@ -117,6 +140,41 @@ class Sim:
 
     def crash(self, node_id: str) -> None:
         self.nodes[node_id].machine = None
+
+    def full_restart(self) -> None:
+        """Every node dies at once (kill -9 of them all); they come back a moment later
+        with a membership whose terms start again low."""
+        for i in self.ids:
+            self.crash(i)
+        self.events.clear()  # nothing in flight survives
+        self.full_restarts += 1
+        self.term, self.leader = self.rng.randrange(0, 2), None
+        self._push(self.now + self.rng.uniform(0.2, 1.0), "restart_all", None)
+
+    def _acked(self, node_id: str, entries: list[m.Entry]) -> None:
+        for en in entries:
+            writer = self.term_writer.setdefault(en.term, node_id)
+            if writer != node_id:
+                raise SafetyViolation(f"t={self.now:.2f}: writes of {writer} and {node_id} "
+                                      f"both acked in definitions term {en.term}")
+            if en.kind == "cursor" and en.value is not None:
+                self.cursors.append((en.term, en.seq, en.value["tick"]))
+        ticks = [t for _, _, t in sorted(self.cursors)]
+        if ticks != sorted(ticks):
+            raise SafetyViolation(f"t={self.now:.2f}: an acked cursor went back: {ticks}")
+
+    def cursor_tick(self) -> int:
+        return max((t for _, _, t in self.cursors), default=0)
+
+    def cursor_write(self) -> None:
+        """The ready leader's schedule round: its cursor's tick + 1, majority-acked."""
+        for i in self.ids:
+            mc = self.nodes[i].machine
+            if mc is not None and mc.ready:
+                tick = (mc.get("cursor", "s") or {"tick": 0})["tick"] + 1
+                wid, effects = mc.write([("cursor", "s", {"tick": tick})], self.now)
+                self.writes[(i, wid)] = [mc.entries[("cursor", "s")]]
+                self._carry(i, effects)
 
     def client_write(self) -> None:
         for i in self.ids:
@@ -153,6 +211,12 @@ class Sim:
                 self._carry(to, mc.step(sender, m.decode(verb, payload), self.now))
         elif ev.kind == "elect":
             self.elect()
+        elif ev.kind == "restart_all":
+            for i in self.ids:
+                self._start(i)
+            self.elect()
+            self.quiet_until = self.now + LIVE_WITHIN
+            self.live = (self.now + LIVE_WITHIN, self.acked_count, self.cursor_tick())
         elif ev.kind == "restart":
             self._start(ev.data)
             if self.leader is not None:
@@ -163,10 +227,19 @@ class Sim:
             mc = self.nodes[i].machine
             if mc is not None:
                 self._carry(i, mc.tick(self.now))
-        if not faults:
+        if not faults:  # healing: no new writes, so that the end state settles
+            return
+        if self.now >= self.next_cursor:
+            self.next_cursor = self.now + CURSOR_EVERY
+            self.cursor_write()
+        if self.now < self.quiet_until:
+            if self.rng.random() > 0.7:
+                self.client_write()
             return
         r = self.rng.random()
-        if r < 0.01:
+        if r < 0.004:
+            self.full_restart()
+        elif r < 0.01:
             self.elect()
         elif r < 0.015:
             victim = self.rng.choice(self.ids)
@@ -181,6 +254,9 @@ class Sim:
     def heal(self) -> None:
         """Stop losing messages, bring every node back, and elect a leader they all see."""
         self.loss = 0.0
+        self.live = None  # liveness is checked while writes go on, not while healing
+        self.events = [ev for ev in self.events if ev.kind != "restart_all"]
+        heapq.heapify(self.events)
         for i in self.ids:
             if self.nodes[i].machine is None:
                 self._start(i)
@@ -188,6 +264,14 @@ class Sim:
 
     # ------------------------------------------------------------ checks
     def check(self) -> None:
+        if self.live is not None:
+            deadline, acked, cursor = self.live
+            if self.acked_count > acked and self.cursor_tick() > cursor:
+                self.live = None
+            elif self.now >= deadline:
+                raise LivenessViolation(
+                    f"t={self.now:.2f}: {LIVE_WITHIN}s after a full restart, acked writes "
+                    f"{acked} -> {self.acked_count}, cursor {cursor} -> {self.cursor_tick()}")
         for i in self.ids:
             mc = self.nodes[i].machine
             if mc is None or not mc.ready:

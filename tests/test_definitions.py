@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from definitions_sim import SafetyViolation, Sim
+from definitions_sim import LivenessViolation, SafetyViolation, Sim
 from helpers import NodeProcess, wait_converged, wait_until
 from miyamoto import messages as m
 from miyamoto import protocol
@@ -31,8 +31,8 @@ def ready_leader(members: tuple[str, ...] = ("a", "b", "c")) -> Definitions:
     d = Definitions("a")
     d.view("a", 1, members, 0.0)
     for mem in members[1:]:
-        d.step(mem, m.DefsDigest(1, d.digest()), 0.0)
-    assert d.ready
+        d.step(mem, m.DefsDigest(1, d.digest(), "a"), 0.0)  # promised term 1 to a
+    assert d.ready and d.dterm == 1
     return d
 
 
@@ -82,7 +82,8 @@ def test_followers_redirect_and_a_new_leader_waits_for_a_majority() -> None:
         d.step("b", wire(s.msg), 0.1)
     assert d.ready and d.get("topic", "x") == old.value
     wid, _ = d.write([("topic", "y", {})], 0.2)
-    assert (d.entries[("topic", "y")].term, d.entries[("topic", "y")].seq) == (2, 8)
+    # the stamp's term is the definitions' own (1: a's first claim), not membership's 2
+    assert (d.entries[("topic", "y")].term, d.entries[("topic", "y")].seq) == (1, 8)
 
 
 def test_a_lost_chunk_does_not_count_as_synced() -> None:
@@ -92,6 +93,7 @@ def test_a_lost_chunk_does_not_count_as_synced() -> None:
     answer = sends(b.step("a", m.DefsPut(2, (), want=True), 0.0))
     assert len(answer) == 2
     d = Definitions("a")
+    d.load([], 1)  # so that a claims term 2, the one b promised it
     d.view("a", 2, ("a", "b", "c"), 0.0)
     d.step("b", wire(answer[1].msg), 0.0)  # the first chunk was lost
     assert not d.ready
@@ -132,7 +134,7 @@ def test_messages_decode_or_raise_naming_the_field() -> None:
 
 @pytest.mark.timeout(60)
 def test_simulated_clusters_lose_no_acked_write_and_converge() -> None:
-    acked = 0
+    acked = restarts = 0
     for seed in range(12):
         sim = Sim(3 if seed % 2 else 5, seed)
         sim.elect()
@@ -141,8 +143,46 @@ def test_simulated_clusters_lose_no_acked_write_and_converge() -> None:
         sim.run(sim.now + 5, faults=False)
         sim.final_check()
         acked += sim.acked_count
-        assert sim.term > 1
+        restarts += sim.full_restarts
+        assert sim.cursor_tick() > 10  # the schedule's cursor advanced all along
     assert acked > 500  # the runs did write (and change leaders) a lot
+    assert restarts >= 5  # and restarted whole clusters, each live again within bound
+
+
+@pytest.mark.timeout(30)
+def test_simulated_full_restarts_with_low_membership_terms_stay_live() -> None:
+    for seed in range(6):
+        sim = Sim(3, 100 + seed)
+        for _ in range(4):  # terms climb, then all restart with membership back at 0-1
+            sim.elect()
+            sim.run(sim.now + 1.5)
+        assert max(st for st in sim.term_writer) >= 3
+        sim.full_restart()
+        sim.run(sim.now + 1.5 + 5)  # the restart's liveness window is checked inside
+        assert sim.live is None and sim.term <= 2
+
+
+class _MembershipTerm(Definitions):
+    """Planted bug (the one this fixes): a leader claims the membership's term."""
+
+    def _next_term(self, above: int = 0) -> int:
+        return self.term
+
+
+@pytest.mark.timeout(30)
+def test_the_checker_catches_stamps_taken_from_the_membership_term() -> None:
+    caught = 0
+    for seed in range(6):
+        sim = Sim(3, 100 + seed, factory=_MembershipTerm)
+        try:
+            for _ in range(4):
+                sim.elect()
+                sim.run(sim.now + 1.5)
+            sim.full_restart()
+            sim.run(sim.now + 1.5 + 5)
+        except LivenessViolation:
+            caught += 1
+    assert caught == 6
 
 
 class _NoAdoption(Definitions):
@@ -184,12 +224,15 @@ def test_definitions_file_round_trips_and_a_bad_one_is_survived(tmp_path) -> Non
         200, {"value": {"urls": ["http://x/"]}})
     assert one.op("pause", "topic", "nope")[0] == 404
     data = json.loads((tmp_path / FILE).read_text())
-    assert data["term"] == 4 and data["entries"][0]["name"] == "t"
+    assert data["term"] == 1 and data["owner"] == "a" and data["entries"][0]["name"] == "t"
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".definitions.")]
     two = DefSync("a", str(tmp_path), lambda *a, **k: True, "tcp://x:1",
                   monotonic=lambda: 0.0, resend=0.2, timeout=1.0)
     two.load()
-    assert two.machine.get("topic", "t") == {"urls": ["http://x/"]} and two.machine.seen_term == 4
+    assert two.machine.get("topic", "t") == {"urls": ["http://x/"]} and two.machine.seen_term == 1
+    two.tick("a", 1, ("a",))  # membership starts again at 1: the definitions' term climbs
+    assert two.machine.ready and two.machine.dterm == 2
+    assert json.loads((tmp_path / FILE).read_text())["term"] == 2
     (tmp_path / FILE).write_text("{not json")
     three = DefSync("a", str(tmp_path), lambda *a, **k: True, "tcp://x:1",
                     monotonic=lambda: 0.0, resend=0.2, timeout=1.0)

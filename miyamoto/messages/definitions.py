@@ -121,17 +121,20 @@ class DefsAck:
 @message(Verb.DEFS_DIGEST)
 @dataclass(frozen=True, slots=True)
 class DefsDigest:
-    """The digest of my whole set (``Definitions.digest``)."""
+    """The digest of my whole set (``Definitions.digest``), the highest definitions
+    term I promised and to whom (``owner``): a leader counts my set as synced only
+    under a promise to it, and claims a higher term when I promised another."""
     term: int
     digest: str
+    owner: str | None = None
     verb: ClassVar[Verb]
 
     def payload(self) -> dict[str, Any]:
-        return {"term": self.term, "digest": self.digest}
+        return {"term": self.term, "digest": self.digest, "owner": self.owner}
 
     @classmethod
     def from_payload(cls, d: dict) -> DefsDigest:
-        return cls(c.integer(d, "term"), c.string(d, "digest", 64))
+        return cls(c.integer(d, "term"), c.string(d, "digest", 64), c.opt_string(d, "owner"))
 
 
 @message(Verb.DEFS_WRITE)
