@@ -111,6 +111,20 @@ class Asking:
         ask = m.Ask(t.id, t.replica, n=a.round)
         return [Send(r, ask) for r in siblings]
 
+    def fold_ask(self, t: Task, now: float) -> int:
+        """Enqueue side: our new copy ``t`` is copy 0 and due at once, and its siblings'
+        copies are about to be stored: ask with those STOREs (the round to send in each;
+        0: do not fold). The holders answer once they have stored their copy, so the
+        healthy path of a task due now costs no ASK of its own. An answer that does not
+        come is asked for again at the round's deadline, as for any ASK."""
+        siblings = self._live_siblings(t)
+        if (t.replica != 0 or not siblings or len(siblings) != len(t.replicas) - 1
+                or t.fire_at > now + self.t.ask_lease / 4 or not self.contact
+                or t.id in self.asking or t.id in self.must_ask):
+            return 0
+        self._ask(t, siblings, now)
+        return self.asking[t.id].round
+
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Any]:
         a.waiting &= self.members
         if not a.waiting:

@@ -16,9 +16,9 @@ import pytest
 from miyamoto import effects as fx
 from miyamoto import messages as m
 from miyamoto import restore
-from miyamoto.asking import Asking
-from miyamoto.asking import CLAIM_AFTER
+from miyamoto.asking import CLAIM_AFTER, Asking
 from miyamoto.siblings import Siblings, SiblingTiming, _Claim
+from miyamoto.protocol import DecodeError, Verb
 from miyamoto.task import State, Task
 
 from siblings_sim import OFFSET, SafetyViolation, Sim, random_run
@@ -450,7 +450,7 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
     cls, name, patch = BUGS[bug]
     monkeypatch.setattr(cls, name, patch(getattr(cls, name)))
     with pytest.raises(SafetyViolation):
-        for seed in range(300):
+        for seed in range(600):
             random_run(seed)
 
 
@@ -1044,3 +1044,47 @@ def test_answering_go_ends_our_clearance():
                                             how=fx.LATER)]
     go, effects = s.fire(task(fire_at=126.0), 126.0, 30.0)  # no tick since
     assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
+
+
+# ---------------------------------------------------------------- an ASK folded into STORE
+def test_a_new_copy_0_due_now_asks_with_its_siblings_stores():
+    s = machine()
+    t = task(fire_at=100.0)
+    n = s.fold_ask(t, 100.0)
+    assert n and s.asking["t1"].waiting == {"b", "c"}
+    assert fire(s, t, 100.05) == (False, [])  # it waits for the answers, asks nothing more
+    # each holder answers the folded ASK once its copy is stored (as any ASK of round n)
+    b = Siblings("b", T, ("a", "b", "c"))
+    b.tick(100.0, True)
+    (reply,) = b.step("a", m.Ask("t1", 0, n=n), task(replica=1, fire_at=105.0), 100.01)
+    assert reply == fx.Send("a", m.Answer("t1", m.GO, n=n)) and b.claims["t1"].claimer == "a"
+    assert s.step("b", reply.msg, None, 100.02) == []
+    assert s.step("c", m.Answer("t1", m.GO, n=n), None, 100.03) == [fx.Fire("t1")]
+    assert fire(s, t, 100.04) == (True, [])
+
+
+def test_a_folded_ask_not_answered_is_asked_again_as_an_ask():
+    s = machine()
+    n = s.fold_ask(task(fire_at=100.0), 100.0)
+    effects = s.tick(100.0 + T.ask_timeout, True, {"t1": task(fire_at=100.0)})
+    assert effects == [fx.Send(r, m.Ask("t1", 0, n=n)) for r in ("b", "c")]
+
+
+def test_only_a_new_copy_0_due_now_and_in_touch_folds_its_ask():
+    assert machine().fold_ask(task(replica=1, fire_at=100.0), 100.0) == 0
+    assert machine().fold_ask(task(fire_at=100.0 + T.ask_lease), 100.0) == 0  # due later
+    assert machine().fold_ask(task(replicas=("a",)), 100.0) == 0  # no sibling
+    assert machine(members=("a", "b")).fold_ask(task(), 100.0) == 0  # c is not a member
+    assert machine(contact=False).fold_ask(task(), 100.0) == 0
+    s = machine()
+    s.must_ask.add("t1")
+    assert s.fold_ask(task(), 100.0) == 0
+
+
+def test_store_carries_the_folded_asks_round_only_when_there_is_one():
+    plain = m.Store("r1", "tcp://127.0.0.1:1", {"id": "t1"})
+    assert "ask" not in plain.payload() and m.decode(Verb.STORE, plain.payload()) == plain
+    folded = m.Store("r1", "tcp://127.0.0.1:1", {"id": "t1"}, ask=7)
+    assert m.decode(Verb.STORE, folded.payload()).ask == 7
+    with pytest.raises(DecodeError):
+        m.decode(Verb.STORE, {**folded.payload(), "ask": "seven"})
