@@ -9,12 +9,8 @@ each answers, in one ANSWER shape that echoes the round:
   its way): the acknowledgement. The sibling notes the asker's claim, which holds its
   own copy off for ``ask_lease`` from when it read the ASK (``fire`` looks at the claims:
   nothing is written, and on the healthy path the asker's DONE ends the copy before it
-  is due). The asker, once cleared, delivers; if its attempt is still running
-  ``CLAIM_AFTER * ask_lease`` later (and before its clearance ends), it sends CLAIM(lease)
-  one way, which extends the hold to the attempt's deadline plus ``claim_lease``. A fast
-  delivery sends none: its DONE ends the held copies long before their hold runs out, so
-  the healthy path costs ASK, ANSWER, DONE (and no journal write on the sibling for a
-  CLAIM's new fire time);
+  is due). The asker, once cleared, delivers and sends CLAIM(lease) one way, which
+  extends the hold to the attempt's deadline plus ``claim_lease``;
 - ``claimed`` (a copy is running here, or another sibling holds a live claim) and
   ``wait`` (two copies asking each other: the lower replica index goes first): stand
   down, look again once the lease ends;
@@ -22,7 +18,7 @@ each answers, in one ANSWER shape that echoes the round:
 
 The copy delivers only once every live sibling has answered the round, and only within
 ``ask_lease / 2`` of the round's first ASK: every hold began after that, so the copy
-starts, and its CLAIM (if it sends one) arrives, while they all last; a round decided later (a sibling
+starts, and its CLAIM arrives, while they all last; a round decided later (a sibling
 kept silent until the roster dropped it) is asked again. Answers to an older round are
 ignored (but for an end or a move, which are facts). A silent sibling is asked again
 every ``ask_timeout``; the copy waits as long as that sibling is in the roster. Why a
@@ -46,11 +42,6 @@ if TYPE_CHECKING:
     from miyamoto.siblings import SiblingTiming
 
 PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
-# A delivery still running this fraction of ask_lease after it started sends its CLAIM
-# (at the latest when its clearance ends, ask_lease / 2 after its ASK): the hold each
-# ``go`` granted lasts ask_lease from the ASK, so the CLAIM still lands within it with a
-# quarter of ask_lease to spare for a tick's delay and the network.
-CLAIM_AFTER = 0.25
 
 
 @dataclass
@@ -85,7 +76,6 @@ class Asking:
     stale_since: dict[str, float]  # a copy that must ask found no one who knows: since
     away: set[str]  # must-ask copies whose node may have been dropped meanwhile
     rounds: int  # ASK rounds started (numbers them)
-    claiming: dict[str, tuple[float, m.Claim, tuple[str, ...]]]  # CLAIMs due at, to whom
 
     # ------------------------------------------------------------ hooks of Siblings
     def _note_claim(self, task_id: str, claim: _Claim) -> None:
@@ -111,20 +101,6 @@ class Asking:
         self.asking[t.id] = a
         ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns)
         return [Send(r, ask) for r in siblings]
-
-    def fold_ask(self, t: Task, now: float) -> int:
-        """Enqueue side: our new copy ``t`` is copy 0 and due at once, and its siblings'
-        copies are about to be stored: ask with those STOREs (the round to send in each;
-        0: do not fold). The holders answer once they have stored their copy, so the
-        healthy path of a task due now costs no ASK of its own. An answer that does not
-        come is asked for again at the round's deadline, as for any ASK."""
-        siblings = self._live_siblings(t)
-        if (t.replica != 0 or not siblings or len(siblings) != len(t.replicas) - 1
-                or t.fire_at > now + self.t.ask_lease / 4 or not self.contact
-                or t.id in self.asking or t.id in self.must_ask):
-            return 0
-        self._ask(t, siblings, now)
-        return self.asking[t.id].round
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Any]:
         a.waiting &= self.members
@@ -180,27 +156,6 @@ class Asking:
             if t is not None and task_id not in self.asking:
                 probe = m.Ask(task_id, t.replica, probe=True)
                 effects += [Send(r, probe) for r in self._live_siblings(t)]
-        return effects
-
-    # ------------------------------------------------------------ a running copy's CLAIM
-    def _claim_later(self, claim: m.Claim, t: Task, now: float, cleared: float) -> None:
-        """Our copy goes: its CLAIM waits until the delivery has run for a while (most
-        end first, and their DONE makes it needless), but no later than the clearance."""
-        at = min(cleared, now + CLAIM_AFTER * self.t.ask_lease)
-        self.claiming[claim.id] = (at, claim, t.replicas)
-
-    def _due_claims(self, now: float, live: Mapping[str, Task] | None) -> list[Any]:
-        """The CLAIMs of deliveries still under way when their time came (``live``:
-        this node's live copies; None: do not look, send them all)."""
-        effects: list[Any] = []
-        for task_id, (at, claim, replicas) in list(self.claiming.items()):
-            if at > now:
-                continue
-            del self.claiming[task_id]
-            t = live.get(task_id) if live is not None else None
-            if live is not None and (t is None or t.state.ended):
-                continue  # it ended meanwhile (a sibling's DONE, a cancel)
-            effects += [Send(r, claim) for r in replicas if r != self.me and r in self.members]
         return effects
 
     # ------------------------------------------------------------ answering

@@ -89,8 +89,7 @@ class Cluster:
                                        self._ring, self.in_contact, self._replay,
                                        rng.randrange(1 << 30),
                                        lambda peer, t: self.clocks.to_local(peer, t, clock()),
-                                       lambda: self.zones, self._fold_ask,
-                                       self._on_sibling)
+                                       lambda: self.zones)
         self.queries = Queries(self.me, self.engine, self.requests, self._others,
                                cfg.replication_timeout, cfg.replica_offset, clock, self._replay)
         self._next_probe = 0.0
@@ -285,10 +284,6 @@ class Cluster:
                 engine.set_replicas(e.id, e.replicas, self.me)
             elif isinstance(e, Restore):
                 self._restores.spawn(self._restore, e)
-
-    def _fold_ask(self, t: Task) -> int:
-        """The round of the ASK our new copy ``t`` sends with its siblings' STOREs (0: none)."""
-        return self.siblings.fold_ask(t, self.clock())
 
     def _replay(self, task_id: str) -> None:
         """Our copy was just stored (or rerun): apply the news that came before it."""

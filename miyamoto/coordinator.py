@@ -35,9 +35,7 @@ class Coordinator:
                  send: Callable[[str, Any], bool], ring: Callable[[], tuple[str, ...]],
                  in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int,
                  to_local: Callable[[str, float], float] = lambda peer, t: t,
-                 zones: Callable[[], Mapping[str, str]] = dict,
-                 fold_ask: Callable[[Task], int] = lambda t: 0,
-                 asked: Callable[[str, m.Ask], None] = lambda sender, msg: None):
+                 zones: Callable[[], Mapping[str, str]] = dict):
         self.config = config
         self.me = config.node
         self.engine = engine
@@ -49,8 +47,6 @@ class Coordinator:
         self.cursor = cursor
         self.to_local = to_local  # a peer's wall time on our clock (clocks.PeerClocks)
         self.zones = zones  # member -> zone, for placement (replication.spread)
-        self.fold_ask = fold_ask  # our copy 0 asks with its siblings' STOREs: the round
-        self.asked = asked  # a STORE's folded ASK, once its copy is stored
         self.stopping = False
 
     # ------------------------------------------------------------ enqueue
@@ -122,10 +118,8 @@ class Coordinator:
             return []
         remote = [c for c in copies if c.replicas[c.replica] != self.me]
         local = [c for c in copies if c.replicas[c.replica] == self.me]
-        first = next((c for c in local if c.replica == 0), None)
-        ask = self.fold_ask(first) if first is not None and remote else 0
         q, reqs = self.requests.send({
-            i: (c.replicas[c.replica], lambda req, to, c=c: m.Store(req, to, c.encode(), ask))
+            i: (c.replicas[c.replica], lambda req, to, c=c: m.Store(req, to, c.encode()))
             for i, c in enumerate(remote)})
         stored: list[Task] = []
         duplicate: str | None = None
@@ -196,8 +190,6 @@ class Coordinator:
             log.error("cluster: could not store %s: %s", task.id, e)
             return m.Stored(msg.req, task.id, False, error=type(e).__name__)
         self.on_stored(task.id)
-        if msg.ask and sender in task.replicas:  # answered before STORED, in one batch
-            self.asked(sender, m.Ask(task.id, task.replicas.index(sender), n=msg.ask))
         return m.Stored(msg.req, task.id, True)
 
     # ------------------------------------------------------------ a graceful stop

@@ -14,9 +14,9 @@ Every delivery is acknowledged first (``miyamoto.asking``)
     A copy about to deliver sends ASK to each live sibling (one in the roster) and
     delivers only once every one has answered ``go`` or ``unknown``, within half an
     ``ask_lease`` of its ASK; a sibling answering ``go`` holds its own copy off for
-    ``ask_lease``, and the copy, if its attempt is still running a quarter of
-    ``ask_lease`` later, sends CLAIM(lease) one way to extend that to its attempt's
-    deadline plus ``claim_lease`` (plus each sibling's distance in offsets). One that has the task running, claimed or ended says so and the asker
+    ``ask_lease``, and the copy, as it delivers, sends CLAIM(lease) one way to extend
+    that to its attempt's deadline plus ``claim_lease`` (plus each sibling's distance in
+    offsets). One that has the task running, claimed or ended says so and the asker
     stands down; two copies asking each other: the lower replica index goes first. A
     sibling that does not answer is asked again; the copy waits as long as that sibling
     is in the roster. Why: a link cut between two nodes while both run is not a pause,
@@ -28,8 +28,7 @@ Every delivery is acknowledged first (``miyamoto.asking``)
     side drops the cut-off member after ``failure_timeout`` and then goes, the minority
     side hears no answer and starts nothing. Only a delivery in flight at the cut may
     repeat. The cost on the healthy path: one round trip before each delivery and one
-    ANSWER per sibling (the outbox batches messages per peer), then DONE (a fast
-    delivery sends no CLAIM: its DONE ends the held copies first); no journal write on
+    ANSWER per sibling (the outbox batches messages per peer); no journal write on
     either side for the exchange (the held copy is fired again by ``Fire``, the answerer
     notes the claim). Times travel as durations (a lease, a delay), read against the
     receiver's clock. DONE / FAILED end the siblings' copies, RETRY moves them in step.
@@ -130,7 +129,6 @@ class Siblings(Asking):
         self.away: set[str] = set()  # must-ask copies whose node may have been dropped
         self._out_since: float | None = None  # out of contact (or stalled) since
         self.rounds = 0
-        self.claiming: dict[str, tuple[float, m.Claim, tuple[str, ...]]] = {}
         self.last_tick: float | None = None
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
@@ -172,7 +170,6 @@ class Siblings(Asking):
             self.must_ask.intersection_update(live)  # copies that ended by other ways
             self.away.intersection_update(live)
             self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
-        effects += self._due_claims(now, live if live is not EMPTY else None)
         self._expire(now)
         return effects
 
@@ -235,8 +232,7 @@ class Siblings(Asking):
     # ------------------------------------------------------------ our copy fires
     def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
         """Copy ``t`` is due (``deadline``: how long its attempt may take). (True,
-        effects): deliver it now (its CLAIM follows from ``tick`` if the attempt is still
-        running ``CLAIM_AFTER * ask_lease`` later); (False, effects):
+        effects): deliver it now, after sending the effects' CLAIMs; (False, effects):
         hold it, asking its siblings (their answers fire it again) or waiting."""
         if len(t.replicas) <= 1 and t.id not in self.must_ask:
             return True, []  # no sibling to collide with
@@ -255,24 +251,19 @@ class Siblings(Asking):
         if not siblings and t.id in self.must_ask and len(t.replicas) > 1:
             # its siblings all left while we were away: any member may hold it now
             siblings, wide = self._everyone_else(), True
-        cleared = self.cleared.pop(t.id, -EVER)
-        if siblings and cleared < now:  # no clearance, or a stale one
+        if siblings and self.cleared.pop(t.id, -EVER) < now:  # no clearance, or a stale one
             return False, self._ask(t, siblings, now, wide)
         self.must_ask.discard(t.id)
         self.claims.pop(t.id, None)
-        if self._live_siblings(t):  # sent by ``tick`` if the attempt is still running then
-            self._claim_later(m.Claim(t.id, t.replica, deadline + self.t.claim_lease), t,
-                              now, cleared)
-        return True, []
+        claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
+        return True, [Send(r, claim) for r in self._live_siblings(t)]
 
     def _live_siblings(self, t: Task) -> list[str]:
         return [r for r in t.replicas if r != self.me and r in self.members]
 
     # ------------------------------------------------------------ our attempt's outcome
     def outcome(self, t: Task, now: float) -> list[Any]:
-        """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry):
-        its CLAIM, if not sent yet, is not needed any more."""
-        self.claiming.pop(t.id, None)
+        """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry)."""
         siblings = [r for r in t.replicas if r != self.me]
         if not siblings:
             return []
@@ -362,7 +353,6 @@ class Siblings(Asking):
             self.claims.pop(next(iter(self.claims)))
 
     def _forget(self, task_id: str) -> None:
-        self.claiming.pop(task_id, None)
         self.must_ask.discard(task_id)
         self.away.discard(task_id)
         self.asking.pop(task_id, None)

@@ -21,9 +21,7 @@ The checker watches every delivery start and raises ``SafetyViolation`` when
   node N starting a delivery of a task that node O already started successfully:
   * in flight at a fault: O's delivery was running when O crashed or paused, or when a
     partition put O off the majority side; or O was cleared to start by an answer that
-    was on its way across a partition when it began (sent before, read after the cut),
-    or by a go read before the cut, in a round it had not finished (or a clearance it had
-    not used) then: an acknowledgement that crossed before the cut holds;
+    was on its way across a partition when it began (sent before, read after the cut);
   * outlived its lease: O's delivery took longer than its claim's lease;
   * its news was lost: O's DONE/FAILED did not reach N, and the lossy network lost it
     on its way to N or to another sibling (which may have restored N's copy from what it
@@ -170,17 +168,14 @@ class Sim:
                     queue="q", url="http://w/", eta=self.now + countdown, created=self.now)
         replicas = replication.place(ring, self.replication, task, self.cursor)
         self.cursor += 1
-        stored = ask = 0
+        stored = 0
         for c in replication.copies(task, replicas, OFFSET):
             holder = self.nodes[c.replicas[c.replica]]
             if holder.up and not holder.paused and self.connected(at_node, holder.id):
                 if holder.id == at_node or stored == 0:
                     self._store(holder, c)
-                    if holder.id == at_node and c.replica == 0:  # copy 0 asks with the STOREs
-                        ask = nd.machine.fold_ask(c, self.now)
                 else:  # the others travel: a sibling's news may overtake them
-                    self._at(self.now + self.rng.uniform(*self.latency), "store",
-                             (holder.id, c, at_node, ask))
+                    self._at(self.now + self.rng.uniform(*self.latency), "store", (holder.id, c))
                 stored += 1
         if stored:
             self.acked[task.id] = self.now
@@ -216,12 +211,6 @@ class Sim:
         for i in self.ids:  # deliveries running now, on either side of the cut
             apart = {j for j in self.ids if not self.connected(i, j)}
             for task_id in self.nodes[i].running:
-                self.inflight_at_cut.update((task_id, i, j) for j in apart)
-        for i in self.ids:  # a round answered in part at the cut: a go read before it clears
-            machine = self.nodes[i].machine
-            apart = {j for j in self.ids if not self.connected(i, j)}
-            for task_id in [*(k for k, a in machine.asking.items() if a.answers),
-                            *machine.cleared]:
                 self.inflight_at_cut.update((task_id, i, j) for j in apart)
         for _, _, kind, data in self.events:  # a go on its way across the cut clears its copy
             if kind == "msg" and isinstance(data[2], m.Answer) and \
@@ -272,7 +261,7 @@ class Sim:
             self._apply(nd, nd.machine.set_members(msg[1], self.now, self._live(nd)))
             return
         if isinstance(msg, tuple) and msg[0] == "store":
-            self._store(nd, *msg[1:])
+            self._store(nd, msg[1])
             return
         if isinstance(msg, m.Handoff):
             self._apply(nd, nd.machine.handoff(msg, self.now, src))
@@ -290,23 +279,21 @@ class Sim:
             nd.claims_seen[msg.id] = (src, self.now + TIMING.ask_lease)
         self._apply(nd, effects)
 
-    def _on_store(self, data: tuple[str, Task, str, int]) -> None:
-        holder, copy, asker, ask = data
+    def _on_store(self, data: tuple[str, Task]) -> None:
+        holder, copy = data
         nd = self.nodes[holder]
         if nd.up:
             if nd.paused:
-                nd.inbox.append(("client", ("store", copy, asker, ask)))
+                nd.inbox.append(("client", ("store", copy)))
             else:
-                self._store(nd, copy, asker, ask)
+                self._store(nd, copy)
 
-    def _store(self, nd: SimNode, copy: Task, asker: str = "", ask: int = 0) -> None:
+    def _store(self, nd: SimNode, copy: Task) -> None:
         if copy.id in nd.copies:
             return
         nd.copies[copy.id] = copy
         for src, msg in nd.machine.take_early(copy.id):
             self._receive(nd, src, msg)
-        if ask:  # the ASK that came with the STORE (Coordinator.on_store)
-            self._receive(nd, asker, m.Ask(copy.id, 0, n=ask))
 
     def _on_resume(self, node_id: str) -> None:
         nd = self.nodes[node_id]

@@ -242,25 +242,18 @@ class Answer:
 @message(Verb.STORE)
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Store this copy (``task`` as Task.encode() gives it) and answer STORED.
-    ``ask``: the sender's copy 0 is due at once and asks with this STORE (the round of
-    its ASK, ``miyamoto.asking``): once stored, answer it as an ASK of that round."""
+    """Store this copy (``task`` as Task.encode() gives it) and answer STORED."""
     req: str
     reply_to: str
     task: dict
-    ask: int = 0
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
-        d = {"req": self.req, "reply_to": self.reply_to, "task": self.task}
-        if self.ask:
-            d["ask"] = self.ask
-        return d
+        return {"req": self.req, "reply_to": self.reply_to, "task": self.task}
 
     @classmethod
     def from_payload(cls, d: dict) -> "Store":
-        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"),
-                   c.integer(d, "ask") if "ask" in d else 0)
+        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"))
 
 
 @message(Verb.STORED)
