@@ -276,10 +276,12 @@ def test_definitions_converge_after_a_member_was_down_during_writes(cluster_fact
     wait_converged(nodes, timeout=30)
     want = [{"name": "t", "urls": ["http://127.0.0.1:9/x"]}]
     wait_until(lambda: all(topics_of(n) == want for n in nodes), timeout=30)
-    for n in nodes:
-        stored = json.loads(open(os.path.join(n.data_dir, "definitions.json")).read())
-        assert {e["name"]: e["value"] for e in stored["entries"]}["t"] == {
-            "urls": ["http://127.0.0.1:9/x"]}
+
+    def on_disk(n: NodeProcess) -> Any:  # a member catching up writes its file just after
+        with open(os.path.join(n.data_dir, "definitions.json")) as f:
+            return {e["name"]: e["value"] for e in json.load(f)["entries"]}.get("t")
+    wait_until(lambda: all(on_disk(n) == {"urls": ["http://127.0.0.1:9/x"]} for n in nodes),
+               timeout=10, what="every member's definitions.json to hold topic t")
 
 
 @pytest.mark.timeout(60)
