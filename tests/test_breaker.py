@@ -12,6 +12,7 @@ import gevent
 import pytest
 
 from helpers import Reply, Sink, run_cli, wait_until
+from dispatchkit import FakeClock
 from miyamoto import Client
 from miyamoto.breaker import MAX_COOLDOWN_FACTOR, BreakerState, Breakers, is_failure
 from miyamoto.config import ConfigError, QueueConfig, load
@@ -116,14 +117,6 @@ class Runs:
 
     def __call__(self, task_id: str) -> None:
         self.started.append(task_id)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _pass(d: Dispatcher) -> float | None:

@@ -16,6 +16,7 @@ import gevent.event
 import pytest
 
 from helpers import HarnessError, Reply, Sink, wait_until
+from dispatchkit import FakeClock, Gates, pump_once
 from miyamoto.config import QueueConfig
 from miyamoto.dispatch import Dispatcher
 from miyamoto.fairness import PARK_BATCH, HostSlots, ReadyLine, origin, queue_limit
@@ -115,37 +116,6 @@ def test_hosts_wake_each_waiting_queue_once_and_forget_idle_targets():
 # ================================================================ units: the dispatcher
 
 
-class Gates:
-    """A run that holds each delivery until the test lets it go."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self._gates: dict[str, gevent.event.Event] = {}
-
-    def __call__(self, task_id: str) -> None:
-        self.started.append(task_id)
-        self._gates.setdefault(task_id, gevent.event.Event()).wait()
-
-    def finish(self, *task_ids: str) -> None:
-        for t in task_ids:
-            self._gates.setdefault(t, gevent.event.Event()).set()
-        gevent.sleep(0)
-        gevent.sleep(0)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _pass(d: Dispatcher) -> float | None:
-    """One pump pass, then let the started deliveries run up to their gates."""
-    wait = d.dispatch_ready()
-    gevent.sleep(0)
-    return wait
 
 
 def test_dispatch_a_full_target_spends_no_token_and_waits_for_a_slot():
@@ -155,16 +125,16 @@ def test_dispatch_a_full_target_spends_no_token_and_waits_for_a_slot():
     d.submit("q", "h1", H)
     d.submit("q", "h2", H)
     d.submit("q", "g1", G)
-    wait = _pass(d)
+    wait = pump_once(d)
     # h2 waits for H without taking a token: g1 got the second one
     assert runs.started == ["h1", "g1"] and wait == pytest.approx(1000.0)  # tokens: 0
     assert d.hosts.busy == {H: 1, G: 1} and d.queue("q").inflight == 2
     runs.finish("h1")  # H is free, but the bucket is empty: h2 waits for a token
     assert d.busy == 1 and d.hosts.busy == {G: 1}
-    wait = _pass(d)
+    wait = pump_once(d)
     assert runs.started == ["h1", "g1"] and wait == pytest.approx(1000.0)
     clock.now += 1000.0
-    _pass(d)
+    pump_once(d)
     assert runs.started == ["h1", "g1", "h2"]
     runs.finish("g1", "h2")
     assert d.busy == 0 and d.hosts.busy == {} and d.queue("q").inflight == 0
@@ -178,7 +148,7 @@ def test_dispatch_slots_freed_one_at_a_time_go_round_the_waiting_queues():
     for i in range(4):
         d.submit("b", f"b{i}", H)
     for _ in range(8):
-        _pass(d)
+        pump_once(d)
         runs.finish(*runs.started)
     assert runs.started == ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "b3"]
 
@@ -189,10 +159,10 @@ def test_dispatch_a_look_that_finds_only_full_targets_gives_its_token_back():
     d = Dispatcher(runs, lambda name: qc, 64, clock, max_per_host=1)
     d.submit("q", "h1", H)
     d.submit("q", "h2", H)
-    assert _pass(d) is None  # h1 took a token; h2's look found H full and gave it back
+    assert pump_once(d) is None  # h1 took a token; h2's look found H full and gave it back
     assert runs.started == ["h1"]
     d.submit("q", "g1", G)
-    _pass(d)
+    pump_once(d)
     assert runs.started == ["h1", "g1"]
 
 
@@ -201,21 +171,21 @@ def test_dispatch_a_queue_takes_its_share_and_leaves_the_rest_of_the_pool():
     d = Dispatcher(runs, lambda name: QueueConfig(name=name), 8, FakeClock())
     for i in range(20):  # each to its own target: only the queue's share limits it
         d.submit("slow", f"s{i}", f"http://s{i}:80")
-    _pass(d)
+    pump_once(d)
     assert len(runs.started) == 4 == d.queue("slow").limit  # half of 8
     for i in range(6):
         d.submit("fast", f"f{i}", G)
-    _pass(d)
+    pump_once(d)
     assert [t for t in runs.started if t.startswith("f")] == ["f0", "f1", "f2", "f3"]
     assert d.busy == 8
     d.submit("other", "o1", G)
-    _pass(d)
+    pump_once(d)
     assert "o1" not in runs.started and d.busy == 8  # the pool is full
     runs.finish("f0", "f1")
-    _pass(d)
+    pump_once(d)
     assert set(runs.started[-2:]) <= {"f4", "f5", "o1"} and d.busy == 8  # to those waiting
     runs.finish(*runs.started[-2:])
-    _pass(d)
+    pump_once(d)
     assert {"f4", "f5", "o1"} <= set(runs.started) and d.busy == 7
     assert len([t for t in runs.started if t.startswith("s")]) == 4
 
@@ -226,13 +196,13 @@ def test_dispatch_a_target_is_capped_across_queues_and_a_slot_wakes_the_waiters(
     for i in range(5):
         d.submit("a", f"a{i}", H)
         d.submit("b", f"b{i}", H)
-    _pass(d)
+    pump_once(d)
     assert len(runs.started) == 3 and d.hosts.busy == {H: 3}
     assert sorted(d.hosts.waiting(H)) == ["a", "b"]
-    _pass(d)  # nothing startable: both queues leave the active set until H frees a slot
+    pump_once(d)  # nothing startable: both queues leave the active set until H frees a slot
     assert len(runs.started) == 3 and not d._active
     runs.finish(*runs.started)
-    while _pass(d) is None and len(runs.started) < 10:
+    while pump_once(d) is None and len(runs.started) < 10:
         assert d.hosts.busy.get(H, 0) <= 3
         runs.finish(*runs.started)
     assert sorted(runs.started) == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)])
@@ -280,7 +250,7 @@ def test_dispatch_a_paused_queue_does_not_hold_up_the_queues_after_it():
         d.pause(f"p{i}", True)
         d.submit(f"p{i}", f"p{i}-task", H)
     d.submit("open", "o", G)
-    _pass(d)
+    pump_once(d)
     assert runs.started == ["o"]
 
 

@@ -5,11 +5,10 @@ queues sharing a key's rate and its parallelism.
 
 from __future__ import annotations
 
-import gevent
-import gevent.event
 import pytest
 
 from helpers import Reply, Sink
+from dispatchkit import FakeClock, Gates, pump_once
 from miyamoto.config import QueueConfig
 from miyamoto.dispatch import Dispatcher
 from miyamoto.flow import FlowSpec, FlowTable
@@ -63,36 +62,6 @@ def test_flow_a_rate_is_a_spacing_without_burst():
 # ================================================================ units: the dispatcher
 
 
-class Gates:
-    """A run that holds each delivery until the test lets it go."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self._gates: dict[str, gevent.event.Event] = {}
-
-    def __call__(self, task_id: str) -> None:
-        self.started.append(task_id)
-        self._gates.setdefault(task_id, gevent.event.Event()).wait()
-
-    def finish(self, *task_ids: str) -> None:
-        for t in task_ids:
-            self._gates.setdefault(t, gevent.event.Event()).set()
-        gevent.sleep(0)
-        gevent.sleep(0)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _pass(d: Dispatcher) -> float | None:
-    wait = d.dispatch_ready()
-    gevent.sleep(0)
-    return wait
 
 
 @pytest.mark.timeout(10)
@@ -105,12 +74,12 @@ def test_dispatch_a_full_key_holds_its_tasks_across_queues_but_not_the_others():
     d.submit("a", "a2", H, flow=one)
     d.submit("a", "free", H)  # no key: not held up by the full one
     d.submit("b", "other", G, flow=FlowSpec("other", None, 1))
-    _pass(d)
+    pump_once(d)
     assert sorted(runs.started) == ["a1", "free", "other"]
     assert d.flows.get("k").inflight == 1
     for done in ("a1", "b1", "a2"):  # each freed slot starts one more task of the key
         runs.finish(done)
-        _pass(d)
+        pump_once(d)
         assert d.flows.get("k").inflight == (0 if done == "a2" else 1)
     assert sorted(runs.started) == ["a1", "a2", "b1", "free", "other"]
     assert runs.started.index("a1") < runs.started.index("a2")  # FIFO within a queue
@@ -127,10 +96,10 @@ def test_dispatch_a_key_rate_spends_no_queue_token_and_wakes_on_a_timer():
     for i in range(3):
         d.submit("q", f"k{i}", H, flow=slow)
     d.submit("q", "g", G)
-    wait = _pass(d)
+    wait = pump_once(d)
     assert runs.started == ["k0", "g"] and wait == pytest.approx(2.0)
     clock.now += 2.0
-    _pass(d)
+    pump_once(d)
     assert runs.started == ["k0", "g", "k1"]  # the third queue token: none was wasted
 
 
