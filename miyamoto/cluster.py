@@ -79,7 +79,7 @@ class Cluster:
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
         self.zones: dict[str, str] = {}  # member -> failure domain
-        self.outbox = Outbox(self.transport.send, self.group)
+        self.outbox = Outbox(self.transport.send)
         self.requests = Requests(self.send, cfg.advertise)
         self.clocks = PeerClocks(cfg.max_clock_skew)
         self.siblings = Siblings(self.me, SiblingTiming.derive(

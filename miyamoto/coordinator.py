@@ -57,7 +57,7 @@ class Coordinator:
         if not self._await_contact():  # cut off, or back from a pause: its view may be stale
             raise Unavailable("this node cannot reach a majority of the cluster")
         replicas = replication.place(ring, self.config.replication, task, self.cursor,
-                                     self.zones())
+                                     self.zones(), first=self.me)
         if task.name is None:
             self.cursor += 1
         copies = replication.copies(task, replicas, self.config.replica_offset)

@@ -1,6 +1,6 @@
 """The durable record of tasks: SQLite in WAL mode, written in groups.
 
-All SQLite work runs on one dedicated thread (a gevent ThreadPool of size 1), so the
+All SQLite work runs on one dedicated thread (``dbthread.DbThread``), so the
 hub never blocks on the disk and the connection is only ever touched by one thread.
 Writers hand records to a writer greenlet, which commits everything that piled up
 while the previous transaction ran in one transaction: a burst of 50 enqueues costs
@@ -24,6 +24,7 @@ and are committed then.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import time
@@ -31,9 +32,9 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import gevent
 import gevent.event
-import gevent.threadpool
 
 from miyamoto.datadir import DataDirLocked
+from miyamoto.dbthread import DbThread
 from miyamoto.journalfile import Health, JournalFile, JournalMoved, JournalUnavailable, rollback
 from miyamoto.journalreads import LIVE_SQL, JournalReads
 from miyamoto.journalrows import INSERT_TASK, task_row
@@ -44,6 +45,11 @@ T = TypeVar("T")
 
 BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
 LINGER = 0.0005
+# a write nobody waits for (a copy's end, a sibling's news) is committed at most this
+# long after it was handed in, or with the next group someone waits for: in a cluster
+# such writes come one at a time, and a group each cost a thread hand-off and a commit
+# per record; a later write of the same copy within it replaces the earlier one
+LAZY_COMMIT = 0.005
 WATCH_INTERVAL = 1.0  # how often the watcher checks the file and, while unhealthy, probes
 MOVED = "its file was deleted or replaced"
 CANNOT_WRITE = "cannot write"
@@ -79,14 +85,16 @@ class Journal(JournalReads):
         self.memory = data_dir == ":memory:"
         self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
         self._sync_full = sync_full
-        self._pool = gevent.threadpool.ThreadPool(1)
+        self._pool = DbThread()
         self._file = JournalFile(data_dir, self.path, sync_full)
         self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
         self._committing: dict[str, Task | None] = {}  # the group being committed
+        self._recent: collections.OrderedDict[str, Task | None] = collections.OrderedDict()
         self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
         self._queues: dict[str, bool] = {}
         self._waiters: list[gevent.event.AsyncResult] = []
         self._wake = gevent.event.Event()
+        self._lazy = gevent.get_hub().loop.timer(LAZY_COMMIT)
         self._writer: gevent.Greenlet | None = None
         self._closed = False
         self.commits = 0
@@ -118,25 +126,18 @@ class Journal(JournalReads):
             self._writer.kill()
         if self._tasks or self._names or self._queues:
             self._flush_once()
+        self._lazy.close()
         try:
             self._run(self._file.close)
         finally:
-            self._pool.kill()
+            self._pool.close()
             self._file.release()
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the database thread. Its exception is carried back and
         raised here, not raised in the thread, where gevent would print it with a
         traceback each time: a full disk would flood the log with one per retry."""
-        def call() -> tuple[bool, Any]:
-            try:
-                return True, fn(*args)
-            except Exception as e:
-                return False, e
-        ok, value = self._pool.apply(call)
-        if not ok:
-            raise value
-        return value
+        return self._pool.apply(fn, *args)
 
     # ------------------------------------------------------------ writes
     def put(self, task: Task, *, wait: bool = False, name_expires: float | None = None) -> None:
@@ -189,7 +190,8 @@ class Journal(JournalReads):
 
     def _kick(self, wait: bool) -> None:
         if not wait:
-            self._wake.set()
+            if not self._lazy.active:
+                self._lazy.start(self._wake.set)
             return
         result = gevent.event.AsyncResult()
         self._waiters.append(result)
@@ -217,6 +219,7 @@ class Journal(JournalReads):
         tells its waiters. Only ``Exception`` is handled: a GreenletExit (``close``
         or a stop killing the writer), KeyboardInterrupt or SystemExit goes through,
         after the waiters are told, so that nobody waits forever on a dead writer."""
+        self._lazy.stop()  # whatever was pending goes with this group
         tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
         self._tasks, self._names, self._queues, self._waiters = {}, {}, {}, []
         if not (tasks or names or queues):
@@ -246,6 +249,7 @@ class Journal(JournalReads):
             raise
         finally:
             self._committing = {}
+        self._committed(tasks)  # (no yield since the commit: reads see it there at once)
         self.commits += 1
         if self._on_commit is not None:
             self._on_commit(time.monotonic() - started)

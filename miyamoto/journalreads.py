@@ -2,11 +2,15 @@
 journal's class holds the writer and this the queries a node makes of what is stored.
 
 Every read runs on the journal's database thread (``Journal._run``). Reads of one task
-see the writes not committed yet first (pending, or in the group being committed).
+see the writes not committed yet first (pending, or in the group being committed), then
+the last RECENT_MAX records committed: a sibling's ASK for a copy that just ended (the
+healthy path of every replicated task) is answered without a query, which would cost a
+thread hand-off and stall the receive loop.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from miyamoto.errors import Unavailable
@@ -21,6 +25,7 @@ _LIVE = (State.SCHEDULED.value, State.RUNNING.value)
 # spelled out, not bound: SQLite uses a partial index only when it can see the query's
 # condition implies the index's, which it cannot for parameters
 LIVE_SQL = "('scheduled', 'running')"
+RECENT_MAX = 2048  # committed records kept for reads of one task (None: deleted)
 
 
 class JournalReads:
@@ -28,6 +33,7 @@ class JournalReads:
     _file: "JournalFile"
     _tasks: dict[str, Task | None]
     _committing: dict[str, Task | None]
+    _recent: "collections.OrderedDict[str, Task | None]"
     _names: dict[tuple[str, str], tuple[str, float] | None]
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:  # Journal's
@@ -60,11 +66,21 @@ class JournalReads:
             self.load_running()[1]
 
     def _pending(self, task_id: str) -> tuple[bool, Task | None]:
-        """(True, record) if a write of ``task_id`` is not committed yet."""
-        for group in (self._tasks, self._committing):
+        """(True, record) if a write of ``task_id`` is not committed yet, or was one of
+        the last RECENT_MAX committed."""
+        for group in (self._tasks, self._committing, self._recent):
             if task_id in group:
                 return True, group[task_id]
         return False, None
+
+    def _committed(self, records: dict[str, Task | None]) -> None:
+        """A group is in the file: keep its records as the most recent ones."""
+        recent = self._recent
+        for task_id, t in records.items():
+            recent[task_id] = t
+            recent.move_to_end(task_id)
+        while len(recent) > RECENT_MAX:
+            recent.popitem(last=False)
 
     def get(self, task_id: str) -> Task | None:
         pending, t = self._pending(task_id)

@@ -1,7 +1,9 @@
 """Where a task's copies live and when each fires: pure functions, no I/O.
 
-Placement: an unnamed task goes to N consecutive ring members from a round-robin
-cursor (spreading load); a named task goes to the N members that rank highest for
+Placement: an unnamed task's first copy stays on the node that took the enqueue
+(``first``: no STORE hop for it, and that node delivers), the others go to the next
+ring members from a round-robin cursor (spreading load); without ``first``, all N are
+consecutive members from the cursor. A named task goes to the N members that rank highest for
 hash(queue, name, member) (rendezvous hashing), so two enqueues of one name meet on the
 same nodes, where the first of them (the name's owner) refuses the second, and a roster
 change moves a name's replicas by at most one member. Copy i fires at eta + i * offset; when a sibling claims,
@@ -23,8 +25,9 @@ from miyamoto.task import Task
 
 
 def place(ring: Sequence[str], n: int, task: Task, cursor: int,
-          zones: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The replica set for a new task: min(n, len(ring)) distinct members, in fire order."""
+          zones: Mapping[str, str] | None = None, first: str | None = None) -> tuple[str, ...]:
+    """The replica set for a new task: min(n, len(ring)) distinct members, in fire order;
+    an unnamed task's starts with ``first`` (the enqueuing node) when it is in the ring."""
     if not ring:
         return ()
     n = max(1, min(n, len(ring)))
@@ -38,6 +41,9 @@ def place(ring: Sequence[str], n: int, task: Task, cursor: int,
     else:
         start = cursor % len(ring)
         order = [ring[(start + i) % len(ring)] for i in range(len(ring))]
+        if first is not None and first in ring:
+            order.remove(first)
+            order.insert(0, first)
     return spread(order, n, zones or {})
 
 

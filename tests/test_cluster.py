@@ -267,9 +267,12 @@ def test_kill_9_first_replica_of_delayed_tasks_loses_none(cluster_factory, sink,
     mine: list[dict[str, Any]] = []  # the victim fires these first
     k = 0
     while len(mine) < 200:
-        got = batch_enqueue(entry[k % 2], [{"url": f"{sink.url}/first", "countdown": countdown,
-                                            "params": {"k": str(k), "i": str(i)}}
-                                           for i in range(100)])
+        # an unnamed task's first copy stays on the node that took it: every other
+        # batch goes through the victim
+        via = victim if k % 2 == 0 else entry[k // 2 % 2]
+        got = batch_enqueue(via, [{"url": f"{sink.url}/first", "countdown": countdown,
+                                   "params": {"k": str(k), "i": str(i)}}
+                                  for i in range(100)])
         answers += got
         mine += [a for a in got if a["replicas"][0] == victim.node_id]
         k += 1
@@ -881,8 +884,11 @@ def test_sigterm_of_first_replica_hands_its_tasks_to_a_sibling(cluster_factory, 
     victim = by_id(nodes, view["leader"]) if who == "leader" else \
         next(n for n in nodes if n.node_id != view["leader"])
     rest = others(nodes, victim)
-    answers = batch_enqueue(rest[0], [{"url": f"{sink.url}/handoff", "countdown": 1.5,
-                                       "params": {"i": str(i)}} for i in range(45)])
+    # through the victim (its first copies stay there) and through another node
+    answers = batch_enqueue(victim, [{"url": f"{sink.url}/handoff", "countdown": 1.5,
+                                      "params": {"i": str(i)}} for i in range(25)])
+    answers += batch_enqueue(rest[0], [{"url": f"{sink.url}/handoff", "countdown": 1.5,
+                                        "params": {"i": str(i)}} for i in range(25, 45)])
     mine = [a for a in answers if a["replicas"][0] == victim.node_id]
     assert len(mine) >= 10, Counter(a["replicas"][0] for a in answers)
     code = victim.stop(timeout=20)
@@ -1019,7 +1025,7 @@ def test_copies_held_by_a_dead_claimers_lease_fire_once_it_leaves_the_roster(clu
         got = enqueue(victim, url=sink.url_for("/slow"), params={"i": str(i)})
         if got["replicas"][0] == victim.node_id:
             ids.append(got["id"])
-    assert len(ids) >= 3, "the round robin never made the victim a first replica"
+    assert len(ids) >= 3, "the victim never held the first copy of a task it took"
     wait_until(lambda: len({r.task_id for r in sink.requests("/slow")} & set(ids)) == len(ids),
                timeout=10, what="the victim's attempts reach the sink")
     sink.reply("/slow", Reply(200))

@@ -121,9 +121,13 @@ def test_restored_copies_keep_one_offset_between_fire_times_with_replication_3(c
     held: dict[str, dict[str, float]] = {}  # task id -> surviving node -> next_attempt
     positions = set()
     for i in range(12):
-        got = entry.enqueue(url="http://127.0.0.1:9/never", countdown=120,
-                            params={"i": str(i)})
+        # an unnamed task's first copy stays on the node that took it: enqueue through
+        # every node, so that the victim holds first copies too
+        via = nodes[i % len(nodes)]
+        got = via.enqueue(url="http://127.0.0.1:9/never", countdown=120,
+                          params={"i": str(i)})
         assert len(got["replicas"]) == 3, got
+        assert got["replicas"][0] == via.node_id, got
         if victim.node_id in got["replicas"]:
             positions.add(got["replicas"].index(victim.node_id))
             cs = copies(entry, got["id"])

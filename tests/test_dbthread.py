@@ -1,0 +1,77 @@
+"""The journal's database thread (miyamoto.dbthread): order, values, errors, kills, close."""
+
+from __future__ import annotations
+
+import threading
+
+import gevent
+import pytest
+
+from miyamoto.dbthread import DbThread, DbThreadClosed
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_calls_run_on_one_other_thread_in_order_and_return_their_values():
+    db = DbThread()
+    seen: list[tuple[int, int]] = []
+
+    def job(i: int) -> int:
+        seen.append((i, threading.get_ident()))
+        return i * 2
+
+    results = [g.get() for g in [gevent.spawn(db.apply, job, i) for i in range(200)]]
+    assert results == [i * 2 for i in range(200)]
+    assert [i for i, _ in seen] == list(range(200))  # one thread, FIFO
+    threads = {t for _, t in seen}
+    assert len(threads) == 1 and threading.get_ident() not in threads
+    db.close()
+
+
+def test_an_exception_is_raised_in_the_caller_and_the_thread_goes_on():
+    db = DbThread()
+
+    def boom() -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        db.apply(boom)
+    assert db.apply(lambda: "still here") == "still here"
+    db.close()
+
+
+def test_the_hub_keeps_running_while_a_call_blocks_the_thread():
+    db = DbThread()
+    release = threading.Event()  # a real OS event: the thread blocks on it
+    ticks = []
+    ticker = gevent.spawn(lambda: [ticks.append(gevent.sleep(0.01)) for _ in range(5)])
+    call = gevent.spawn(db.apply, release.wait, 10)
+    ticker.join(timeout=5)
+    assert len(ticks) == 5 and not call.ready()  # the hub was not blocked
+    release.set()
+    assert call.get(timeout=5) is True
+    db.close()
+
+
+def test_a_killed_caller_does_not_disturb_the_next_calls():
+    db = DbThread()
+    release = threading.Event()
+    slow = gevent.spawn(db.apply, release.wait, 10)
+    gevent.sleep(0.05)
+    slow.kill()  # its call still runs; its answer must go nowhere
+    release.set()
+    assert [db.apply(lambda i=i: i) for i in range(3)] == [0, 1, 2]
+    db.close()
+
+
+def test_after_close_calls_are_refused_but_calls_already_made_finish():
+    db = DbThread()
+    release = threading.Event()
+    pending = gevent.spawn(db.apply, release.wait, 10)
+    gevent.sleep(0.05)
+    db.close()
+    db.close()  # idempotent
+    with pytest.raises(DbThreadClosed):
+        db.apply(lambda: 1)
+    release.set()
+    assert pending.get(timeout=5) is True
