@@ -97,10 +97,11 @@ class Engine(CopyOps):
         # recent name reservations (a bounded cache of the journal's names table)
         self.names: collections.OrderedDict[tuple[str, str], tuple[str, float]] = \
             collections.OrderedDict()
-        self.dispatcher = Dispatcher(self._run, config.queue, config.concurrency, clock,
+        self.dispatcher = Dispatcher(self._attempt, config.queue, config.concurrency, clock,
                                      max_per_host=config.max_per_host,
                                      breaker_failures=config.breaker_failures,
-                                     breaker_cooldown=config.breaker_cooldown)
+                                     breaker_cooldown=config.breaker_cooldown,
+                                     begin=self._begin)
         self.hooks = hooks or Hooks()
         self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
         self.stats = Stats()
@@ -228,18 +229,27 @@ class Engine(CopyOps):
 
     def _run(self, task_id: str) -> bool:
         """Deliver a due copy; False if it did not go (its token is given back)."""
+        begun = self._begin(task_id)
+        if begun is None:
+            return False
+        return self._attempt(begun)
+
+    def _begin(self, task_id: str) -> tuple[Task, float, float | None] | None:
+        """The part of a delivery that does not block (the dispatcher calls it before it
+        spends a greenlet): may the copy go now? Its siblings are asked (their answers
+        submit it again), or it is marked running: (copy, start, first-attempt delay)."""
         t = self.live.mem.get(task_id)
         if t is None or t.state != State.SCHEDULED:
-            return False
+            return None
         if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
             self.scheduler.schedule(task_id, t.fire_at)
-            return False
+            return None
         if not self.hooks.claim(t):
-            return False  # the hooks rescheduled, ended or dropped the copy
+            return None  # the hooks rescheduled, ended or dropped the copy
         t = self.live.mem.get(task_id)
         now = self.clock()
         if t is None or t.state != State.SCHEDULED or t.fire_at > now + 0.001:
-            return False  # changed while the claim was made; whoever changed it rescheduled it
+            return None  # changed while the claim was made; whoever changed it rescheduled it
         self.scheduler.cancel(task_id)
         first_delay = None if t.first_attempt else now - t.eta  # due to first attempt
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
@@ -247,6 +257,11 @@ class Engine(CopyOps):
         self.stats.attempts += 1
         log.debug("task %s: attempt %d, copy %d of %s", task_id, t.attempts + 1, t.replica,
                   ",".join(t.replicas))
+        return t, now, first_delay
+
+    def _attempt(self, begun: tuple[Task, float, float | None]) -> bool:
+        """The HTTP attempt of a copy ``_begin`` marked running, and its outcome."""
+        t, now, first_delay = begun
         started = time.monotonic()
         try:
             q = self.queue_config(t.queue)
@@ -260,11 +275,11 @@ class Engine(CopyOps):
             outcome = Outcome(ok=False, error=str(e), at=self.clock(), start=now,
                               node=self.config.node)
         except Exception as e:  # never leave a copy RUNNING: a failed attempt is retried
-            log.exception("task %s: attempt failed unexpectedly", task_id)
+            log.exception("task %s: attempt failed unexpectedly", t.id)
             outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock(),
                               start=now, node=self.config.node)
         self.dispatcher.outcome(origin(t.url), outcome.status)  # the target's breaker
-        action = self.finish(task_id, outcome)
+        action = self.finish(t.id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
                              time.monotonic() - started, first_delay)
         return True

@@ -333,7 +333,9 @@ class Journal(JournalReads):
                 rollback(db)
                 raise
             return n
-        return self._run(run)
+        removed = self._run(run)
+        self._recent.clear()  # it may hold records the sweep just removed
+        return removed
 
     def size_bytes(self) -> int:
         if self.memory:
