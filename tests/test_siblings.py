@@ -336,19 +336,6 @@ def test_handoff_plan_names_the_next_live_sibling_and_the_lone_copies():
 
 
 # ---------------------------------------------------------------- the simulator
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("chunk", range(10))
-def test_random_runs_are_safe(chunk):
-    """1,000 seeded runs (100 per chunk) with loss, delay, pauses, partitions, crashes."""
-    dups = acked = 0
-    for seed in range(chunk * 100, chunk * 100 + 100):
-        sim = random_run(seed)
-        dups += sim.duplicates()
-        acked += len(sim.acked)
-    assert acked > 1000
-    print(f"chunk {chunk}: {acked} acknowledged, {dups} excused duplicates")
-
-
 def _pause_scenario(seed: int, **kw) -> Sim:
     """Node a holds first copies and is paused for 3 offsets while they fall due."""
     sim = Sim(seed, 3, 2, **kw)
