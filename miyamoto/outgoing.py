@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import gevent
@@ -33,27 +32,10 @@ import gevent.socket
 from geventhttpclient import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
+from miyamoto.deliverytypes import MAX_RESPONSE, DeliveryError, Response, TargetRefused
 from miyamoto.targets import TargetGuard, parse_address
 
 log = logging.getLogger(__name__)
-
-MAX_RESPONSE = 1024 * 1024  # bytes read from a target's answer before giving up on it
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-class DeliveryError(Exception):
-    """The request got no HTTP response (connect error, timeout, protocol error)."""
-
-
-class TargetRefused(DeliveryError):
-    """An address the target's host resolved to is denied by a target rule."""
-
 
 class _Checked:
     """geventhttpclient's pool, resolving through the guard: see the module docstring."""
