@@ -22,7 +22,7 @@ import gevent.pool
 import ujson
 
 from miyamoto.httpclient import HTTPClient
-from miyamoto.outgoing import ClientPool, DeliveryError
+from miyamoto.deliverytypes import DeliveryError
 from miyamoto.config import Config, QueueConfig
 from miyamoto.copyops import CopyOps
 from miyamoto.delivery import Outcome, build_request
@@ -77,7 +77,7 @@ class Stats:
 
 class Engine(CopyOps):
     def __init__(self, config: Config, journal: Journal,
-                 client: HTTPClient | ClientPool | None = None,
+                 client: HTTPClient | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None,
                  metrics: Metrics | None = None):

@@ -1,24 +1,24 @@
 """The delivery HTTP client: keep-alive HTTP/1.1 on gevent sockets, answers parsed by
 ``httptools`` (llhttp, in C), connections pooled per (scheme, host, port, timeout).
 
-Why not geventhttpclient (``miyamoto.outgoing``, which this replaces as the engine's
-client): under ``scripts/bench.py`` its Python layers (header objects, a ``select`` per
-checkout to see whether a pooled socket is alive, a ``gevent.Timeout`` per request, the
-response object) were about half of the delivery path's CPU. Here a request is one
-``sendall`` of bytes built in one pass, the answer is fed to llhttp as it arrives, the
-deadline is the socket's own timeout, and the liveness check of a pooled connection is
-one non-blocking ``MSG_PEEK`` on the raw socket.
+Why not geventhttpclient (the engine's client before this one): under
+``scripts/bench.py`` its Python layers (header objects, a ``select`` per checkout to see
+whether a pooled socket is alive, a ``gevent.Timeout`` per request, the response object)
+were about half of the delivery path's CPU. Here a request is one ``sendall`` of bytes
+built in one pass, the answer is fed to llhttp as it arrives, the deadline is the
+socket's own timeout, and the liveness check of a pooled connection is one non-blocking
+``MSG_PEEK`` on the raw socket.
 
-The rules of ``outgoing`` are kept. Every new connection resolves its host itself and
-checks every address against the ``TargetGuard`` before connecting to any: one refused
-address refuses the whole name (it could be the one tried next), and only checked
-addresses are connected to, so a rebinding DNS answer cannot slip in between the check
-and the connect. A pooled connection was checked when it was opened. An address literal
-skips the resolver (which under gevent runs in a thread pool and has been seen to stall).
-Origins are kept in a bounded LRU; any failure other than a complete answer closes that
-connection, so a connection left half-used is never handed to the next request. No
-redirect is followed (a 3xx is the attempt's answer). https goes through ``ssl`` with
-certificate and host name verification.
+Every new connection resolves its host itself and checks every address against the
+``TargetGuard`` before connecting to any: one refused address refuses the whole name (it
+could be the one tried next), and only checked addresses are connected to, so a
+rebinding DNS answer cannot slip in between the check and the connect. A pooled
+connection was checked when it was opened. An address literal skips the resolver (which
+under gevent runs in a thread pool and has been seen to stall). Origins are kept in a
+bounded LRU; any failure other than a complete answer closes that connection, so a
+connection left half-used is never handed to the next request. No redirect is followed
+(a 3xx is the attempt's answer). https goes through ``ssl`` with certificate and host
+name verification. The answer and the errors are ``miyamoto.deliverytypes``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import gevent.socket
 import gevent.ssl
 import httptools
 
-from miyamoto.outgoing import MAX_RESPONSE, DeliveryError, Response, TargetRefused
+from miyamoto.deliverytypes import MAX_RESPONSE, DeliveryError, Response, TargetRefused
 from miyamoto.targets import TargetGuard, parse_address
 from miyamoto.wire import send_all
 
@@ -206,7 +206,8 @@ def _request_bytes(method: str, target: str, host: str, headers: dict[str, str],
 
 
 class HTTPClient:
-    """The engine's delivery client: ``request()`` as ``outgoing.ClientPool`` has it."""
+    """The engine's delivery client: ``request()`` answers a ``Response`` or raises
+    ``DeliveryError`` (``TargetRefused`` when a target rule denies an address)."""
 
     def __init__(self, *, max_origins: int = 256, concurrency: int = 128,
                  guard: TargetGuard | None = None, ssl_context: Any = None):

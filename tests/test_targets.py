@@ -1,6 +1,7 @@
 """The target guard in-process: every spelling of a denied address, allow over deny, the
-cluster's endpoints, the enqueue-time URL check, and the delivery client's connect-time
-check against real sockets on 127.0.0.1 (a resolver stub stands in for DNS)."""
+cluster's endpoints, the enqueue-time URL check, and the delivery client's
+(``miyamoto.httpclient``) connect-time check over http and https against a real socket
+on 127.0.0.1 (a resolver stub stands in for DNS)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import threading
 
 import pytest
 
-from miyamoto.outgoing import ClientPool, TargetRefused, _CheckedPool
+from miyamoto import httpclient
+from miyamoto.deliverytypes import DeliveryError, TargetRefused
+from miyamoto.httpclient import HTTPClient
 from miyamoto.targets import TargetGuard, parse_address, parse_ipv4
 from miyamoto.validate import Limits, ValidationError, check_url
 
@@ -139,34 +142,27 @@ def test_check_url_refuses_with_400_naming_the_field():
 
 
 # ---------------------------------------------------------------- the client, on real sockets
+# The client's own behaviour (and the guard over http: a denied literal, every resolved
+# address, the node's own port by name, no redirects) is in tests/test_http11_client.py.
 
 @pytest.fixture
-def server():
-    """A listening socket on 127.0.0.1 that answers one HTTP 200 per connection and
-    counts connections (so a test can show none was made)."""
+def listener():
+    """A socket on 127.0.0.1 that accepts, counts and closes each connection: enough to
+    see whether the client connected at all (over http or https alike)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    sock.settimeout(0.2)
-    state = {"connections": 0, "stop": False,
-             "reply": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"}
+    sock.settimeout(0.1)
+    state = {"connections": 0, "stop": False}
 
-    def serve():
+    def serve() -> None:
         while not state["stop"]:
             try:
                 conn, _ = sock.accept()
             except OSError:
                 continue
-            state["connections"] += 1
-            with conn:
-                conn.settimeout(2)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                conn.sendall(state["reply"])
+            state["connections"] += 1  # before the close the client waits for
+            conn.close()
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
@@ -177,67 +173,33 @@ def server():
 
 
 def _resolving_to(monkeypatch, addresses):
-    """The pool's resolver answers ``addresses`` for any name (stands in for DNS)."""
-    def fake(self):
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, self._connection_port))
-                for a in addresses]
-    monkeypatch.setattr("geventhttpclient.connectionpool.ConnectionPool._resolve", fake)
+    """The client's resolver answers ``addresses`` for any name (stands in for DNS)."""
+    def fake(host, port, *args):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses]
+    monkeypatch.setattr(httpclient.gevent.socket, "getaddrinfo", fake)
 
 
-def test_client_delivers_to_an_allowed_literal(server):
-    port, state = server
-    pool = ClientPool(guard=TargetGuard())
-    resp = pool.request("POST", f"http://127.0.0.1:{port}/w", body=b"x", headers={}, timeout=5)
-    assert resp.status == 200 and state["connections"] == 1
-    pool.close()
-
-
-def test_client_refuses_a_denied_literal_without_connecting(server):
-    port, state = server
-    pool = ClientPool(guard=TargetGuard(deny=["127.0.0.0/8"]))
-    with pytest.raises(TargetRefused) as info:
-        pool.request("POST", f"http://127.0.0.1:{port}/w", body=b"", headers={}, timeout=5)
-    assert "target_deny 127.0.0.0/8" in str(info.value)
-    assert state["connections"] == 0
-
-
-def test_client_checks_every_resolved_address(server, monkeypatch):
-    port, state = server
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_client_checks_its_guard_before_connecting(listener, monkeypatch, scheme):
+    """The guard the client was given is checked at connect under both schemes, on a
+    literal and on every address a name resolves to; nothing refused is connected to."""
+    port, state = listener
+    client = HTTPClient(guard=TargetGuard(deny=["127.0.0.0/8"]))
+    with pytest.raises(TargetRefused, match="target_deny 127.0.0.0/8"):
+        client.request("POST", f"{scheme}://127.0.0.1:{port}/w", body=b"", headers={},
+                       timeout=5)
+    client.close()
+    client = HTTPClient(guard=TargetGuard())
     _resolving_to(monkeypatch, ["127.0.0.1", "169.254.169.254"])
-    pool = ClientPool(guard=TargetGuard())
-    with pytest.raises(TargetRefused) as info:
-        pool.request("GET", f"http://rebind.example:{port}/", body=b"", headers={}, timeout=5)
-    assert "169.254.169.254" in str(info.value) and "cloud-metadata" in str(info.value)
-    assert state["connections"] == 0
+    with pytest.raises(TargetRefused, match="169.254.169.254.*cloud-metadata"):
+        client.request("POST", f"{scheme}://rebind.example:{port}/w", body=b"", headers={},
+                       timeout=5)
+    # the control: allowed, the same URL connects (and fails on the closed connection,
+    # which the accept loop counts before closing it, in order after any earlier connect)
     _resolving_to(monkeypatch, ["127.0.0.1"])
-    resp = pool.request("GET", f"http://rebind.example:{port}/", body=b"", headers={}, timeout=5)
-    assert resp.status == 200 and state["connections"] == 1
-
-
-def test_client_refuses_the_nodes_own_port_by_name(server, monkeypatch):
-    port, state = server
-    _resolving_to(monkeypatch, ["127.0.0.1"])
-    pool = ClientPool(guard=TargetGuard(endpoints=lambda: [("127.0.0.1", port)]))
-    with pytest.raises(TargetRefused) as info:
-        pool.request("POST", f"http://self.example:{port}/queues/x/purge", body=b"",
-                     headers={}, timeout=5)
-    assert "cluster-endpoint" in str(info.value) and state["connections"] == 0
-
-
-def test_client_does_not_follow_redirects(server):
-    port, state = server
-    state["reply"] = (f"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/next\r\n"
-                      "Content-Length: 0\r\nConnection: close\r\n\r\n").encode()
-    pool = ClientPool(guard=TargetGuard())
-    resp = pool.request("POST", f"http://127.0.0.1:{port}/w", body=b"", headers={}, timeout=5)
-    assert resp.status == 302 and state["connections"] == 1  # a failed attempt, not a hop
-    pool.close()
-
-
-def test_checked_pool_is_the_one_used():
-    pool = ClientPool()
-    client = pool._client("http", "127.0.0.1", 80, 5.0)
-    assert isinstance(client._connection_pool, _CheckedPool)
-    https = pool._client("https", "example.com", 443, 5.0)
-    assert https._connection_pool.guard is pool.guard
-    pool.close()
+    with pytest.raises(DeliveryError) as info:
+        client.request("POST", f"{scheme}://rebind.example:{port}/w", body=b"", headers={},
+                       timeout=5)
+    assert not isinstance(info.value, TargetRefused), info.value
+    assert state["connections"] == 1  # the refused requests made none
+    client.close()
