@@ -1,6 +1,7 @@
 """Request and answer over the cluster's one-way messages (STORE/STORED, REQUEST/REPLY).
 
-Each request gets a fresh id and the sender's reply address; the answer (or a stand-in
+Each request gets a fresh id (a random prefix drawn once, then a counter: a uuid4 per
+request was a visible share of an enqueue's CPU) and the sender's reply address; the answer (or a stand-in
 when the message could not be sent) arrives on a queue that the asking greenlet reads
 until every answer came or the timeout passed. A peer's answer is matched by its id
 only, so a late or forged answer to a forgotten request is dropped.
@@ -8,7 +9,8 @@ only, so a late or forged answer to a forgotten request is dropped.
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
 from typing import Any, Callable
 
 import gevent
@@ -24,6 +26,8 @@ class Requests:
         self._send = send
         self._reply_to = reply_to
         self._pending: dict[str, gevent.queue.Queue] = {}
+        self._prefix = os.urandom(8).hex()
+        self._numbers = itertools.count()
 
     def answer(self, msg: m.Stored | m.Reply) -> None:
         """An answer came: hand it to the request waiting for it, if any."""
@@ -38,7 +42,7 @@ class Requests:
         q: gevent.queue.Queue = gevent.queue.Queue()
         reqs: dict[str, Any] = {}
         for key, (member, build) in asks.items():
-            req = uuid.uuid4().hex
+            req = f"{self._prefix}{next(self._numbers):x}"
             reqs[req] = key
             self._pending[req] = q
             fail = _failer(q, req)
