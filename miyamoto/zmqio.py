@@ -44,10 +44,11 @@ class Readable:
     reused, so a wait allocates nothing but the hub's Waiter.
     """
 
-    def __init__(self, sock: zmq.Socket, timeout: float = FD_WAIT_TIMEOUT) -> None:
+    def __init__(self, sock: zmq.Socket, timeout: float | None = None) -> None:
         self._hub = gevent.get_hub()
         self._io = self._hub.loop.io(sock.getsockopt(zmq.FD), 1)
-        self._timeout = gevent.Timeout(timeout)
+        self._seconds = FD_WAIT_TIMEOUT if timeout is None else timeout
+        self._timeout = gevent.Timeout(self._seconds)
 
     def wait(self) -> None:
         """Return when the FD is readable or the timeout passed (never raises it)."""
@@ -58,7 +59,10 @@ class Readable:
         except gevent.Timeout as e:
             if e is not timeout:
                 raise
-            e.__traceback__ = None  # reused: keep no frames alive
+            # A gevent Timeout that has expired once expires at once when restarted
+            # (gevent 26: a busy loop): an expired one is replaced, cancelled ones reused.
+            timeout.close()
+            self._timeout = gevent.Timeout(self._seconds)
         finally:
             timeout.cancel()
 
