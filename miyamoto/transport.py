@@ -1,4 +1,4 @@
-"""Cluster transport: one ROUTER in, one DEALER per peer out, over ``zmq.green``.
+"""Cluster transport: one ROUTER in, one DEALER per peer out, on plain ``zmq`` sockets.
 
 Why this shape (DESIGN.md §2): the ROUTER tells us who sent each message,
 because every node's DEALERs carry its node id (plus a per-connection random tag, so
@@ -16,7 +16,11 @@ With a ``CurveKeys`` cluster key pair, all traffic is CurveZMQ-encrypted and a
 ZAP handler admits only clients that hold the cluster key pair: CURVE alone
 admits any client that knows the server's public key.
 
-Each Transport owns its own ``zmq.green.Context``. The ZAP endpoint
+Plain sockets, not ``zmq.green``, whose wrappers cost ~10 % of a node's CPU (see
+miyamoto.zmqio): DEALERs only send with NOBLOCK; the ROUTER and the ZAP socket are
+drained until EAGAIN by their greenlets, which wait on the socket's ``zmq.FD``.
+
+Each Transport owns its own ``zmq.Context``. The ZAP endpoint
 (``inproc://zeromq.zap.01``) is per context, so this gives every Transport its
 own ZAP handler, lets tests run several nodes in one process, and lets
 ``stop()`` terminate the context. The cost is one libzmq I/O thread per
@@ -37,12 +41,12 @@ from typing import Any, Callable
 
 import gevent
 import zmq
-import zmq.green as gzmq
 from gevent.pool import Group
 from zmq.utils import z85
 
 from miyamoto import protocol
 from miyamoto.protocol import DecodeError, Verb
+from miyamoto.zmqio import NOBLOCK, Readable, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -208,11 +212,11 @@ class Transport:
         self.hwm = hwm
         self.stats = TransportStats()
         self._identity = identity
-        self._ctx: gzmq.Context | None = None
-        self._router: gzmq.Socket | None = None
-        self._zap: gzmq.Socket | None = None
+        self._ctx: zmq.Context | None = None
+        self._router: zmq.Socket | None = None
+        self._zap: zmq.Socket | None = None
         self._zap_greenlet: gevent.Greenlet | None = None
-        self._dealers: dict[str, gzmq.Socket] = {}
+        self._dealers: dict[str, zmq.Socket] = {}
         self._group = Group()
         self._started = False
         self._stopped = False
@@ -226,7 +230,7 @@ class Transport:
         if self._started:
             raise RuntimeError("Transport.start() called twice")
         self._started = True
-        self._ctx = gzmq.Context()
+        self._ctx = zmq.Context()
         try:
             if self.curve is not None:
                 # The ZAP handler must be listening before the first handshake.
@@ -319,7 +323,7 @@ class Transport:
             self.stats.count(verb.value, "dropped")
             return False
         try:
-            sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            send_frames(sock, frames)
         except zmq.Again:
             self.stats.send_failed += 1
             self.stats.count(verb.value, "dropped")
@@ -348,7 +352,7 @@ class Transport:
         if sock is not None:
             sock.close(linger=0)
 
-    def _connect(self, address: str) -> gzmq.Socket | None:
+    def _connect(self, address: str) -> zmq.Socket | None:
         assert self._ctx is not None
         sock = self._ctx.socket(zmq.DEALER)
         try:
@@ -371,7 +375,7 @@ class Transport:
         self._dealers[address] = sock
         return sock
 
-    def _common_options(self, sock: gzmq.Socket) -> None:
+    def _common_options(self, sock: zmq.Socket) -> None:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, self.hwm)
         sock.setsockopt(zmq.RCVHWM, self.hwm)
@@ -384,39 +388,51 @@ class Transport:
 
     # -- receiving -----------------------------------------------------------
 
-    def _recv(self) -> tuple[list[bytes], int, zmq.Frame]:
-        """One whole message: (first 3 frames, frame count, identity frame).
-
-        Frames past the third are read and thrown away, never kept.
-        """
+    def _receive_loop(self) -> None:
+        """Drain the ROUTER, yield to the hub every YIELD_EVERY messages, wait on its FD."""
         sock = self._router
         assert sock is not None
-        first = sock.recv(copy=False)
-        frames = [first.bytes]
-        count = 1
-        while sock.getsockopt(zmq.RCVMORE):
-            part = sock.recv(zmq.NOBLOCK, copy=False)
-            count += 1
-            if count <= 3:
-                frames.append(part.bytes)
-        return frames, count, first
+        readable = Readable(sock)
+        try:
+            while not self._stopped:
+                if self._drain(sock):
+                    gevent.sleep(0)  # fairness: a flood must not starve the process
+                elif not self._stopped:
+                    readable.wait()
+        except zmq.ZMQError:
+            return  # closed under us (see _drain)
+        finally:
+            readable.close()
 
-    def _receive_loop(self) -> None:
-        batch = 0
-        while not self._stopped:
+    def _drain(self, sock: zmq.Socket) -> bool:
+        """Handle queued messages until EAGAIN (False) or YIELD_EVERY of them (True).
+
+        Frames past the third are read and thrown away, never kept. A multipart
+        message is delivered whole, so its later frames never raise Again.
+        """
+        recv = sock.recv
+        for _ in range(YIELD_EVERY):
+            if self._stopped:
+                return False
             try:
-                frames, count, first = self._recv()
+                first = part = recv(NOBLOCK, False)
+                frames = [first.bytes]
+                count = 1
+                while part.more:
+                    part = recv(NOBLOCK, False)
+                    count += 1
+                    if count <= 3:
+                        frames.append(part.bytes)
+            except zmq.Again:
+                return False
             except zmq.ZMQError as e:
                 if self._stopped or e.errno in (zmq.ETERM, zmq.ENOTSOCK):
-                    return
+                    raise  # the socket or its context is gone: the loop ends
                 log.error("receive failed on %s: %s", self._address, e)
                 gevent.sleep(0.1)
-                continue
+                return True
             self._handle(frames, count, first)
-            batch += 1
-            if batch >= YIELD_EVERY:
-                batch = 0
-                gevent.sleep(0)
+        return True
 
     def _handle(self, frames: list[bytes], count: int, first: zmq.Frame) -> None:
         try:
@@ -440,28 +456,40 @@ class Transport:
     # -- ZAP -----------------------------------------------------------------
 
     def _serve_zap(self, cluster_key: bytes) -> None:
+        """Answer ZAP requests (one at a time: REP) until stopped; same drain-and-wait as
+        the ROUTER. The reply cannot hit a HWM: libzmq's ZAP pipe has none."""
         sock = self._zap
         assert sock is not None
-        while not self._stopped:
-            try:
-                request = sock.recv_multipart()
-            except zmq.ZMQError:
-                if self._stopped:
-                    return
-                raise
-            try:
-                reply, admitted = zap_reply(request, cluster_key)
-            except Exception:  # never leave the REP socket waiting for a reply
-                log.exception("ZAP request handling failed")
-                reply, admitted = [ZAP_VERSION, request[1] if len(request) > 1 else b"",
-                                   b"500", b"Internal error", b"", b""], False
-            if not admitted:
-                self.stats.zap_denied += 1
-                address = request[3].decode("utf-8", "replace") if len(request) > 3 else "?"
-                mechanism = request[5][:16] if len(request) > 5 else b"?"
-                self._warn.warning("refused %s client from %s: not the cluster key",
-                                   mechanism.decode("ascii", "replace"), address[:64])
-            sock.send_multipart(reply)
+        readable = Readable(sock)
+        try:
+            while not self._stopped:
+                try:
+                    request = sock.recv_multipart(NOBLOCK)
+                except zmq.Again:
+                    readable.wait()
+                    continue
+                except zmq.ZMQError:
+                    if self._stopped:
+                        return
+                    raise
+                sock.send_multipart(self._zap_answer(request, cluster_key), NOBLOCK)
+        finally:
+            readable.close()
+
+    def _zap_answer(self, request: list[bytes], cluster_key: bytes) -> list[bytes]:
+        try:
+            reply, admitted = zap_reply(request, cluster_key)
+        except Exception:  # never leave the REP socket waiting for a reply
+            log.exception("ZAP request handling failed")
+            reply, admitted = [ZAP_VERSION, request[1] if len(request) > 1 else b"",
+                               b"500", b"Internal error", b"", b""], False
+        if not admitted:
+            self.stats.zap_denied += 1
+            address = request[3].decode("utf-8", "replace") if len(request) > 3 else "?"
+            mechanism = request[5][:16] if len(request) > 5 else b"?"
+            self._warn.warning("refused %s client from %s: not the cluster key",
+                               mechanism.decode("ascii", "replace"), address[:64])
+        return reply
 
 
 def _peer_address(frame: zmq.Frame) -> str:

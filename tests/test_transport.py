@@ -17,6 +17,7 @@ import gevent
 import pytest
 import zmq
 from gevent import socket as gsocket
+from gevent.event import Event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from zmq.utils import z85
@@ -26,6 +27,7 @@ from miyamoto import protocol
 from miyamoto.protocol import DecodeError, Verb
 from miyamoto.transport import (
     MAX_MESSAGE_SIZE,
+    YIELD_EVERY,
     CurveKeys,
     Transport,
     _Throttle,
@@ -33,6 +35,8 @@ from miyamoto.transport import (
     parse_frames,
     zap_reply,
 )
+from miyamoto import zmqio
+from miyamoto.zmqio import Readable
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -547,3 +551,153 @@ def test_bind_failure_raises_and_cleans_up(make):
         t.start()
     assert not t.running
     t.stop()
+
+
+# -- 7. the receive loop: drain until EAGAIN, yield, wait on the FD ----------------
+
+class Gate:
+    """An on_message that holds the receive loop on its first message until released,
+    so that what is sent meanwhile queues up at the ROUTER and is drained in batches.
+    Records each delivery with the value of a ticker greenlet's counter at that moment."""
+
+    def __init__(self):
+        self.release = Event()
+        self.ticks = [0]
+        self.seen: list[tuple[Verb, dict, int]] = []
+
+    def __call__(self, sender, verb, payload):
+        if not self.seen:
+            self.release.wait(10)
+        self.seen.append((verb, payload, self.ticks[0]))
+
+    def tick_forever(self):
+        while True:
+            self.ticks[0] += 1
+            gevent.sleep(0)
+
+
+@pytest.fixture
+def no_safety_net(monkeypatch):
+    """FD waits without their timeout: a missed edge (a wait before EAGAIN) then hangs
+    the loop, and the test fails, instead of being hidden by the retry."""
+    monkeypatch.setattr(zmqio, "FD_WAIT_TIMEOUT", 60.0)
+
+
+@pytest.mark.timeout(30)
+def test_a_burst_past_yield_every_arrives_whole_in_order_and_yields(no_safety_net, make, raw):
+    gate = Gate()
+    target, _ = make("target", inbox=gate)
+    ticker = gevent.spawn(gate.tick_forever)
+    try:
+        peer = raw(b"peer")
+        peer.connect(target.address)
+        peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {"gate": 1}))
+        wait_until(lambda: target.stats.received == 1, what="the gate message")
+        n = 10 * YIELD_EVERY + 3
+        for i in range(n):
+            peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
+        gate.release.set()
+        wait_until(lambda: len(gate.seen) == n + 1, timeout=20, what="the burst")
+    finally:
+        ticker.kill()
+    assert [p["i"] for _, p, _ in gate.seen[1:]] == list(range(n))
+    assert target.stats.received == n + 1 and target.stats.dropped == 0
+    # fairness: other greenlets ran at least every YIELD_EVERY messages
+    runs: dict[int, int] = {}
+    for _, _, tick in gate.seen[1:]:
+        runs[tick] = runs.get(tick, 0) + 1
+    assert max(runs.values()) <= YIELD_EVERY
+    assert len(runs) >= n // YIELD_EVERY
+
+
+@pytest.mark.timeout(30)
+def test_a_malformed_message_among_good_ones_is_dropped_alone(no_safety_net, make, raw):
+    gate = Gate()
+    target, _ = make("target", inbox=gate)
+    peer = raw(b"peer")
+    peer.connect(target.address)
+    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {"gate": 1}))
+    wait_until(lambda: target.stats.received == 1, what="the gate message")
+    bad_kinds = [
+        [b"HEARTBEAT"],                          # too few frames
+        [b"HEARTBEAT", b"{}", b"x", b"y"],       # frames past the third
+        [b"NOPE", b"{}"],                        # unknown verb
+        [b"STORE", b"\xff{"],                    # not JSON
+    ]
+    expected, bad = [], 0
+    for i in range(3 * YIELD_EVERY):
+        if i % 7 == 3:
+            peer.send_multipart(bad_kinds[bad % len(bad_kinds)])
+            bad += 1
+        else:
+            peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
+            expected.append(i)
+    peer.send_multipart(protocol.encode(Verb.STORE, {"last": True}))
+    gate.release.set()
+    wait_until(lambda: gate.seen and gate.seen[-1][1] == {"last": True}, timeout=20,
+               what="the last good message")
+    assert [p["i"] for _, p, _ in gate.seen[1:-1]] == expected
+    assert target.stats.dropped == bad and target.stats.handler_errors == 0
+    assert target.stats.received == len(expected) + 2
+
+
+@pytest.mark.timeout(30)
+def test_an_idle_loop_sleeps_and_wakes_promptly(make):
+    a, _ = make("a")
+    b, inbox_b = make("b")
+    send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"n": -1})
+    inbox_b.wait_for(lambda m: True)
+    # idle for longer than the FD wait's timeout: the loop must sleep, not spin
+    cpu = time.process_time()
+    gevent.sleep(1.2)  # the idle period under test, not a wait for a condition
+    assert time.process_time() - cpu < 0.3
+    latencies = []
+    for n in range(7):
+        gevent.sleep(0.05 if n % 2 else 0.6)  # idle: the loop waits on the FD again
+        sent = time.monotonic()
+        assert a.send("b", b.address, Verb.HEARTBEAT, {"n": n})
+        inbox_b.wait_for(lambda m: m[2] == {"n": n})
+        latencies.append(time.monotonic() - sent)
+    # a loop that only polled on its timeout would take 0.25 s on average
+    assert sorted(latencies)[len(latencies) // 2] < 0.1, latencies
+
+
+@pytest.mark.timeout(20)
+def test_stop_inside_on_message_ends_a_burst_there(no_safety_net, make, raw):
+    holder: dict = {"seen": []}
+
+    def on_message(sender, verb, payload):
+        holder["seen"].append(payload["i"])
+        if payload["i"] == 5:
+            holder["t"].stop()
+
+    b, _ = make("b", inbox=on_message)
+    holder["t"] = b
+    peer = raw(b"peer")
+    peer.connect(b.address)
+    for i in range(3 * YIELD_EVERY):
+        peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
+    groups = list(b._group)
+    wait_until(lambda: all(g.dead for g in groups), what="b's greenlets to end")
+    assert holder["seen"] == list(range(6)) and not b.running
+
+
+@pytest.mark.timeout(10)
+def test_readable_times_out_again_and_again():
+    """Each wait on an FD with no input ends after its timeout: not at once (a gevent
+    Timeout restarted after it expired fires immediately, which made the loop spin)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    try:
+        sock.bind(LOOPBACK)
+        with pytest.raises(zmq.Again):
+            sock.recv(zmq.NOBLOCK)
+        readable = Readable(sock, timeout=0.05)
+        for _ in range(4):
+            started = time.monotonic()
+            readable.wait()
+            assert time.monotonic() - started >= 0.04
+        readable.close()
+    finally:
+        sock.close(linger=0)
+        ctx.destroy(linger=0)
