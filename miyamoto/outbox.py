@@ -2,7 +2,7 @@
 of the event loop leaves as one BATCH message.
 
 Under load a node sends several messages per task (STORE, STORED, CLAIM, DONE), and
-each ZeroMQ send and receive through zmq.green costs tens of microseconds plus a wake
+each ZeroMQ send and receive costs microseconds of CPU plus a wake
 of the hub. Batching them per loop turn cuts that to one send per peer per turn,
 without delaying anything: the flush runs as soon as the current greenlet yields, as a
 callback of the hub's loop (not a greenlet of its own: a spawn per loop turn was a
