@@ -77,6 +77,9 @@ class Asking:
     away: set[str]  # must-ask copies whose node may have been dropped meanwhile
     rounds: int  # ASK rounds started (numbers them)
 
+    def _stalled(self, now: float) -> bool:  # Siblings'
+        raise NotImplementedError
+
     # ------------------------------------------------------------ hooks of Siblings
     def _note_claim(self, task_id: str, claim: _Claim) -> None:
         raise NotImplementedError
@@ -162,12 +165,22 @@ class Asking:
     def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Any]:
         def answer(verdict: str, **kw: Any) -> list[Any]:
             return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))]
+        # read after our loop stalled, the ASK may be as old as the stall: its asker
+        # has long given up on it (and may have delivered since, once the roster dropped
+        # us). It is answered, but nothing is held for it: a hold would keep our copy
+        # from asking, and so from hearing that the task is over, for an ask_lease. Our
+        # copy asks before it delivers instead (must_ask), so an asker that does still
+        # wait is not run over by it.
+        stale = self._stalled(now)
+        if stale and t is not None and not t.state.ended:
+            self.must_ask.add(t.id)
         if t is None:
             if msg.probe:
                 return []
             # our copy may still be on its way (STORE and ASK travel apart): it holds
             # for this claim once stored
-            self._keep_early(sender, m.Claim(msg.id, msg.replica, self.t.ask_lease), now)
+            if not stale:
+                self._keep_early(sender, m.Claim(msg.id, msg.replica, self.t.ask_lease), now)
             return answer(m.UNKNOWN)
         if t.state.ended and msg.reruns <= t.reruns:
             return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
@@ -177,7 +190,8 @@ class Asking:
             # goes, as if we had no copy; our own rerun, when it comes, asks in turn
             if msg.probe:
                 return []
-            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+            if not stale:
+                self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
             return answer(m.GO)
         if sender not in t.replicas:
             return answer(m.REHOMED, replicas=t.replicas)
@@ -194,7 +208,7 @@ class Asking:
         # the lease of the CLAIM it sends as it delivers). Noted, not written: ``fire``
         # looks at the claims, so the healthy path, whose DONE comes long before our
         # copy is due, costs no journal write here
-        if 0 <= msg.replica < len(t.replicas):
+        if 0 <= msg.replica < len(t.replicas) and not stale:
             self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
         self.cleared.pop(t.id, None)
         return answer(m.GO)

@@ -135,6 +135,12 @@ class Siblings(Asking):
         self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
 
     # ------------------------------------------------------------ time and roster
+    def _stalled(self, now: float) -> bool:
+        """Our loop stalled (a pause, a frozen VM) and we are not back in contact yet;
+        true at once, before the next tick, for the messages read right after it."""
+        return self.stalled or (self.last_tick is not None
+                                and now - self.last_tick > self.t.stall_gap)
+
     def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
         """Time passes; ``contact``: this node hears a majority of the roster now;
         ``live``: its live copies. Each of them asks first once this node has been out
@@ -236,9 +242,7 @@ class Siblings(Asking):
         hold it, asking its siblings (their answers fire it again) or waiting."""
         if len(t.replicas) <= 1 and t.id not in self.must_ask:
             return True, []  # no sibling to collide with
-        stalled = self.stalled or (self.last_tick is not None
-                                   and now - self.last_tick > self.t.stall_gap)
-        if self.me not in self.members or stalled or (not self.contact and len(self.members) > 1):
+        if self.me not in self.members or self._stalled(now) or (not self.contact and len(self.members) > 1):
             self.must_ask.add(t.id)
             self.cleared.pop(t.id, None)  # answers read after a stall may be stale
             return False, [Update(t.id, at=now + HOLD_RETRY, how=LATER)]

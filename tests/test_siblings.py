@@ -910,6 +910,29 @@ def test_a_claim_naming_a_replica_the_task_lacks_is_not_kept():
     assert update.how == fx.LATER and "t1" not in s.claims
 
 
+def test_an_ask_read_right_after_a_stall_holds_nothing_and_our_copy_asks_first():
+    # b's loop stalled for 10 s (SIGSTOP); the first thing it reads is a's ASK from before
+    # the stall. a gave up on it long ago and delivered once the roster dropped b: a hold
+    # noted for it kept b's copy from asking a (and hearing of the end) for an ask_lease,
+    # long enough for a to be paused in turn and dropped, and b to deliver again
+    s = machine(me="b", members=("a", "b"))
+    t = task(replica=1, replicas=("a", "b"), fire_at=105.0)
+    answer = sends(s.step("a", m.Ask("t1", 0), t, 110.0), m.Answer)["a"]
+    assert answer.verdict == m.GO  # answered as before: an asker still waiting may go
+    assert "t1" not in s.claims and "t1" in s.must_ask
+    go, effects = fire(s, t, 110.5)  # back in contact: it asks, it is not held off
+    assert not go and set(sends(effects, m.Ask)) == {"a"}
+    assert not updates(effects)
+
+
+def test_an_ask_read_without_a_stall_still_holds_our_copy():
+    s = machine(me="b", members=("a", "b"))
+    t = task(replica=1, replicas=("a", "b"), fire_at=105.0)
+    s.tick(100.5, True)
+    assert sends(s.step("a", m.Ask("t1", 0), t, 100.6), m.Answer)["a"].verdict == m.GO
+    assert s.claims["t1"].until == pytest.approx(100.6 + T.ask_lease)
+
+
 def test_a_claim_is_over_at_its_lease_end():
     s = machine(me="b")
     s.step("a", m.Claim("t1", 0, 20.0), task(replica=1), 100.0)
