@@ -227,13 +227,6 @@ class Engine(CopyOps):
         if t is not None and t.state == State.SCHEDULED:
             self.dispatcher.submit(t.queue, task_id, origin(t.url), t.priority, spec_of(t))
 
-    def _run(self, task_id: str) -> bool:
-        """Deliver a due copy; False if it did not go (its token is given back)."""
-        begun = self._begin(task_id)
-        if begun is None:
-            return False
-        return self._attempt(begun)
-
     def _begin(self, task_id: str) -> tuple[Task, float, float | None] | None:
         """The part of a delivery that does not block (the dispatcher calls it before it
         spends a greenlet): may the copy go now? Its siblings are asked (their answers

@@ -42,7 +42,7 @@ def running(**kw) -> Task:
 
 def answer(status: int | None, headers: dict[str, str] | None = None,
            error: str | None = None) -> Outcome:
-    """An outcome built the way Engine._run builds it."""
+    """An outcome built the way Engine._attempt builds it."""
     if status is None:
         return Outcome(ok=False, error=error or "connection refused", at=NOW)
     return Outcome(ok=is_success(status), status=status, headers=headers or {}, body=b"r",
