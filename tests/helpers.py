@@ -44,6 +44,19 @@ __all__ = [
 CLUSTER_CURVE = (CLUSTER_KEYS[0].encode(), CLUSTER_KEYS[1].encode(), CLUSTER_KEYS[0].encode())
 
 
+def metric(node: NodeProcess, name: str) -> float:
+    """One sample of the node's GET /metrics: the unlabelled line of ``name``, else its
+    first labelled one; AssertionError if it has neither."""
+    r = node.get("/metrics", timeout=5)
+    assert r.status_code == 200, r.text
+    lines = r.text.splitlines()
+    for prefix in (name + " ", name + "{"):
+        for line in lines:
+            if line.startswith(prefix):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no metric {name} in {r.text[:500]}")
+
+
 def dealer(address: str, identity: bytes | None,
            curve: tuple[bytes, bytes, bytes] | None = CLUSTER_CURVE):
     """A raw (blocking) pyzmq DEALER, in the test process, connected to ``address``; by

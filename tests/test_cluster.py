@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from helpers import (NodeProcess, dealer, Reply, cluster_view, member_ids, run_cli,
+from helpers import (metric, NodeProcess, dealer, Reply, cluster_view, member_ids, run_cli,
                      wait_converged, wait_until)
 
 OFFSET = 1.0  # FAST_OPTIONS replica_offset
@@ -80,15 +80,6 @@ def test_three_nodes_agree_on_roster_and_leader(cluster_factory):
 
 
 # ================================================================ 2. 1,000 tasks, each once
-
-
-def metric(node: NodeProcess, name: str) -> float:
-    r = node.get("/metrics", timeout=5)
-    assert r.status_code == 200, r.text
-    for line in r.text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no metric {name} in {r.text[:500]}")
 
 
 def wait_no_live_copies(nodes: list[NodeProcess], timeout: float = 20.0) -> None:

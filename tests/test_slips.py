@@ -13,17 +13,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from helpers import Reply, wait_until
+from helpers import metric, Reply, wait_until
 
 MIB = 1024 * 1024  # the default max_body
-
-
-def metric(node, name: str) -> float:
-    """One sample of GET /metrics."""
-    for line in node.get("/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no metric {name}")
 
 
 # ================================================================ the timer

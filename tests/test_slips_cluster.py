@@ -16,17 +16,10 @@ from typing import Any
 
 import pytest
 
-from helpers import (NodeProcess, Reply, cluster_view, dealer, member_ids, wait_converged,
+from helpers import (metric, NodeProcess, Reply, cluster_view, dealer, member_ids, wait_converged,
                      wait_until)
 
 OFFSET = 1.0  # FAST_OPTIONS replica_offset
-
-
-def metric(node: NodeProcess, name: str) -> float:
-    for line in node.get("/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no metric {name}")
 
 
 def wait_no_live_copies(nodes: list[NodeProcess], timeout: float = 20.0) -> None:

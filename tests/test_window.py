@@ -12,22 +12,13 @@ import time
 
 import pytest
 
-from helpers import NodeProcess, wait_until
+from helpers import metric, NodeProcess, wait_until
 
 WINDOW = 2.0
 OPTIONS = {"memory_window": WINDOW}
 TOL = 0.05  # the node's clock against the sink's (same host)
 LATE = 0.5  # how late a paged-in task may fire on a loaded box (a few ms when idle)
 SLOW_RETRY = {"slowretry": {"min_backoff": 4, "max_backoff": 4, "max_doublings": 0}}
-
-
-def metric(node: NodeProcess, name: str) -> float:
-    r = node.get("/metrics", timeout=5)
-    assert r.status_code == 200, r.text
-    for line in r.text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no metric {name}")
 
 
 def in_memory(node: NodeProcess) -> int:

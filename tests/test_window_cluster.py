@@ -10,20 +10,11 @@ from typing import Any
 
 import pytest
 
-from helpers import NodeProcess, wait_converged, wait_until
+from helpers import metric, wait_converged, wait_until
 
 WINDOW = 2.0
 COUNTDOWN = 14.0  # due well after the victim is dropped and its copies restored
 TOL = 0.05
-
-
-def metric(node: NodeProcess, name: str) -> float:
-    r = node.get("/metrics", timeout=5)
-    assert r.status_code == 200, r.text
-    for line in r.text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no metric {name}")
 
 
 @pytest.mark.timeout(120)
