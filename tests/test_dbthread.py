@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import gevent
 import pytest
@@ -53,11 +54,30 @@ def test_the_hub_keeps_running_while_a_call_blocks_the_thread():
     db.close()
 
 
+def _blocking_call(release: threading.Event):
+    """A call that blocks the thread until ``release``, and a wait (with a deadline)
+    until the thread is running it."""
+    started = threading.Event()
+
+    def call() -> bool:
+        started.set()
+        return release.wait(10)
+
+    def running() -> None:
+        deadline = time.monotonic() + 5
+        while not started.is_set():
+            assert time.monotonic() < deadline, "the thread never ran the call"
+            gevent.sleep(0.005)
+
+    return call, running
+
+
 def test_a_killed_caller_does_not_disturb_the_next_calls():
     db = DbThread()
     release = threading.Event()
-    slow = gevent.spawn(db.apply, release.wait, 10)
-    gevent.sleep(0.05)
+    call, running = _blocking_call(release)
+    slow = gevent.spawn(db.apply, call)
+    running()
     slow.kill()  # its call still runs; its answer must go nowhere
     release.set()
     assert [db.apply(lambda i=i: i) for i in range(3)] == [0, 1, 2]
@@ -67,8 +87,9 @@ def test_a_killed_caller_does_not_disturb_the_next_calls():
 def test_after_close_calls_are_refused_but_calls_already_made_finish():
     db = DbThread()
     release = threading.Event()
-    pending = gevent.spawn(db.apply, release.wait, 10)
-    gevent.sleep(0.05)
+    call, running = _blocking_call(release)
+    pending = gevent.spawn(db.apply, call)
+    running()
     db.close()
     db.close()  # idempotent
     with pytest.raises(DbThreadClosed):
