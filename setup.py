@@ -12,8 +12,8 @@ setup(
     long_description=(Path(__file__).parent / "README").read_text(),
     long_description_content_type="text/markdown",
     packages=find_packages(exclude=["tests", "tests.*"]),
-    # the dashboard's page, script and style (miyamoto/dashboard.py serves them)
-    package_data={"miyamoto": ["static/*.html", "static/*.js", "static/*.css"]},
+    # the dashboard's page, script and style (miyamoto/http/dashboard.py serves them)
+    package_data={"miyamoto.http": ["static/*.html", "static/*.js", "static/*.css"]},
     python_requires=">=3.11",
     install_requires=[
         "gevent>=24.2",
@@ -21,10 +21,10 @@ setup(
         "requests>=2.31",
         "ujson>=5.9",
         "geventhttpclient>=2.3",
-        "httptools>=0.6",  # miyamoto/httpclient.py: the delivery client's answer parser
+        "httptools>=0.6",  # miyamoto/delivery/httpclient.py: the delivery client's answer parser
         "tqdm>=4.66",  # the CLI's progress bar for enqueue --file
         "prometheus_client>=0.20",
-        "croniter>=2.0",  # schedules: cron expressions (miyamoto.schedules)
+        "croniter>=2.0",  # schedules: cron expressions (miyamoto.definitions.schedules)
         "tzdata>=2024.1",  # schedules: IANA time zones where the OS has none
     ],
     extras_require={
@@ -42,5 +42,5 @@ setup(
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests
         "compare": ["celery>=5.3", "redis>=5.0"],
     },
-    entry_points={"console_scripts": ["miyamoto = miyamoto.cli:main"]},
+    entry_points={"console_scripts": ["miyamoto = miyamoto.cli.main:main"]},
 )

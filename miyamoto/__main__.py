@@ -1,4 +1,4 @@
-from miyamoto.cli import main
+from miyamoto.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

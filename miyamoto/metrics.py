@@ -27,12 +27,12 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, \
-    generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, \
-    HistogramMetricFamily, Metric
+                              generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, \
+                                   Metric
 from prometheus_client.registry import Collector
 
-from miyamoto.breakermetrics import breaker_metrics
+from miyamoto.delivery.breakermetrics import breaker_metrics
 from miyamoto.version import __version__
 
 if TYPE_CHECKING:

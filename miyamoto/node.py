@@ -18,20 +18,20 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 
-from miyamoto.api import Api
-from miyamoto.auth import Tokens
-from miyamoto.config import Config
-from miyamoto.cluster import Cluster
+from miyamoto.cluster.layer import Cluster
+from miyamoto.cluster.queries import TOTAL_PREFIX
+from miyamoto.config.settings import Config
+from miyamoto.definitions.schedules import Ticker
 from miyamoto.errors import Unavailable
-from miyamoto.fdlimit import connection_cap
-from miyamoto.journal import Journal
+from miyamoto.http.api import Api
+from miyamoto.http.auth import Tokens
+from miyamoto.http.fdlimit import connection_cap
+from miyamoto.http.server import BACKLOG, HTTPServer
 from miyamoto.logs import AccessLog
 from miyamoto.metrics import Metrics
-from miyamoto.queries import TOTAL_PREFIX
-from miyamoto.schedules import Ticker
-from miyamoto.server import BACKLOG, HTTPServer
-from miyamoto.task import State, Task
-from miyamoto.validate import Limits
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import State, Task
+from miyamoto.tasks.validate import Limits
 
 log = logging.getLogger(__name__)
 

@@ -54,19 +54,19 @@ _SIMS = ([f"tests/test_membership.py::test_random_faults[{i}]" for i in range(60
          + [f"tests/test_membership.py::test_a_connected_majority_keeps_going[{i}]"
             for i in range(30)])
 MODULES: dict[str, list[list[str]]] = {
-    "miyamoto/scheduler.py": [["tests/test_units.py", "-k", "scheduler"],
+    "miyamoto/engine/scheduler.py": [["tests/test_units.py", "-k", "scheduler"],
                               ["tests/test_slips_units.py", "-k", "scheduler"]],
-    "miyamoto/dispatch.py": [["tests/test_dispatch.py"],
+    "miyamoto/delivery/dispatch.py": [["tests/test_dispatch.py"],
                              ["tests/test_slips_units.py", "-k", "dispatch"],
                              ["tests/test_fairness.py", "-k", "not node_"]],
-    "miyamoto/fairness.py": [["tests/test_fairness.py", "-k", "not node_"]],
-    "miyamoto/backoff.py": [["tests/test_units.py", "-k", "backoff or jitter or retry_after"],
+    "miyamoto/delivery/fairness.py": [["tests/test_fairness.py", "-k", "not node_"]],
+    "miyamoto/delivery/backoff.py": [["tests/test_units.py", "-k", "backoff or jitter or retry_after"],
                             ["tests/test_slips_units.py", "-k", "backoff or retry_after"]],
-    "miyamoto/ratelimit.py": [["tests/test_units.py", "-k", "bucket"],
+    "miyamoto/delivery/ratelimit.py": [["tests/test_units.py", "-k", "bucket"],
                               ["tests/test_slips_units.py", "-k", "bucket"]],
-    "miyamoto/validate.py": [["tests/test_validate.py"],
+    "miyamoto/tasks/validate.py": [["tests/test_validate.py"],
                              ["tests/test_slips_units.py", "-k", "validate"]],
-    "miyamoto/replication.py": [["tests/test_replication.py"],
+    "miyamoto/replicas/placement.py": [["tests/test_replication.py"],
                                 ["tests/test_slips_units.py", "-k", "replication"]],
     **{f"miyamoto/{name}.py": [
         ["tests/test_membership.py", "-k",
@@ -74,15 +74,15 @@ MODULES: dict[str, list[list[str]]] = {
         _SIMS, ["tests/test_slips_units.py", "-k", "membership"]]
        for name in ("membership", "election", "leadership", "liveness", "changes",
                     "bootstrap", "roster")},
-    "miyamoto/delivery.py": [["tests/test_units.py", "-k", "request or outcome"],
+    "miyamoto/delivery/attempt.py": [["tests/test_units.py", "-k", "request or outcome"],
                              ["tests/test_slips_units.py", "-k", "request or sign or outcome"]],
     # retry.py: test_retry.py has the decide() rules and the engine carrying them out;
     # test_units.py's retry tests are backoff.retry_after's (backoff.py's entry)
-    "miyamoto/retry.py": [["tests/test_retry.py"]],
+    "miyamoto/delivery/retry.py": [["tests/test_retry.py"]],
     # siblings.py and restore.py: the rule tests (plus the short pause scenario and the
     # planted-bug checks, ~3 s); the 1,000-run simulator (random_runs) is too slow per mutant
-    "miyamoto/siblings.py": [["tests/test_siblings.py", "-k", "not random_runs"]],
-    "miyamoto/restore.py": [["tests/test_siblings.py", "-k", "not random_runs"]],
+    "miyamoto/replicas/siblings.py": [["tests/test_siblings.py", "-k", "not random_runs"]],
+    "miyamoto/replicas/restore.py": [["tests/test_siblings.py", "-k", "not random_runs"]],
 }
 
 # (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart
@@ -96,83 +96,83 @@ _YIELD = ("the pump's yield between two passes that set a long line aside (PARK_
 _LATIN1 = ("_HEADER_VALUE_RE already admits only latin-1 characters: the encode check "
            "after it can never fail")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
-    ("miyamoto/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
+    ("miyamoto/delivery/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
         "at n = max_doublings + 1 both branches give min_backoff * 2**max_doublings",
-    ("miyamoto/backoff.py", "if n <= q.max_doublings + 1:", "1 -> 2"):
+    ("miyamoto/delivery/backoff.py", "if n <= q.max_doublings + 1:", "1 -> 2"):
         "at n = max_doublings + 2 both branches give 2 * min_backoff * 2**max_doublings",
-    ("miyamoto/ratelimit.py", "if now > self.stamp:", "> -> >="):
+    ("miyamoto/delivery/ratelimit.py", "if now > self.stamp:", "> -> >="):
         "at now == stamp the refill adds (now - stamp) * rate = 0 tokens",
-    ("miyamoto/ratelimit.py",
+    ("miyamoto/delivery/ratelimit.py",
      "return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate", ">= -> >"):
         "at tokens == 1.0 the other branch gives (1.0 - 1.0) / rate = 0.0 too",
-    ("miyamoto/scheduler.py", "if head is None or when < head:", "< -> <="):
+    ("miyamoto/engine/scheduler.py", "if head is None or when < head:", "< -> <="):
         "a key due at the same time as the head: an extra wake-up finds nothing new due",
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "negate the if"): _COMPACT,
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "> -> >="): _COMPACT,
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "> -> <"): _COMPACT + " (here: on every schedule below the threshold, so it is "
                            "never reached)",
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "+ -> -"): _COMPACT,
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "* -> /"): _COMPACT,
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "2 -> 3"): _COMPACT,
-    ("miyamoto/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
+    ("miyamoto/engine/scheduler.py", "if len(self._heap) > 2 * len(self._live) + 1024:",
      "1024 -> 1025"): _COMPACT,
-    ("miyamoto/scheduler.py", "if nxt is not None and nxt <= self._clock():", "<= -> <"):
+    ("miyamoto/engine/scheduler.py", "if nxt is not None and nxt <= self._clock():", "<= -> <"):
         "a key due exactly now: the wait(0) that follows returns at once and the loop "
         "pops it, as the sleep(0) branch would",
-    ("miyamoto/scheduler.py", "gevent.sleep(0)  # more are due: let others run, then carry on",
+    ("miyamoto/engine/scheduler.py", "gevent.sleep(0)  # more are due: let others run, then carry on",
      "drop the call"):
         "only fairness to other greenlets between two batches of 1000 due keys; "
         "every key still fires, in order",
-    ("miyamoto/dispatch.py", "self._stopping = True", "True -> False"): _STOP,
-    ("miyamoto/dispatch.py", "if self._greenlet is not None:", "negate the if"): _STOP,
-    ("miyamoto/dispatch.py", "if self._greenlet is not None:", "is not -> is"): _STOP,
-    ("miyamoto/dispatch.py", "self._greenlet.kill()", "drop the call"): _STOP,
-    ("miyamoto/dispatch.py", "self.group.kill(timeout=1)", "1 -> 2"):
+    ("miyamoto/delivery/dispatch.py", "self._stopping = True", "True -> False"): _STOP,
+    ("miyamoto/delivery/dispatch.py", "if self._greenlet is not None:", "negate the if"): _STOP,
+    ("miyamoto/delivery/dispatch.py", "if self._greenlet is not None:", "is not -> is"): _STOP,
+    ("miyamoto/delivery/dispatch.py", "self._greenlet.kill()", "drop the call"): _STOP,
+    ("miyamoto/delivery/dispatch.py", "self.group.kill(timeout=1)", "1 -> 2"):
         "how long kill() waits for killed greenlets to exit; they exit at once",
-    ("miyamoto/dispatch.py", "gevent.sleep(0)", "drop the call"): _YIELD,
-    ("miyamoto/fairness.py", "PARK_BATCH = 1000  # tasks one look may set aside before the "
+    ("miyamoto/delivery/dispatch.py", "gevent.sleep(0)", "drop the call"): _YIELD,
+    ("miyamoto/delivery/fairness.py", "PARK_BATCH = 1000  # tasks one look may set aside before the "
      "pump yields to other greenlets", "1000 -> 1001"):
         "how many tasks one pass sets aside before the pump yields: the tests use PARK_BATCH "
         "itself; every task still starts, in the same order",
-    ("miyamoto/dispatch.py", "del self._active[name]", "drop the call"):
+    ("miyamoto/delivery/dispatch.py", "del self._active[name]", "drop the call"):
         "a queue with an empty ready line left in the active set is skipped on every pass "
         "(time only, and it is dropped on the next pass that finds it empty anyway)",
-    ("miyamoto/replication.py",
+    ("miyamoto/replicas/placement.py",
      "ranked = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
      "True -> False"):
         "lowest instead of highest rendezvous scores: an equally valid placement with the "
         "same properties (stable, moves by one member); only a mixed-version cluster "
         "would notice",
-    ("miyamoto/replication.py",
+    ("miyamoto/replicas/placement.py",
      "after = [m for m in ordered if m > lost and m in candidates]", "> -> >="):
         "the lost member holds a copy, so it is never among the candidates",
-    ("miyamoto/validate.py", 'raise ValidationError(field, "must be an integer") from None',
+    ("miyamoto/tasks/validate.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",
-    ("miyamoto/validate.py", "return False", "return None"):
+    ("miyamoto/tasks/validate.py", "return False", "return None"):
         "_is_text is only used as a condition: None and False are both false",
-    ("miyamoto/validate.py", 'v.encode("latin-1")', "drop the call"): _LATIN1,
-    ("miyamoto/validate.py",
+    ("miyamoto/tasks/validate.py", 'v.encode("latin-1")', "drop the call"): _LATIN1,
+    ("miyamoto/tasks/validate.py",
      'raise ValidationError(f"{field}.{k}", "must be latin-1 text") from None',
      "drop the raise"): _LATIN1,
-    **{("miyamoto/siblings.py", "self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))", m):
+    **{("miyamoto/replicas/siblings.py", "self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))", m):
        "when to prune the must-ask marks of ended copies again: memory, not behaviour (only"
        " a live copy fires, and a pruned mark is never read)"
        for m in ("max -> min", "* -> /", "2 -> 3")},
-    ("miyamoto/siblings.py", "return self._decide(task_id, a, now)", "return None"):
+    ("miyamoto/replicas/siblings.py", "return self._decide(task_id, a, now)", "return None"):
         "unreachable in _ask_again: an ask's waiting set is never empty while it is in "
         "self.asking (every path that empties it decides at once) and is kept within the "
         "roster (set_members intersects it), so the &= before it leaves it non-empty",
-    ("miyamoto/siblings.py", "if t.id in self.asking and t.replica < msg.replica:", "< -> <="):
+    ("miyamoto/replicas/siblings.py", "if t.id in self.asking and t.replica < msg.replica:", "< -> <="):
         "two holders of a task never share a replica index (a restore puts the new member "
         "at the lost one's index; one not in our replica set is answered rehomed first)",
-    ("miyamoto/restore.py", "and t.replicas[(t.replica + k) % n] != s.me), None)", "+ -> -"):
+    ("miyamoto/replicas/restore.py", "and t.replicas[(t.replica + k) % n] != s.me), None)", "+ -> -"):
         "a task's replicas are distinct members and copy t.replica is this node's, so no "
         "other index holds s.me: the guard is true at (replica + k) and at (replica - k)",
 }

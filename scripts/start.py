@@ -37,6 +37,6 @@ def argv_from_env(env: dict[str, str]) -> list[str]:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from miyamoto.cli import main
+    from miyamoto.cli.main import main
 
     raise SystemExit(main(argv_from_env(dict(os.environ)) + sys.argv[1:]))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""CPU per cluster message through miyamoto.transport alone: two Transports in one process.
+"""CPU per cluster message through miyamoto.wire.transport alone: two Transports in one process.
 
 Why: the end-to-end bench (bench.py) mixes the transport's cost with HTTP, the journal and
 the replica protocol, and on a shared box its CPU figures vary by ±10 % from run to run.
@@ -28,8 +28,8 @@ import gevent
 import ujson
 from gevent.event import Event
 
-from miyamoto.protocol import Verb
-from miyamoto.transport import Transport
+from miyamoto.wire.verbs import Verb
+from miyamoto.wire.transport import Transport
 
 PAYLOAD = {"id": "0123456789abcdef", "url": "http://127.0.0.1:1/x", "params": {"a": "b"},
            "due": 1.5}

@@ -17,7 +17,7 @@ from helpers import CLUSTER_KEYS, NodeDied, NodeProcess, ProcessRegistry, Sink, 
 from harness.nodes import port_taken  # noqa: E402,I001  (helpers puts scripts/ on the path)
 
 # Short cluster timings, so that a node (alone or not) is ready fast and replicas of a
-# task do not wait 5 s for each other. Option names as in miyamoto/config.py.
+# task do not wait 5 s for each other. Option names as in miyamoto/config/settings.py.
 FAST_OPTIONS: dict[str, Any] = {
     "replica_offset": 1.0,
     "replication_timeout": 2.0,

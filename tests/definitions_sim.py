@@ -1,4 +1,4 @@
-"""A deterministic simulator for ``miyamoto.definitions``: nodes, a lossy network,
+"""A deterministic simulator for ``miyamoto.definitions.machine``: nodes, a lossy network,
 crashes, and leader changes that reach each node at its own time.
 
 Time is fake. Every message goes through ``protocol.encode``/``decode`` and the typed
@@ -8,9 +8,9 @@ its own random delay, so an old leader may go on acting in its old term for a wh
 a cut-off or slow one does). A crash throws the machine away; a restart builds a new
 one from what its last ``Persist`` wrote. A full-cluster restart crashes every node at
 once, drops everything in flight, and starts the membership's terms again low (as
-``miyamoto.membership`` does: its state lives in memory). Clients write at random to
+``miyamoto.membership.machine`` does: its state lives in memory). Clients write at random to
 whichever node thinks it leads, and a ready leader advances a schedule's cursor (kind
-"cursor", its tick + 1) every ``CURSOR_EVERY`` seconds, as ``miyamoto.schedules`` does.
+"cursor", its tick + 1) every ``CURSOR_EVERY`` seconds, as ``miyamoto.definitions.schedules`` does.
 
 The checker, after every event:
 
@@ -33,9 +33,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from miyamoto import messages as m
-from miyamoto import protocol
-from miyamoto.definitions import Definitions, Finished, Persist, Send
+from miyamoto.wire import messages as m
+from miyamoto.definitions import messages as dm
+from miyamoto.wire import verbs as protocol
+from miyamoto.definitions.machine import Definitions, Finished, Persist, Send
 
 
 CURSOR_EVERY = 0.25
@@ -54,7 +55,7 @@ class LivenessViolation(AssertionError):
 class SimNode:
     id: str
     machine: Definitions | None = None
-    disk: tuple[tuple[m.Entry, ...], int, str | None] = ((), 0, None)
+    disk: tuple[tuple[dm.Entry, ...], int, str | None] = ((), 0, None)
 
 
 @dataclass(order=True)
@@ -78,7 +79,7 @@ class Sim:
         self.term = 0
         self.leader: str | None = None
         self.acked: dict[tuple[str, str], tuple[int, int]] = {}  # newest acked stamp
-        self.writes: dict[tuple[str, int], list[m.Entry]] = {}  # (node, wid) -> entries
+        self.writes: dict[tuple[str, int], list[dm.Entry]] = {}  # (node, wid) -> entries
         self.acked_count = 0
         self.term_writer: dict[int, str] = {}  # definitions term -> the node acked in it
         self.cursors: list[tuple[int, int, int]] = []  # acked (term, seq, tick)
@@ -151,7 +152,7 @@ class Sim:
         self.term, self.leader = self.rng.randrange(0, 2), None
         self._push(self.now + self.rng.uniform(0.2, 1.0), "restart_all", None)
 
-    def _acked(self, node_id: str, entries: list[m.Entry]) -> None:
+    def _acked(self, node_id: str, entries: list[dm.Entry]) -> None:
         for en in entries:
             writer = self.term_writer.setdefault(en.term, node_id)
             if writer != node_id:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gevent
 import gevent.event
 
-from miyamoto.dispatch import Dispatcher
+from miyamoto.delivery.dispatch import Dispatcher
 
 
 class Gates:

@@ -1,4 +1,4 @@
-"""A deterministic simulator for ``miyamoto.membership``: nodes, a network, faults.
+"""A deterministic simulator for ``miyamoto.membership.machine``: nodes, a network, faults.
 
 Time is fake: the clock advances in steps of ``dt`` and every message is delivered at
 its own (randomly delayed) time. The network loses messages at a settable rate, splits
@@ -28,9 +28,9 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from miyamoto import protocol
-from miyamoto.membership import EMPTY, VERBS, Member, Membership, Roster, Send, Timing
-from miyamoto.protocol import Verb
+from miyamoto.wire import verbs as protocol
+from miyamoto.membership.machine import EMPTY, VERBS, Member, Membership, Roster, Send, Timing
+from miyamoto.wire.verbs import Verb
 
 
 class SafetyViolation(AssertionError):

@@ -1,4 +1,4 @@
-"""A simulator for the sibling protocol (``miyamoto.siblings``): nodes, copies, a lossy
+"""A simulator for the sibling protocol (``miyamoto.replicas.siblings``): nodes, copies, a lossy
 network, pauses, partitions, crashes and member drops, in simulated time.
 
 Each simulated node runs the real ``Siblings`` machine and carries out its effects on a
@@ -39,12 +39,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from miyamoto import effects as fx
-from miyamoto import messages as m
-from miyamoto import restore
-from miyamoto import replication
-from miyamoto.siblings import Siblings, SiblingTiming
-from miyamoto.task import State, Task
+from miyamoto.replicas import effects as fx
+from miyamoto.replicas import messages as m
+from miyamoto.replicas import restore
+from miyamoto.replicas import placement as replication
+from miyamoto.replicas.siblings import Siblings, SiblingTiming
+from miyamoto.tasks.task import State, Task
 
 OFFSET = 1.0
 TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, ask_timeout=0.3, ask_lease=1.0,

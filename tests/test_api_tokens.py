@@ -9,7 +9,8 @@ import secrets
 import pytest
 
 from helpers import free_port, run_cli
-from miyamoto import auth, config
+from miyamoto.http import auth
+from miyamoto.config import settings as config
 
 ADMIN, ENQ, READ = (secrets.token_urlsafe(24) for _ in range(3))
 TOKENS = f"admin:{ADMIN},enqueue:{ENQ},read:{READ}"

@@ -1,5 +1,5 @@
 """Per-target circuit breakers (issue 11, point 3): the pure state machine with a fake
-clock (miyamoto.breaker), the dispatcher's use of it, and a real node whose queue has
+clock (miyamoto.delivery.breaker), the dispatcher's use of it, and a real node whose queue has
 a dead target and a healthy one.
 """
 
@@ -14,9 +14,9 @@ import pytest
 from helpers import Reply, Sink, run_cli, wait_until
 from dispatchkit import FakeClock
 from miyamoto import Client
-from miyamoto.breaker import MAX_COOLDOWN_FACTOR, BreakerState, Breakers, is_failure
-from miyamoto.config import ConfigError, QueueConfig, load
-from miyamoto.dispatch import Dispatcher
+from miyamoto.delivery.breaker import MAX_COOLDOWN_FACTOR, BreakerState, Breakers, is_failure
+from miyamoto.config.settings import ConfigError, QueueConfig, load
+from miyamoto.delivery.dispatch import Dispatcher
 
 H, G = "http://h:80", "http://g:80"
 OPEN, HALF, CLOSED = BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.CLOSED

@@ -329,7 +329,7 @@ def test_enqueue_dedupe_content_and_a_server_without_scheme(node, sink):
 
 @pytest.mark.timeout(10)
 def test_failed_table_layout_with_a_fake_clock():
-    from miyamoto.tables import LAST_CHARS, failed_lines
+    from miyamoto.cli.tables import LAST_CHARS, failed_lines
 
     long_error = "ConnectTimeout: " + "x" * 100 + "\nsecond line"
     lines = failed_lines([

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import cluster_view, plan_cluster, wait_converged, wait_until
-from miyamoto.clocks import PeerClocks
+from miyamoto.cluster.clocks import PeerClocks
 
 AHEAD = 30.0
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import dealer, wait_until
-from miyamoto import messages
-from miyamoto.protocol import DecodeError, Verb
+from miyamoto.wire import messages
+from miyamoto.wire.verbs import DecodeError, Verb
 
 # every field name a payload of ours carries, so that the fuzz reaches the field checks
 FIELDS = ["id", "replica", "delay", "attempts", "last", "req", "reply_to", "op", "args",

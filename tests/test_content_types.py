@@ -117,9 +117,9 @@ def test_batch_type(node: NodeProcess, sink) -> None:
 
 @pytest.mark.timeout(10)
 def test_enqueue_kind_rules() -> None:
-    """The decision table of miyamoto.mediatype, without a node."""
-    from miyamoto.mediatype import enqueue_kind
-    from miyamoto.validate import ValidationError
+    """The decision table of miyamoto.http.mediatype, without a node."""
+    from miyamoto.http.mediatype import enqueue_kind
+    from miyamoto.tasks.validate import ValidationError
 
     obj = b' {"url": "http://127.0.0.1:9/"}'
     assert enqueue_kind("application/json", b"[1]") == "application/json"  # 400 later

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import ujson
 
-from miyamoto import auth, dashboard
-from miyamoto.api import Api
-from miyamoto.engine import Stats
-from miyamoto.queries import TOTAL_PREFIX, Queries
-from miyamoto.validate import Limits
+from miyamoto.http import auth
+from miyamoto.http import dashboard
+from miyamoto.http.api import Api
+from miyamoto.engine.engine import Stats
+from miyamoto.cluster.queries import TOTAL_PREFIX, Queries
+from miyamoto.tasks.validate import Limits
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -163,11 +164,11 @@ def test_the_script_never_writes_html() -> None:
 def test_every_served_file_is_package_data() -> None:
     """An installed wheel has the files: setup.py's package_data covers each one."""
     setup = (ROOT / "setup.py").read_text()
-    globs = re.search(r'package_data=\{"miyamoto": \[([^\]]*)\]', setup).group(1)
+    globs = re.search(r'package_data=\{"miyamoto\.http": \[([^\]]*)\]', setup).group(1)
     patterns = re.findall(r'"([^"]+)"', globs)
     for name in dashboard.FILES:
         assert any(fnmatch.fnmatch(f"static/{name}", p) for p in patterns), name
-        assert (ROOT / "miyamoto" / "static" / name).is_file()
+        assert (ROOT / "miyamoto" / "http" / "static" / name).is_file()
 
 
 # ================================================================ name lookup

@@ -1,4 +1,4 @@
-"""The journal's database thread (miyamoto.dbthread): order, values, errors, kills, close."""
+"""The journal's database thread (miyamoto.store.dbthread): order, values, errors, kills, close."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from miyamoto.dbthread import DbThread, DbThreadClosed
+from miyamoto.store.dbthread import DbThread, DbThreadClosed
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""miyamoto.dedupe: content names, pure (no processes): same request, same name; any
+"""miyamoto.tasks.dedupe: content names, pure (no processes): same request, same name; any
 difference in what the target gets, a different name; and the hashed request is the one
 delivery.build_request actually sends."""
 
@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 import pytest
 import ujson
 
-from miyamoto import dedupe
-from miyamoto.delivery import build_request
-from miyamoto.validate import Limits, ValidationError, build_task, parse_batch, parse_enqueue
+from miyamoto.tasks import dedupe
+from miyamoto.delivery.attempt import build_request
+from miyamoto.tasks.validate import Limits, ValidationError, build_task, parse_batch, parse_enqueue
 
 NOW = 1_700_000_000.0
 URL = "http://worker.example:9099/hook"

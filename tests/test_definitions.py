@@ -12,10 +12,11 @@ import pytest
 
 from definitions_sim import LivenessViolation, SafetyViolation, Sim
 from helpers import NodeProcess, wait_converged, wait_until
-from miyamoto import messages as m
-from miyamoto import protocol
-from miyamoto.definitions import CHUNK, Definitions, Finished, NotLeader, Persist, Send
-from miyamoto.protocol import DecodeError, Verb
+from miyamoto.wire import messages as m
+from miyamoto.definitions import messages as dm
+from miyamoto.wire import verbs as protocol
+from miyamoto.definitions.machine import CHUNK, Definitions, Finished, NotLeader, Persist, Send
+from miyamoto.wire.verbs import DecodeError, Verb
 
 
 def sends(effects: list[Any], cls: type | None = None) -> list[Send]:
@@ -32,7 +33,7 @@ def ready_leader(members: tuple[str, ...] = ("a", "b", "c")) -> Definitions:
     d = Definitions("a")
     d.view("a", 1, members, 0.0)
     for mem in members[1:]:
-        d.step(mem, m.DefsDigest(1, d.digest(), "a"), 0.0)  # promised term 1 to a
+        d.step(mem, dm.DefsDigest(1, d.digest(), "a"), 0.0)  # promised term 1 to a
     assert d.ready and d.dterm == 1
     return d
 
@@ -52,10 +53,10 @@ def test_a_node_alone_writes_at_once_persisting_first() -> None:
 def test_a_write_finishes_once_a_majority_acked() -> None:
     d = ready_leader()
     wid, effects = d.write([("topic", "t", {"urls": []})], 0.0)
-    puts = sends(effects, m.DefsPut)
+    puts = sends(effects, dm.DefsPut)
     assert {s.to for s in puts} == {"b", "c"} and not any(isinstance(e, Finished)
                                                            for e in effects)
-    assert d.step("b", wire(m.DefsAck(1, wid)), 0.1) == [Finished(wid, True)]
+    assert d.step("b", wire(dm.DefsAck(1, wid)), 0.1) == [Finished(wid, True)]
     # an unacked write is resent, then given up at its deadline
     wid2, _ = d.write([("topic", "u", None)], 1.0)
     assert {s.to for s in sends(d.tick(1.0 + d.resend))} >= {"b", "c"}
@@ -74,7 +75,7 @@ def test_followers_redirect_and_a_new_leader_waits_for_a_majority() -> None:
     with pytest.raises(NotLeader):
         d.write([("topic", "t", None)], 0.0)
     # b answers the offer with its whole set, which holds a write we lacked
-    old = m.Entry("topic", "x", 1, 7, {"urls": ["http://x/"]})
+    old = dm.Entry("topic", "x", 1, 7, {"urls": ["http://x/"]})
     b = Definitions("b", entries={("topic", "x"): old})
     b.view("a", 2, ("a", "b", "c"), 0.0)
     answer = b.step("a", wire(sends(offers)[0].msg), 0.0)
@@ -88,10 +89,10 @@ def test_followers_redirect_and_a_new_leader_waits_for_a_majority() -> None:
 
 
 def test_a_lost_chunk_does_not_count_as_synced() -> None:
-    many = {("topic", f"t{i}"): m.Entry("topic", f"t{i}", 1, i + 1, {}) for i in range(CHUNK + 3)}
+    many = {("topic", f"t{i}"): dm.Entry("topic", f"t{i}", 1, i + 1, {}) for i in range(CHUNK + 3)}
     b = Definitions("b", entries=dict(many))
     b.view("a", 2, ("a", "b", "c"), 0.0)
-    answer = sends(b.step("a", m.DefsPut(2, (), want=True), 0.0))
+    answer = sends(b.step("a", dm.DefsPut(2, (), want=True), 0.0))
     assert len(answer) == 2
     d = Definitions("a")
     d.load([], 1)  # so that a claims term 2, the one b promised it
@@ -106,19 +107,19 @@ def test_a_lost_chunk_does_not_count_as_synced() -> None:
 def test_merge_is_last_writer_wins_and_stale_terms_get_no_ack() -> None:
     b = Definitions("b")
     b.view("a", 3, ("a", "b", "c"), 0.0)
-    new = m.Entry("topic", "t", 3, 5, None)  # a deletion
-    assert any(isinstance(e, Persist) for e in b.step("a", m.DefsPut(3, (new,), wid=1), 0.0))
-    old = m.Entry("topic", "t", 2, 9, {"urls": ["http://x/"]})
-    out = b.step("z", m.DefsPut(2, (old,), wid=4), 0.0)  # a deposed leader's write
-    assert b.entries[("topic", "t")] == new and not sends(out, m.DefsAck)
+    new = dm.Entry("topic", "t", 3, 5, None)  # a deletion
+    assert any(isinstance(e, Persist) for e in b.step("a", dm.DefsPut(3, (new,), wid=1), 0.0))
+    old = dm.Entry("topic", "t", 2, 9, {"urls": ["http://x/"]})
+    out = b.step("z", dm.DefsPut(2, (old,), wid=4), 0.0)  # a deposed leader's write
+    assert b.entries[("topic", "t")] == new and not sends(out, dm.DefsAck)
     assert b.get("topic", "t") is None and b.items("topic") == []
 
 
 def test_messages_decode_or_raise_naming_the_field() -> None:
-    e = m.Entry("schedule", "s", 1, 2, {"every": 1})
-    put = m.DefsPut(1, (e,), wid=3, want=True, last=True, index=(("schedule", "s", 1, 2),))
+    e = dm.Entry("schedule", "s", 1, 2, {"every": 1})
+    put = dm.DefsPut(1, (e,), wid=3, want=True, last=True, index=(("schedule", "s", 1, 2),))
     assert wire(put) == put
-    w = m.DefsWrite("r", "tcp://127.0.0.1:1", "pause", "schedule", "s")
+    w = dm.DefsWrite("r", "tcp://127.0.0.1:1", "pause", "schedule", "s")
     assert wire(w) == w
     for verb, payload in [(Verb.DEFS_PUT, {"term": 1, "entries": [{"kind": "evil"}]}),
                           (Verb.DEFS_PUT, {"term": -1, "entries": []}),
@@ -215,7 +216,7 @@ def test_the_checker_catches_a_leader_that_does_not_adopt() -> None:
 def test_definitions_file_round_trips_and_a_bad_one_is_survived(tmp_path) -> None:
     import gevent
 
-    from miyamoto.defsync import FILE, DefSync
+    from miyamoto.definitions.sync import FILE, DefSync
 
     sent: list[Any] = []
     one = DefSync("a", str(tmp_path), lambda *a, **k: sent.append(a) or True, "tcp://x:1",
@@ -288,10 +289,10 @@ def test_definitions_converge_after_a_member_was_down_during_writes(cluster_fact
 def test_a_strangers_definitions_are_dropped(node: NodeProcess) -> None:
     from helpers import dealer
 
-    entry = m.Entry("topic", "evil", 10**6, 1, {"urls": ["http://127.0.0.1:9/evil"]})
+    entry = dm.Entry("topic", "evil", 10**6, 1, {"urls": ["http://127.0.0.1:9/evil"]})
     s = dealer(node.cluster_addr, b"stranger")
-    for msg in (m.DefsPut(10**6, (entry,), wid=1),
-                m.DefsWrite("r1", "tcp://127.0.0.1:9", "put", "topic", "evil2",
+    for msg in (dm.DefsPut(10**6, (entry,), wid=1),
+                dm.DefsWrite("r1", "tcp://127.0.0.1:9", "put", "topic", "evil2",
                             {"urls": ["http://127.0.0.1:9/evil"]})):
         s.send_multipart(protocol.encode(msg.verb, msg.payload()))
     s.close(linger=10_000)
@@ -302,8 +303,8 @@ def test_a_strangers_definitions_are_dropped(node: NodeProcess) -> None:
 
 
 def test_a_full_map_refuses_new_keys_rather_than_dropping_them(monkeypatch) -> None:
-    from miyamoto import definitions
-    from miyamoto.definitions import Full
+    from miyamoto.definitions import machine as definitions
+    from miyamoto.definitions.machine import Full
 
     monkeypatch.setattr(definitions, "MAX_ENTRIES", 2)
     d = Definitions("a")

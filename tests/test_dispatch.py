@@ -1,12 +1,12 @@
-"""The dispatcher's limits and wake-ups (miyamoto.dispatch), with real greenlets."""
+"""The dispatcher's limits and wake-ups (miyamoto.delivery.dispatch), with real greenlets."""
 
 from __future__ import annotations
 
 import gevent
 import pytest
 
-from miyamoto.config import QueueConfig
-from miyamoto.dispatch import Dispatcher
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.dispatch import Dispatcher
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -153,10 +153,10 @@ def test_failed_tasks_in_a_cluster(cluster_factory: Callable[..., list[NodeProce
 
 # ------------------------------------------------------------ the record and its wire checks
 def test_history_entries_are_checked_and_bounded() -> None:
-    from miyamoto import checks
-    from miyamoto.messages import replicas as m
-    from miyamoto.protocol import DecodeError
-    from miyamoto.task import HISTORY_MAX, Task, add_attempt
+    from miyamoto.wire import checks
+    from miyamoto.replicas import messages as m
+    from miyamoto.wire.verbs import DecodeError
+    from miyamoto.tasks.task import HISTORY_MAX, Task, add_attempt
 
     entry = {"start": 1.5, "duration": 0.25, "node": "a", "status": 500, "error": None}
     # a peer's extra keys are not kept; a long error, a bad status or node are refused

@@ -1,4 +1,4 @@
-"""Fair delivery slots: no queue and no target can take every slot (miyamoto.fairness).
+"""Fair delivery slots: no queue and no target can take every slot (miyamoto.delivery.fairness).
 
 The unit tests drive the ready line and the dispatcher's passes with plain objects and
 a fake clock; the ``test_node_*`` tests run a real node against real sinks, one of
@@ -17,9 +17,9 @@ import pytest
 
 from helpers import HarnessError, Reply, Sink, wait_until
 from dispatchkit import FakeClock, Gates, pump_once
-from miyamoto.config import QueueConfig
-from miyamoto.dispatch import Dispatcher
-from miyamoto.fairness import PARK_BATCH, HostSlots, ReadyLine, origin, queue_limit
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.delivery.fairness import PARK_BATCH, HostSlots, ReadyLine, origin, queue_limit
 
 H, G = "http://h:80", "http://g:80"
 
@@ -230,13 +230,13 @@ def test_dispatch_a_long_line_for_a_stuck_target_is_moved_over_several_passes():
 
 def test_dispatch_a_configured_limit_above_the_pool_is_clamped_and_logged(caplog):
     d = Dispatcher(lambda t: None, lambda name: QueueConfig(name=name, max_concurrent=1000), 16)
-    with caplog.at_level("WARNING", logger="miyamoto.dispatch"):
+    with caplog.at_level("WARNING", logger="miyamoto.delivery.dispatch"):
         assert d.queue("big").limit == 16
     assert "max_concurrent 1000 is above concurrency 16" in caplog.text
     assert d.view("other").limit == 16 and "other" not in d.queues
     caplog.clear()
     d = Dispatcher(lambda t: None, lambda name: QueueConfig(name=name, max_concurrent=16), 16)
-    with caplog.at_level("WARNING", logger="miyamoto.dispatch"):
+    with caplog.at_level("WARNING", logger="miyamoto.delivery.dispatch"):
         assert d.queue("all").limit == 16
     assert caplog.text == ""  # the whole pool, asked for exactly: nothing to warn about
     assert d.queue_config("nosuch").name == "nosuch" and "nosuch" not in d.queues

@@ -1,4 +1,4 @@
-"""Flow-control keys (issue 11, point 5): the key table (miyamoto.flow), the
+"""Flow-control keys (issue 11, point 5): the key table (miyamoto.delivery.flow), the
 dispatcher's use of it with a fake clock, the fields' checks, and a real node with two
 queues sharing a key's rate and its parallelism.
 """
@@ -9,12 +9,12 @@ import pytest
 
 from helpers import Reply, Sink
 from dispatchkit import FakeClock, Gates, pump_once
-from miyamoto.config import QueueConfig
-from miyamoto.dispatch import Dispatcher
-from miyamoto.flow import FlowSpec, FlowTable
-from miyamoto.protocol import DecodeError
-from miyamoto.task import Task
-from miyamoto.validate import Limits, ValidationError, build_task
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.delivery.flow import FlowSpec, FlowTable
+from miyamoto.wire.verbs import DecodeError
+from miyamoto.tasks.task import Task
+from miyamoto.tasks.validate import Limits, ValidationError, build_task
 
 H, G = "http://h:80", "http://g:80"
 

@@ -1,4 +1,4 @@
-"""The delivery client (``miyamoto.httpclient``) against real sockets on 127.0.0.1: what it
+"""The delivery client (``miyamoto.delivery.httpclient``) against real sockets on 127.0.0.1: what it
 sends, keep-alive reuse, the connect-time target check (a resolver stub stands in for
 DNS), answers framed every way HTTP/1.1 allows, the limits (1 MiB, the deadline), no
 redirects, the origin LRU, and TLS with verification (a throwaway self-signed cert)."""
@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import pytest
 
-from miyamoto import httpclient
-from miyamoto.httpclient import DeliveryError, HTTPClient, TargetRefused
-from miyamoto.targets import TargetGuard
+from miyamoto.delivery import httpclient
+from miyamoto.delivery.httpclient import DeliveryError, HTTPClient, TargetRefused
+from miyamoto.delivery.targets import TargetGuard
 
 pytestmark = pytest.mark.timeout(30)
 

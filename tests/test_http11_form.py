@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miyamoto import formdata
-from miyamoto.validate import MAX_FORM_FIELDS
+from miyamoto.tasks import formdata
+from miyamoto.tasks.validate import MAX_FORM_FIELDS
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 server loop (``miyamoto.server``) in-process, on a real socket on 127.0.0.1,
+"""The HTTP/1.1 server loop (``miyamoto.http.server``) in-process, on a real socket on 127.0.0.1,
 with a small WSGI app: the parts of the WSGI contract that pywsgi used to provide and the
 loop now does itself (Content-Length and Date filled in, HTTP/1.0 keep-alive, HEAD,
 ``Expect: 100-continue``, an unread body discarded, ``close()`` on the result, an app
@@ -15,7 +15,7 @@ import gevent
 import gevent.socket
 import pytest
 
-from miyamoto.server import HTTPServer
+from miyamoto.http.server import HTTPServer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -150,7 +150,7 @@ def test_expect_100_continue(conn):
 
 
 def test_an_app_error_is_a_500_without_detail(conn, caplog):
-    with caplog.at_level(logging.ERROR, logger="miyamoto.server"):
+    with caplog.at_level(logging.ERROR, logger="miyamoto.http.server"):
         conn.sendall(b"GET /boom HTTP/1.1\r\nHost: h\r\n\r\n")
         status, headers, body = _response(conn, bytearray())
     assert status == "HTTP/1.1 500 Internal Server Error"
@@ -161,7 +161,7 @@ def test_an_app_error_is_a_500_without_detail(conn, caplog):
 
 def test_send_all_finishes_what_one_send_cannot():
     """More than the socket buffers hold: the first send is partial, the rest waits."""
-    from miyamoto.wire import send_all
+    from miyamoto.sockets import send_all
 
     listener = gevent.socket.socket()
     listener.bind(("127.0.0.1", 0))

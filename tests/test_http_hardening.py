@@ -5,7 +5,7 @@ time out; a 6.4 MiB header block was held; a short body or a bad chunk answered 
 a traceback; two Content-Lengths, or chunked plus Content-Length, were accepted. Here
 every malformed request must get a 4xx JSON answer or a quiet close, the node's log must
 show no traceback and no 500, and the node must go on serving. The parser
-(``miyamoto.httphead``) and the connection bookkeeping (``miyamoto.connections``) are
+(``miyamoto.http.head``) and the connection bookkeeping (``miyamoto.http.connections``) are
 also checked in-process, the parser with a fuzzer.
 
 Timing: deadlines are checked as "closed after at least the timeout and within the
@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 from conftest import write_node_config
 from helpers import NodeProcess, ProcessRegistry, wait_until
-from miyamoto import fdlimit
-from miyamoto.connections import INF, Connections
-from miyamoto.httphead import BadRequest, ClientGone, keep_alive, read_head, read_request_line
+from miyamoto.http import fdlimit
+from miyamoto.http.connections import INF, Connections
+from miyamoto.http.head import BadRequest, ClientGone, keep_alive, read_head, read_request_line
 
 HEADER_TIMEOUT = 2.0  # the shared node's http_header_timeout and http_idle_timeout
 IDLE_TIMEOUT = 2.0

@@ -11,11 +11,11 @@ import time
 import gevent
 import pytest
 
-from miyamoto import config as config_mod
-from miyamoto.engine import Engine
+from miyamoto.config import settings as config_mod
+from miyamoto.engine.engine import Engine
 from miyamoto.errors import Unavailable
-from miyamoto.journal import Journal, JournalClosed
-from miyamoto.task import Task
+from miyamoto.store.journal import Journal, JournalClosed
+from miyamoto.tasks.task import Task
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -25,10 +25,10 @@ import gevent
 import pytest
 
 from helpers import NodeProcess, wait_until
-from miyamoto import journal as journal_mod
+from miyamoto.store import journal as journal_mod
 from miyamoto.errors import Unavailable
-from miyamoto.journal import Journal
-from miyamoto.task import Task
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import Task
 
 JOURNAL = "journal.sqlite3"
 LATER = 3600  # tasks that stay scheduled for the whole test
@@ -140,7 +140,7 @@ def test_a_deleted_journal_is_rebuilt_and_loses_no_acknowledged_task(node_factor
     assert _inode(path) not in (None, old_inode), "the journal was not put back"
     assert _readyz(node)[0] == 200
     log = node.log_text()
-    assert log.count("ERROR miyamoto.journalfile: journal: its file was deleted") == 1, log
+    assert log.count("ERROR miyamoto.store.file: journal: its file was deleted") == 1, log
     assert log.count(" ERROR ") == 1, log  # once, not once per refused enqueue
     assert "rebuilt" in log, log[-3000:]
     node.kill()

@@ -1,4 +1,4 @@
-"""Tests for miyamoto.membership: one rule at a time, then a simulator (tests/membership_sim.py).
+"""Tests for miyamoto.membership.machine: one rule at a time, then a simulator (tests/membership_sim.py).
 
 Nothing here sleeps or opens a socket: time is a number we pass in.
 """
@@ -15,18 +15,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from membership_sim import SafetyViolation, Sim, chaos_run, majority_run
-from miyamoto import messages as msgs
-from miyamoto import protocol
-from miyamoto.membership import (VERBS, Member, Membership, Roster, Send, Timing,
+from miyamoto.wire import messages as msgs
+from miyamoto.membership import messages as mm
+from miyamoto.wire import verbs as protocol
+from miyamoto.membership.machine import (VERBS, Member, Membership, Roster, Send, Timing,
                                  majority)
-from miyamoto.protocol import DecodeError, Verb
+from miyamoto.wire.verbs import DecodeError, Verb
 
 T = Timing()
 
 
 @pytest.fixture(autouse=True)
 def _quiet_drops(caplog):
-    caplog.set_level(logging.ERROR, logger="miyamoto.membership")
+    caplog.set_level(logging.ERROR, logger="miyamoto.membership.machine")
 
 
 def member(name: str) -> Member:
@@ -93,9 +94,9 @@ def cluster_of(*names: str, now: float = 0.0) -> tuple[Wire, float]:
     return wire, now
 
 
-_CLASSES = {Verb.JOIN: msgs.Join, Verb.HEARTBEAT: msgs.Heartbeat, Verb.ROSTER: msgs.RosterUpdate,
-            Verb.HEARTBEAT_ACK: msgs.HeartbeatAck, Verb.VOTE_REQUEST: msgs.VoteRequest,
-            Verb.VOTE: msgs.Vote, Verb.LEAVE: msgs.Leave, Verb.REDIRECT: msgs.Redirect}
+_CLASSES = {Verb.JOIN: mm.Join, Verb.HEARTBEAT: mm.Heartbeat, Verb.ROSTER: mm.RosterUpdate,
+            Verb.HEARTBEAT_ACK: mm.HeartbeatAck, Verb.VOTE_REQUEST: mm.VoteRequest,
+            Verb.VOTE: mm.Vote, Verb.LEAVE: mm.Leave, Verb.REDIRECT: mm.Redirect}
 
 
 def payload(n: Membership, verb: Verb, **fields) -> dict:

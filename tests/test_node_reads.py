@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import ujson
 
-from miyamoto import config as config_mod
+from miyamoto.config import settings as config_mod
 from miyamoto.node import Node
-from miyamoto.task import State, Task
+from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -32,8 +32,8 @@ from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance, response_schema_conformance, status_code_conformance)
 
-from miyamoto.api import Api  # noqa: E402
-from miyamoto.validate import Limits  # noqa: E402
+from miyamoto.http.api import Api  # noqa: E402
+from miyamoto.tasks.validate import Limits  # noqa: E402
 
 # examples per operation and mode: ~450 calls, ~10 s on an idle 2-core machine
 MAX_EXAMPLES = {"positive": 20, "negative": 10}
@@ -64,7 +64,7 @@ def _template(pattern: re.Pattern[str]) -> str:
 
 @pytest.mark.timeout(30)
 def test_every_route_and_method_is_described() -> None:
-    from miyamoto.openapi import SPEC
+    from miyamoto.http.openapi import SPEC
 
     api = Api(service=None, limits=Limits(), max_batch=10)
     seen = set()

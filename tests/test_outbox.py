@@ -1,4 +1,4 @@
-"""Per-peer batching of cluster messages (miyamoto.outbox) and scripts/start.py's mapping."""
+"""Per-peer batching of cluster messages (miyamoto.wire.outbox) and scripts/start.py's mapping."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import gevent
 import pytest
 import ujson
 
-from miyamoto.outbox import MAX_BATCH, Outbox, unbatch
-from miyamoto.protocol import Verb
+from miyamoto.wire.outbox import MAX_BATCH, Outbox, unbatch
+from miyamoto.wire.verbs import Verb
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -94,8 +94,8 @@ def test_start_script_maps_the_original_environment():
 def test_batches_are_bounded_in_bytes_and_big_messages_travel_alone():
     import ujson
 
-    from miyamoto.outbox import MAX_BATCH_BYTES
-    from miyamoto.protocol import decode
+    from miyamoto.wire.outbox import MAX_BATCH_BYTES
+    from miyamoto.wire.verbs import decode
 
     send = FakeSend()
     box = Outbox(send)

@@ -20,7 +20,7 @@ but of a delivery in flight when a cut began, i.e. none whose first attempt star
 failed: 3 of 8 duplicates (a), 9 of 11 (b), 11 of 18 (c) started after a cut (seed 8),
 the cut side delivering what fell due before it noticed, and a rejoined node what the
 other side delivered while it was away. Acknowledged claims and the rejoin rules of
-``miyamoto.siblings`` make it 0 in each. The scenarios are ``harness.partition``
+``miyamoto.replicas.siblings`` make it 0 in each. The scenarios are ``harness.partition``
 (``scripts/partition.py`` runs the same). They need root and ``ip netns``; CI has both.
 """
 

@@ -1,5 +1,5 @@
 """Task priorities (issue 11, point 2): higher first, FIFO within one, aging against
-starvation (miyamoto.fairness.ReadyLine), the field's checks, and a real node.
+starvation (miyamoto.delivery.fairness.ReadyLine), the field's checks, and a real node.
 
 The unit tests drive the ready line with plain objects and made-up arrival times; the
 node test pauses a real queue, fills it, and resumes it with ``max_concurrent = 1``.
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from helpers import Sink, wait_until
-from miyamoto import fairness
-from miyamoto.fairness import HostSlots, ReadyLine
-from miyamoto.protocol import DecodeError
-from miyamoto.task import Task
-from miyamoto.validate import Limits, ValidationError, build_task, form_fields
+from miyamoto.delivery import fairness
+from miyamoto.delivery.fairness import HostSlots, ReadyLine
+from miyamoto.wire.verbs import DecodeError
+from miyamoto.tasks.task import Task
+from miyamoto.tasks.validate import Limits, ValidationError, build_task, form_fields
 
 H, G = "http://h:80", "http://g:80"
 

@@ -13,8 +13,8 @@ import requests
 
 from harness import PROGRAM, child_env
 from helpers import free_port, wait_until
-from miyamoto import processes
-from miyamoto import config as config_mod
+from miyamoto.cli import processes
+from miyamoto.config import settings as config_mod
 
 
 def consecutive_free_ports(n: int) -> int:

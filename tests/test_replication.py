@@ -1,4 +1,4 @@
-"""Placement and sibling timing (miyamoto.replication): pure functions."""
+"""Placement and sibling timing (miyamoto.replicas.placement): pure functions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import collections
 import pytest
 from hypothesis import given, strategies as st
 
-from miyamoto import replication
-from miyamoto.task import Task
+from miyamoto.replicas import placement as replication
+from miyamoto.tasks.task import Task
 
 pytestmark = pytest.mark.timeout(30)
 

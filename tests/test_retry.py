@@ -1,4 +1,4 @@
-"""The retry decision (miyamoto/retry.py) with a fixed clock and rng, and the engine
+"""The retry decision (miyamoto/delivery/retry.py) with a fixed clock and rng, and the engine
 carrying each decision out (journal, scheduler, callbacks) on an in-memory journal."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import email.utils
 
 import pytest
 
-from miyamoto import config as config_mod
-from miyamoto.config import QueueConfig
-from miyamoto.delivery import Outcome
-from miyamoto.engine import Engine
-from miyamoto.journal import Journal
-from miyamoto.retry import Action, decide, is_success
-from miyamoto.task import State, Task
+from miyamoto.config import settings as config_mod
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.attempt import Outcome
+from miyamoto.engine.engine import Engine
+from miyamoto.store.journal import Journal
+from miyamoto.delivery.retry import Action, decide, is_success
+from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
 

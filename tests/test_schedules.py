@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from helpers import NodeProcess, Sink, cluster_view, wait_converged, wait_until
-from miyamoto import schedules as s
-from miyamoto.validate import Limits, ValidationError
+from miyamoto.definitions import schedules as s
+from miyamoto.tasks.validate import Limits, ValidationError
 
 
 def ticks_of(sink: Sink, path: str) -> collections.Counter:

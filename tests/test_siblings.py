@@ -1,4 +1,4 @@
-"""The sibling protocol (miyamoto.siblings): its rules one by one, then the simulator.
+"""The sibling protocol (miyamoto.replicas.siblings): its rules one by one, then the simulator.
 
 The rule tests drive one ``Siblings`` machine with plain tasks and a number for a clock.
 The simulator runs 1,000 seeded clusters of 2-5 nodes with replication 1-3 through loss,
@@ -13,12 +13,12 @@ import dataclasses
 
 import pytest
 
-from miyamoto import effects as fx
-from miyamoto import messages as m
-from miyamoto import restore
-from miyamoto.asking import Asking
-from miyamoto.siblings import Siblings, SiblingTiming, _Claim
-from miyamoto.task import State, Task
+from miyamoto.replicas import effects as fx
+from miyamoto.replicas import messages as m
+from miyamoto.replicas import restore
+from miyamoto.replicas.asking import Asking
+from miyamoto.replicas.siblings import Siblings, SiblingTiming, _Claim
+from miyamoto.tasks.task import State, Task
 
 from siblings_sim import OFFSET, SafetyViolation, Sim, random_run
 

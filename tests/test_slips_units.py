@@ -12,10 +12,10 @@ import time
 import gevent
 import pytest
 
-from miyamoto.config import QueueConfig
-from miyamoto.dispatch import Dispatcher
-from miyamoto.ratelimit import TokenBucket
-from miyamoto.scheduler import Scheduler
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.delivery.ratelimit import TokenBucket
+from miyamoto.engine.scheduler import Scheduler
 
 
 def wait_for(cond, timeout: float = 5.0) -> None:
@@ -394,8 +394,8 @@ def test_scheduler_stop_stops_firing():
 
 from urllib.parse import urlencode  # noqa: E402
 
-from miyamoto import checks
-from miyamoto import validate as v  # noqa: E402
+from miyamoto.wire import checks
+from miyamoto.tasks import validate as v  # noqa: E402
 
 NOW = 1_700_000_000.0
 URL = "http://worker.example/w"
@@ -596,9 +596,9 @@ def test_dispatch_an_idle_or_waiting_pump_does_not_spin():
 # ================================================================ replication and delivery
 
 
-from miyamoto import replication  # noqa: E402
-from miyamoto.delivery import Outcome  # noqa: E402
-from miyamoto.task import Task  # noqa: E402
+from miyamoto.replicas import placement as replication  # noqa: E402
+from miyamoto.delivery.attempt import Outcome  # noqa: E402
+from miyamoto.tasks.task import Task  # noqa: E402
 
 
 def test_replication_empty_ring_places_nothing():
@@ -645,8 +645,8 @@ def test_dispatch_waiting_exactly_one_second_for_a_token_does_not_spin():
 # ================================================================ membership: payload checks
 
 
-from miyamoto import membership as mb  # noqa: E402
-from miyamoto.protocol import DecodeError  # noqa: E402
+from miyamoto.membership import machine as mb  # noqa: E402
+from miyamoto.wire.verbs import DecodeError  # noqa: E402
 
 
 def test_payload_integer_and_name_bounds():

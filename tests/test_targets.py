@@ -1,6 +1,6 @@
 """The target guard in-process: every spelling of a denied address, allow over deny, the
 cluster's endpoints, the enqueue-time URL check, and the delivery client's
-(``miyamoto.httpclient``) connect-time check over http and https against a real socket
+(``miyamoto.delivery.httpclient``) connect-time check over http and https against a real socket
 on 127.0.0.1 (a resolver stub stands in for DNS)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import threading
 
 import pytest
 
-from miyamoto import httpclient
-from miyamoto.deliverytypes import DeliveryError, TargetRefused
-from miyamoto.httpclient import HTTPClient
-from miyamoto.targets import TargetGuard, parse_address, parse_ipv4
-from miyamoto.validate import Limits, ValidationError, check_url
+from miyamoto.delivery import httpclient
+from miyamoto.delivery.types import DeliveryError, TargetRefused
+from miyamoto.delivery.httpclient import HTTPClient
+from miyamoto.delivery.targets import TargetGuard, parse_address, parse_ipv4
+from miyamoto.tasks.validate import Limits, ValidationError, check_url
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from helpers import NodeProcess, Sink
-from miyamoto import topics
-from miyamoto.validate import Limits, ValidationError
+from miyamoto.definitions import topics
+from miyamoto.tasks.validate import Limits, ValidationError
 
 FORM = "application/x-www-form-urlencoded"
 

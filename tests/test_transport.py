@@ -1,4 +1,4 @@
-"""miyamoto.transport on real sockets (loopback, OS-assigned ports).
+"""miyamoto.wire.transport on real sockets (loopback, OS-assigned ports).
 
 Waits are conditions with deadlines (``wait_until``), never bare sleeps. A
 test that proves something did NOT arrive first waits for a later event that
@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
-from miyamoto import protocol
-from miyamoto.protocol import DecodeError, Verb
-from miyamoto.transport import (
+from miyamoto.wire import verbs as protocol
+from miyamoto.wire.verbs import DecodeError, Verb
+from miyamoto.wire.transport import (
     MAX_MESSAGE_SIZE,
     YIELD_EVERY,
     CurveKeys,
@@ -35,8 +35,8 @@ from miyamoto.transport import (
     parse_frames,
     zap_reply,
 )
-from miyamoto import zmqio
-from miyamoto.zmqio import Readable
+from miyamoto.wire import zmqio
+from miyamoto.wire.zmqio import Readable
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -218,7 +218,7 @@ def test_curve_keys_validate_and_hide_the_secret():
 def test_throttle_limits_warnings(caplog):
     now = [0.0]
     throttle = _Throttle(burst=3, window=10.0, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="miyamoto.transport"):
+    with caplog.at_level(logging.WARNING, logger="miyamoto.wire.transport"):
         for _ in range(100):
             throttle.warning("garbage")
         assert [r.getMessage() for r in caplog.records] == ["garbage"] * 3
@@ -376,13 +376,13 @@ def test_garbage_floods_are_rate_limited_in_the_log(make, raw, caplog):
     target, inbox = make("target")
     mallory = raw(b"mallory")
     mallory.connect(target.address)
-    with caplog.at_level(logging.WARNING, logger="miyamoto.transport"):
+    with caplog.at_level(logging.WARNING, logger="miyamoto.wire.transport"):
         for i in range(300):
             mallory.send_multipart([b"NOPE", b"%d" % i])
         mallory.send_multipart(protocol.encode(Verb.HEARTBEAT, {"sentinel": 1}))
         inbox.wait_for(lambda m: m[2] == {"sentinel": 1})
     assert target.stats.dropped == 300
-    warnings = [r for r in caplog.records if r.name == "miyamoto.transport"
+    warnings = [r for r in caplog.records if r.name == "miyamoto.wire.transport"
                 and r.levelno == logging.WARNING]
     assert 1 <= len(warnings) <= 20
 
@@ -394,7 +394,7 @@ def test_on_message_exception_is_logged_and_loop_survives(make, caplog):
     inbox = Inbox(fail_on=lambda p: p.get("boom"))
     b, _ = make("b", inbox=inbox)
     a, _ = make("a")
-    with caplog.at_level(logging.ERROR, logger="miyamoto.transport"):
+    with caplog.at_level(logging.ERROR, logger="miyamoto.wire.transport"):
         send_until_ok(a, "b", b.address, Verb.STORE, {"boom": True})
         for i in range(3):
             assert a.send("b", b.address, Verb.STORE, {"boom": True, "i": i})

@@ -20,14 +20,14 @@ import ujson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miyamoto import config as config_mod
-from miyamoto.backoff import backoff, jittered, retry_after
-from miyamoto.config import ConfigError, QueueConfig
-from miyamoto.delivery import Outcome, build_request
-from miyamoto.journal import Journal, JournalClosed
-from miyamoto.ratelimit import TokenBucket
-from miyamoto.scheduler import Scheduler
-from miyamoto.task import State, Task
+from miyamoto.config import settings as config_mod
+from miyamoto.delivery.backoff import backoff, jittered, retry_after
+from miyamoto.config.settings import ConfigError, QueueConfig
+from miyamoto.delivery.attempt import Outcome, build_request
+from miyamoto.store.journal import Journal, JournalClosed
+from miyamoto.delivery.ratelimit import TokenBucket
+from miyamoto.engine.scheduler import Scheduler
+from miyamoto.tasks.task import State, Task
 from miyamoto.version import __version__
 
 # ================================================================ backoff

@@ -1,4 +1,4 @@
-"""miyamoto.validate: form and JSON enqueue requests into Tasks, and every rejection.
+"""miyamoto.tasks.validate: form and JSON enqueue requests into Tasks, and every rejection.
 
 Pure functions, no processes: each case names the field the error must name.
 """
@@ -13,8 +13,8 @@ import ujson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miyamoto.task import State
-from miyamoto.validate import (
+from miyamoto.tasks.task import State
+from miyamoto.tasks.validate import (
     Limits,
     ValidationError,
     build_task,

@@ -1,4 +1,4 @@
-"""The memory window and its pager (miyamoto/window.py), with a fake clock.
+"""The memory window and its pager (miyamoto/engine/window.py), with a fake clock.
 
 A real journal (SQLite on disk, in the test's tmp dir) and a real scheduler object (its
 timer greenlet not started: the tests read its heap), driven by a clock the test moves.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from miyamoto.journal import Journal
-from miyamoto.scheduler import Scheduler
-from miyamoto.task import State, Task
-from miyamoto.window import Window
+from miyamoto.store.journal import Journal
+from miyamoto.engine.scheduler import Scheduler
+from miyamoto.tasks.task import State, Task
+from miyamoto.engine.window import Window
 
 SPAN = 10.0
 

@@ -20,9 +20,9 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from miyamoto.journalfile import JournalFile
-from miyamoto.journalrows import write_tasks
-from miyamoto.task import Task, new_id
+from miyamoto.store.file import JournalFile
+from miyamoto.store.rows import write_tasks
+from miyamoto.tasks.task import Task, new_id
 
 from harness.procfs import dir_bytes, mb, proc_status_kb
 

@@ -1,0 +1,1 @@
+"""The `miyamoto` command: serve, keygen, and the client commands."""

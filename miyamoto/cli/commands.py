@@ -1,0 +1,318 @@
+"""The CLI's client commands, each a thin layer over ``miyamoto.Client``.
+
+Exit codes: 0 done; 1 the node said no (any MiyamotoError) or could not be reached;
+2 bad usage (argparse's own code). Answers go to stdout as JSON, or as a table where a
+person reads them (``status``, ``tasks``; ``--json`` for the raw answer); errors go to
+stderr as one ``miyamoto: ...`` line. Nothing here imports requests until a command
+runs, so building the parser for ``serve`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable
+
+DEFAULT_SERVER = "http://127.0.0.1:8088"
+BATCH_SIZE = 200
+
+
+class UsageError(Exception):
+    """A bad argument the parser could not catch (exit 2)."""
+
+
+def add_commands(sub: Any) -> None:
+    """Add every client command to the ``miyamoto`` subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", help=f"node to talk to (default $MIYAMOTO_SERVER or "
+                                         f"{DEFAULT_SERVER})")
+    common.add_argument("--token", help="API bearer token (default $MIYAMOTO_TOKEN; never put "
+                                        "one in shell history)")
+    common.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="bound on each call to the node, retries included (default 30)")
+
+    enq = sub.add_parser("enqueue", parents=[common], help="enqueue a task (or --file many)")
+    _enqueue_args(enq)
+    enq.set_defaults(func=_command(_enqueue))
+
+    for name, helptext, fn in (("task", "show one task", _task),
+                               ("cancel", "cancel a scheduled task", _cancel),
+                               ("retry", "run a failed task again", _retry)):
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("id", help="task id")
+        p.set_defaults(func=_command(fn))
+
+    find = sub.add_parser("find", parents=[common], help="show the task holding a name")
+    find.add_argument("name", help="the task's name")
+    find.add_argument("--queue", default="default", help="its queue (default: default)")
+    find.set_defaults(func=_command(_find))
+
+    tasks = sub.add_parser("tasks", parents=[common], help="list a queue's tasks in one state")
+    tasks.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
+    tasks.add_argument("--state", default="scheduled",
+                       choices=("scheduled", "running", "succeeded", "failed", "cancelled"))
+    tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
+    tasks.add_argument("--json", action="store_true", help="the raw answer, not a table")
+    tasks.set_defaults(func=_command(_tasks))
+
+    for name, helptext in (("pause", "stop starting a queue's deliveries, cluster-wide"),
+                           ("resume", "start a paused queue again"),
+                           ("purge", "drop every scheduled task of a queue")):
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("queue", help="queue name")
+        p.set_defaults(func=_command(_control), action=name)
+
+    _failed_commands(sub, common)
+    targets = sub.add_parser("targets", parents=[common],
+                             help="target origins: circuit breaker state, failures, in flight")
+    targets.set_defaults(func=_command(lambda client, args: _print(client.targets()) or 0))
+
+    status = sub.add_parser("status", parents=[common], help="cluster, queues and counts")
+    status.add_argument("--json", action="store_true", help="the raw answers, not tables")
+    status.set_defaults(func=_command(_status))
+
+    from miyamoto.cli.defscommands import add_def_commands  # schedules and topics
+    add_def_commands(sub, common, _command)
+
+
+def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto failed list|retry|delete QUEUE``: the queue's dead letters."""
+    failed = sub.add_parser("failed", help="a queue's failed tasks: list, retry or delete them")
+    actions = failed.add_subparsers(dest="failed_action", metavar="{list,retry,delete}",
+                                    required=True)
+    ls = actions.add_parser("list", parents=[common], help="the failed tasks, as a table")
+    ls.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
+    ls.add_argument("--json", action="store_true", help="the raw answer, not a table")
+    retry = actions.add_parser("retry", parents=[common],
+                               help="run every failed task of the queue again, cluster-wide")
+    delete = actions.add_parser("delete", parents=[common],
+                                help="delete every failed task of the queue, cluster-wide")
+    delete.add_argument("-y", "--yes", action="store_true",
+                        help="do not ask (required when stdin is not a terminal)")
+    for p, fn in ((ls, _failed_list), (retry, _failed_bulk), (delete, _failed_bulk)):
+        p.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
+        p.set_defaults(func=_command(fn))
+
+
+def _enqueue_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", nargs="?", help="target URL the task calls")
+    p.add_argument("params", nargs="*", help="key=value params (a repeated key makes a list)")
+    p.add_argument("--file", metavar="JSONL",
+                   help="enqueue every task of a JSON-lines file ('-' for stdin) in batches")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+                   help=f"tasks per batch request with --file (default {BATCH_SIZE})")
+    p.add_argument("--method", help="HTTP method (default POST)")
+    p.add_argument("--countdown", type=float, help="delay in seconds")
+    p.add_argument("--eta", type=float, help="unix time to run at")
+    p.add_argument("--queue", help="queue name")
+    p.add_argument("--name", help="de-duplication name")
+    p.add_argument("--dedupe", choices=("content",),
+                   help="content: name the task after a hash of its request, so an "
+                        "identical task is a duplicate")
+    p.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="extra header for the target (repeatable)")
+    p.add_argument("--json", dest="json_body", metavar="JSON",
+                   help="a JSON body instead of params")
+    p.add_argument("--body", help="a raw body instead of params")
+    p.add_argument("--content-type", help="content type of --body or --json")
+    p.add_argument("--callback", help="URL told of the task's success")
+    p.add_argument("--failure-callback", help="URL told of the task's final failure")
+    p.add_argument("--max-attempts", type=int, help="override the queue's retry limit")
+    p.add_argument("--timeout", type=float, help="override the queue's dispatch deadline (s)")
+    p.add_argument("--priority", type=int, help="0-9, higher goes first (default 5)")
+    p.add_argument("--flow-key", help="flow-control key: tasks sharing it share its limits")
+    p.add_argument("--flow-rate", type=float, help="tasks/s for --flow-key")
+    p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
+
+
+def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run ``fn(client, args)``; a MiyamotoError is one stderr line and exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        from miyamoto.client import Client, DuplicateTask, MiyamotoError
+
+        token = args.token or os.environ.get("MIYAMOTO_TOKEN") or \
+            os.environ.get("MIYAMOTO_API_TOKEN")  # the older name, kept as an alias
+        server = args.server or os.environ.get("MIYAMOTO_SERVER") or DEFAULT_SERVER
+        if "://" not in server:  # 127.0.0.1:8088, as the node's own --http option is given
+            server = "http://" + server
+        try:
+            with Client(server, token=token, timeout=args.request_timeout) as client:
+                return fn(client, args)
+        except UsageError as e:
+            print(f"miyamoto {args.command}: {e}", file=sys.stderr)
+            return 2
+        except DuplicateTask as e:
+            print(f"miyamoto: duplicate: the name is taken by task {e.id}", file=sys.stderr)
+            return 1
+        except MiyamotoError as e:
+            where = f" ({e.status})" if e.status else ""
+            print(f"miyamoto: {e.message}{where}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _print(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+# ---------------------------------------------------------------- enqueue
+def _enqueue(client: Any, args: argparse.Namespace) -> int:
+    fields = _fields(args)
+    if args.file is not None:
+        if args.url or args.params:
+            raise UsageError("give either --file or a URL with params, not both")
+        if args.name:
+            raise UsageError("--name names one task; give names in the file's lines")
+        return _enqueue_file(client, args, fields)
+    if not args.url:
+        raise UsageError("a target URL (or --file) is required")
+    _print(client.enqueue(args.url, _params(args.params) or None, **fields))
+    return 0
+
+
+def _fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The task fields given as flags (None: not given, the node's default)."""
+    fields: dict[str, Any] = {k: getattr(args, k) for k in (
+        "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
+        "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
+        "flow_parallelism", "dedupe")}
+    if args.json_body is not None:
+        try:
+            fields["json"] = json.loads(args.json_body)
+        except ValueError as e:
+            raise UsageError(f"--json is not JSON: {e}") from None
+    if args.header:
+        fields["headers"] = _headers(args.header)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _params(pairs: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for kv in pairs:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            raise UsageError(f"param {kv!r} is not key=value")
+        if key in params:
+            prev = params[key]
+            params[key] = [*prev, value] if isinstance(prev, list) else [prev, value]
+        else:
+            params[key] = value
+    return params
+
+
+def _headers(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise UsageError(f"header {item!r} is not 'Name: value'")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _enqueue_file(client: Any, args: argparse.Namespace, fields: dict[str, Any]) -> int:
+    from miyamoto.cli import bulk
+
+    if not 1 <= args.batch_size <= 1000:
+        raise UsageError("--batch-size must be between 1 and 1000")
+    queue = fields.pop("queue", None)
+    try:
+        if args.file == "-":
+            lines = bulk.read_lines(sys.stdin, queue)
+        else:
+            with open(args.file, encoding="utf-8") as f:
+                lines = bulk.read_lines(f, queue)
+    except (OSError, UnicodeDecodeError, bulk.BadFile) as e:
+        raise UsageError(f"--file {args.file}: {e}") from None
+    for line in lines:  # flags are defaults for every line
+        for k, v in fields.items():
+            line.task.setdefault(k, v)
+    outcome = bulk.run(client, lines, args.batch_size)
+    for err in outcome.errors[:20]:
+        print(f"miyamoto: {err}", file=sys.stderr)
+    _print({"tasks": len(lines), **outcome.counts})
+    return 0 if outcome.ok else 1
+
+
+# ---------------------------------------------------------------- the rest
+def _task(client: Any, args: argparse.Namespace) -> int:
+    _print(client.get(args.id))
+    return 0
+
+
+def _find(client: Any, args: argparse.Namespace) -> int:
+    _print(client.find(args.name, args.queue))
+    return 0
+
+
+def _cancel(client: Any, args: argparse.Namespace) -> int:
+    _print(client.cancel(args.id))
+    return 0
+
+
+def _retry(client: Any, args: argparse.Namespace) -> int:
+    _print(client.retry(args.id))
+    return 0
+
+
+def _tasks(client: Any, args: argparse.Namespace) -> int:
+    from miyamoto.cli.tables import task_lines
+
+    tasks = client.tasks(args.queue, args.state, args.limit)
+    if args.json:
+        _print({"queue": args.queue, "state": args.state, "tasks": tasks})
+    else:
+        print("\n".join(task_lines(tasks)))
+    return 0
+
+
+def _control(client: Any, args: argparse.Namespace) -> int:
+    _print(getattr(client, args.action)(args.queue))
+    return 0
+
+
+def _failed_list(client: Any, args: argparse.Namespace) -> int:
+    from miyamoto.cli.tables import failed_lines
+
+    tasks = client.tasks(args.queue, "failed", args.limit)
+    if args.json:
+        _print({"queue": args.queue, "state": "failed", "tasks": tasks})
+    else:
+        print("\n".join(failed_lines(tasks)))
+    return 0
+
+
+def _failed_bulk(client: Any, args: argparse.Namespace) -> int:
+    """Retry or delete the whole failed list; delete asks first (or wants --yes)."""
+    if args.failed_action == "delete" and not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("refusing to delete without --yes: stdin is not a terminal")
+        count = (client.queue(args.queue).get("counts") or {}).get("failed", "?")
+        print(f"Delete the {count} failed task(s) of queue {args.queue!r} on every node? "
+              "[y/N] ", end="", file=sys.stderr, flush=True)
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            print("miyamoto: not deleted", file=sys.stderr)
+            return 1
+    fn = client.retry_failed if args.failed_action == "retry" else client.delete_failed
+    result = fn(args.queue)
+    _print({"queue": args.queue, "action": args.failed_action, **result})
+    if result.get("more"):
+        print("miyamoto: some node holds more failed tasks than one request takes; run it "
+              "again", file=sys.stderr)
+    return 0
+
+
+def _status(client: Any, args: argparse.Namespace) -> int:
+    from miyamoto.cli.tables import status_lines
+
+    cluster, queues = client.cluster(), client.queues()
+    if args.json:
+        _print({"cluster": cluster, "queues": queues})
+    else:
+        print("\n".join(status_lines(cluster, queues)))
+    return 0

@@ -1,0 +1,125 @@
+"""The `miyamoto` command: serve, keygen, and the client commands (commands.py).
+
+`serve` monkey-patches gevent first thing, before the server modules are imported;
+nothing else in the package patches anything. The client commands (enqueue, status,
+task, cancel, retry, tasks, pause, resume, purge, failed) run on ``miyamoto.Client`` (requests)
+and need no gevent at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["serve", *(argv or [])])
+    try:
+        code = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_gone()
+    except KeyboardInterrupt:
+        return 128 + 2
+    return code
+
+
+def _stdout_gone() -> int:
+    """stdout's reader left (``miyamoto status | head -1``): stop quietly, as a program
+    killed by SIGPIPE would, with no traceback. stdout is pointed at /dev/null so the
+    interpreter's flush at exit does not fail again (the recipe in Python's signal docs).
+    SIGPIPE itself stays ignored, so a socket the node closes is an error, not a death."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13  # 128 + SIGPIPE, the shell's code for a reader that went away
+
+
+def _parser() -> argparse.ArgumentParser:
+    from miyamoto.cli.commands import add_commands
+    from miyamoto.version import __version__
+
+    parser = argparse.ArgumentParser(prog="miyamoto", description="A clustered webhook task queue.")
+    parser.add_argument("--version", action="version", version=f"miyamoto {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="run a node")
+    from miyamoto.config.settings import add_flags
+
+    add_flags(serve)
+    serve.set_defaults(func=_serve)
+
+    add_commands(sub)
+
+    keygen = sub.add_parser("keygen", help="print a CurveZMQ key pair for the cluster")
+    keygen.set_defaults(func=_keygen)
+    return parser
+
+
+# ---------------------------------------------------------------- serve
+def _serve(args: argparse.Namespace) -> int:
+    from gevent import monkey
+
+    monkey.patch_all()
+
+    import logging
+    import signal
+
+    import gevent
+
+    from miyamoto.config import settings as config_mod
+
+    flags = {k: getattr(args, k) for k in [s.name for s in config_mod.SETTINGS] + ["config"]
+             if getattr(args, k, None) is not None}
+    try:
+        config = config_mod.load(flags=flags)
+    except config_mod.ConfigError as e:
+        print(f"miyamoto: bad option {e}", file=sys.stderr)
+        return 2
+    from miyamoto import logs
+
+    logs.configure(config.log_level, config.log_format)
+    if config.processes > 1:
+        from miyamoto.cli.processes import supervise
+
+        try:
+            return supervise(config, flags)
+        except config_mod.ConfigError as e:
+            print(f"miyamoto: bad option {e}", file=sys.stderr)
+            return 2
+    from miyamoto.node import Node
+    from miyamoto.store.datadir import DataDirLocked
+
+    node = Node(config)
+    try:
+        node.start()
+    except DataDirLocked as e:  # a second node on one journal: a usage error, like a bad option
+        print(f"miyamoto: cannot start: {e.strerror}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        logging.getLogger("miyamoto").error("cannot start: %s", e)
+        return 1
+
+    def on_signal() -> None:
+        gevent.spawn(node.stop)
+
+    gevent.signal_handler(signal.SIGTERM, on_signal)
+    gevent.signal_handler(signal.SIGINT, on_signal)
+    node.serve_forever()
+    return 0
+
+
+# ---------------------------------------------------------------- keygen
+def _keygen(args: argparse.Namespace) -> int:
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    print("[miyamoto]")
+    print(f"curve_public = {public.decode()}")
+    print(f"curve_secret = {secret.decode()}")
+    return 0

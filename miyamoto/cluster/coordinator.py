@@ -1,0 +1,221 @@
+"""Storing copies: an enqueue's N copies, a lost member's restored copies, a stopping
+node's lone copies; and this node's side of a peer's STORE.
+
+An enqueue places its copies on the ring (``replication.place``), stores the local one
+in this greenlet and the others with STORE/STORED, and answers once ``min_replicas``
+are committed; otherwise every copy is cancelled (a CANCEL that overtakes its STORE is
+kept and applied on arrival) and the client hears 503. A named task is stored on the
+name's owner (its first copy) first, so racing enqueues of one name sent to different
+nodes cannot both win, nor both lose.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+import gevent
+import gevent.pool
+
+from miyamoto.cluster.requests import Requests
+from miyamoto.config.settings import Config
+from miyamoto.engine.engine import Engine
+from miyamoto.errors import Duplicate, Unavailable
+from miyamoto.replicas import messages as m
+from miyamoto.replicas import placement as replication
+from miyamoto.tasks.task import State, Task
+
+log = logging.getLogger(__name__)
+
+CONTACT_POLL = 0.05
+
+
+class Coordinator:
+    def __init__(self, config: Config, engine: Engine, requests: Requests,
+                 send: Callable[[str, Any], bool], ring: Callable[[], tuple[str, ...]],
+                 in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int,
+                 to_local: Callable[[str, float], float] = lambda peer, t: t,
+                 zones: Callable[[], Mapping[str, str]] = dict):
+        self.config = config
+        self.me = config.node
+        self.engine = engine
+        self.requests = requests
+        self.send = send
+        self.ring = ring
+        self.in_contact = in_contact
+        self.on_stored = stored  # replay the siblings' news that came before the copy
+        self.cursor = cursor
+        self.to_local = to_local  # a peer's wall time on our clock (clocks.PeerClocks)
+        self.zones = zones  # member -> zone, for placement (replication.spread)
+        self.stopping = False
+
+    # ------------------------------------------------------------ enqueue
+    def enqueue(self, task: Task) -> Task:
+        ring = self.ring()
+        if self.me not in ring:
+            raise Unavailable("this node is not (yet) a member of the cluster")
+        if not self._await_contact():  # cut off, or back from a pause: its view may be stale
+            raise Unavailable("this node cannot reach a majority of the cluster")
+        replicas = replication.place(ring, self.config.replication, task, self.cursor,
+                                     self.zones(), first=self.me)
+        if task.name is None:
+            self.cursor += 1
+        copies = replication.copies(task, replicas, self.config.replica_offset)
+        stored: list[Task] = []
+        need = min(self.config.min_replicas, len(copies))
+        hold = need > 1  # our copy must not fire before the others confirm: 503 may come
+        try:
+            self._store_all(task, copies, stored, hold)
+        except Unavailable:  # our own journal refused: undo the copies sent elsewhere
+            self.abort(copies)
+            raise
+        if len(stored) < need:
+            self.abort(copies)
+            raise Unavailable(f"stored on {len(stored)} of {len(copies)} replicas, "
+                              f"{need} needed")
+        if hold:
+            for c in copies:
+                if c.replicas[c.replica] == self.me:
+                    self.engine.release(c.id)
+        return copies[0]
+
+    def _await_contact(self) -> bool:
+        """In contact, or back in contact within replication_timeout: a leader just
+        elected (or a follower's first heartbeat from it) is a moment away."""
+        if self.in_contact():
+            return True
+        with gevent.Timeout(self.config.replication_timeout, False):
+            while not self.in_contact():
+                gevent.sleep(CONTACT_POLL)
+            return True
+        return False
+
+    def _store_all(self, task: Task, copies: list[Task], stored: list[Task],
+                   hold: bool) -> None:
+        if task.name is None:
+            stored += self.store(copies, hold)
+            return
+        try:
+            stored += self.store(copies[:1], hold)
+            stored += self.store(copies[1:], hold)
+        except Duplicate:
+            self.abort(copies)
+            raise
+
+    def abort(self, copies: list[Task]) -> None:
+        """Undo a refused enqueue on every copy, releasing the name it reserved."""
+        for c in copies:
+            holder = c.replicas[c.replica]
+            if holder == self.me:
+                self.engine.abort(c.id)
+            else:
+                self.send(holder, m.Cancel(c.id, abort=True))
+
+    def store(self, copies: list[Task], hold: bool = False) -> list[Task]:
+        """Store copies (the local one in this greenlet, remote ones by STORE); return
+        those stored. Duplicate if a holder refused a copy for its name."""
+        if not copies:
+            return []
+        remote = [c for c in copies if c.replicas[c.replica] != self.me]
+        local = [c for c in copies if c.replicas[c.replica] == self.me]
+        q, reqs = self.requests.send({
+            i: (c.replicas[c.replica], lambda req, to, c=c: m.Store(req, to, c.encode()))
+            for i, c in enumerate(remote)})
+        stored: list[Task] = []
+        duplicate: str | None = None
+        try:
+            for c in local:
+                try:
+                    self.engine.add(c, wait=True, hold=hold)
+                    stored.append(c)
+                    self.on_stored(c.id)
+                except Duplicate as e:
+                    duplicate = e.original_id
+        finally:
+            answers = self.requests.collect(q, reqs, self.config.replication_timeout)
+        for i, answer in answers.items():
+            if isinstance(answer, m.Stored) and answer.ok:
+                stored.append(remote[i])
+            elif isinstance(answer, m.Stored) and answer.duplicate is not None:
+                duplicate = answer.duplicate
+        if duplicate is not None:
+            raise Duplicate(duplicate)
+        return stored
+
+    def store_quietly(self, task: Task) -> None:
+        """A callback task: stored like any other, its refusal only logged."""
+        try:
+            self.enqueue(task)
+        except (Unavailable, Duplicate) as e:
+            log.warning("cluster: callback task %s not stored: %s", task.id, e)
+
+    def enqueue_many(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        def one(t: Task) -> dict[str, Any]:
+            try:
+                s = self.enqueue(t)
+                return {"status": "scheduled", "id": s.id, "queue": s.queue, "eta": s.eta,
+                        "name": s.name, "replicas": list(s.replicas)}
+            except Duplicate as e:
+                return {"status": "duplicate", "id": e.original_id, "name": t.name}
+            except Unavailable as e:
+                return {"status": "error", "id": t.id, "name": t.name, "error": str(e)}
+        pool = gevent.pool.Pool(64)
+        return list(pool.imap(one, tasks))
+
+    # ------------------------------------------------------------ a peer's STORE
+    def on_store(self, sender: str, msg: m.Store) -> m.Stored | None:
+        """Store a peer's copy; the answer to send back (None: drop the message)."""
+        try:
+            task = Task.decode(msg.task)
+        except ValueError as e:
+            log.warning("cluster: dropped STORE from %r: %s", sender[:64], e)
+            return None
+        if not task.replicas or task.replicas[task.replica] != self.me:
+            log.warning("cluster: dropped STORE from %r: a copy that is not this node's",
+                        sender[:64])
+            return None
+        if sender not in self.ring():
+            # a node out of the roster enqueues on a stale view (back from a pause, cut
+            # off): its copies' news would not reach it, so take none of them
+            return m.Stored(msg.req, task.id, False, error="not a member")
+        if self.stopping:
+            return m.Stored(msg.req, task.id, False, error="stopping")
+        # the copy's times are on the sender's clock: fire it by ours
+        local = {k: self.to_local(sender, getattr(task, k)) for k in ("eta", "fire_at", "created")}
+        try:
+            self.engine.add(task.evolve(state=State.SCHEDULED, **local), wait=True)
+        except Duplicate as e:
+            return m.Stored(msg.req, task.id, False, duplicate=e.original_id)
+        except Exception as e:  # a full disk must reach the coordinator as a refusal
+            log.error("cluster: could not store %s: %s", task.id, e)
+            return m.Stored(msg.req, task.id, False, error=type(e).__name__)
+        self.on_stored(task.id)
+        return m.Stored(msg.req, task.id, True)
+
+    # ------------------------------------------------------------ a graceful stop
+    def move_lone_copies(self, lone: list[Task]) -> None:
+        """On a graceful stop, store elsewhere the tasks that have no live sibling copy
+        (replication 1, or their siblings are gone), so they do not wait for this node
+        to come back. What cannot be moved within shutdown_timeout stays in the journal."""
+        others = [mem for mem in self.ring() if mem != self.me]
+        if not others or not lone:
+            return
+        moved = 0
+
+        def move(i: int, t: Task) -> None:
+            nonlocal moved
+            copy = t.evolve(replicas=(others[i % len(others)],), replica=0)
+            try:
+                if self.store([copy]):
+                    self.engine.drop(t.id)
+                    moved += 1
+            except Duplicate:  # the target already holds it under that name
+                self.engine.drop(t.id)
+
+        pool = gevent.pool.Pool(128)
+        with gevent.Timeout(self.config.shutdown_timeout, False):
+            for i, t in enumerate(lone):
+                pool.spawn(move, i, t)
+            pool.join()
+        pool.kill()
+        log.info("cluster: moved %d of %d tasks without a live sibling", moved, len(lone))

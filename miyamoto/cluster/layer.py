@@ -1,0 +1,472 @@
+"""The cluster layer: wires the roles together and carries out what the machines decide.
+
+It owns the transport (ZeroMQ), the membership machine (``miyamoto.membership.machine``) and the
+sibling machine (``miyamoto.replicas.siblings``), both pure: it feeds them messages and time, and
+carries out what they return — sends through the outbox, effects on the engine. The
+roles around it: ``coordinator`` stores copies (enqueue, restore, a stopping node's lone
+copies), ``queries`` answers what one node cannot alone, ``requests`` pairs requests with
+answers. A node with no peers is a cluster of one: the same code paths, all local.
+
+Peers are untrusted input: every message is decoded into its typed form
+(``miyamoto.wire.messages``) before anything acts on it, and one that does not fit is logged
+and dropped; nothing a peer sends can raise out of ``_on_message``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable, Iterable
+
+import gevent
+import gevent.pool
+
+from miyamoto.cluster import clockmessages as cm
+from miyamoto.cluster.clocks import PeerClocks
+from miyamoto.cluster.coordinator import Coordinator
+from miyamoto.cluster.queries import Queries
+from miyamoto.cluster.requests import Requests
+from miyamoto.config.settings import Config
+from miyamoto.definitions import messages as dm
+from miyamoto.definitions.sync import DefSync
+from miyamoto.engine.engine import Engine, Hooks
+from miyamoto.errors import Conflict, Duplicate
+from miyamoto.membership.machine import Member, Membership, Roster, Timing
+from miyamoto.metrics import Metrics
+from miyamoto.replicas import messages as rm
+from miyamoto.replicas import restore
+from miyamoto.replicas.effects import EARLIER, EXACT, CancelCopy, Drop, Fire, Restore, Send, \
+                                      SetReplicas, Update
+from miyamoto.replicas.siblings import Siblings, SiblingTiming
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import Task
+from miyamoto.wire import messages as m
+from miyamoto.wire.outbox import Outbox, unbatch
+from miyamoto.wire.transport import CurveKeys, Transport
+from miyamoto.wire.verbs import DecodeError, Verb
+
+log = logging.getLogger(__name__)
+
+_MEMBERSHIP = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
+                         Verb.HEARTBEAT_ACK, Verb.VOTE_REQUEST, Verb.VOTE, Verb.LEAVE})
+# membership runs its own rules for strangers (a joiner is one); a STORE from one gets the
+# coordinator's "not a member" answer, so its sender stops waiting
+_OPEN = _MEMBERSHIP | {Verb.STORE}
+# Former members stay heard (bounded): a leaving node's HANDOFF can arrive after the
+# roster without it, and a dropped node's DONE still saves its siblings a duplicate.
+MAX_FORMER = 1024
+_SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
+
+
+class Cluster:
+    def __init__(self, config: Config, journal: Journal, *, clock: Callable[[], float],
+                 monotonic: Callable[[], float], rng: random.Random,
+                 metrics: Metrics | None = None):
+        self.config = cfg = config
+        self.me = cfg.node
+        self.journal = journal
+        self.clock = clock          # tasks' times (wall clock): siblings, engine
+        self.monotonic = monotonic  # membership's timers
+        self.rng = rng
+        self.group = gevent.pool.Group()
+        self.engine = Engine(cfg, journal, clock=clock, rng=rng, hooks=_Hooks(self),
+                             spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t),
+                             metrics=metrics)
+        curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
+        # without the cluster key a node is a cluster of one: it binds no cluster port
+        self.solo = curve is None and not cfg.insecure_cluster
+        self.transport = Transport(cfg.node, cfg.cluster, self._receive, curve=curve)
+        self.strangers = 0  # messages dropped because their sender is not in the roster
+        self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
+        self._leader_seen: str | None = None
+        self._members: frozenset[str] = frozenset()  # whose task messages we act on
+        self._former: dict[str, None] = {}  # members that left, oldest first
+        self.zones: dict[str, str] = {}  # member -> failure domain
+        self.outbox = Outbox(self.transport.send)
+        self.requests = Requests(self.send, cfg.advertise)
+        self.clocks = PeerClocks(cfg.max_clock_skew)
+        self.siblings = Siblings(self.me, SiblingTiming.derive(
+            cfg.replica_offset, cfg.claim_lease, cfg.replication_timeout,
+            cfg.heartbeat_interval, cfg.failure_timeout))
+        self.coordinator = Coordinator(cfg, self.engine, self.requests, self.send,
+                                       self._ring, self.in_contact, self._replay,
+                                       rng.randrange(1 << 30),
+                                       lambda peer, t: self.clocks.to_local(peer, t, clock()),
+                                       lambda: self.zones)
+        self.queries = Queries(self.me, self.engine, self.requests, self._others,
+                               cfg.replication_timeout, cfg.replica_offset, clock, self._replay)
+        self._next_probe = 0.0
+        self.membership: Membership | None = None
+        self.roster: Roster | None = None
+        self._left = False
+        self._restores = gevent.pool.Pool(64)
+        self.defs = DefSync.of(self)  # cluster-wide definitions: its own loop, in self.group
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """After the journal is open and the engine has loaded its copies."""
+        cfg = self.config
+        timing = Timing(heartbeat_interval=cfg.heartbeat_interval,
+                        failure_timeout=cfg.failure_timeout,
+                        election_timeout_min=cfg.election_timeout_min,
+                        election_timeout_max=cfg.election_timeout_max)
+        seeds = [s for s in cfg.seeds if s not in (cfg.cluster, cfg.advertise)]
+        # a restarted node (its journal existed) must not count as a first start in a
+        # bootstrap election
+        me = Member(cfg.node, cfg.advertise, cfg.http, cfg.zone)
+        self.membership = Membership(me, seeds, timing,
+                                     self.rng, self.monotonic(),
+                                     first_start=not self.journal.existed)
+        if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
+            self.siblings.dropped(self.engine.live)  # (and those outside memory when paged in)
+        else:  # none asks: nothing went on without this node
+            self.engine.live.ask_mark = 0
+        self.engine.live.on_paged = self.siblings.dropped
+        if self.solo:
+            log.info("cluster: no cluster key (curve_secret), so no peers: a cluster of one")
+        else:
+            if cfg.insecure_cluster and not cfg.curve_secret:
+                log.warning("cluster: insecure_cluster = true: cluster traffic on %s is plain "
+                            "TCP and unauthenticated; anyone who reaches it is a peer",
+                            cfg.cluster)
+            self.transport.start()
+        self._roster_changed(self.membership.roster)
+        self.group.spawn(self._tick_loop)
+
+    def stop(self) -> None:
+        self._restores.kill()
+        self.group.kill()
+        self.transport.stop()
+
+    def leave(self) -> None:
+        """Graceful stop: hand due copies to their next sibling at once, leave the roster."""
+        if self._left or self.membership is None:
+            return
+        self._left = self.coordinator.stopping = True
+        self.engine.scheduler.stop()
+        sends, lone = restore.handoff_plan(self.siblings, list(self.engine.live.values()),
+                                           self.clock())
+        self.carry_out(sends)
+        if sends:
+            log.info("cluster: handed %d copies to siblings",
+                     sum(len(s.msg.tasks) for s in sends))
+        self.coordinator.move_lone_copies(lone)
+        self._send_membership(self.membership.leave(self.monotonic()))
+        gevent.sleep(0.05)  # let the sockets flush before the engine drains
+
+    # ------------------------------------------------------------ time and roster
+    def _tick_loop(self) -> None:
+        period = max(0.01, min(0.1, self.config.heartbeat_interval / 4))
+        while True:
+            try:
+                self._tick()
+            except Exception:
+                log.exception("cluster: tick failed")
+            gevent.sleep(period)
+
+    def _tick(self) -> None:
+        assert self.membership is not None
+        mono = self.monotonic()
+        self._send_membership(self.membership.tick(mono))
+        self._check_roster()
+        if mono >= self._next_probe:
+            self._next_probe = mono + self.config.heartbeat_interval
+            for mem in self._others():
+                self.send(mem, cm.Clock(self.clock()))
+        was = self.siblings.contact
+        self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
+                                          self.engine.live))
+        if self.siblings.contact and not was:  # the copies outside memory ask as well
+            self.group.spawn(_mark_lapse, self)
+        lost = self.siblings.take_lost()
+        if lost:
+            self._on_lost(lost)
+
+    def in_contact(self) -> bool:
+        """This node hears a majority of the roster now (its lease to act for it)."""
+        return self.membership is not None and self.membership.in_contact(self.monotonic())
+
+    def _send_membership(self, sends: Iterable[Any]) -> None:
+        for s in sends:
+            self.transport.send(s.to, s.address, s.verb, s.payload)
+
+    def _check_roster(self) -> None:
+        assert self.membership is not None
+        leader = self.membership.leader
+        if leader is not None and leader != self._leader_seen:
+            self._leader_seen = leader
+            self.leader_changes += 1
+        if self.membership.roster != self.roster:
+            self._roster_changed(self.membership.roster)
+
+    def _roster_changed(self, new: Roster) -> None:
+        old, self.roster = self.roster, new
+        if old is not None:  # a member that left stays heard: its HANDOFF or DONE may
+            self._former.update(dict.fromkeys(set(old.ids()) - set(new.ids())))  # trail it
+            while len(self._former) > MAX_FORMER:
+                self._former.pop(next(iter(self._former)))
+        self._members = frozenset(new.ids()) | frozenset(self._former)
+        self.zones = {mem.id: mem.zone for mem in new.members if mem.zone}
+        # no task may target a member's API or cluster port (targets.TargetGuard)
+        self.engine.targets.set_member_endpoints(_endpoints(new.members))
+        self.engine.dispatcher.set_share(max(1, len(new.members)))
+        for mem in new.members:
+            if mem.id != self.me:
+                self.transport.connect(mem.cluster)  # a first send to a new DEALER would fail
+        self.carry_out(self.siblings.set_members(new.ids(), self.clock(), self.engine.live))
+        if old is None:
+            return
+        log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,
+                 new.leader, ",".join(new.ids()))
+        if self.me not in old.ids() and self.me in new.ids() and len(new.members) > 1:
+            source = new.leader if new.leader not in (None, self.me) else self._others()[0]
+            self.group.spawn(self.queries.sync_pauses, source)
+        if self.me in old.ids() and self.me not in new.ids():
+            log.warning("cluster: this node was dropped from the roster")
+        for member_id in set(old.ids()) - set(new.ids()) - {self.me}:
+            gone = old.get(member_id)
+            if gone is not None:
+                self.transport.forget(gone.cluster)
+
+    def _on_lost(self, lost: set[str]) -> None:
+        """Members are gone and we hear a majority: free their claims, restore copies."""
+        now = self.clock()
+        self.carry_out(self.siblings.release_claims(lost, self.engine.live, now))  # type: ignore[arg-type]
+        self.group.spawn(_restore_lost, self, lost, now)
+
+    def _restore(self, plan: Restore) -> None:
+        """A new copy counts only once its holder answered STORED; until then (or if it
+        never does) the task keeps its old replica set."""
+        t = self.engine.live.get(plan.id)
+        if t is None or t.state.ended:
+            return
+        try:
+            stored = self.coordinator.store(list(plan.copies))
+        except Duplicate:  # the new holder has the name reserved: it is not ours
+            stored = []
+        if len(stored) < len(plan.copies):
+            log.warning("cluster: could not restore every copy of %s", plan.id)
+            return
+        now_copy = self.engine.get(plan.id)
+        self.carry_out(restore.restored(self.siblings, plan, now_copy,
+                                        self._deadline(now_copy)))
+
+    # ------------------------------------------------------------ carrying out effects
+    def send(self, member_id: str, msg: Any, address: str | None = None,
+             on_fail: Callable[[], Any] | None = None) -> bool:
+        """Queue a message for a member (batched per peer); False if it has no address."""
+        address = address or self._address(member_id)
+        if address is None:
+            return False
+        self.outbox.put(member_id, address, msg.verb, msg.payload(), on_fail)
+        return True
+
+    def carry_out(self, effects: Iterable[Any]) -> None:
+        engine = self.engine
+        for e in effects:
+            if isinstance(e, Send):
+                self.send(e.to, e.msg)
+            elif isinstance(e, Update):
+                engine.apply_remote(e.id, state=e.state, fire_at=e.at, attempts=e.attempts,
+                                    last=e.last, earliest=e.how == EARLIER,
+                                    exact=e.how == EXACT, attempt=e.attempt)
+            elif isinstance(e, Fire):
+                engine.release(e.id)  # its siblings acknowledged: run it (nothing written)
+            elif isinstance(e, CancelCopy):
+                if e.abort:
+                    engine.abort(e.id)
+                else:
+                    try:
+                        engine.cancel(e.id)
+                    except Conflict:
+                        pass
+            elif isinstance(e, Drop):
+                log.info("cluster: task %s was re-homed while this node was away", e.id)
+                engine.drop(e.id)
+            elif isinstance(e, SetReplicas):
+                engine.set_replicas(e.id, e.replicas, self.me)
+            elif isinstance(e, Restore):
+                self._restores.spawn(self._restore, e)
+
+    def _replay(self, task_id: str) -> None:
+        """Our copy was just stored (or rerun): apply the news that came before it."""
+        for sender, msg in self.siblings.take_early(task_id):
+            self._on_sibling(sender, msg)
+
+    def _deadline(self, t: Task | None) -> float:
+        """How long an attempt of ``t`` may take (its dispatch deadline)."""
+        if t is None:
+            return self.config.queue("default").timeout
+        return t.timeout or self.engine.queue_config(t.queue).timeout
+
+    # ------------------------------------------------------------ addresses
+    def _address(self, member_id: str) -> str | None:
+        if member_id == self.me:
+            return self.config.advertise
+        mem = self.roster.get(member_id) if self.roster is not None else None
+        return mem.cluster if mem is not None else None
+
+    def _ring(self) -> tuple[str, ...]:
+        return self.roster.ids() if self.roster is not None else ()
+
+    def _others(self) -> list[str]:
+        return [mem for mem in self._ring() if mem != self.me]
+
+    # ------------------------------------------------------------ receiving
+    def _receive(self, sender: str, verb: Verb, payload: dict) -> None:
+        self._on_message(sender, verb, payload)
+
+    def _on_message(self, sender: str, verb: Verb, payload: dict) -> None:
+        try:
+            if verb == Verb.BATCH:
+                for inner_verb, inner in unbatch(payload):
+                    self._on_message(sender, inner_verb, inner)
+            elif verb not in _OPEN and sender not in self._members:
+                self._stranger(sender, verb)
+            elif verb in _MEMBERSHIP:
+                assert self.membership is not None
+                self._send_membership(self.membership.step(sender, verb, payload,
+                                                           self.monotonic()))
+                self._check_roster()
+            else:
+                msg = m.decode(verb, payload)
+                if verb in _SPAWNED:
+                    self.group.spawn(self._serve, sender, msg)
+                elif isinstance(msg, (rm.Stored, rm.Reply)):
+                    self.requests.answer(msg)
+                elif isinstance(msg, (cm.Clock, cm.ClockEcho)):
+                    _on_clock(self, sender, msg)
+                elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics (defsync)
+                    self.defs.on_message(sender, msg)
+                elif isinstance(msg, rm.Handoff):
+                    self.carry_out(self.siblings.handoff(msg, self.clock(), sender))
+                else:
+                    self._on_sibling(sender, msg)
+        except DecodeError as e:
+            log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
+
+    def _stranger(self, sender: str, verb: Verb) -> None:
+        """Only the task messages of roster members (current or former) are acted on."""
+        self.strangers += 1
+        if self.strangers <= 10 or self.strangers % 1000 == 0:
+            log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
+                        verb.value, sender[:64], self.strangers)
+
+    def _on_sibling(self, sender: str, msg: Any) -> None:
+        copy = self.engine.get(msg.id) if isinstance(msg, rm.Ask) else self.engine.live.get(msg.id)
+        self.carry_out(self.siblings.step(sender, msg, copy, self.clock()))
+
+    def _serve(self, sender: str, msg: rm.Store | rm.Request) -> None:
+        if isinstance(msg, rm.Store):
+            answer: Any = self.coordinator.on_store(sender, msg)
+        else:
+            try:
+                answer = rm.Reply(msg.req, True, self.queries.serve(msg.op, msg.args))
+            except DecodeError as e:
+                log.warning("cluster: dropped REQUEST from %r: %s", sender[:64], e)
+                return
+        if answer is not None:
+            self.send(sender, answer, address=msg.reply_to)
+
+    # ------------------------------------------------------------ the node's view
+    def enqueue(self, task: Task) -> Task:
+        return self.coordinator.enqueue(task)
+
+    def enqueue_many(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        return self.coordinator.enqueue_many(tasks)
+
+    def info(self) -> dict[str, Any]:
+        assert self.membership is not None
+        r = self.membership.roster
+        health = self.membership.health(self.monotonic())
+        now = self.clock()
+        return {
+            "node": self.me, "role": self.membership.role, "leader": r.leader,
+            "term": self.membership.term, "version": r.version,
+            "members": [{"id": mem.id, "http": mem.http, "cluster": mem.cluster, "zone": mem.zone,
+                         "leader": mem.id == r.leader,
+                         "last_heard": 0.0 if mem.id == self.me else health.get(mem.id),
+                         **({"clock_offset": 0.0, "clock_error": 0.0, "clock_skewed": False}
+                            if mem.id == self.me else self.clocks.view(mem.id, now))}
+                        for mem in r.members],
+        }
+
+    def ready(self) -> tuple[bool, str]:
+        if self.roster is None or self.me not in self.roster.ids():
+            return False, "not yet in the cluster roster"
+        if self.membership is None or self.membership.leader is None:
+            return False, "no leader"
+        return True, "ok"
+
+
+class _Hooks(Hooks):
+    """The engine's view of the siblings: may this copy deliver now, and its outcome."""
+
+    def __init__(self, cluster: Cluster):
+        self.c = cluster
+
+    def claim(self, t: Task) -> bool:
+        c = self.c
+        go, effects = c.siblings.fire(t, c.clock(), c._deadline(t))
+        c.carry_out(effects)
+        return go
+
+    def _outcome(self, t: Task) -> None:
+        self.c.carry_out(self.c.siblings.outcome(t, self.c.clock()))
+
+    def done(self, t: Task) -> None:
+        self._outcome(t)
+
+    def retried(self, t: Task) -> None:
+        self._outcome(t)
+
+    def failed(self, t: Task) -> None:
+        self._outcome(t)
+
+
+def _on_clock(c: Cluster, sender: str, msg: cm.Clock | cm.ClockEcho) -> None:
+    """A clock probe: echo a CLOCK, take an echo as a sample of the sender's offset."""
+    now = c.clock()
+    if isinstance(msg, cm.Clock):
+        c.send(sender, cm.ClockEcho(msg.t1, now))
+        return
+    c.clocks.sample(sender, msg.t1, msg.t, now)
+    crossed = c.clocks.check(sender, now)
+    if crossed is not None:
+        skewed, est = crossed
+        (log.error if skewed else log.info)(
+            "cluster: clock of %s is %+.3f s (±%.3f) from ours: %s max_clock_skew %g s",
+            sender, est.offset, est.error, "beyond" if skewed else "back within",
+            c.clocks.max_skew)
+
+
+def _mark_lapse(c: Cluster) -> None:
+    """Back in touch: every copy written so far asks first when it is paged in."""
+    try:
+        c.engine.live.ask_mark = c.journal.last_rowid()
+    except Exception as e:
+        log.warning("cluster: could not mark the journal's copies to ask: %s", e)
+
+
+def _restore_lost(c: Cluster, lost: set[str], now: float) -> None:
+    """Plan restores a page of copies at a time (most may be only in the journal);
+    the restore pool's bound paces the walk."""
+    n = 0
+    for page in c.engine.live.pages():
+        plans = restore.plan_restores(c.siblings, lost, page, now, c.zones)
+        for plan in plans:
+            c._restores.spawn(c._restore, plan)
+        n += len(plans)
+    if n:
+        log.info("cluster: restoring copies of %d tasks lost with %s", n, ",".join(sorted(lost)))
+
+
+def _endpoints(members: Iterable[Member]) -> list[tuple[str, int]]:
+    """(host, port) of every member's HTTP address and cluster endpoint."""
+    out = []
+    for mem in members:
+        for addr in (mem.http, mem.cluster.removeprefix("tcp://")):
+            host, _, port = addr.rpartition(":")
+            if host and port.isdigit():
+                out.append((host.strip("[]"), int(port)))
+    return out

@@ -1,0 +1,296 @@
+"""Cluster-wide queries and queue control: what one node cannot answer alone.
+
+A task's copies live on several nodes and a queue's tasks on all of them, so reading a
+task, cancelling it, rerunning it, counting or listing a queue and pausing, resuming or
+purging it ask every other member (REQUEST) and merge the answers (REPLY) with this
+node's own. ``serve`` answers the same operations for a peer. A peer's answers are
+untrusted: every merged value is type-checked, and a summary that does not fit is left out.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from miyamoto.cluster.requests import Requests
+from miyamoto.engine.engine import Engine
+from miyamoto.errors import Conflict
+from miyamoto.tasks.task import HISTORY_MAX, State
+from miyamoto.wire import checks
+from miyamoto.wire.verbs import DecodeError
+
+log = logging.getLogger(__name__)
+
+_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "running": 2,
+          "scheduled": 1}
+BULK_MAX = 10_000  # failed copies one node retries or deletes per request
+TOTAL_PREFIX = "total:"  # a queue's totals among its state counts (see counts_local)
+
+
+def summary_ok(s: Any) -> bool:
+    """A task summary from a peer with the fields we sort and pick by, well typed."""
+    return (isinstance(s, dict) and isinstance(s.get("id"), str) and s.get("state") in _ORDER
+            and type(s.get("attempts")) is int and type(s.get("replica")) is int)
+
+
+def pick(results: list[Any]) -> dict[str, Any] | None:
+    """One answer from many copies: a done operation beats a conflict beats nothing."""
+    done = [r for r in results if isinstance(r, dict) and "conflict" not in r and summary_ok(r)]
+    if done:
+        return min(done, key=lambda r: r.get("replica", 0))
+    conflicts = [r for r in results if isinstance(r, dict) and "conflict" in r]
+    if conflicts:
+        raise Conflict(str(conflicts[0]["conflict"]))
+    return None
+
+
+class Queries:
+    def __init__(self, me: str, engine: Engine, requests: Requests,
+                 others: Callable[[], list[str]], timeout: float, offset: float,
+                 clock: Callable[[], float], replay: Callable[[str], None]):
+        self.me = me
+        self.engine = engine
+        self.requests = requests
+        self.others = others
+        self.timeout = timeout
+        self.offset = offset
+        self.clock = clock
+        self.replay = replay  # sibling news kept while our copy had ended
+
+    def ask(self, op: str, args: dict, members: list[str] | None = None) -> dict[str, Any]:
+        members = self.others() if members is None else members
+        if not members:
+            return {}
+        return self.requests.ask_all(members, op, args, self.timeout)
+
+    # ------------------------------------------------------------ tasks
+    def get_task(self, task_id: str) -> dict[str, Any] | None:
+        found: list[dict] = []
+        local = self.engine.get(task_id)
+        if local is not None:
+            found.append(dict(local.summary(), node=self.me))
+        # ask the siblings even when this copy has ended: ``copies`` lists every copy
+        for member, result in self.ask("get", {"id": task_id}).items():
+            if isinstance(result, dict):
+                found.append(dict(result, node=member))
+        found = [s for s in found if summary_ok(s)]
+        if not found:
+            return None
+        best = dict(max(found, key=lambda s: (_ORDER[s["state"]], s["attempts"], -s["replica"])))
+        best["history"] = merge_history(s.get("history") for s in found)
+        best["copies"] = sorted(({"node": s["node"], "replica": s["replica"],
+                                  "state": s["state"], "next_attempt": s.get("next_attempt")}
+                                 for s in found), key=lambda c: c["replica"])
+        return best
+
+    def cancel(self, task_id: str) -> dict[str, Any] | None:
+        return self._everywhere("cancel", self.cancel_local, task_id)
+
+    def cancel_local(self, task_id: str) -> dict | None:
+        t = self.engine.cancel(task_id)
+        return t.summary() if t is not None else None
+
+    def delete(self, task_id: str) -> dict[str, Any] | None:
+        return self._everywhere("delete", self.delete_local, task_id)
+
+    def delete_local(self, task_id: str) -> dict | None:
+        t = self.engine.get(task_id)
+        if t is None:
+            return None
+        was = t.state
+        t = self.engine.delete(task_id)
+        if t is None:
+            return None
+        return dict(t.summary(), state="deleted") if was == State.FAILED else t.summary()
+
+    def rerun(self, task_id: str) -> dict[str, Any] | None:
+        return self._everywhere("rerun", self.rerun_local, task_id)
+
+    def _everywhere(self, op: str, local: Callable[[str], dict | None],
+                    task_id: str) -> dict[str, Any] | None:
+        """``op`` on this node's copy and on every peer's; the most telling answer."""
+        results: list[Any] = []
+        try:
+            found = local(task_id)
+            if found is not None:
+                results.append(found)
+        except Conflict as e:
+            results.append({"conflict": str(e)})
+        results += list(self.ask(op, {"id": task_id}).values())
+        return pick(results)
+
+    def rerun_local(self, task_id: str) -> dict | None:
+        t = self.engine.get(task_id)
+        if t is None:
+            return None
+        t = self.engine.rerun(task_id, delay=t.replica * self.offset)
+        if t is None:
+            return None
+        self.replay(task_id)  # a sibling's rerun copy may already have claimed or finished
+        return (self.engine.get(task_id) or t).summary()
+
+    # ------------------------------------------------------------ queues
+    def find_name(self, queue: str, name: str) -> str | None:
+        """The id of the task holding ``name`` in ``queue`` on any node (names are kept
+        by the task's copies while the dedup window lasts), or None."""
+        held = self.name_local(queue, name)
+        if held is not None:
+            return held
+        found = [r for r in self.ask("name", {"queue": queue, "name": name}).values()
+                 if isinstance(r, str) and r]
+        return min(found) if found else None
+
+    def name_local(self, queue: str, name: str) -> str | None:
+        held = self.engine.name_holder(queue, name)  # memory's recent ones, else the journal's
+        return held[0] if held is not None and held[1] > self.engine.clock() else None
+
+    def counts_local(self) -> dict[str, dict[str, int]]:
+        """This node's counts per queue and state (first copies), and its ``totals``
+        under TOTAL_PREFIX keys: a peer adds both up as it adds up states."""
+        counts = self.engine.queue_counts(primary_only=True)
+        for q, totals in self.engine.stats.totals.items():
+            mine = counts.setdefault(q, {})
+            for k, n in totals.items():
+                mine[TOTAL_PREFIX + k] = n
+        return counts
+
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        total = self.counts_local()
+        for result in self.ask("counts", {}).values():
+            if not isinstance(result, dict):
+                continue
+            for q, states in result.items():
+                if isinstance(states, dict):
+                    mine = total.setdefault(str(q), {})
+                    for s, n in states.items():
+                        if type(n) is int:
+                            mine[str(s)] = mine.get(str(s), 0) + n
+        return total
+
+    def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
+        seen = {t.id: t.summary() for t in self.engine.list(queue, state, limit)}
+        args = {"queue": queue, "state": state.value, "limit": limit}
+        for result in self.ask("list", args).values():
+            if isinstance(result, list):
+                for s in result:
+                    if isinstance(s, dict) and isinstance(s.get("id"), str):
+                        seen.setdefault(s["id"], s)
+        out = sorted(seen.values(), key=lambda s: s.get("next_attempt") or s.get("finished") or 0)
+        return out[:limit]
+
+    def control(self, queue: str, action: str) -> dict[str, Any]:
+        result = self.control_local(queue, action)
+        for r in self.ask("control", {"queue": queue, "action": action}).values():
+            if isinstance(r, dict) and type(r.get("purged")) is int:
+                result["purged"] = result.get("purged", 0) + r["purged"]
+        return result
+
+    def control_local(self, queue: str, action: str) -> dict[str, Any]:
+        if action == "purge":
+            return {"purged": self.engine.purge(queue)}
+        if action == "resume":
+            self._restagger(queue)
+        self.engine.pause(queue, action == "pause")
+        return {}
+
+    def failed(self, queue: str, action: str) -> dict[str, Any]:
+        """Retry or delete every failed task of the queue, on every node: ``count``
+        distinct tasks (their first copies), ``more`` if some node had more than BULK_MAX."""
+        result = self.failed_local(queue, action)
+        for r in self.ask("failed", {"queue": queue, "action": action}).values():
+            if isinstance(r, dict) and type(r.get("count")) is int \
+                    and type(r.get("more")) is bool:
+                result["count"] += r["count"]
+                result["more"] = result["more"] or r["more"]
+        return result
+
+    def failed_local(self, queue: str, action: str) -> dict[str, Any]:
+        """This node's failed copies of ``queue`` (up to BULK_MAX), each rerun as
+        ``rerun_local`` does (copy i fires i offsets late: the siblings' claims let one
+        deliver) or deleted; one journal commit for them all."""
+        copies = self.engine.journal.list(queue, State.FAILED.value, BULK_MAX + 1)
+        more, copies = len(copies) > BULK_MAX, copies[:BULK_MAX]
+        for t in copies:
+            if action == "retry":
+                self.engine.rerun(t.id, wait=False, delay=t.replica * self.offset)
+                self.replay(t.id)
+            else:
+                self.engine.delete(t.id)
+        if copies:
+            self.engine.journal.flush()
+        return {"count": sum(1 for t in copies if t.replica == 0), "more": more}
+
+    def _restagger(self, queue: str) -> None:
+        """Before a queue resumes: copies that fell due while it was paused would all fire
+        at once, every replica of a task together, their CLAIMs crossing (a duplicate for
+        each task). Keep the replicas' offsets, counted from now: copy i fires i offsets
+        after the first, which has claimed by then."""
+        now = self.clock()
+        for t in list(self.engine.live.values()):
+            if t.queue == queue and t.state == State.SCHEDULED and t.replica > 0 \
+                    and t.fire_at < now + t.replica * self.offset:
+                self.engine.apply_remote(t.id, fire_at=now + t.replica * self.offset)
+
+    def sync_pauses(self, source: str) -> None:
+        """On (re)joining, take ``source``'s paused/running queues: a pause or resume
+        made while this node was away must hold here too."""
+        result = self.ask("paused", {}, [source]).get(source)
+        if not isinstance(result, dict):
+            return
+        for queue, paused in result.items():
+            if isinstance(queue, str) and isinstance(paused, bool) and \
+                    self.engine.dispatcher.view(queue).paused != paused:
+                log.info("cluster: queue %s is %s cluster-wide", queue,
+                         "paused" if paused else "running")
+                self.engine.pause(queue, paused)
+
+    # ------------------------------------------------------------ serving a peer
+    def serve(self, op: str, args: dict) -> Any:
+        """Answer a peer's REQUEST; DecodeError for arguments that do not fit."""
+        if op == "get":
+            t = self.engine.get(checks.string(args, "id"))
+            return t.summary() if t is not None else None
+        local = {"cancel": self.cancel_local, "rerun": self.rerun_local,
+                 "delete": self.delete_local}.get(op)
+        if local is not None:
+            try:
+                return local(checks.string(args, "id"))
+            except Conflict as e:
+                return {"conflict": str(e)}
+        if op == "failed":
+            action = checks.string(args, "action")
+            if action not in ("retry", "delete"):
+                raise DecodeError("unknown failed-task action")
+            return self.failed_local(checks.string(args, "queue"), action)
+        if op == "paused":
+            return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
+        if op == "counts":
+            return self.counts_local()
+        if op == "name":
+            return self.name_local(checks.string(args, "queue"), checks.string(args, "name"))
+        if op == "list":
+            try:
+                state = State(checks.string(args, "state"))
+            except ValueError as e:
+                raise DecodeError("state is not a task state") from e
+            limit = checks.integer(args, "limit", 1, 1000)
+            return [t.summary() for t in self.engine.list(checks.string(args, "queue"),
+                                                          state, limit)]
+        action = checks.string(args, "action")  # op == "control" (messages checks the op)
+        if action not in ("pause", "resume", "purge"):
+            raise DecodeError("unknown control action")
+        return self.control_local(checks.string(args, "queue"), action)
+
+
+def merge_history(histories: Any) -> list[dict[str, Any]]:
+    """The attempts every copy knows, each once (by start and node), newest first, at
+    most task.HISTORY_MAX; a peer's entry that is not well typed is left out."""
+    seen: dict[tuple, dict] = {}
+    for h in histories:
+        if not isinstance(h, list):
+            continue
+        for a in h:
+            if isinstance(a, dict) and type(a.get("start")) in (int, float) \
+                    and isinstance(a.get("node"), str):
+                seen.setdefault((a["start"], a["node"]), a)
+    return sorted(seen.values(), key=lambda a: a["start"], reverse=True)[:HISTORY_MAX]

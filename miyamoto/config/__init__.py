@@ -1,0 +1,1 @@
+"""One validated, frozen configuration and the parsers of its values."""

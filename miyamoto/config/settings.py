@@ -1,0 +1,376 @@
+"""One validated, frozen configuration: defaults <- INI <- MIYAMOTO_* environment <- flags.
+
+Each option is declared once (``Setting``) with its type, default, validator and help,
+as gunicorn does; the INI file, the environment and the command line all read that one
+table, so an option cannot exist in one place and not another. Queue settings live in
+``[queue:NAME]`` sections; ``[node:ID]`` sections let one file describe a whole cluster
+(``miyamoto serve --config cluster.example.ini --node a``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from miyamoto.config.values import WEBHOOK_KEY_BYTES, ConfigError, _bool, _cidrs, _float_ge, \
+                                   _hostport, _int_ge, _level, _log_format, _node_id, _one_of, \
+                                   _secret, _seeds, _str, _z85_key, _zmq_endpoint \
+                                   # noqa: F401  (ConfigError is imported from here)
+from miyamoto.http.auth import parse_tokens
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    flag: bool = True  # exposed as --name on `miyamoto serve`
+    secret: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("node", lambda v: _node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)"),
+    Setting("http", _hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
+    Setting("cluster", _zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
+    Setting("advertise", _str, "", "cluster endpoint peers use to reach this node (default: cluster)"),
+    Setting("processes", _int_ge(1), 1, "nodes to run on this host, sharing the HTTP port "
+            "(SO_REUSEPORT), on consecutive cluster ports"),
+    Setting("reuse_port", _bool, False, "bind the HTTP port with SO_REUSEPORT (set by --processes)"),
+    Setting("zone", _node_id, "", "this node's failure domain: copies of a task go to distinct "
+            "zones (default: the host name)"),
+    Setting("seeds", _seeds, (), "comma-separated cluster endpoints of other nodes to join"),
+    Setting("data_dir", _str, "./miyamoto-data", "journal directory, or :memory: for no disk"),
+    Setting("replication", _int_ge(1), 2, "copies of each task (replication_factor)"),
+    Setting("min_replicas", _int_ge(1), 1, "copies that must be stored before enqueue answers 200"),
+    Setting("replica_offset", _float_ge(0), 5.0, "seconds between the fire times of successive replicas"),
+    Setting("replication_timeout", _float_ge(0.01), 2.0, "seconds to wait for replicas to answer STORED"),
+    Setting("heartbeat_interval", _float_ge(0.01), 0.5, "leader heartbeat period, seconds"),
+    Setting("failure_timeout", _float_ge(0.05), 3.0, "a member silent this long is dropped"),
+    Setting("election_timeout_min", _float_ge(0.05), 1.5, "election timeout lower bound"),
+    Setting("election_timeout_max", _float_ge(0.05), 3.0, "election timeout upper bound"),
+    Setting("curve_public", _z85_key, "", "cluster CurveZMQ public key (Z85)", flag=False),
+    Setting("curve_secret", _z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
+    Setting("insecure_cluster", _bool, False,
+            "allow a cluster without CurveZMQ keys (plain TCP: anyone who reaches the port is a peer)"),
+    Setting("api_tokens", parse_tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
+            flag=False, secret=True),
+    Setting("insecure_http", _bool, False, "allow an HTTP address beyond loopback without api_tokens"),
+    Setting("target_allow", _cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),
+    Setting("target_deny", _cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list "
+            "(link-local, cloud metadata, 0.0.0.0/8, multicast, broadcast, the cluster's endpoints)"),
+    Setting("http_header_timeout", _float_ge(0.1), 10.0,
+            "seconds a client has to send a request's headers and body"),
+    Setting("http_idle_timeout", _float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
+    Setting("max_header_bytes", _int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
+    Setting("max_connections", _int_ge(16), 10000, "HTTP connections open at once"),
+    Setting("max_per_host", _int_ge(1), 128, "deliveries in flight to one target host"),
+    Setting("breaker_failures", _int_ge(0), 10, "consecutive failed attempts (connection "
+            "errors, timeouts, 5xx, 429) that open a target origin's circuit breaker; 0: never"),
+    Setting("breaker_cooldown", _float_ge(0.01), 30.0, "seconds an open breaker waits before "
+            "one probe delivery (doubled after each failed probe, up to 10x)"),
+    Setting("signing_secret", _secret, (),
+            "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
+            "each delivery is signed with every one", flag=False, secret=True),
+    Setting("log_level", _level, "INFO", "debug, info, warning, error"),
+    Setting("log_format", _log_format, "text",
+            "text, or json: one JSON object a line (time, level, logger, message, exception)"),
+    Setting("access_log", _bool, False, "log one line per HTTP request (no query string)"),
+    Setting("max_body", _int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
+    Setting("max_url", _int_ge(16), 2083, "longest target URL"),
+    Setting("max_delay", _float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
+    Setting("max_name", _int_ge(1), 500, "longest task name"),
+    Setting("max_batch", _int_ge(1), 1000, "most tasks in one batch request"),
+    Setting("dedup_window", _float_ge(0), 3600.0, "seconds a task name stays reserved"),
+    Setting("schedule_catch_up", lambda v: _one_of(v, ("last", "none")), "last",
+            "a schedule's ticks missed while no leader existed: last (the newest fires once) "
+            "or none (skipped); a schedule's catch_up field overrides it"),
+    Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
+    Setting("memory_window", _float_ge(1), 60.0,
+            "seconds ahead whose tasks are held in memory; later ones live only in the journal"),
+    Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
+    Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
+    Setting("max_clock_skew", _float_ge(0.001), 1.0,
+            "a member's clock further off than this, seconds, is logged as an error"),
+    Setting("claim_lease", _float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
+    Setting("callback_timeout", _float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's limits; Cloud Tasks' RateLimits and RetryConfig in one record."""
+
+    name: str = "default"
+    rate: float = 0.0  # dispatches per second for the whole cluster; 0 = unlimited
+    burst: int = 100
+    max_concurrent: int = 0  # deliveries in flight on one node; 0 = half of concurrency
+    max_attempts: int = 25
+    min_backoff: float = 0.5
+    max_backoff: float = 3600.0
+    max_doublings: int = 16
+    max_retry_duration: float = 0.0  # 0 = no limit
+    timeout: float = 30.0
+    paused: bool = False
+
+
+QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
+    "rate": _float_ge(0),
+    "burst": _int_ge(1),
+    "max_concurrent": _int_ge(0),
+    "max_attempts": _int_ge(1),
+    "min_backoff": _float_ge(0),
+    "max_backoff": _float_ge(0),
+    "max_doublings": _int_ge(0),
+    "max_retry_duration": _float_ge(0),
+    "timeout": _float_ge(0.01),
+    "paused": _bool,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    node: str
+    http: str
+    cluster: str
+    advertise: str
+    processes: int
+    reuse_port: bool
+    zone: str
+    seeds: tuple[str, ...]
+    data_dir: str
+    replication: int
+    min_replicas: int
+    replica_offset: float
+    replication_timeout: float
+    heartbeat_interval: float
+    failure_timeout: float
+    election_timeout_min: float
+    election_timeout_max: float
+    curve_public: str
+    curve_secret: str
+    insecure_cluster: bool
+    api_tokens: tuple[tuple[str, str], ...]
+    insecure_http: bool
+    target_allow: tuple[str, ...]
+    target_deny: tuple[str, ...]
+    http_header_timeout: float
+    http_idle_timeout: float
+    max_header_bytes: int
+    max_connections: int
+    max_per_host: int
+    breaker_failures: int
+    breaker_cooldown: float
+    signing_secret: tuple[str, ...]
+    log_level: str
+    log_format: str
+    access_log: bool
+    max_body: int
+    max_url: int
+    max_delay: float
+    max_name: int
+    max_batch: int
+    dedup_window: float
+    schedule_catch_up: str
+    retention: float
+    memory_window: float
+    concurrency: int
+    shutdown_timeout: float
+    max_clock_skew: float
+    claim_lease: float
+    callback_timeout: float
+    queues: Mapping[str, QueueConfig] = field(default_factory=dict)
+
+    @property
+    def http_host(self) -> str:
+        return self.http.rpartition(":")[0]
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http.rpartition(":")[2])
+
+    def queue(self, name: str) -> QueueConfig:
+        """The declared queue, or a new one with [queue:default]'s values."""
+        q = self.queues.get(name)
+        if q is None:
+            q = dataclasses.replace(self.queues.get("default", QueueConfig()), name=name)
+        return q
+
+    def redacted(self) -> dict[str, Any]:
+        """Every option, secrets masked: safe to log or serve."""
+        out: dict[str, Any] = {}
+        for s in SETTINGS:
+            v = getattr(self, s.name)
+            out[s.name] = ("***" if v else "") if s.secret else v
+        return out
+
+
+def _env_name(name: str) -> str:
+    return "MIYAMOTO_" + name.upper()
+
+
+def _read_ini(path: str, node: str | None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f)
+    except (OSError, configparser.Error) as e:
+        raise ConfigError(f"config: cannot read {path}: {e}") from e
+    values: dict[str, str] = {}
+    queues: dict[str, dict[str, str]] = {}
+    for section in parser.sections():
+        items = dict(parser.items(section))
+        if section == "miyamoto":
+            values.update(items)
+        elif section.startswith("queue:"):
+            queues[section[len("queue:"):]] = items
+        elif section.startswith("node:"):
+            continue
+        else:
+            raise ConfigError(f"config: unknown section [{section}] in {path}")
+    if node:
+        section = f"node:{node}"
+        if parser.has_section(section):
+            values.update(dict(parser.items(section)))
+            values.setdefault("node", node)
+        elif any(s.startswith("node:") for s in parser.sections()):
+            raise ConfigError(f"node: no [node:{node}] section in {path}")
+    return values, queues
+
+
+def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueConfig:
+    values: dict[str, Any] = {}
+    for key, text in raw.items():
+        parse = QUEUE_FIELDS.get(key)
+        if parse is None:
+            raise ConfigError(f"queue:{name}.{key}: unknown queue option")
+        try:
+            values[key] = parse(text)
+        except ValueError as e:
+            raise ConfigError(f"queue:{name}.{key}: {e}") from e
+    q = dataclasses.replace(base, name=name, **values)
+    if q.max_backoff < q.min_backoff:
+        raise ConfigError(f"queue:{name}.max_backoff: must be >= min_backoff")
+    return q
+
+
+def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> Config:
+    """Build the frozen Config; raise ConfigError naming the bad option."""
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    config_file = flags.pop("config", None) or env.get("MIYAMOTO_CONFIG") or config_file
+    node_hint = flags.get("node") or env.get(_env_name("node"))
+    raw: dict[str, Any] = {}
+    raw_queues: dict[str, dict[str, str]] = {}
+    if config_file:
+        raw, raw_queues = _read_ini(config_file, node_hint)
+    for s in SETTINGS:
+        if _env_name(s.name) in env:
+            raw[s.name] = env[_env_name(s.name)]
+    for key, v in flags.items():
+        raw[key] = v
+    values: dict[str, Any] = {}
+    for key in raw:
+        if key not in _BY_NAME:
+            raise ConfigError(f"{key}: unknown option")
+    for s in SETTINGS:
+        if s.name in raw:
+            try:
+                values[s.name] = s.parse(raw[s.name])
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{s.name}: {e}") from e
+        else:
+            values[s.name] = s.default
+    if not values["node"]:
+        values["node"] = f"{socket.gethostname()}-{values['http'].rpartition(':')[2]}"
+    if not values["zone"]:
+        values["zone"] = socket.gethostname() or values["node"]
+    if not values["advertise"]:
+        values["advertise"] = values["cluster"]
+    else:
+        try:
+            values["advertise"] = _zmq_endpoint(values["advertise"])
+        except ValueError as e:
+            raise ConfigError(f"advertise: {e}") from e
+    if values["election_timeout_max"] < values["election_timeout_min"]:
+        raise ConfigError("election_timeout_max: must be >= election_timeout_min")
+    if bool(values["curve_public"]) != bool(values["curve_secret"]):
+        raise ConfigError("curve_secret: curve_public and curve_secret go together")
+    _check_cluster_keys(values)
+    _check_http_exposure(values)
+    if values["curve_public"]:
+        from miyamoto.wire.transport import CurveKeys
+
+        try:
+            CurveKeys(values["curve_public"], values["curve_secret"])
+        except ValueError as e:
+            raise ConfigError(f"curve_secret: {e}") from None
+    default_q = _parse_queue("default", raw_queues.get("default", {}), QueueConfig())
+    queues = {"default": default_q}
+    for name, items in raw_queues.items():
+        if name != "default":
+            _check_queue_name(name)
+            queues[name] = _parse_queue(name, items, default_q)
+    return Config(queues=queues, **values)
+
+
+def _check_cluster_keys(values: Mapping[str, Any]) -> None:
+    """Peers only with the cluster key pair: a node that would talk to others without one
+    refuses to start, unless the operator says ``insecure_cluster = true`` out loud."""
+    own = (values["cluster"], values["advertise"])
+    others = [s for s in values["seeds"] if s not in own]
+    if others and not values["curve_secret"] and not values["insecure_cluster"]:
+        raise ConfigError(
+            "curve_secret: a node with seeds needs the cluster key pair (curve_public and "
+            "curve_secret; make one with `miyamoto keygen` and give it to every node), "
+            "or insecure_cluster = true for unauthenticated plain TCP")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def _check_http_exposure(values: Mapping[str, Any]) -> None:
+    """An API reachable beyond this machine must ask for tokens, unless told otherwise."""
+    host = values["http"].rpartition(":")[0]
+    if not _is_loopback(host) and not values["api_tokens"] and not values["insecure_http"]:
+        raise ConfigError(
+            f"api_tokens: http binds {host}, beyond loopback, so the API needs tokens "
+            "(api_tokens = admin:TOKEN,... or MIYAMOTO_API_TOKENS), "
+            "or insecure_http = true to serve it open")
+
+
+def _check_queue_name(name: str) -> None:
+    from miyamoto.tasks.task import QUEUE_NAME_RE  # one definition of a valid queue name
+
+    if not QUEUE_NAME_RE.fullmatch(name):
+        raise ConfigError(f"queue:{name}: queue names are 1-100 of [A-Za-z0-9_-]")
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add --config and one flag per Setting (dest = the setting's name)."""
+    parser.add_argument("--config", help="INI file (see cluster.example.ini)")
+    for s in SETTINGS:
+        if s.flag:
+            flag = "--" + s.name.replace("_", "-")
+            aliases = [flag]
+            if s.name == "replication":
+                aliases.append("--replication-factor")
+            parser.add_argument(*aliases, dest=s.name, default=None,
+                                help=f"{s.help} [env {_env_name(s.name)}; default {s.default!r}]")

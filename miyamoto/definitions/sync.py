@@ -1,0 +1,238 @@
+"""Carries out what ``miyamoto.definitions.machine`` decides: the file, the sends, the waiting.
+
+``DefSync`` owns the machine, its file (``definitions.json`` in the data dir, written
+atomically: temp file, fsync, rename, fsync of the directory, so a crash leaves the old
+set or the new one, never half of each; in memory only when the journal is
+``:memory:``) and the greenlets that wait for writes. ``op`` is the one way to change a
+definition: on the leader it reads, checks and writes; on a follower it forwards the op
+to the leader (DEFS_WRITE) and returns the leader's answer, so a client may send writes
+to any node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import uuid
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+import gevent.lock
+import gevent.pool
+import ujson
+
+from miyamoto.definitions import messages as m
+from miyamoto.definitions.machine import Definitions, Finished, Full, NotLeader, Persist, Send
+from miyamoto.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+FILE = "definitions.json"
+SendFn = Callable[..., bool]  # (member, msg, address=None) -> False if it has no address
+
+
+class DefSync:
+    def __init__(self, me: str, data_dir: str, send: SendFn, reply_to: str, *,
+                 monotonic: Callable[[], float], resend: float, timeout: float,
+                 view: Callable[[], tuple[str | None, int, tuple[str, ...]]] | None = None,
+                 group: gevent.pool.Group | None = None):
+        self.machine = Definitions(me, resend=resend, timeout=timeout)
+        self.view = view  # (leader, term, members) of the membership, for run()
+        self.path = None if data_dir == ":memory:" else os.path.join(data_dir, FILE)
+        self._send = send
+        self._reply_to = reply_to
+        self.monotonic = monotonic
+        self.timeout = timeout
+        self.group = group if group is not None else gevent.pool.Group()
+        self.period = max(0.01, min(0.1, resend / 4))
+        self._lock = gevent.lock.RLock()  # one writer of the file at a time
+        self._writes: dict[int, gevent.event.AsyncResult] = {}
+        self._asks: dict[str, gevent.event.AsyncResult] = {}
+
+    @classmethod
+    def of(cls, cluster: Any) -> DefSync:
+        """The one a ``miyamoto.cluster.layer.Cluster`` holds: its sends, clock, membership
+        view and greenlet group; timings from its config."""
+        cfg = cluster.config
+
+        def view() -> tuple[str | None, int, tuple[str, ...]]:
+            mem = cluster.membership
+            return (None, 0, ()) if mem is None else (mem.leader, mem.term, cluster._ring())
+
+        return cls(cluster.me, cfg.data_dir, cluster.send, cfg.advertise,
+                   monotonic=cluster.monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
+                   timeout=max(2.0, cfg.replication_timeout), view=view, group=cluster.group)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start ticking (after ``load``: a member must never answer with a set it has
+        not read back yet, or a new leader would count it as holding nothing)."""
+        self.group.spawn(self.run)
+
+    def run(self) -> None:
+        assert self.view is not None
+        while True:
+            try:
+                self.tick(*self.view())
+            except Exception:
+                log.exception("definitions: tick failed")
+            gevent.sleep(self.period)
+    def load(self) -> None:
+        """Read the set back (after the journal took the data dir's lock)."""
+        if self.path is None or not os.path.exists(self.path):
+            return
+        try:
+            with open(self.path, "rb") as f:
+                data = ujson.loads(f.read())
+            entries = [m.Entry.from_payload(e) for e in data["entries"]]
+            term = int(data.get("term", 0))
+            owner = data.get("owner")
+            if owner is not None and not isinstance(owner, str):
+                raise TypeError("owner must be a string")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("definitions: %s is unreadable (%s): starting from the cluster's set",
+                      self.path, e)
+            return
+        self.machine.load(entries, term, owner)
+        log.info("definitions: loaded %d entries from %s", len(entries), self.path)
+
+    # ------------------------------------------------------------ inputs
+    def tick(self, leader: str | None, term: int, members: tuple[str, ...]) -> None:
+        now = self.monotonic()
+        self.carry_out(self.machine.view(leader, term, members, now))
+        self.carry_out(self.machine.tick(now))
+
+    def on_message(self, sender: str, msg: Any) -> None:
+        if isinstance(msg, m.DefsWrite):
+            self.group.spawn(self._serve_write, sender, msg)
+        elif isinstance(msg, m.DefsWrote):
+            ask = self._asks.get(msg.req)
+            if ask is not None:
+                ask.set((msg.status, msg.body))
+        else:
+            self.carry_out(self.machine.step(sender, msg, self.monotonic()))
+
+    def carry_out(self, effects: list[Any]) -> None:
+        for e in effects:
+            if isinstance(e, Persist):
+                self._persist()
+            elif isinstance(e, Send):
+                self._send(e.to, e.msg)
+            elif isinstance(e, Finished):
+                waiter = self._writes.pop(e.wid, None)
+                if waiter is not None:
+                    waiter.set((e.ok, e.error))
+
+    def _persist(self) -> None:
+        if self.path is None:
+            return
+        with self._lock:
+            snapshot = [self.machine.entries[k].to_payload() for k in sorted(self.machine.entries)]
+            data = ujson.dumps({"term": self.machine.seen_term, "owner": self.machine.owner,
+                                "entries": snapshot}, ensure_ascii=False).encode()
+            gevent.get_hub().threadpool.apply(_atomic_write, (self.path, data))
+
+    # ------------------------------------------------------------ writes
+    def write(self, changes: list[tuple[str, str, dict | None]]) -> None:
+        """Write on the leader; returns once a majority has it on disk, else Unavailable."""
+        wid, effects = self.machine.write(changes, self.monotonic())
+        waiter: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        self._writes[wid] = waiter
+        try:
+            self.carry_out(effects)
+            ok, error = waiter.get(timeout=self.timeout + 1)
+        finally:
+            self._writes.pop(wid, None)
+        if not ok:
+            raise Unavailable(f"definition not confirmed: {error}")
+
+    def op(self, op: str, kind: str, name: str, value: dict | None = None
+           ) -> tuple[int, dict[str, Any]]:
+        """Put, delete, pause or resume one definition, wherever the leader is: (HTTP
+        status, body) where the body holds the new ``value`` or an ``error``."""
+        try:
+            return self._op_here(op, kind, name, value)
+        except NotLeader as e:
+            if e.leader is None or e.leader == self.machine.me:
+                return 503, _err("no leader has the cluster's definitions yet; try again")
+            return self._forward(e.leader, op, kind, name, value)
+
+    def _op_here(self, op: str, kind: str, name: str, value: dict | None
+                 ) -> tuple[int, dict[str, Any]]:
+        if not self.machine.ready:
+            raise NotLeader(self.machine.leader if not self.machine.leading else None)
+        current = self.machine.get(kind, name)
+        if op == "put":
+            new = value
+        elif current is None:
+            return 404, _err(f"names no known {kind}", "name")
+        elif op == "delete":
+            new = None
+        else:
+            new = dict(current, paused=op == "pause")
+        changes = [(kind, name, new)]
+        if kind == "schedule" and op in ("put", "delete") \
+                and self.machine.get("cursor", name) is not None:
+            changes.append(("cursor", name, None))  # a new schedule starts afresh
+        try:
+            self.write(changes)
+        except NotLeader:
+            raise
+        except Full as e:
+            return 409, _err(str(e), "name")
+        except (Unavailable, gevent.Timeout) as e:
+            return 503, _err(str(e))
+        return 200, {"value": new if new is not None else current}
+
+    def _forward(self, leader: str, op: str, kind: str, name: str, value: dict | None
+                 ) -> tuple[int, dict[str, Any]]:
+        req = uuid.uuid4().hex
+        ask: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        self._asks[req] = ask
+        try:
+            if not self._send(leader, m.DefsWrite(req, self._reply_to, op, kind, name, value)):
+                return 503, _err("the leader cannot be reached")
+            return ask.get(timeout=self.timeout + 2)
+        except gevent.Timeout:
+            return 503, _err("the leader did not answer in time")
+        finally:
+            self._asks.pop(req, None)
+
+    def _serve_write(self, sender: str, msg: m.DefsWrite) -> None:
+        try:
+            status, body = self._op_here(msg.op, msg.kind, msg.name, msg.value)
+        except NotLeader:
+            status, body = 503, _err("this node is not the ready leader; try again")
+        self._send(sender, m.DefsWrote(msg.req, status, body), address=msg.reply_to)
+
+
+def _err(message: str, field: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": "error", "error": message}
+    if field is not None:
+        out["error"], out["field"] = f"{field} {message}", field
+    return out
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write temp, fsync, rename over, fsync the directory: all of it or none."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".definitions.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,111 @@
+"""What one delivery attempt sends, and what its answer means.
+
+``build_request`` is pure (task, clock, secrets -> method, url, headers, body), so the
+headers promised in the README are tested directly; ``Outcome`` is what the engine
+records and decides on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+from miyamoto.tasks.task import HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
+from miyamoto.version import __version__
+
+USER_AGENT = f"miyamoto/{__version__}"
+FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    status: int | None = None  # None: no HTTP response at all
+    headers: dict[str, str] | None = None
+    body: bytes = b""
+    error: str | None = None
+    at: float = 0.0  # when the attempt ended
+    start: float = 0.0  # when it started
+    node: str = ""  # which node made it
+
+    def attempt(self) -> dict[str, Any]:
+        """The attempt's entry in the task's history: small (no headers, no body, the
+        error cut short), as it is kept 20 times over and sent to every sibling."""
+        return {"start": self.start, "duration": round(max(0.0, self.at - self.start), 6),
+                "node": self.node, "status": self.status,
+                "error": None if self.error is None else self.error[:HISTORY_ERROR_CHARS]}
+
+    def record(self) -> dict[str, Any]:
+        """The last-response record kept with the task (first 4 KiB of the body)."""
+        return {
+            "status": self.status, "headers": self.headers or {},
+            "body": self.body[:LAST_BODY_BYTES].decode("utf-8", "replace"),
+            "error": self.error, "at": self.at,
+        }
+
+    def retry_after(self) -> str | None:
+        for k, v in (self.headers or {}).items():
+            if k.lower() == "retry-after":
+                return v
+        return None
+
+
+def _header_value(s: str) -> str:
+    """Header-safe text: ASCII as is, anything else percent-encoded (UTF-8)."""
+    return s if s.isascii() and s.isprintable() else quote(s, safe="")
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks signature: v1,base64(HMAC-SHA256(key, id.timestamp.body))."""
+    key = base64.b64decode(secret[len("whsec_"):] if secret.startswith("whsec_") else secret)
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def signature_header(secrets: tuple[str, ...], msg_id: str, timestamp: int, body: bytes) -> str:
+    """One ``v1,<sig>`` per secret, space-separated, as Standard Webhooks allows: while
+    a secret is rotated the worker verifies with whichever one it knows."""
+    return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
+
+
+def build_request(task: Task, now: float,
+                  secrets: tuple[str, ...] = ()) -> tuple[str, str, dict[str, str], bytes]:
+    url = task.url
+    headers: dict[str, str] = {}  # the ones Miyamoto sets; the task's own are merged below
+    if task.body is not None:
+        body = task.body.encode("utf-8")
+        headers["Content-Type"] = task.content_type or "text/plain; charset=utf-8"
+    elif task.method in ("GET", "DELETE"):
+        body = b""
+        if task.params:
+            parts = urlsplit(url)
+            query = urlencode(task.params, doseq=True)
+            url = urlunsplit(parts._replace(query=f"{parts.query}&{query}" if parts.query else query))
+    else:
+        body = urlencode(task.params, doseq=True).encode()
+        headers["Content-Type"] = FORM
+    headers["User-Agent"] = USER_AGENT
+    headers["X-Task-Id"] = task.id
+    headers["X-Task-Queue"] = task.queue
+    if task.name:
+        headers["X-Task-Name"] = headers["Idempotency-Key"] = _header_value(task.name)
+    headers["X-Task-Retry-Count"] = str(task.attempts)
+    headers["X-Task-Execution-Count"] = str(task.executions)
+    headers["X-Task-Eta"] = f"{task.eta:.6f}"
+    if task.attempts and task.last and task.last.get("status") is not None:
+        headers["X-Task-Previous-Response"] = str(task.last["status"])
+    if secrets:
+        ts = int(now)
+        headers["webhook-id"] = task.id
+        headers["webhook-timestamp"] = str(ts)
+        headers["webhook-signature"] = signature_header(secrets, task.id, ts, body)
+    # HTTP header names are case-insensitive: a task header "x-task-id" must neither
+    # spoof nor duplicate the real X-Task-Id, so ours replace theirs whatever the case.
+    ours = {k.lower() for k in headers}
+    merged = {k: v for k, v in task.headers.items() if k.lower() not in ours}
+    merged.update(headers)
+    return task.method, url, merged, body

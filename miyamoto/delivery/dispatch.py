@@ -1,0 +1,289 @@
+"""Who may deliver now: per-queue token buckets and limits, per-target limits, one pool.
+
+Due tasks wait in their queue's ready line. One pump greenlet moves them into a
+bounded greenlet pool while their queue is not paused, has a token and is under its
+limit, and their target is under ``max_per_host``; the pool bounds the node's
+deliveries in flight. No queue and no target can take every slot (``fairness``): a
+queue takes at most its share of the pool, a stuck target at most ``max_per_host``,
+and a task whose target is full waits aside without holding up its queue.
+
+The same set-aside serves two more gates: a target whose circuit breaker is open
+(``breaker``; the engine reports each attempt's outcome through ``outcome``) and a full
+flow-control key (``flow``). A gate that opens with time (a breaker's cooldown, a key's
+next token) has a timer here; one that opens when a delivery ends is woken then. Among
+a queue's tasks the highest priority goes first, with aging (``fairness``). Nothing
+here knows HTTP: ``run(task_id)`` is the engine's. With ``begin``, the pump first
+makes the non-blocking part of a delivery itself (``begin(task_id)``: the engine's
+checks and its siblings' ASK) and spends a greenlet only on a task that goes, with
+``run(begun)``: in a cluster every due copy first asks, and is started again once
+answered, so that halves the greenlets per delivery.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+import gevent.pool
+
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.breaker import Breakers, BreakerState, is_failure
+from miyamoto.delivery.fairness import DEFAULT_PRIORITY, HostSlots, ReadyLine, queue_limit
+from miyamoto.delivery.flow import Flow, FlowSpec, FlowTable
+from miyamoto.delivery.ratelimit import TokenBucket
+
+log = logging.getLogger(__name__)
+
+
+class QueueState:
+    """A queue's config plus its runtime: bucket, ready line, in-flight count and limit."""
+
+    def __init__(self, config: QueueConfig, now: float, share: int, concurrency: int):
+        self.config = config
+        self.paused = config.paused
+        self.bucket = TokenBucket(config.rate / max(1, share), config.burst, now)
+        self.ready = ReadyLine(config.name)
+        self.inflight = 0
+        self.limit = queue_limit(config, concurrency)
+
+    def set_share(self, members: int) -> None:
+        """A queue's rate is shared among the live members of the cluster."""
+        self.bucket.configure(self.config.rate / max(1, members), self.config.burst)
+
+
+class Dispatcher:
+    def __init__(self, run: Callable[[Any], bool | None], queue_config: Callable[[str], QueueConfig],
+                 concurrency: int, clock: Callable[[], float] = time.time,
+                 max_per_host: int | None = None, breaker_failures: int = 0,
+                 breaker_cooldown: float = 30.0, begin: Callable[[str], Any] | None = None):
+        self._run = run
+        self._begin = begin
+        self._queue_config = queue_config
+        self._clock = clock
+        self.concurrency = concurrency
+        self.hosts = HostSlots(min(max_per_host or concurrency, concurrency))
+        self.breakers = Breakers(breaker_failures, breaker_cooldown)
+        self.flows = FlowTable()
+        self.busy = 0  # deliveries in flight; counted here, not read off the pool, so a
+        #               finishing delivery's wake-up always sees its slot free
+        self.group = gevent.pool.Group()
+        self.queues: dict[str, QueueState] = {}
+        # queues with ready tasks, in turn order: a queue that started a task goes to the
+        # back, so slots freed one at a time (a full pool, a full target) go round the
+        # queues that wait for them instead of always to the same one
+        self._active: dict[str, None] = {}
+        self._share = 1
+        # gates that open at a time (an open breaker, a flow key's next token): a heap of
+        # (time, gate), one entry per gate (``_timer_at``), popped by the pump when due
+        self._timers: list[tuple[float, str]] = []
+        self._timer_at: dict[str, float] = {}
+        self._now = 0.0  # the clock, read once per pump pass for every gate check
+        self._wake = gevent.event.Event()
+        self._greenlet: gevent.Greenlet | None = None
+        self._stopping = False
+
+    def queue(self, name: str) -> QueueState:
+        """The queue's state, created on first use."""
+        q = self.queues.get(name)
+        if q is None:
+            config = self._queue_config(name)
+            q = self.queues[name] = QueueState(config, self._clock(), self._share, self.concurrency)
+            if config.max_concurrent > self.concurrency:
+                log.warning("queue %s: max_concurrent %d is above concurrency %d: it may take "
+                            "every delivery slot of this node (limited to %d)", name,
+                            config.max_concurrent, self.concurrency, q.limit)
+        return q
+
+    def view(self, name: str) -> QueueState:
+        """The queue's state for reading; a look at an unknown queue creates nothing."""
+        return self.queues.get(name) or QueueState(self._queue_config(name), self._clock(), 1,
+                                                   self.concurrency)
+
+    def queue_config(self, name: str) -> QueueConfig:
+        """The queue's config for reading: its state's when it has one (no lookup on the
+        delivery path), else the config's; a look at an unknown queue creates nothing."""
+        q = self.queues.get(name)
+        return q.config if q is not None else self._queue_config(name)
+
+    def set_share(self, members: int) -> None:
+        self._share = max(1, members)
+        for q in self.queues.values():
+            q.set_share(self._share)
+        self.flows.set_share(self._share)
+
+    def submit(self, queue: str, task_id: str, host: str = "",
+               priority: int = DEFAULT_PRIORITY, flow: FlowSpec | None = None) -> None:
+        """A due task for target ``host`` (``fairness.origin``) joins its queue's ready
+        line. Copies cancelled or pushed back meanwhile stay in the line and are skipped
+        by ``run``: removing them here would cost a pass over the line for every cancel.
+        ``flow``: the task's flow-control key and limits (the last seen set the key's)."""
+        now = self._clock()
+        if flow is not None:
+            self.flows.configure(flow, now)
+        self.queue(queue).ready.append(task_id, host, priority, now, flow)
+        self._active[queue] = None
+        self._wake.set()
+
+    def outcome(self, host: str, status: int | None) -> None:
+        """An attempt to ``host`` ended with ``status`` (None: no HTTP answer): the
+        target's breaker hears it."""
+        self.breakers.record(host, is_failure(status), self._clock())
+
+    def targets(self) -> list[dict[str, Any]]:
+        """GET /targets: the origins attempted recently, with breaker and slots."""
+        out = []
+        for host, b in self.breakers.items():
+            out.append({"origin": host, "state": b.state.value, "failures": b.failures,
+                        "inflight": self.hosts.busy.get(host, 0),
+                        "retry_at": b.retry_at if b.state is BreakerState.OPEN else None})
+        return out
+
+    def pause(self, queue: str, paused: bool) -> None:
+        self.queue(queue).paused = paused
+        self._wake.set()
+
+    def start(self) -> None:
+        self._greenlet = gevent.spawn(self._pump)
+
+    def stop(self, timeout: float) -> None:
+        """Stop starting deliveries; give those in flight ``timeout`` seconds, then kill."""
+        self._stopping = True
+        if self._greenlet is not None:
+            self._greenlet.kill()
+        self.group.join(timeout=timeout)
+        self.group.kill(timeout=1)
+
+    def _pump(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            wait = self.dispatch_ready()
+            if wait == 0.0:
+                gevent.sleep(0)
+                continue
+            self._wake.wait(wait)
+
+    def dispatch_ready(self) -> float | None:
+        """One pass of the pump: start what may start; return how long to wait (None:
+        until woken). Tests drive it directly with a fake clock."""
+        self._now = now = self._clock()
+        self._fire_timers(now)
+        wait = self._start_ready()
+        if self._timers:
+            t = max(0.0, self._timers[0][0] - now)
+            wait = t if wait is None else min(wait, t)
+        return wait
+
+    def _start_ready(self) -> float | None:
+        wait: float | None = None
+        for name in list(self._active):
+            q = self.queues[name]
+            if not q.ready.startable():  # empty, or all its tasks wait for a gate
+                del self._active[name]
+                continue
+            if q.paused:
+                continue
+            while q.inflight < q.limit:
+                if self.busy >= self.concurrency:
+                    return None  # a finishing delivery wakes us
+                now = self._now = self._clock()
+                if not q.bucket.take(now):
+                    w = q.bucket.wait_time(now)
+                    wait = w if wait is None else min(wait, w)
+                    break
+                entry = q.ready.pick(self.hosts, self._gate)
+                if entry is None:  # every task it has waits for a gate
+                    q.bucket.refund()  # (the token goes back: it spent no attempt)
+                    if q.ready.startable():
+                        wait = 0.0  # a long line is being set aside: yield, then go on
+                    break
+                del self._active[name]  # to the back of the turn order
+                self._active[name] = None
+                self._start(q, entry[2], entry[3], entry[4])
+        return wait
+
+    def _start(self, q: QueueState, task_id: str, host: str, spec: FlowSpec | None) -> None:
+        begun: Any = task_id
+        if self._begin is not None:
+            try:
+                begun = self._begin(task_id)
+            except Exception:
+                log.exception("dispatch: delivery of %s failed unexpectedly", task_id)
+                begun = None
+            if begun is None:  # not delivered now (held, asking its siblings, ended)
+                q.bucket.refund()
+                return
+        q.inflight += 1
+        self.busy += 1
+        self.hosts.take(host)
+        probe = self.breakers.started(host)
+        flow = None
+        if spec is not None:
+            flow = self.flows.flow(spec, self._now)
+            flow.bucket.take(self._now)
+            flow.inflight += 1
+        self.group.spawn(self._deliver, q, begun, host, probe, spec, flow)
+
+    def _gate(self, host: str, spec: FlowSpec | None) -> str | None:
+        """What keeps a task for ``host`` (and flow key ``spec``) from starting now: the
+        gate it waits on (the host for a full target or an open breaker, the key's gate
+        for a full key), or None. A gate that opens with time gets a timer."""
+        if self.hosts.busy.get(host, 0) >= self.hosts.limit:
+            return host
+        until = self.breakers.blocked_until(host, self._now)
+        if until is not None:
+            self._timer(host, until)
+            return host
+        if spec is not None:
+            until = self.flows.flow(spec, self._now).blocked_until(self._now)
+            if until is not None:
+                self._timer(spec.gate, until)
+                return spec.gate
+        return None
+
+    def _timer(self, gate: str, at: float) -> None:
+        """Wake the queues waiting on ``gate`` at ``at`` (inf: a delivery's end does)."""
+        if at == float("inf"):
+            return
+        prev = self._timer_at.get(gate)
+        if prev is None or at < prev:
+            self._timer_at[gate] = at
+            heapq.heappush(self._timers, (at, gate))
+
+    def _fire_timers(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            at, gate = heapq.heappop(timers)
+            if self._timer_at.get(gate) == at:
+                del self._timer_at[gate]
+                self._wake_waiters(self.hosts.opened(gate), gate)
+
+    def _wake_waiters(self, names: Any, gate: str) -> None:
+        for name in names:
+            waiter = self.queues.get(name)
+            if waiter is not None:
+                waiter.ready.wake(gate)
+                self._active[name] = None
+
+    def _deliver(self, q: QueueState, begun: Any, host: str, probe: bool,
+                 spec: FlowSpec | None, flow: Flow | None) -> None:
+        try:
+            if self._run(begun) is False:  # not delivered (held, moved, ended)
+                q.bucket.refund()
+                if flow is not None:
+                    flow.bucket.refund()
+        except Exception:
+            log.exception("dispatch: a delivery failed unexpectedly")
+        finally:
+            q.inflight -= 1
+            self.busy -= 1
+            if probe:
+                self.breakers.ended(host)
+            self._wake_waiters(self.hosts.release(host), host)
+            if flow is not None and spec is not None:
+                flow.inflight -= 1
+                self._wake_waiters(self.hosts.opened(spec.gate), spec.gate)
+            self._wake.set()

@@ -1,0 +1,83 @@
+"""The retry decision: what one delivery attempt's outcome means for its task.
+
+``decide(task, outcome, queue, now, rng)`` is pure (no journal, scheduler, clock or
+global random inside), so every rule of the retry policy (what counts as success,
+when a task is out of attempts or of time, how long to back off, when to honour
+``Retry-After``) is unit-tested with a fixed clock and rng; the engine only carries
+the decision out (journal, scheduler, the sibling hooks, callbacks).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from miyamoto.config.settings import QueueConfig
+from miyamoto.delivery.attempt import Outcome
+from miyamoto.delivery.backoff import Rng, backoff, jittered, retry_after
+from miyamoto.tasks.task import State, Task, add_attempt
+
+
+class Action(enum.Enum):
+    SUCCEEDED = "succeeded"  # a 2xx: end the task, tell the siblings, run its callback
+    RETRY = "retry"  # a failed attempt with attempts and time left: fire again at ``at``
+    FAILED = "failed"  # out of attempts or of retry time: end it in the dead-letter list
+    RECORD = "record"  # the copy ended (cancel, a sibling's news) while the attempt ran:
+    #                    only the attempt is recorded, the end stands and nobody is told
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action and the task's record after the attempt (what the journal keeps)."""
+
+    action: Action
+    task: Task
+
+    @property
+    def retry_at(self) -> float | None:
+        """When a retried task fires next; None for any other action."""
+        return self.task.fire_at if self.action is Action.RETRY else None
+
+
+def is_success(status: int | None) -> bool:
+    """Success is a 2xx; a redirect, any other status or no response is a failed attempt."""
+    return status is not None and 200 <= status < 300
+
+
+def exhausted(attempts: int, task: Task, queue: QueueConfig, now: float) -> bool:
+    """Out of attempts (the task's own max_attempts, else the queue's) or out of time
+    (``max_retry_duration`` since the first attempt, when the queue sets one)."""
+    if attempts >= (task.max_attempts or queue.max_attempts):
+        return True
+    return bool(queue.max_retry_duration and task.first_attempt is not None
+                and now - task.first_attempt >= queue.max_retry_duration)
+
+
+def retry_delay(attempts: int, outcome: Outcome, queue: QueueConfig, now: float,
+                rng: Rng) -> float:
+    """Seconds until the next attempt: the worker's ``Retry-After`` when it sent one
+    (capped at max_backoff), else the backoff formula with +/-10% jitter, so that tasks
+    failing together do not all come back in the same instant."""
+    asked = retry_after(outcome.retry_after(), now, queue.max_backoff)
+    if asked is not None:
+        return asked
+    return jittered(backoff(attempts, queue), rng)
+
+
+def decide(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
+           rng: Rng) -> Decision:
+    """What to do with ``task`` after the attempt that produced ``outcome`` at ``now``."""
+    attempts = task.attempts + 1
+    counted = {"attempts": attempts,
+               "executions": task.executions + (outcome.status is not None),
+               "last": outcome.record(),
+               "history": add_attempt(task.history, outcome.attempt())}
+    if task.state.ended:
+        return Decision(Action.RECORD, task.evolve(finished=task.finished or now, **counted))
+    if is_success(outcome.status):
+        return Decision(Action.SUCCEEDED,
+                        task.evolve(state=State.SUCCEEDED, finished=now, **counted))
+    if exhausted(attempts, task, queue, now):
+        return Decision(Action.FAILED, task.evolve(state=State.FAILED, finished=now, **counted))
+    at = now + retry_delay(attempts, outcome, queue, now, rng)
+    return Decision(Action.RETRY, task.evolve(state=State.SCHEDULED, fire_at=at, **counted))

@@ -1,0 +1,389 @@
+"""A node's own copies of tasks, from stored to ended.
+
+The engine owns the live tasks (scheduled or running) in memory, the scheduler that
+times them, the dispatcher that runs them, and the journal that makes every change
+durable. What an attempt's outcome means (success, a retry at a time, the final
+failure) is ruled by the pure ``retry.decide``; the engine carries it out. It knows
+nothing of the cluster: the replication layer hands it, when it is built,
+``Hooks`` (tell the sibling replicas) and ``spawn_task`` (where callback tasks go).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import gevent
+import gevent.pool
+import ujson
+
+from miyamoto.config.settings import Config, QueueConfig
+from miyamoto.delivery.attempt import Outcome, build_request
+from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.delivery.fairness import origin
+from miyamoto.delivery.flow import spec_of
+from miyamoto.delivery.httpclient import HTTPClient
+from miyamoto.delivery.retry import Action, decide, is_success
+from miyamoto.delivery.targets import TargetGuard
+from miyamoto.delivery.types import DeliveryError
+from miyamoto.engine.copyops import CopyOps
+from miyamoto.engine.scheduler import Scheduler
+from miyamoto.engine.window import Window
+from miyamoto.errors import Duplicate, Unavailable
+from miyamoto.metrics import Metrics
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import State, Task, add_attempt, new_id
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL = 60.0
+NAMES_MAX = 100_000  # name reservations remembered in memory; the journal has them all
+
+
+class Hooks:
+    """What the engine tells the rest of the cluster; a single node tells nobody."""
+
+    def claim(self, task: Task) -> bool:
+        """About to deliver; False vetoes it (the copy was already dealt with)."""
+        return True
+
+    def done(self, task: Task) -> None: ...
+    def retried(self, task: Task) -> None: ...
+    def failed(self, task: Task) -> None: ...
+
+
+@dataclass
+class Stats:
+    stored: int = 0
+    attempts: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+    # per queue since this node started: first copies stored, deliveries, final failures;
+    # GET /queues sums them over the cluster ("totals") and the dashboard turns the
+    # differences of successive reads into rates (the state counts cannot: they shrink
+    # when tasks are deleted, retried or swept)
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, queue: str, what: str) -> None:
+        c = self.totals.setdefault(queue, {"enqueued": 0, "delivered": 0, "failed": 0})
+        c[what] += 1
+
+
+class Engine(CopyOps):
+    def __init__(self, config: Config, journal: Journal,
+                 client: HTTPClient | None = None,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None,
+                 metrics: Metrics | None = None):
+        self.config = config
+        self.metrics = metrics or Metrics()  # per-attempt observations (/metrics)
+        self.journal = journal
+        # The target rules the delivery client enforces at connect; the node adds its own
+        # endpoints and the API checks enqueued URLs against the same guard.
+        self.targets = getattr(client, "guard", None) or TargetGuard.from_config(config)
+        self.client = client or HTTPClient(concurrency=min(config.concurrency, 256),
+                                            guard=self.targets)
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.scheduler = Scheduler(self._due, clock)
+        # every live copy by id; in memory only those due within the window
+        self.live = Window(journal, self.scheduler, config.memory_window, clock)
+        # recent name reservations (a bounded cache of the journal's names table)
+        self.names: collections.OrderedDict[tuple[str, str], tuple[str, float]] = \
+            collections.OrderedDict()
+        self.dispatcher = Dispatcher(self._attempt, config.queue, config.concurrency, clock,
+                                     max_per_host=config.max_per_host,
+                                     breaker_failures=config.breaker_failures,
+                                     breaker_cooldown=config.breaker_cooldown,
+                                     begin=self._begin)
+        self.hooks = hooks or Hooks()
+        self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
+        self.stats = Stats()
+        self._group = gevent.pool.Group()
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Load the copies due within the window (and those that were running), not the
+        backlog: the pager reads the rest as it comes due."""
+        running, paused = self.journal.load_running()
+        self.live.ask_mark = self.journal.last_rowid()  # what the last run wrote
+        self.live.fill()
+        now = self.clock()
+        for t in running:  # it was being delivered when we died: deliver again
+            if t.id not in self.live.mem:
+                self.live[t.id] = t.evolve(state=State.SCHEDULED, fire_at=now)
+        for queue, is_paused in paused.items():
+            self.dispatcher.pause(queue, is_paused)
+        if self.live.mem:
+            log.info("engine: reloaded %d tasks due within %g s", len(self.live.mem),
+                     self.live.span)
+        self.scheduler.start()
+        self.dispatcher.start()
+        self._group.spawn(self._sweep_loop)
+        self._group.spawn(self.live.run)
+
+    def stop(self, timeout: float) -> None:
+        """Stop timing and starting tasks; let deliveries in flight finish within timeout."""
+        self.scheduler.stop()
+        self._group.kill()
+        self.dispatcher.stop(timeout)
+        self.client.close()
+
+    def _sweep_loop(self) -> None:
+        while True:
+            gevent.sleep(min(SWEEP_INTERVAL, max(1.0, self.config.retention)))
+            now = self.clock()
+            try:
+                removed = self.journal.sweep(now, self.config.retention)
+            except Exception:
+                log.exception("engine: journal sweep failed")
+                continue
+            for key in [k for k, v in self.names.items() if v[1] <= now]:
+                del self.names[key]
+            # Swept names: a lookup finds none in the journal
+            if removed:
+                log.debug("engine: swept %d expired records", removed)
+
+    def queue_config(self, name: str) -> QueueConfig:
+        """The queue's config; reading it creates no queue state (GET /queues lists
+        the queues that have state, so a read must not make one appear)."""
+        return self.dispatcher.queue_config(name)
+
+    # ------------------------------------------------------------ storing
+    def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:
+        """(id, expiry) of the reservation of ``name``: memory's recent ones, else the
+        journal's index (the names of tasks outside the window are only there)."""
+        held = self.names.get((queue, name))
+        return held if held is not None else self.journal.name_holder(queue, name)
+
+    def check_name(self, task: Task, held: tuple[str, float] | None = None) -> None:
+        if task.name is None:
+            return
+        if held is None:
+            held = self.name_holder(task.queue, task.name)
+        if held is not None and held[1] > self.clock() and held[0] != task.id:
+            raise Duplicate(held[0])
+
+    def _reserve(self, key: tuple[str, str], held: tuple[str, float]) -> None:
+        self.names[key] = held
+        self.names.move_to_end(key)
+        while len(self.names) > NAMES_MAX:
+            self.names.popitem(last=False)  # the journal has it (or it is still pending there)
+
+    def add(self, task: Task, *, wait: bool = True, hold: bool = False) -> Task:
+        """Store a new copy (durably when wait) and time it; Duplicate if the name is
+        taken. ``hold``: store it but do not time it until ``release`` (an enqueue that
+        still waits for other replicas may yet be refused)."""
+        existing = self.live.mem.get(task.id)
+        if existing is None and not self.live.holds(task):
+            existing = self.live.get(task.id)  # beyond the window: only the journal knows
+        if existing is not None:
+            return existing  # a repeated STORE of the same copy
+        self.check_name(task)  # may read the journal: then look again at memory's names
+        if task.name is not None and (task.queue, task.name) in self.names:
+            self.check_name(task, self.names[(task.queue, task.name)])
+        name_expires = None
+        if task.name is not None:
+            name_expires = task.created + self.config.dedup_window
+            self._reserve((task.queue, task.name), (task.id, name_expires))
+        self.live.storing.add(task.id)
+        try:
+            self.journal.put(task, wait=wait, name_expires=name_expires)
+        except Exception as e:
+            if task.name is not None:
+                self.names.pop((task.queue, task.name), None)
+            # the caller hears "not stored": the record must not be committed later
+            self.journal.withdraw(task)
+            # debug: the journal logs why it cannot write once, not once per refused task
+            log.debug("task %s not stored: journal write failed: %s", task.id, e)
+            raise Unavailable("the journal could not store the task") from e
+        finally:
+            self.live.storing.discard(task.id)
+        if hold:
+            self.live.pin(task)
+        else:
+            self.live[task.id] = task  # timed if due within the window, else journal only
+        self.stats.stored += 1
+        if task.replica == 0:
+            self.stats.count(task.queue, "enqueued")
+        return task
+
+    def release(self, task_id: str) -> None:
+        """Time a copy stored with ``hold`` (or leave it to the journal, if due later)."""
+        self.live.release(task_id)
+
+    def _spawn_local(self, task: Task) -> None:
+        self.add(task, wait=False)
+
+    # ------------------------------------------------------------ running
+    def _due(self, task_id: str) -> None:
+        t = self.live.mem.get(task_id)
+        if t is not None and t.state == State.SCHEDULED:
+            self.dispatcher.submit(t.queue, task_id, origin(t.url), t.priority, spec_of(t))
+
+    def _begin(self, task_id: str) -> tuple[Task, float, float | None] | None:
+        """The part of a delivery that does not block (the dispatcher calls it before it
+        spends a greenlet): may the copy go now? Its siblings are asked (their answers
+        submit it again), or it is marked running: (copy, start, first-attempt delay)."""
+        t = self.live.mem.get(task_id)
+        if t is None or t.state != State.SCHEDULED:
+            return None
+        if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
+            self.scheduler.schedule(task_id, t.fire_at)
+            return None
+        if not self.hooks.claim(t):
+            return None  # the hooks rescheduled, ended or dropped the copy
+        t = self.live.mem.get(task_id)
+        now = self.clock()
+        if t is None or t.state != State.SCHEDULED or t.fire_at > now + 0.001:
+            return None  # changed while the claim was made; whoever changed it rescheduled it
+        self.scheduler.cancel(task_id)
+        first_delay = None if t.first_attempt else now - t.eta  # due to first attempt
+        t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
+        self.live[task_id] = t
+        self.stats.attempts += 1
+        log.debug("task %s: attempt %d, copy %d of %s", task_id, t.attempts + 1, t.replica,
+                  ",".join(t.replicas))
+        return t, now, first_delay
+
+    def _attempt(self, begun: tuple[Task, float, float | None]) -> bool:
+        """The HTTP attempt of a copy ``_begin`` marked running, and its outcome."""
+        t, now, first_delay = begun
+        started = time.monotonic()
+        try:
+            q = self.queue_config(t.queue)
+            timeout = t.timeout or q.timeout
+            method, url, headers, body = build_request(t, now, self.config.signing_secret)
+            resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
+            outcome = Outcome(ok=is_success(resp.status), status=resp.status,
+                              headers=resp.headers, body=resp.body, at=self.clock(),
+                              start=now, node=self.config.node)
+        except DeliveryError as e:
+            outcome = Outcome(ok=False, error=str(e), at=self.clock(), start=now,
+                              node=self.config.node)
+        except Exception as e:  # never leave a copy RUNNING: a failed attempt is retried
+            log.exception("task %s: attempt failed unexpectedly", t.id)
+            outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock(),
+                              start=now, node=self.config.node)
+        self.dispatcher.outcome(origin(t.url), outcome.status)  # the target's breaker
+        action = self.finish(t.id, outcome)
+        self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
+                             time.monotonic() - started, first_delay)
+        return True
+
+    def finish(self, task_id: str, outcome: Outcome) -> Action | None:
+        """Record an attempt's outcome: carry out what ``retry.decide`` rules for it."""
+        t = self.live.get(task_id)
+        if t is None:
+            return None
+        decision = decide(t, outcome, self.queue_config(t.queue), self.clock(), self.rng)
+        t = decision.task
+        if decision.action is Action.RECORD:  # it ended while this attempt ran
+            self._end(t)
+        elif decision.action is Action.SUCCEEDED:
+            self._end(t)
+            self.stats.succeeded += 1
+            self.stats.count(t.queue, "delivered")
+            self.hooks.done(t)
+            if t.callback:
+                self._callback(t, t.callback)
+        elif decision.action is Action.FAILED:
+            self._end(t)
+            self.stats.failed += 1
+            self.stats.count(t.queue, "failed")
+            log.info("task %s failed after %d attempts (last: %s)", t.id, t.attempts,
+                     outcome.status or outcome.error)
+            self.hooks.failed(t)
+            if t.failure_callback:
+                self._callback(t, t.failure_callback)
+        else:
+            self.journal.put(t)
+            self.live[task_id] = t  # a retry due beyond the window leaves memory
+            self.stats.retried += 1
+            self.hooks.retried(t)
+        return decision.action
+
+    def _end(self, t: Task) -> None:
+        self.live.forget(t.id)
+        self.journal.put(t)
+
+    def _callback(self, t: Task, url: str) -> None:
+        """Tell ``url`` the outcome, as a task of its own in the same queue."""
+        now = self.clock()
+        body = ujson.dumps({"task": t.summary(), "state": t.state.value,
+                            "response": t.last}, ensure_ascii=False)
+        cb = Task(id=new_id(), queue=t.queue, url=url, method="POST", body=body,
+                  content_type="application/json", eta=now, created=now, fire_at=now,
+                  timeout=self.config.callback_timeout,
+                  headers={"X-Task-Callback-For": t.id})
+        try:
+            self.spawn_task(cb)
+        except Exception:
+            log.exception("task %s: could not store its callback task", t.id)
+
+    # ------------------------------------------------------------ sibling updates
+    def apply_remote(self, task_id: str, *, state: State | None = None,
+                     fire_at: float | None = None, attempts: int | None = None,
+                     last: dict | None = None, earliest: bool = False,
+                     exact: bool = False, attempt: dict | None = None) -> Task | None:
+        """Bring this copy in step with what a sibling replica did; None if unknown.
+
+        fire_at pushes the copy later (a claim), or sets it exactly when a state is
+        given or ``exact`` (a retry, a released claim), or pulls it earlier with
+        ``earliest`` (a hand-off, an answered ASK)."""
+        t = self.live.get(task_id)
+        if t is None:
+            return None
+        changes: dict = {}
+        if attempts is not None and attempts > t.attempts:
+            changes["attempts"] = attempts
+        if last is not None:
+            changes["last"] = last
+        if attempt is not None:  # the sibling's attempt, in our copy's history too
+            changes["history"] = add_attempt(t.history, attempt)
+        if state is not None and state.ended:
+            was = t.state
+            t = t.evolve(state=state, finished=self.clock(), **changes)
+            if was == State.RUNNING:
+                self.live[task_id] = t  # our own attempt's finish() ends it
+            else:
+                self._end(t)
+            return t
+        if fire_at is not None and t.state == State.SCHEDULED:
+            if earliest:
+                changes["fire_at"] = min(fire_at, t.fire_at)
+            elif state is None and not exact:
+                changes["fire_at"] = max(fire_at, t.fire_at)
+            else:
+                changes["fire_at"] = fire_at
+        if changes:
+            t = t.evolve(**changes)
+            self.journal.put(t)
+            self.live[task_id] = t  # timed again, or journal only if pushed beyond the window
+        return t
+
+    def set_replicas(self, task_id: str, replicas: tuple[str, ...], me: str) -> None:
+        """The replica set changed (a lost member's copy was restored elsewhere)."""
+        t = self.live.get(task_id)
+        if t is None or me not in replicas:
+            return
+        t = t.evolve(replicas=replicas, replica=replicas.index(me))
+        self.journal.put(t)
+        self.live[task_id] = t
+
+    def drop(self, task_id: str) -> None:
+        """Forget a stale copy whose task lives on elsewhere; tell nobody."""
+        t = self.live.pop(task_id, None)
+        if t is not None:
+            self.journal.delete(task_id)
+
+    # ------------------------------------------------------------ operations
+    def get(self, task_id: str) -> Task | None:
+        t = self.live.mem.get(task_id)
+        return t if t is not None else self.journal.get(task_id)

@@ -1,0 +1,327 @@
+"""The HTTP API: one WSGI app that parses, routes and answers JSON.
+
+It holds no state and no policy: every route calls the node (``service``), and every
+failure becomes a 4xx/503 JSON body that names the problem. A handler that raises
+anything unexpected is logged and answered 500 with no detail; the tests treat any
+500 as a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qs
+
+import ujson
+
+from miyamoto.errors import Conflict, Duplicate, Unavailable
+from miyamoto.http import auth, dashboard, mediatype
+from miyamoto.http.definitions import DefsApi
+from miyamoto.metrics import CONTENT_TYPE_LATEST
+from miyamoto.tasks.task import QUEUE_NAME_RE, State
+from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, parse_batch
+
+log = logging.getLogger(__name__)
+
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
+            403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 409: "Conflict", 411: "Length Required",
+            413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+# what each route needs from a token (auth.py); any other GET needs read, anything else admin
+_NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
+          "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
+          # the dashboard's page and assets hold no data: it asks for a token itself
+          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN}
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None,
+                 headers: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.headers = headers or []
+
+
+Handler = Callable[..., tuple[int, Any]]
+
+
+class Api:
+    def __init__(self, service: Any, limits: Limits, max_batch: int,
+                 clock: Callable[[], float] = time.time, tokens: auth.Tokens | None = None):
+        self.service = service
+        self.tokens = tokens or auth.Tokens(())
+        self.limits = limits
+        self.max_batch = max_batch
+        self.clock = clock
+        q = r"(?P<queue>[^/]+)"
+        t = r"(?P<task_id>[^/]+)"
+        d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
+        self.defs = d
+        self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+            (re.compile(r"/queue/?"), {"POST": self.enqueue}),
+            (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
+            (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
+            (re.compile(r"/tasks"), {"GET": self.find_task}),
+            (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
+            (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
+            (re.compile(r"/queues/?"), {"GET": self.list_queues}),
+            (re.compile(rf"/queues/{q}"), {"GET": self.get_queue}),
+            (re.compile(rf"/queues/{q}/tasks"), {"GET": self.list_tasks}),
+            (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
+            (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
+             {"POST": self.failed}),
+            (re.compile(r"/schedules/?"), {"GET": d.list_schedules, "POST": d.post_schedule}),
+            (re.compile(rf"/schedules/{s}"), {"GET": d.get_schedule,
+                                              "DELETE": d.delete_schedule}),
+            (re.compile(rf"/schedules/{s}/(?P<action>pause|resume)"),
+             {"POST": d.schedule_control}),
+            (re.compile(r"/topics/?"), {"GET": d.list_topics}),
+            (re.compile(rf"/topics/{tp}"), {"GET": d.get_topic, "PUT": d.put_topic,
+                                            "DELETE": d.delete_topic}),
+            (re.compile(r"/cluster/?"), {"GET": self.cluster}),
+            (re.compile(r"/targets/?"), {"GET": self.targets}),  # scope read
+            (re.compile(r"/healthz"), {"GET": self.healthz}),
+            (re.compile(r"/readyz"), {"GET": self.readyz}),
+            (re.compile(r"/metrics"), {"GET": self.metrics}),
+            (re.compile(r"/openapi.json"), {"GET": self.openapi}),
+            (re.compile(r"/"), {"GET": self.dashboard}),
+            (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
+        ]
+
+    # ------------------------------------------------------------ WSGI
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        headers: list[tuple[str, str]] = []
+        try:
+            status, body = self._dispatch(environ)
+        except auth.Denied as e:
+            status, body = e.status, _error(e.message)
+            if e.status == 401:
+                headers.append(("WWW-Authenticate", 'Bearer realm="miyamoto"'))
+        except HTTPError as e:
+            status, body = e.status, _error(e.message, e.field)
+            headers.extend(e.headers)
+        except ValidationError as e:
+            status, body = e.status, _error(e.message, e.field)
+        except Duplicate as e:
+            status, body = 409, {"status": "duplicate", "id": e.original_id}
+        except Conflict as e:
+            status, body = 409, _error(str(e))
+        except Unavailable as e:
+            status, body = 503, _error(str(e))
+        except Exception:
+            log.exception("api: %s %s failed", environ.get("REQUEST_METHOD"),
+                          environ.get("PATH_INFO"))
+            status, body = 500, _error("internal error")
+        if isinstance(body, Raw):
+            data, ctype = body.data, body.content_type
+            headers.extend(body.headers)
+        else:
+            data = ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode()
+            ctype = "application/json"
+        start_response(f"{status} {_REASONS.get(status, 'Error')}",
+                       [("Content-Type", ctype), ("Content-Length", str(len(data))), *headers])
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
+
+    def _dispatch(self, environ: dict) -> tuple[int, Any]:
+        path = environ.get("PATH_INFO") or "/"
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        for pattern, handlers in self.routes:
+            m = pattern.fullmatch(path)
+            if m is None:
+                continue
+            handler = handlers.get(method) or (handlers.get("GET") if method == "HEAD" else None)
+            if handler is None:
+                raise HTTPError(405, f"{method} is not allowed on {path}",
+                                headers=[("Allow", _allow(handlers))])
+            need = _NEEDS.get(handler.__name__) or (auth.READ if method in ("GET", "HEAD")
+                                                    else auth.ADMIN)
+            self.tokens.check(environ.get("HTTP_AUTHORIZATION"), need)
+            args = m.groupdict()
+            if "queue" in args:
+                _check_queue(args["queue"])
+            if "task_id" in args and not _ID_RE.fullmatch(args["task_id"]):
+                raise HTTPError(404, "names no known task", "id")
+            return handler(environ, **args)
+        raise HTTPError(404, f"no route for {path}")
+
+    def _body(self, environ: dict) -> bytes:
+        length = environ.get("CONTENT_LENGTH") or ""
+        stream = environ["wsgi.input"]
+        if length:
+            try:
+                n = int(length)
+            except ValueError:
+                raise HTTPError(400, "bad Content-Length") from None
+            if n < 0:
+                raise HTTPError(400, "bad Content-Length")
+            if n > self.limits.max_body:
+                raise HTTPError(413, f"is larger than {self.limits.max_body} bytes", "body")
+            data = _read(stream, n)
+            if len(data) < n:
+                raise HTTPError(400, f"ended after {len(data)} of {n} bytes", "body")
+            return data
+        data = _read(stream, self.limits.max_body + 1)
+        if len(data) > self.limits.max_body:
+            raise HTTPError(413, f"is larger than {self.limits.max_body} bytes", "body")
+        return data
+
+    # ------------------------------------------------------------ tasks
+    def enqueue(self, environ: dict, queue: str | None = None) -> tuple[int, Any]:
+        body = self._body(environ)
+        kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
+        fields = enqueue_fields(kind, body, self.limits)
+        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
+            return self.defs.enqueue_topic(fields, queue, key)
+        task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
+                          now=self.clock())
+        return 200, self.service.enqueue(task)
+
+    def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
+        mediatype.check_batch(environ.get("CONTENT_TYPE") or "")
+        body = self._body(environ)
+        tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
+                            max_batch=self.max_batch)
+        results = self.service.enqueue_many(tasks)
+        return 200, {"status": "ok", "tasks": results}
+
+    def get_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        found = self.service.get_task(task_id)
+        if found is None:
+            raise HTTPError(404, "names no known task", "id")
+        return 200, found
+
+    def find_task(self, environ: dict) -> tuple[int, Any]:
+        """GET /tasks?name=N&queue=Q: a task by its name (queue "default" if not given)."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        name = (query.get("name") or [""])[0]
+        if not 1 <= len(name) <= self.limits.max_name:
+            raise HTTPError(400, f"must be 1-{self.limits.max_name} characters", "name")
+        queue = (query.get("queue") or ["default"])[0]
+        _check_queue(queue)
+        found = self.service.find_task(queue, name)
+        if found is None:
+            raise HTTPError(404, "is held by no task of this queue (a name is kept for "
+                                 "dedup_window)", "name")
+        return 200, found
+
+    def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        """Cancel a live task, delete a failed one (state "deleted"); 409 if it succeeded."""
+        found = self.service.delete(task_id)
+        if found is None:
+            raise HTTPError(404, "names no known task", "id")
+        return 200, found
+
+    def retry_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        found = self.service.rerun(task_id)
+        if found is None:
+            raise HTTPError(404, "names no known task", "id")
+        return 200, found
+
+    # ------------------------------------------------------------ queues
+    def list_queues(self, environ: dict) -> tuple[int, Any]:
+        return 200, {"queues": self.service.queues()}
+
+    def get_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
+        return 200, self.service.queue(queue)
+
+    def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        state_name = (query.get("state") or ["scheduled"])[0]
+        try:
+            state = State(state_name)
+        except ValueError:
+            raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
+                            "state") from None
+        try:
+            limit = int((query.get("limit") or ["100"])[0])
+        except ValueError:
+            raise HTTPError(400, "must be an integer", "limit") from None
+        if not 1 <= limit <= 1000:
+            raise HTTPError(400, "must be between 1 and 1000", "limit")
+        return 200, {"queue": queue, "state": state.value,
+                     "tasks": self.service.list_tasks(queue, state, limit)}
+
+    def control(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
+        return 200, self.service.control(queue, action)
+
+    def failed(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
+        return 200, self.service.failed(queue, action)
+
+    # ------------------------------------------------------------ operations
+    def cluster(self, environ: dict) -> tuple[int, Any]:
+        return 200, self.service.cluster_info()
+
+    def targets(self, environ: dict) -> tuple[int, Any]:
+        return 200, {"targets": self.service.target_states()}
+
+    def healthz(self, environ: dict) -> tuple[int, Any]:
+        return 200, {"status": "ok", "node": self.service.node_id}
+
+    def readyz(self, environ: dict) -> tuple[int, Any]:
+        ready, why = self.service.ready()
+        return (200 if ready else 503), {"status": "ready" if ready else "not ready",
+                                         "reason": why}
+
+    def metrics(self, environ: dict) -> tuple[int, Any]:
+        return 200, Raw(self.service.metrics_body(), CONTENT_TYPE_LATEST)
+
+    def openapi(self, environ: dict) -> tuple[int, Any]:
+        from miyamoto.http.openapi import SPEC
+
+        return 200, SPEC
+
+    def dashboard(self, environ: dict) -> tuple[int, Any]:
+        return self.dashboard_asset(environ, dashboard.PAGE)
+
+    def dashboard_asset(self, environ: dict, asset: str) -> tuple[int, Any]:
+        found = dashboard.asset(asset)
+        if found is None:
+            raise HTTPError(404, "no such dashboard file")
+        data, ctype, headers = found
+        return 200, Raw(data, ctype, headers)
+
+
+class Raw:
+    def __init__(self, data: bytes, content_type: str,
+                 headers: Iterable[tuple[str, str]] = ()):
+        self.data = data
+        self.content_type = content_type
+        self.headers = list(headers)
+
+
+def _error(message: str, field: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": "error", "error": message}
+    if field is not None:
+        out["error"] = f"{field} {message}"
+        out["field"] = field
+    return out
+
+
+def _allow(handlers: dict[str, Handler]) -> str:
+    """The Allow header of a 405 (RFC 9110 15.5.6): the route's methods, and HEAD
+    wherever GET is served (answered by the GET handler without a body)."""
+    methods = list(handlers) + (["HEAD"] if "GET" in handlers else [])
+    return ", ".join(methods)
+
+
+def _read(stream: Any, n: int) -> bytes:
+    """Read the body; a short body, a broken chunk or a client that left is the client's
+    fault (400; the server closes the connection), never a 500."""
+    try:
+        return stream.read(n)
+    except (OSError, ValueError) as e:
+        log.debug("api: body read failed: %r", e)
+        raise HTTPError(400, "could not be read: it ended early or its chunked encoding "
+                             "is broken", "body") from None
+
+
+def _check_queue(name: str) -> None:
+    if not QUEUE_NAME_RE.fullmatch(name):
+        raise HTTPError(400, "must be 1-100 characters of A-Z a-z 0-9 _ -", "queue")

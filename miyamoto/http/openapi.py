@@ -1,0 +1,322 @@
+"""The OpenAPI 3.1 description served at /openapi.json (kept next to the routes in api.py).
+
+Every route of ``Api.routes`` is described, each answer with a component schema, so that
+``openapi-spec-validator`` accepts it and a schemathesis run (tests/test_openapi.py)
+can check every answer against it. The task fields and their limits are those of
+``miyamoto.tasks.validate``; the scopes are those of ``miyamoto.http.auth``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miyamoto.http import defsspec
+from miyamoto.http.dispatchspec import DISPATCH_FIELDS, TARGETS_SCHEMA
+from miyamoto.tasks.task import METHODS, State
+from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
+from miyamoto.version import __version__
+
+_QUEUE_PATTERN = "^[A-Za-z0-9_-]{1,100}$"
+_ID_PATTERN = "^[A-Za-z0-9_.:-]{1,128}$"
+_STATES = [s.value for s in State]
+_D = Limits()
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "type": [schema["type"], "null"]}
+
+
+_SCALAR = {"type": ["string", "number", "boolean", "null"]}
+_URL = {"type": "string", "format": "uri", "maxLength": _D.max_url,
+        "description": "an http:// or https:// URL; refused if target_deny or the default "
+                       "deny list (loopback-only rules aside) covers its host"}
+_TASK_FIELDS: dict[str, Any] = {
+    "url": _URL,
+    "method": {"type": "string", "enum": list(METHODS), "default": "POST"},
+    "params": {"type": ["object", "null"], "description": "form-encoded (the query string "
+               "for GET/DELETE)", "additionalProperties": {
+                   "anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]}},
+    "body": {"type": "string", "description": "a raw body instead of params"},
+    "content_type": {"type": "string", "minLength": 1,
+                     "description": "the Content-Type of body or json"},
+    "json": {"description": "a JSON body instead of params"},
+    "headers": {"type": ["object", "null"], "description": "extra request headers; "
+                "Host, Content-Length and other hop-by-hop ones are refused",
+                "additionalProperties": {"type": ["string", "number"]}},
+    "countdown": _nullable({"type": "number", "minimum": 0, "maximum": _D.max_delay,
+                            "description": "seconds from now"}),
+    "eta": _nullable({"type": "number", "minimum": 0, "description": "a unix time; wins "
+                      "over countdown; at most max_delay ahead"}),
+    "name": _nullable({"type": "string", "minLength": 1, "maxLength": _D.max_name,
+                       "description": "de-duplication key (else the Idempotency-Key header)"}),
+    "dedupe": {"enum": ["content", None], "description": "content: the name is content: + "
+               "the SHA-256 of the method, URL, headers and body sent; not with name"},
+    "queue": _nullable({"type": "string", "pattern": _QUEUE_PATTERN}),
+    "max_attempts": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS}),
+    "timeout": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT}),
+    "callback": _nullable(dict(_URL, description="POSTed the outcome when the task succeeds")),
+    "failure_callback": _nullable(dict(_URL, description="POSTed the outcome when it fails")),
+    **DISPATCH_FIELDS,
+}
+_FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
+    "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
+    "callback", "failure_callback", "dedupe", "topic", *DISPATCH_FIELDS)}
+
+_SCHEMAS: dict[str, Any] = {
+    "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
+                    "additionalProperties": False,
+                    "description": "a task as JSON (Content-Type: application/json)"},
+    "TaskForm": {"type": "object", "anyOf": [{"required": ["task.url"]},
+                                             {"required": ["task.topic"]}],
+                 "properties": _FORM_FIELDS,
+                 "additionalProperties": {"type": "string"},
+                 "description": "a task as a form: task.X keys configure it (task.header.X "
+                                "adds a header), every other key is a param"},
+    "Batch": {"oneOf": [{"type": "array", "minItems": 1, "items": _ref("TaskRequest")},
+                        {"type": "object", "required": ["tasks"], "additionalProperties": False,
+                         "properties": {"tasks": {"type": "array", "minItems": 1,
+                                                  "items": _ref("TaskRequest")}}}]},
+    "Error": {"type": "object", "required": ["status", "error"], "properties": {
+        "status": {"const": "error"}, "error": {"type": "string"},
+        "field": {"type": "string", "description": "the culprit, when one field is"}}},
+    "Duplicate": {"type": "object", "required": ["status", "id"], "properties": {
+        "status": {"const": "duplicate"},
+        "id": {"type": "string", "description": "the task first enqueued under this name"},
+        "name": {"type": ["string", "null"]}}},
+    "Enqueued": {"type": "object", "required": ["status", "id", "queue", "eta"], "properties": {
+        "status": {"const": "scheduled"}, "id": {"type": "string"},
+        "queue": {"type": "string"}, "eta": {"type": "number"},
+        "name": {"type": ["string", "null"]},
+        "replicas": {"type": "array", "items": {"type": "string"}}}},
+    "BatchResult": {"type": "object", "required": ["status", "tasks"], "properties": {
+        "status": {"const": "ok"}, "tasks": {"type": "array", "items": {"anyOf": [
+            _ref("Enqueued"), _ref("Duplicate"),
+            {"type": "object", "required": ["status", "error"],
+             "properties": {"status": {"const": "error"}, "id": {"type": "string"},
+                            "error": {"type": "string"}}}]}}}},
+    "Task": {"type": "object", "required": ["id", "queue", "state", "url", "method"],
+             "properties": {
+                 "id": {"type": "string"}, "queue": {"type": "string"},
+                 # "deleted": the answer to DELETE of a failed task
+                 "state": {"enum": [*_STATES, "deleted"]}, "name": {"type": ["string", "null"]},
+                 "url": {"type": "string"}, "method": {"enum": list(METHODS)},
+                 "eta": {"type": "number"}, "created": {"type": "number"},
+                 "next_attempt": {"type": ["number", "null"]},
+                 "attempts": {"type": "integer"}, "executions": {"type": "integer"},
+                 "max_attempts": {"type": ["integer", "null"]},
+                 "timeout": {"type": ["number", "null"]},
+                 "last_response": {"type": ["object", "null"]},
+                 "finished": {"type": ["number", "null"]},
+                 "replicas": {"type": "array", "items": {"type": "string"}},
+                 "replica": {"type": "integer"}, "node": {"type": "string"},
+                 "callback": {"type": ["string", "null"]},
+                 "failure_callback": {"type": ["string", "null"]},
+                 **DISPATCH_FIELDS,
+                 "history": {"type": "array", "maxItems": 20, "description": "the last "
+                             "attempts, newest first", "items": {
+                                 "type": "object", "properties": {
+                                     "start": {"type": "number"}, "duration": {"type": "number"},
+                                     "node": {"type": "string"},
+                                     "status": {"type": ["integer", "null"]},
+                                     "error": {"type": ["string", "null"]}}}},
+                 "copies": {"type": "array", "items": {"type": "object", "properties": {
+                     "node": {"type": "string"}, "replica": {"type": "integer"},
+                     "state": {"enum": _STATES},
+                     "next_attempt": {"type": ["number", "null"]}}}}}},
+    "Queue": {"type": "object", "required": ["name", "paused", "config", "counts"],
+              "properties": {
+                  "name": {"type": "string"}, "paused": {"type": "boolean"},
+                  "limit": {"type": ["number", "null"]},
+                  "config": {"type": "object", "additionalProperties": {
+                      "type": ["number", "null"]}},
+                  "counts": {"type": "object", "required": _STATES, "properties": {
+                      s: {"type": "integer", "minimum": 0} for s in _STATES}},
+                  "totals": {"type": "object", "description": "tasks enqueued, delivered and "
+                             "failed (finally) since the nodes started, summed over the "
+                             "cluster: the dashboard's rates", "properties": {
+                                 k: {"type": "integer", "minimum": 0}
+                                 for k in ("enqueued", "delivered", "failed")}}}},
+    "Queues": {"type": "object", "required": ["queues"],
+               "properties": {"queues": {"type": "array", "items": _ref("Queue")}}},
+    "TaskList": {"type": "object", "required": ["queue", "state", "tasks"], "properties": {
+        "queue": {"type": "string"}, "state": {"enum": _STATES},
+        "tasks": {"type": "array", "items": {"type": "object"}}}},
+    "Control": {"type": "object", "required": ["status", "queue", "action"], "properties": {
+        "status": {"const": "ok"}, "queue": {"type": "string"},
+        "action": {"enum": ["pause", "resume", "purge"]},
+        "purged": {"type": "integer", "minimum": 0}}},
+    "FailedBulk": {"type": "object", "required": ["status", "queue", "action", "count", "more"],
+                   "properties": {"status": {"const": "ok"}, "queue": {"type": "string"},
+                                  "action": {"enum": ["retry", "delete"]},
+                                  "count": {"type": "integer", "minimum": 0},
+                                  "more": {"type": "boolean"}}},
+    "Cluster": {"type": "object", "required": ["node", "role", "leader", "term", "members"],
+                "properties": {
+                    "node": {"type": "string"},
+                    "role": {"enum": ["joining", "follower", "candidate", "leader", "left"]},
+                    "leader": {"type": ["string", "null"]}, "term": {"type": "integer"},
+                    "version": {"type": "integer"},
+                    "members": {"type": "array", "items": {
+                        "type": "object", "required": ["id", "http", "cluster", "leader"],
+                        "properties": {
+                            "id": {"type": "string"}, "http": {"type": "string"},
+                            "cluster": {"type": "string"}, "zone": {"type": ["string", "null"]},
+                            "leader": {"type": "boolean"},
+                            "last_heard": {"type": ["number", "null"]},
+                            "clock_offset": {"type": ["number", "null"]},
+                            "clock_error": {"type": ["number", "null"]},
+                            "clock_skewed": {"type": ["boolean", "null"]}}}}}},
+    "Health": {"type": "object", "required": ["status", "node"],
+               "properties": {"status": {"const": "ok"}, "node": {"type": "string"}}},
+    "Ready": {"type": "object", "required": ["status", "reason"], "properties": {
+        "status": {"enum": ["ready", "not ready"]}, "reason": {"type": "string"}}},
+    "OpenAPI": {"type": "object", "required": ["openapi", "info", "paths"]},
+    "Targets": TARGETS_SCHEMA,
+    **defsspec.SCHEMAS,
+    "TopicTaskRequest": defsspec.topic_task(_TASK_FIELDS),
+}
+
+
+def _json(schema: str) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(schema)}}
+
+
+def _answer(description: str, schema: str = "Error") -> dict[str, Any]:
+    return {"description": description, "content": _json(schema)}
+
+
+_AUTH = {"401": _answer("no valid API token (when api_tokens is set)"),
+         "403": _answer("the token's scope does not allow this route")}
+
+
+def _op(summary: str, ok: str, *, body: dict | None = None, params: list | None = None,
+        extra: dict | None = None, scope: str = "read") -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "description": f"Needs the {scope} scope "
+                          "(or admin) when api_tokens is set.",
+                          "responses": {"200": _answer("OK", ok), "400": _answer("bad request"),
+                                        "404": _answer("no such route or task"),
+                                        **_AUTH, **(extra or {})}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": body}
+    if params:
+        op["parameters"] = params
+    return op
+
+
+def _path(name: str, pattern: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True,
+            "schema": {"type": "string", "pattern": pattern}}
+
+
+_QUEUE = _path("queue", _QUEUE_PATTERN)
+_ID = _path("id", _ID_PATTERN)
+_IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                "description": "the task's name when the body gives none",
+                "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_name}}
+_TASK_BODY = {"application/json": {"schema": {"anyOf": [_ref("TaskRequest"),
+                                                       _ref("TopicTaskRequest")]}},
+              "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
+_ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
+              "413": _answer("the body or a field is too large"),
+              "415": _answer("neither JSON nor a form; names the accepted types"),
+              "503": _answer("stopping, or too few replicas answered")}
+_CONFLICT = {"409": _answer("the task's state does not allow it")}
+
+
+def _enqueue(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+    op = _op(summary, "Enqueued", body=_TASK_BODY, params=params, extra=_ENQ_EXTRA,
+             scope="enqueue")
+    for status, schema in (("200", "Enqueued"), ("409", "Duplicate"), ("503", "Error")):
+        # with topic instead of url: one task per URL (miyamoto.http.definitions.enqueue_topic)
+        op["responses"][status]["content"]["application/json"]["schema"] = {
+            "anyOf": [_ref(schema), _ref("FanOut")]}
+    return op
+
+
+def _control(summary: str) -> dict[str, Any]:
+    return {"post": _op(summary, "Control", params=[_QUEUE], scope="admin")}
+
+
+_OPEN = {"security": [], "description": "Open: needs no token."}
+
+_PATHS: dict[str, Any] = {
+    "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY])},
+    "/queue/{queue}": {"post": _enqueue("Enqueue a task in a queue", [_QUEUE, _IDEMPOTENCY])},
+    "/queue/{queue}/batch": {"post": _op(
+        "Enqueue a JSON list of tasks, all valid or none stored", "BatchResult",
+        params=[_QUEUE], extra=_ENQ_EXTRA, scope="enqueue",
+        body={"application/json": {"schema": _ref("Batch")}})},
+    "/tasks": {"get": _op("The task holding a name (while the dedup window keeps it)", "Task",
+                          params=[{"name": "name", "in": "query", "required": True,
+                                   "schema": {"type": "string", "minLength": 1,
+                                              "maxLength": _D.max_name}},
+                                  {"name": "queue", "in": "query", "schema": {
+                                      "type": "string", "pattern": _QUEUE_PATTERN,
+                                      "default": "default"}}])},
+    "/tasks/{id}": {"get": _op("One task, with its copies", "Task", params=[_ID],
+                               scope="read or enqueue"),
+                    "delete": _op("Cancel a task on every replica (delete a failed one)",
+                                  "Task", params=[_ID],
+                                  extra=_CONFLICT, scope="admin")},
+    "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
+                                      extra={**_CONFLICT, "503": _answer("stopping")},
+                                      scope="admin")},
+    "/queues": {"get": _op("Queues with config and counts", "Queues")},
+    "/queues/{queue}": {"get": _op("One queue", "Queue", params=[_QUEUE])},
+    "/queues/{queue}/tasks": {"get": _op("Tasks of a queue by state", "TaskList", params=[
+        _QUEUE,
+        {"name": "state", "in": "query", "schema": {"enum": _STATES, "default": "scheduled"}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                     "maximum": 1000, "default": 100}}])},
+    "/queues/{queue}/pause": _control("Pause a queue, cluster-wide"),
+    "/queues/{queue}/resume": _control("Resume a queue, cluster-wide"),
+    "/queues/{queue}/purge": _control("Cancel every scheduled task of a queue"),
+    "/queues/{queue}/failed/retry": {"post": _op(
+        "Run every failed task of a queue again, cluster-wide (up to 10,000 a call: more)",
+        "FailedBulk", params=[_QUEUE], scope="admin")},
+    "/queues/{queue}/failed/delete": {"post": _op(
+        "Delete every failed task of a queue, cluster-wide (up to 10,000 a call: more)",
+        "FailedBulk", params=[_QUEUE], scope="admin")},
+    **defsspec.paths(_op, _path, _answer),
+    "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
+    "/targets": {"get": _op("Target origins attempted recently by this node: circuit "
+                            "breaker state, consecutive failures, deliveries in flight", "Targets")},
+    "/healthz": {"get": {**_op("Liveness", "Health"), **_OPEN}},
+    "/readyz": {"get": {**_op("Readiness", "Ready", extra={"503": _answer("not ready",
+                                                                          "Ready")}), **_OPEN}},
+    "/metrics": {"get": {"summary": "Prometheus metrics", "description": "Needs read.",
+                         "responses": {"200": {"description": "Prometheus text exposition",
+                                               "content": {"text/plain": {
+                                                   "schema": {"type": "string"}}}}, **_AUTH}}},
+    "/openapi.json": {"get": _op("This description", "OpenAPI")},
+    "/": {"get": {"summary": "The dashboard page (its script reads the API with a token)",
+                  **_OPEN, "responses": {"200": {"description": "HTML", "content": {
+                      "text/html": {"schema": {"type": "string"}}}}}}},
+    "/dashboard/{asset}": {"get": {
+        "summary": "The dashboard's script and style", **_OPEN,
+        "parameters": [{"name": "asset", "in": "path", "required": True,
+                        "schema": {"enum": ["dashboard.html", "dashboard.js", "dashboard.css"]}}],
+        "responses": {"200": {"description": "the file", "content": {
+            "text/javascript": {"schema": {"type": "string"}},
+            "text/css": {"schema": {"type": "string"}},
+            "text/html": {"schema": {"type": "string"}}}},
+            "404": _answer("not a dashboard file")}}},
+}
+
+SPEC: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "Miyamoto", "version": __version__,
+             "description": "A clustered webhook task queue. Every error is a JSON body "
+                            "naming the problem; a 405 carries Allow."},
+    "components": {
+        "schemas": _SCHEMAS,
+        # api_tokens = SCOPE:TOKEN,...: admin, enqueue, read (miyamoto.http.auth); open when unset
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                       "description": "scopes admin, enqueue, read"}}},
+    "security": [{"bearer": []}, {}],
+    "paths": _PATHS,
+}

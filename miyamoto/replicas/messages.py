@@ -1,0 +1,328 @@
+"""The replica protocol's messages (miyamoto.replicas.siblings) and the request/answer pairs
+(STORE/STORED, REQUEST/REPLY) of miyamoto.cluster.requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from miyamoto.wire import checks as c
+from miyamoto.wire.messages import message
+from miyamoto.wire.verbs import DecodeError, Verb
+
+# ------------------------------------------------------------ siblings (miyamoto.replicas.siblings)
+MAX_HANDOFF = 10_000  # copies named in one HANDOFF
+MAX_LEASE = 30 * 86400.0  # seconds: a lease or delay beyond this is absurd
+
+
+def _seconds(d: dict, key: str) -> float:
+    v = c.number(d, key)
+    if not 0 <= v <= MAX_LEASE:
+        raise DecodeError(f"{key} must be between 0 and {MAX_LEASE} seconds")
+    return v
+
+
+def _last(d: dict) -> dict | None:
+    return c.opt_obj(d, "last")
+
+
+@message(Verb.CLAIM)
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Copy ``replica`` starts a delivery (its siblings said ``go``): hold yours off
+    for ``lease`` seconds from now.
+    Times between nodes travel as durations, so the receiver's clock is the only one
+    that matters."""
+    id: str
+    replica: int
+    lease: float
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"id": self.id, "replica": self.replica, "lease": self.lease}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Claim":
+        return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
+                   _seconds(d, "lease"))
+
+
+@message(Verb.RETRY)
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Copy ``replica``'s attempt failed; it tries again in ``delay`` seconds."""
+    id: str
+    replica: int
+    delay: float
+    attempts: int
+    last: dict | None = None
+    attempt: dict | None = None  # the attempt's history entry (checks.opt_attempt)
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"id": self.id, "replica": self.replica, "delay": self.delay,
+                "attempts": self.attempts, "last": self.last, "attempt": self.attempt}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Retry":
+        return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
+                   _seconds(d, "delay"), c.integer(d, "attempts"), _last(d),
+                   c.opt_attempt(d, "attempt"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    id: str
+    attempts: int = 0
+    last: dict | None = None
+    attempt: dict | None = None  # the attempt's history entry (checks.opt_attempt)
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"id": self.id, "attempts": self.attempts, "last": self.last,
+                "attempt": self.attempt}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> Any:
+        return cls(c.string(d, "id"), c.integer(d, "attempts"), _last(d),
+                   c.opt_attempt(d, "attempt"))
+
+
+@message(Verb.DONE)
+@dataclass(frozen=True, slots=True)
+class Done(_Ended):
+    """A copy was delivered: the task succeeded."""
+
+
+@message(Verb.FAILED)
+@dataclass(frozen=True, slots=True)
+class Failed(_Ended):
+    """A copy used the task's last attempt: the task failed."""
+
+
+@message(Verb.CANCEL)
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel your copy; ``abort``: the enqueue was refused, free the name as well."""
+    id: str
+    abort: bool = False
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"id": self.id, "abort": self.abort}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Cancel":
+        return cls(c.string(d, "id"), c.boolean(d, "abort", False))
+
+
+@message(Verb.HANDOFF)
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A node stopping gracefully: fire these copies (id, in seconds) at the latest then."""
+    tasks: tuple[tuple[str, float], ...]
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"tasks": [[i, s] for i, s in self.tasks]}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Handoff":
+        items = []
+        for item in c.payload_list(d, "tasks", MAX_HANDOFF):
+            if not isinstance(item, list) or len(item) != 2:
+                raise DecodeError("tasks must hold [id, delay] pairs")
+            pair = {"id": item[0], "delay": item[1]}
+            items.append((c.string(pair, "id"), _seconds(pair, "delay")))
+        return cls(tuple(items))
+
+
+@message(Verb.REPLICAS)
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    """The task's replica set changed (a lost member's copy was restored elsewhere)."""
+    id: str
+    replicas: tuple[str, ...]
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"id": self.id, "replicas": list(self.replicas)}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Replicas":
+        replicas = c.str_list(d, "replicas")
+        if not replicas:
+            raise DecodeError("replicas must not be empty")
+        return cls(c.string(d, "id"), replicas)
+
+
+@message(Verb.ASK)
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A copy about to deliver asks its siblings first: is the task still to be
+    delivered, and by me? (``miyamoto.replicas.asking``)"""
+    id: str
+    replica: int
+    probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
+    n: int = 0  # the asker's round, echoed in the answer
+    reruns: int = 0  # the asker's copy's Task.reruns: an end of an older run is not its end
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        d: dict[str, Any] = {"id": self.id, "replica": self.replica}
+        if self.probe:
+            d["probe"] = True
+        if self.n:
+            d["n"] = self.n
+        if self.reruns:
+            d["reruns"] = self.reruns
+        return d
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Ask":
+        return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
+                   c.boolean(d, "probe", False), _round(d),
+                   c.integer(d, "reruns") if "reruns" in d else 0)
+
+
+def _round(d: dict) -> int:
+    return c.integer(d, "n") if "n" in d else 0
+
+
+GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED = "go", "wait", "claimed", "ended", "unknown", "rehomed"
+VERDICTS = frozenset({GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED})
+ENDED_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@message(Verb.ANSWER)
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A sibling's answer to ASK: ``go`` (deliver; I hold my copy off for a lease),
+    ``wait`` / ``claimed`` (ask again after ``lease`` seconds), ``ended`` (with the
+    end ``state``), ``rehomed`` (the task's ``replicas`` are now these), ``unknown``."""
+    id: str
+    verdict: str
+    lease: float = 0.0
+    state: str | None = None
+    attempts: int = 0
+    last: dict | None = None
+    replicas: tuple[str, ...] = ()
+    n: int = 0  # the round of the ASK answered
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        d: dict[str, Any] = {"id": self.id, "verdict": self.verdict}
+        if self.n:
+            d["n"] = self.n
+        if self.lease:
+            d["lease"] = self.lease
+        if self.state is not None:
+            d.update(state=self.state, attempts=self.attempts, last=self.last)
+        if self.replicas:
+            d["replicas"] = list(self.replicas)
+        return d
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Answer":
+        verdict = c.string(d, "verdict")
+        if verdict not in VERDICTS:
+            raise DecodeError("verdict is not one of " + ", ".join(sorted(VERDICTS)))
+        state = c.opt_string(d, "state")
+        if verdict == ENDED and state not in ENDED_STATES:
+            raise DecodeError("an ended answer needs an end state")
+        replicas = c.str_list(d, "replicas") if "replicas" in d else ()
+        if verdict == REHOMED and not replicas:
+            raise DecodeError("a rehomed answer needs the replicas")
+        return cls(c.string(d, "id"), verdict, _seconds(d, "lease") if "lease" in d else 0.0,
+                   state, c.integer(d, "attempts") if "attempts" in d else 0, _last(d), replicas,
+                   _round(d))
+
+
+# ------------------------------------------------------------ requests (miyamoto.cluster.requests)
+@message(Verb.STORE)
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Store this copy (``task`` as Task.encode() gives it) and answer STORED."""
+    req: str
+    reply_to: str
+    task: dict
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"req": self.req, "reply_to": self.reply_to, "task": self.task}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Store":
+        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"))
+
+
+@message(Verb.STORED)
+@dataclass(frozen=True, slots=True)
+class Stored:
+    req: str
+    id: str
+    ok: bool
+    duplicate: str | None = None  # the name is taken by this task id
+    error: str | None = None
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        d: dict[str, Any] = {"req": self.req, "id": self.id, "ok": self.ok}
+        if self.duplicate is not None:
+            d["duplicate"] = self.duplicate
+        if self.error is not None:
+            d["error"] = self.error
+        return d
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Stored":
+        return cls(c.string(d, "req"), c.string(d, "id"), c.boolean(d, "ok"),
+                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"))
+
+
+OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",
+                 "failed", "name"})
+
+
+@message(Verb.REQUEST)
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A cluster-wide query or control (``op`` with ``args``), answered by REPLY."""
+    req: str
+    reply_to: str
+    op: str
+    args: dict
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"req": self.req, "reply_to": self.reply_to, "op": self.op, "args": self.args}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Request":
+        op = c.string(d, "op")
+        if op not in OPS:
+            raise DecodeError(f"unknown op {op[:32]!r}")
+        return cls(c.string(d, "req"), _address(d), op, c.opt_obj(d, "args") or {})
+
+
+@message(Verb.REPLY)
+@dataclass(frozen=True, slots=True)
+class Reply:
+    req: str
+    ok: bool
+    result: Any = None
+    verb: ClassVar[Verb]
+
+    def payload(self) -> dict:
+        return {"req": self.req, "ok": self.ok, "result": self.result}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Reply":
+        return cls(c.string(d, "req"), c.boolean(d, "ok", True), d.get("result"))
+
+
+def _address(d: dict) -> str:
+    address = c.string(d, "reply_to", 300)
+    if not address.startswith("tcp://"):
+        raise DecodeError("reply_to must be a tcp:// address")
+    return address

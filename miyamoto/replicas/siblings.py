@@ -1,0 +1,374 @@
+"""The sibling protocol: which copy of a task may deliver, as a pure state machine.
+
+A task is stored on N nodes (its replicas); copy i fires ``i * offset`` after copy 0.
+``Siblings`` is one node's side of the protocol between those copies. It holds no socket,
+clock, greenlet or engine: the cluster layer hands it what happened — a sibling's message
+(``step``), a copy about to be delivered (``fire``), an attempt's outcome (``outcome``),
+the roster (``members``), time passing (``tick``) — with the copy as the engine holds it,
+and carries out the effects it returns (``miyamoto.replicas.effects``). ``tests/siblings_sim.py``
+drives it with loss, delay, pauses, partitions, crashes and member drops.
+
+The rules, and why each is there:
+
+Every delivery is acknowledged first (``miyamoto.replicas.asking``)
+    A copy about to deliver sends ASK to each live sibling (one in the roster) and
+    delivers only once every one has answered ``go`` or ``unknown``, within half an
+    ``ask_lease`` of its ASK; a sibling answering ``go`` holds its own copy off for
+    ``ask_lease``, and the copy, as it delivers, sends CLAIM(lease) one way to extend
+    that to its attempt's deadline plus ``claim_lease`` (plus each sibling's distance in
+    offsets). One that has the task running, claimed or ended says so and the asker
+    stands down; two copies asking each other: the lower replica index goes first. A
+    sibling that does not answer is asked again; the copy waits as long as that sibling
+    is in the roster. Why: a link cut between two nodes while both run is not a pause,
+    and neither side sees it for a while (3 heartbeats at best, ``failure_timeout`` to
+    be sure); the one-way CLAIM this protocol used to send and deliver on is lost in
+    that while, and the other side delivered the task again (8-11 duplicates per 10 s
+    cut at 100 tasks/s, 5 nodes in network namespaces). Acknowledged, no delivery starts
+    after a cut began without an answer that crossed the cut before it: the majority
+    side drops the cut-off member after ``failure_timeout`` and then goes, the minority
+    side hears no answer and starts nothing. Only a delivery in flight at the cut may
+    repeat. The cost on the healthy path: one round trip before each delivery and one
+    ANSWER per sibling (the outbox batches messages per peer); no journal write on
+    either side for the exchange (the held copy is fired again by ``Fire``, the answerer
+    notes the claim). Times travel as durations (a lease, a delay), read against the
+    receiver's clock. DONE / FAILED end the siblings' copies, RETRY moves them in step.
+
+Out of touch: must ask, and probe
+    A copy reloaded from the journal, a copy held while its node was out of the roster
+    or out of contact, and every copy that fires while its node has just seen its own
+    loop stall is marked ``must_ask``: a single-copy task asks too (its siblings may
+    have been re-homed), and once back in touch the node probes the siblings of every
+    marked copy (ASK ``probe``: answered only with an end or a move), since a copy due
+    later would ask only when it fires, and by then the sibling that delivered it may
+    have left the roster. Why: while the node was stopped its siblings fired and
+    delivered, and that news sits unread in its inbox or was lost with the link. Such a
+    copy whose siblings cannot tell (they left the roster, or dropped their copies) asks
+    every member, since its task may have been re-homed to any of them; if none knows,
+    it waits for a sibling to come back, at most ``claim_lease``. It is not used to
+    restore lost copies either (``miyamoto.replicas.restore``): a copy made from a stale one
+    would answer ``go``. (A rejoined node delivered again what its siblings delivered
+    while it was cut off, measured with flapping links, until these two rules.)
+
+Contact: no deliveries without a majority
+    A node that cannot hear a majority of the roster (``contact`` is False: its lease
+    from them ran out, see ``Membership.in_contact``) starts no delivery; its due copies
+    are held and probe once contact is back. So during a partition only the majority
+    side delivers, once it has dropped the cut-off members its copies wait for.
+
+Early news
+    STORE and the siblings' news travel on different connections, so an ASK or DONE may
+    come before the copy it is about. It is kept (bounded in count and age) and replayed
+    once the copy is stored: an ASK answered ``unknown`` is kept as the claim it is.
+
+Members lost, stale views
+    When the roster drops members, copies held off by a lost member's claim fire again
+    at their distance from now (the dead claimer's lease would hold them for no one),
+    asks stop waiting for lost members, and the first live replica of each task that lost
+    copies restores them (``Restore``). None of that happens while this node is out of
+    contact: a node back from a pause acts on nothing until it hears a majority. When this
+    node itself is dropped, every copy it holds must ask before it delivers, since the
+    others re-home its tasks meanwhile.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from miyamoto.replicas import messages as m
+from miyamoto.replicas import placement as replication
+from miyamoto.replicas.asking import Asking, _Asking, _Claim
+from miyamoto.replicas.effects import EARLIER, EXACT, LATER, CancelCopy, Send, SetReplicas, Update
+from miyamoto.tasks.task import State, Task
+
+EARLY_MAX = 20_000   # sibling news held for copies not stored yet
+EARLY_TTL = 120.0
+EARLY_PER_TASK = 16
+CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
+HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
+PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
+EMPTY: Mapping[str, Task] = {}
+EVER = float("inf")
+
+
+@dataclass(frozen=True)
+class SiblingTiming:
+    offset: float = 5.0          # replica_offset
+    claim_lease: float = 60.0    # extra hold past an attempt's deadline
+    ask_timeout: float = 2.0     # an unanswered ASK is sent again after this
+    ask_lease: float = 5.0       # a running copy says ``claimed`` for this long
+    stall_gap: float = 1.5       # a gap between ticks this long is a stall of our loop
+    away_after: float = 3.0      # out of touch this long: the others may have dropped us
+
+    @classmethod
+    def derive(cls, offset: float, claim_lease: float, replication_timeout: float,
+               heartbeat_interval: float, failure_timeout: float) -> "SiblingTiming":
+        """Timings from the node's options: an ASK is sent again after the time a
+        STORE may take; a stall is a gap of two heartbeats, or half the failure timeout."""
+        ask_timeout = max(0.05, replication_timeout)
+        return cls(offset=offset, claim_lease=claim_lease, ask_timeout=ask_timeout,
+                   ask_lease=max(2 * ask_timeout, offset),
+                   stall_gap=max(2 * heartbeat_interval, failure_timeout / 2),
+                   away_after=failure_timeout)
+
+
+class Siblings(Asking):
+    def __init__(self, me: str, timing: SiblingTiming, members: Iterable[str] = ()):
+        self.me = me
+        self.t = timing
+        self.members: frozenset[str] = frozenset(members) or frozenset({me})
+        self.contact = True
+        self.claims: dict[str, _Claim] = {}
+        self.early: collections.OrderedDict[str, list[tuple[float, str, Any]]] = \
+            collections.OrderedDict()
+        self.must_ask: set[str] = set()    # copies that ask before they deliver
+        self.asking: dict[str, _Asking] = {}
+        self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
+        self.stale_since: dict[str, float] = {}
+        self.away: set[str] = set()  # must-ask copies whose node may have been dropped
+        self._out_since: float | None = None  # out of contact (or stalled) since
+        self.rounds = 0
+        self.last_tick: float | None = None
+        self.stalled = False
+        self._lost: set[str] = set()  # members lost while we were out of contact
+        self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
+
+    # ------------------------------------------------------------ time and roster
+    def _stalled(self, now: float) -> bool:
+        """Our loop stalled (a pause, a frozen VM) and we are not back in contact yet;
+        true at once, before the next tick, for the messages read right after it."""
+        return self.stalled or (self.last_tick is not None
+                                and now - self.last_tick > self.t.stall_gap)
+
+    def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
+        """Time passes; ``contact``: this node hears a majority of the roster now;
+        ``live``: its live copies. Each of them asks first once this node has been out
+        of touch (its loop stalled, its contact lapsed, or it is out of the roster): the
+        others may have delivered or re-homed them meanwhile, and their news may never
+        have reached us (a roster that dropped and re-admitted us while we slept)."""
+        if self.last_tick is not None and now - self.last_tick > self.t.stall_gap:
+            self.stalled = True  # until we are in contact again, on a later tick
+            self._out_since = min(self._out_since or now, self.last_tick)
+        elif contact:
+            self.stalled = False
+        was = self.contact
+        self.last_tick = now
+        self.contact = contact and not self.stalled and self.me in self.members
+        effects: list[Any] = []
+        if was and not self.contact and len(self.members | {self.me}) > 1:
+            self.must_ask.update(live)
+            self.cleared.clear()
+            self._out_since = self._out_since or now
+        elif self.contact and not was:
+            if self._out_since is not None and now - self._out_since > self.t.away_after:
+                self.away.update(live)  # long enough to have been dropped and re-admitted
+            effects += self._probe(live)
+        if self.contact:
+            self._out_since = None
+        for task_id, a in list(self.asking.items()):
+            if now >= a.deadline:
+                if live is not EMPTY and task_id not in live:
+                    self._forget(task_id)  # ended or dropped meanwhile (a client's DELETE)
+                else:
+                    effects += self._ask_again(task_id, a, now)
+        if live is not EMPTY and len(self.must_ask) > self._prune_at:
+            self.must_ask.intersection_update(live)  # copies that ended by other ways
+            self.away.intersection_update(live)
+            self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
+        self._expire(now)
+        return effects
+
+    def _expire(self, now: float) -> None:
+        while self.early:
+            first = next(iter(self.early.values()))
+            if len(self.early) <= EARLY_MAX and now - first[0][0] < EARLY_TTL:
+                break
+            self.early.popitem(last=False)
+        for task_id in [i for i, until in self.cleared.items() if until < now]:
+            del self.cleared[task_id]
+
+    def set_members(self, members: Iterable[str], now: float,
+                    live: Iterable[str] = ()) -> list[Any]:
+        """The roster changed (``live``: this node's live copies). A node dropped from
+        the roster marks every copy to ask first: the others re-home its tasks meanwhile."""
+        new = frozenset(members)
+        if self.me in self.members and self.me not in new:
+            live = list(live)
+            self.must_ask.update(live)
+            self.away.update(live)
+        lost = self.members - new - {self.me}
+        self.members = new
+        self._lost = (self._lost | lost) - new
+        effects: list[Any] = []
+        for task_id, a in list(self.asking.items()):
+            a.waiting &= new
+            if not a.waiting:
+                effects += self._decide(task_id, a, now)
+        return effects
+
+    def take_lost(self) -> set[str]:
+        """Members lost whose consequences (released claims, restores) are due now:
+        only while in contact, so a node back from a pause acts on no stale view."""
+        if not self.contact or self.me not in self.members or not self._lost:
+            return set()
+        lost, self._lost = self._lost, set()
+        return lost
+
+    def release_claims(self, lost: set[str], copies: dict[str, Task], now: float) -> list[Any]:
+        """Copies held off by a lost member's claim fire again at their distance from now."""
+        effects: list[Any] = []
+        for task_id, cl in list(self.claims.items()):
+            if cl.claimer not in lost:
+                continue
+            del self.claims[task_id]
+            t = copies.get(task_id)
+            if t is not None and t.state == State.SCHEDULED:
+                at = replication.sibling_fire_at(now, t.replica, cl.theirs, len(t.replicas),
+                                                 self.t.offset)
+                effects.append(Update(task_id, at=at, how=EXACT))
+        return effects
+
+    def dropped(self, task_ids: Iterable[str]) -> None:
+        """This node left the roster (or is back after a restart): every copy asks first."""
+        task_ids = list(task_ids)
+        self.must_ask.update(task_ids)
+        self.away.update(task_ids)
+
+    # ------------------------------------------------------------ our copy fires
+    def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
+        """Copy ``t`` is due (``deadline``: how long its attempt may take). (True,
+        effects): deliver it now, after sending the effects' CLAIMs; (False, effects):
+        hold it, asking its siblings (their answers fire it again) or waiting."""
+        if len(t.replicas) <= 1 and t.id not in self.must_ask:
+            return True, []  # no sibling to collide with
+        if self.me not in self.members or self._stalled(now) or (not self.contact and len(self.members) > 1):
+            self.must_ask.add(t.id)
+            self.cleared.pop(t.id, None)  # answers read after a stall may be stale
+            return False, [Update(t.id, at=now + HOLD_RETRY, how=LATER)]
+        if t.id in self.asking:
+            return False, []  # its answers fire it
+        held = self._held_until(t, now)
+        if held > now:  # a sibling we answered ``go`` (or that claimed) has it
+            return False, [Update(t.id, at=held, how=LATER)]
+        siblings, wide = self._live_siblings(t), False
+        if not siblings and t.id in self.must_ask and len(t.replicas) > 1:
+            # its siblings all left while we were away: any member may hold it now
+            siblings, wide = self._everyone_else(), True
+        if siblings and self.cleared.pop(t.id, -EVER) < now:  # no clearance, or a stale one
+            return False, self._ask(t, siblings, now, wide)
+        self.must_ask.discard(t.id)
+        self.claims.pop(t.id, None)
+        claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
+        return True, [Send(r, claim) for r in self._live_siblings(t)]
+
+    def _live_siblings(self, t: Task) -> list[str]:
+        return [r for r in t.replicas if r != self.me and r in self.members]
+
+    # ------------------------------------------------------------ our attempt's outcome
+    def outcome(self, t: Task, now: float) -> list[Any]:
+        """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry)."""
+        siblings = [r for r in t.replicas if r != self.me]
+        if not siblings:
+            return []
+        effects: list[Any] = []
+        attempt = t.history[-1] if t.history else None
+        if t.state == State.SUCCEEDED:
+            msg: Any = m.Done(t.id, t.attempts, t.last, attempt)
+        elif t.state == State.FAILED:
+            msg = m.Failed(t.id, t.attempts, t.last, attempt)
+        elif t.state == State.SCHEDULED:
+            # a sibling claimed while our attempt ran (its CLAIM crossed ours): our retry
+            # waits for its lease like any held copy, and the others wait with us
+            at = max(t.fire_at, self._held_until(t, now))
+            if at > t.fire_at:
+                effects.append(Update(t.id, at=at, how=LATER))
+            msg = m.Retry(t.id, t.replica, max(0.0, at - now), t.attempts, t.last, attempt)
+        else:
+            return []
+        return effects + [Send(r, msg) for r in siblings]
+
+    def _held_until(self, t: Task, now: float, but: str | None = None) -> float:
+        """When a live claim of another sibling (not ``but``) lets copy ``t`` fire."""
+        cl = self.claims.get(t.id)
+        if cl is None or cl.until <= now or cl.claimer in (self.me, but):
+            return 0.0
+        return replication.sibling_fire_at(cl.until, t.replica, cl.theirs, len(t.replicas),
+                                           self.t.offset)
+
+    # ------------------------------------------------------------ a sibling's news
+    def step(self, sender: str, msg: Any, t: Task | None, now: float) -> list[Any]:
+        """A sibling's message about task ``msg.id``; ``t`` is our live copy, if any
+        (for ASK: our copy or its ended record)."""
+        if isinstance(msg, m.Ask):
+            return self._on_ask(sender, msg, t, now)
+        if isinstance(msg, m.Answer):
+            return self._on_answer(sender, msg, t, now)
+        if t is None or t.state.ended:
+            if not isinstance(msg, m.Replicas):
+                self._keep_early(sender, msg, now)
+            return []
+        if isinstance(msg, m.Claim):
+            return self._on_claim(msg, t, now)
+        self.cleared.pop(t.id, None)
+        if isinstance(msg, m.Retry):
+            at = replication.sibling_fire_at(now + msg.delay, t.replica, msg.replica,
+                                             len(t.replicas), self.t.offset)
+            held = self._held_until(t, now, but=sender)  # another claimer's lease stands
+            if not held:
+                self.claims.pop(t.id, None)
+            return [Update(t.id, at=max(at, held), how=EXACT, state=State.SCHEDULED,
+                           attempts=msg.attempts, last=msg.last, attempt=msg.attempt)]
+        self.claims.pop(t.id, None)
+        if isinstance(msg, (m.Done, m.Failed)):
+            self._forget(t.id)
+            state = State.SUCCEEDED if isinstance(msg, m.Done) else State.FAILED
+            return [Update(t.id, state=state, attempts=msg.attempts, last=msg.last,
+                           attempt=msg.attempt)]
+        if isinstance(msg, m.Cancel):
+            self._forget(t.id)
+            return [CancelCopy(t.id, msg.abort)]
+        if isinstance(msg, m.Replicas):
+            return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
+        return []
+
+    def handoff(self, msg: m.Handoff, now: float, sender: str | None = None) -> list[Any]:
+        """A sibling stopping gracefully hands us its due copies: fire ours then (its
+        claims on them, if any, go with it)."""
+        for task_id, _ in msg.tasks:
+            if sender is not None and task_id in self.claims and \
+                    self.claims[task_id].claimer == sender:
+                del self.claims[task_id]
+        return [Update(task_id, at=now + delay, how=EARLIER) for task_id, delay in msg.tasks]
+
+    def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Any]:
+        n = len(t.replicas)
+        self.cleared.pop(t.id, None)
+        at = replication.sibling_fire_at(now + msg.lease, t.replica, msg.replica, n,
+                                         self.t.offset)
+        if 0 <= msg.replica < n:
+            self._note_claim(t.id, _Claim(t.replicas[msg.replica], msg.replica, now + msg.lease))
+        return [Update(t.id, at=at, how=LATER)]
+
+    def _note_claim(self, task_id: str, claim: _Claim) -> None:
+        self.claims.pop(task_id, None)
+        self.claims[task_id] = claim
+        while len(self.claims) > CLAIMS_MAX:
+            self.claims.pop(next(iter(self.claims)))
+
+    def _forget(self, task_id: str) -> None:
+        self.must_ask.discard(task_id)
+        self.away.discard(task_id)
+        self.asking.pop(task_id, None)
+        self.stale_since.pop(task_id, None)
+
+    def _keep_early(self, sender: str, msg: Any, now: float) -> None:
+        news = self.early.setdefault(msg.id, [])
+        if len(news) < EARLY_PER_TASK:
+            news.append((now, sender, msg))
+            self.early.move_to_end(msg.id)
+        self._expire(now)
+
+    def take_early(self, task_id: str) -> list[tuple[str, Any]]:
+        """News that came before our copy was stored (or rerun): replay it now."""
+        return [(sender, msg) for _, sender, msg in self.early.pop(task_id, ())]

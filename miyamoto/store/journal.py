@@ -1,0 +1,379 @@
+"""The durable record of tasks: SQLite in WAL mode, written in groups.
+
+All SQLite work runs on one dedicated thread (``dbthread.DbThread``), so the
+hub never blocks on the disk and the connection is only ever touched by one thread.
+Writers hand records to a writer greenlet, which commits everything that piled up
+while the previous transaction ran in one transaction: a burst of 50 enqueues costs
+one commit, not 50. ``put(..., wait=True)`` returns only after the record's group is
+committed; that is what lets the API answer 200 (and a replica answer STORED) only
+for a task that survives ``kill -9``.
+
+WAL with ``synchronous=NORMAL`` survives a process crash; ``synchronous=FULL`` (option
+``fsync``) also survives a power cut, at the price of an fsync per group.
+
+Ownership and health: ``open`` locks the data dir (``datadir.py``: a second node on it
+is refused, naming the holder's pid). A watcher greenlet looks every WATCH_INTERVAL
+(and at once after a failed commit) whether the file is still the one opened, and
+rebuilds it in place when it is not (``journalfile.py`` says why and how); each commit
+checks too. While a commit cannot succeed (file gone, disk full, read-only, I/O error,
+lock lost), ``health`` says why, which makes /readyz answer 503, and enqueues hear the
+commit's failure as 503; the watcher probes with a small write, and the first that
+succeeds ends it, with no restart. Records handed in meanwhile stay queued in memory
+and are committed then.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from typing import Any, Callable, Iterable, TypeVar
+
+import gevent
+import gevent.event
+
+from miyamoto.store.datadir import DataDirLocked
+from miyamoto.store.dbthread import DbThread
+from miyamoto.store.file import Health, JournalFile, JournalMoved, JournalUnavailable, rollback
+from miyamoto.store.reads import LIVE_SQL, JournalReads
+from miyamoto.store.rows import INSERT_TASK, task_row
+from miyamoto.tasks.task import Task
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
+LINGER = 0.0005
+# a write nobody waits for (a copy's end, a sibling's news) is committed at most this
+# long after it was handed in, or with the next group someone waits for: in a cluster
+# such writes come one at a time, and a group each cost a thread hand-off and a commit
+# per record; a later write of the same copy within it replaces the earlier one
+LAZY_COMMIT = 0.005
+WATCH_INTERVAL = 1.0  # how often the watcher checks the file and, while unhealthy, probes
+MOVED = "its file was deleted or replaced"
+CANNOT_WRITE = "cannot write"
+LOCK_LOST = "another node holds the data dir"
+
+
+def _storable(*texts: str) -> bool:
+    try:
+        for s in texts:
+            s.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return False
+    return True
+
+
+class JournalClosed(RuntimeError):
+    pass
+
+
+def _problem(e: BaseException) -> str:
+    if isinstance(e, JournalMoved):
+        return MOVED
+    if isinstance(e, DataDirLocked):
+        return LOCK_LOST
+    return CANNOT_WRITE
+
+
+class Journal(JournalReads):
+    def __init__(self, data_dir: str, *, sync_full: bool = False,
+                 on_commit: Callable[[float], None] | None = None):
+        self.data_dir = data_dir
+        self._on_commit = on_commit  # seconds each group commit took (metrics)
+        self.memory = data_dir == ":memory:"
+        self.path = ":memory:" if self.memory else os.path.join(data_dir, "journal.sqlite3")
+        self._sync_full = sync_full
+        self._pool = DbThread()
+        self._file = JournalFile(data_dir, self.path, sync_full)
+        self._tasks: dict[str, Task | None] = {}  # pending writes; None = delete
+        self._committing: dict[str, Task | None] = {}  # the group being committed
+        self._recent: collections.OrderedDict[str, Task | None] = collections.OrderedDict()
+        self._names: dict[tuple[str, str], tuple[str, float] | None] = {}
+        self._queues: dict[str, bool] = {}
+        self._waiters: list[gevent.event.AsyncResult] = []
+        self._wake = gevent.event.Event()
+        self._lazy = gevent.get_hub().loop.timer(LAZY_COMMIT)
+        self._writer: gevent.Greenlet | None = None
+        self._closed = False
+        self.commits = 0
+        self.existed = False  # set by open(): did this node run here before?
+        self.health = Health()
+        self._watcher: gevent.Greenlet | None = None
+        self._watch_now = gevent.event.Event()
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        """Lock the data dir (DataDirLocked if another node holds it), open the file."""
+        if not self.memory:
+            self.existed = os.path.exists(self.path)
+        self._run(self._file.open)
+        self._writer = gevent.spawn(self._write_loop)
+        if not self.memory:
+            self._watcher = gevent.spawn(self._watch_loop)
+
+    def close(self) -> None:
+        """Commit what is pending, then close the database."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._watcher is not None:
+            self._watcher.kill()
+        if self._writer is not None:
+            self._writer.join(timeout=30)
+            self._writer.kill()
+        if self._tasks or self._names or self._queues:
+            self._flush_once()
+        self._lazy.close()
+        try:
+            self._run(self._file.close)
+        finally:
+            self._pool.close()
+            self._file.release()
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the database thread. Its exception is carried back and
+        raised here, not raised in the thread, where gevent would print it with a
+        traceback each time: a full disk would flood the log with one per retry."""
+        return self._pool.apply(fn, *args)
+
+    # ------------------------------------------------------------ writes
+    def put(self, task: Task, *, wait: bool = False, name_expires: float | None = None) -> None:
+        """Record the task (and, with name_expires, reserve its name); wait=True blocks
+        until the group holding it is committed."""
+        self._check_open()
+        self._tasks[task.id] = task
+        if name_expires is not None and task.name:
+            self._names[(task.queue, task.name)] = (task.id, name_expires)
+        self._kick(wait)
+
+    def put_many(self, tasks: Iterable[Task], *, wait: bool = False) -> None:
+        self._check_open()
+        for t in tasks:
+            self._tasks[t.id] = t
+        self._kick(wait)
+
+    def withdraw(self, task: Task) -> None:
+        """Take back a record whose writer was told it failed, so that the retry of a
+        failed group does not commit it after all (with its name reservation)."""
+        if self._tasks.get(task.id) is task:
+            del self._tasks[task.id]
+        if task.name is not None:
+            held = self._names.get((task.queue, task.name))
+            if held is not None and held[0] == task.id:
+                del self._names[(task.queue, task.name)]
+
+    def delete(self, task_id: str) -> None:
+        self._check_open()
+        self._tasks[task_id] = None
+        self._kick(False)
+
+    def release_name(self, queue: str, name: str) -> None:
+        self._check_open()
+        self._names[(queue, name)] = None
+        self._kick(False)
+
+    def set_paused(self, queue: str, paused: bool, *, wait: bool = True) -> None:
+        self._check_open()
+        self._queues[queue] = paused
+        self._kick(wait)
+
+    def flush(self) -> None:
+        """Block until everything handed in so far is committed."""
+        self._kick(True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosed("journal is closed")
+
+    def _kick(self, wait: bool) -> None:
+        if not wait:
+            if not self._lazy.active:
+                self._lazy.start(self._wake.set)
+            return
+        result = gevent.event.AsyncResult()
+        self._waiters.append(result)
+        self._wake.set()
+        result.get()
+
+    def _write_loop(self) -> None:
+        last_done = 0.0
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                break
+            if time.monotonic() - last_done < BUSY_WINDOW:
+                # under load: let the records of the other ready greenlets join this
+                # group, instead of paying a thread hand-off and a commit for each
+                gevent.sleep(LINGER)
+            self._flush_once()
+            last_done = time.monotonic()
+
+    def _flush_once(self) -> None:
+        """Commit everything pending as one group and answer the group's waiters.
+
+        A failed commit keeps its records for the next group (newer writes win) and
+        tells its waiters. Only ``Exception`` is handled: a GreenletExit (``close``
+        or a stop killing the writer), KeyboardInterrupt or SystemExit goes through,
+        after the waiters are told, so that nobody waits forever on a dead writer."""
+        self._lazy.stop()  # whatever was pending goes with this group
+        tasks, names, queues, waiters = self._tasks, self._names, self._queues, self._waiters
+        self._tasks, self._names, self._queues, self._waiters = {}, {}, {}, []
+        if not (tasks or names or queues):
+            _answer(waiters, None)
+            return
+        started = time.monotonic()
+        self._committing = tasks  # readable until it is (a read may run before the commit)
+        try:
+            self._run(self._commit, *_rows(tasks, names, queues))
+        except Exception as e:
+            self._committing = {}  # not committed: back among the pending (or withdrawn)
+            log.debug("journal: commit of %d records failed", len(tasks), exc_info=True)
+            self.health.failed(_problem(e), e)
+            self._watch_now.set()
+            self._requeue(tasks, names, queues)
+            # typed for the API: a failed commit is a 503 to whoever waited on it
+            failure = JournalUnavailable(f"the journal {self.health.problem}")
+            failure.__cause__ = e
+            _answer(waiters, failure)
+            gevent.sleep(0.1)
+            return
+        except BaseException:
+            # whether the group reached SQLite is unknown: keep it for close()'s last
+            # flush (rewriting a record is harmless), and let the exit through
+            self._requeue(tasks, names, queues)
+            _answer(waiters, JournalClosed("journal writer stopped before the commit"))
+            raise
+        finally:
+            self._committing = {}
+        self._committed(tasks)  # (no yield since the commit: reads see it there at once)
+        self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(time.monotonic() - started)
+        self.health.recovered()
+        _answer(waiters, None)
+
+    def _requeue(self, tasks: dict, names: dict, queues: dict) -> None:
+        """Put back a group that did not commit, under any newer write of the same key."""
+        for k, v in tasks.items():
+            self._tasks.setdefault(k, v)
+        for k2, v2 in names.items():
+            self._names.setdefault(k2, v2)
+        for k3, v3 in queues.items():
+            self._queues.setdefault(k3, v3)
+
+    def _commit(self, rows: list, deletes: list, name_rows: list, name_dels: list,
+                queue_rows: list) -> None:
+        db = self._file.writable()
+        db.execute("BEGIN")
+        try:
+            if rows:
+                db.executemany(INSERT_TASK, rows)
+            if deletes:
+                db.executemany("DELETE FROM tasks WHERE id = ?", deletes)
+            if name_rows:
+                db.executemany("INSERT OR REPLACE INTO names (queue, name, id, expires) "
+                               "VALUES (?, ?, ?, ?)", name_rows)
+            if name_dels:
+                db.executemany("DELETE FROM names WHERE queue = ? AND name = ?", name_dels)
+            if queue_rows:
+                db.executemany("INSERT OR REPLACE INTO queues (name, paused) VALUES (?, ?)",
+                               queue_rows)
+            db.execute("COMMIT")
+        except BaseException:
+            rollback(db)
+            raise
+
+    # ------------------------------------------------------------ health
+    def _watch_loop(self) -> None:
+        while not self._closed:
+            self._watch_now.wait(WATCH_INTERVAL)
+            self._watch_now.clear()
+            if self._closed:
+                break
+            try:
+                self._watch_once()
+            except Exception as e:
+                log.debug("journal: check failed", exc_info=True)
+                self.health.failed(_problem(e), e)
+                gevent.sleep(0.1)  # a burst of failing commits does not spin the watcher
+
+    def _watch_once(self) -> None:
+        """Keep the lock and the file ours; while unhealthy, probe until a write works."""
+        f = self._file
+        f.keep_lock()
+        if self._run(f.moved):
+            self.health.failed(MOVED)
+            try:
+                self._run(f.rebuild)
+            except Exception as e:  # still MOVED, whatever stopped the rebuild (disk full)
+                raise JournalMoved(f"cannot rebuild {self.path} yet: {e}") from e
+        if not self.health.ok:
+            self._run(f.probe, time.time())
+            self.flush()  # what piled up while it could not write
+            self.health.recovered()
+
+    # ------------------------------------------------------------ reads (journalreads.py)
+    def sweep(self, now: float, retention: float) -> int:
+        """Delete ended tasks past retention and expired names; returns rows removed."""
+        cutoff = now - retention
+
+        def run() -> int:
+            db = self._file.writable()
+            db.execute("BEGIN")
+            try:
+                n = db.execute(f"DELETE FROM tasks WHERE state NOT IN {LIVE_SQL} AND at < ?",
+                               (cutoff,)).rowcount
+                n += db.execute("DELETE FROM names WHERE expires < ?", (now,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                rollback(db)
+                raise
+            return n
+        removed = self._run(run)
+        self._recent.clear()  # it may hold records the sweep just removed
+        return removed
+
+    def size_bytes(self) -> int:
+        if self.memory:
+            return 0
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                total += os.path.getsize(self.path + suffix)
+            except OSError:
+                pass
+        return total
+
+
+def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
+    """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
+    rows = []
+    deletes = []
+    for task_id, t in tasks.items():
+        # A record SQLite cannot bind (text with no UTF-8 form, e.g. from a peer) would
+        # fail its group and, retried, every group after it: drop it alone, loudly.
+        if not _storable(task_id, t.queue if t is not None else ""):
+            log.error("journal: dropping record %r: its id or queue is not valid text",
+                      task_id)
+            continue
+        if t is None:
+            deletes.append((task_id,))
+        else:
+            rows.append(task_row(t))
+    name_rows = [(q, n, v[0], v[1]) for (q, n), v in names.items()
+                 if v is not None and _storable(q, n, v[0])]
+    name_dels = [(q, n) for (q, n), v in names.items() if v is None and _storable(q, n)]
+    queue_rows = [(q, int(p)) for q, p in queues.items()]
+    return rows, deletes, name_rows, name_dels, queue_rows
+
+
+def _answer(waiters: list[gevent.event.AsyncResult], error: Exception | None) -> None:
+    for w in waiters:
+        if error is None:
+            w.set(None)
+        else:
+            w.set_exception(error)

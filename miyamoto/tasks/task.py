@@ -1,0 +1,238 @@
+"""The task record and its states.
+
+A ``Task`` is a frozen dataclass: every state change makes a new record with
+``dataclasses.replace`` (``Task.evolve``), so a record handed to the journal or to a
+peer can never change under it. ``encode``/``decode`` turn it into a plain dict for
+ujson (the journal row and the STORE message); ``decode`` turns any malformed input
+into ``DecodeError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from miyamoto.tasks import fields as dispatchfields
+from miyamoto.wire import checks
+from miyamoto.wire.verbs import DecodeError
+
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+LAST_BODY_BYTES = 4096
+HISTORY_MAX = 20  # attempts kept with a task (newest last)
+HISTORY_ERROR_CHARS = 200  # an attempt's error text is cut to this
+
+
+def new_id() -> str:
+    """A random (version 4) UUID string, without uuid.UUID's slow constructor."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+class State(str, enum.Enum):
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    ended: bool  # set on each member below: a plain attribute (a property was a
+    #              visible share of a node's CPU: it runs on every state check)
+
+
+for _state in State:
+    _state.ended = _state.value in ("succeeded", "failed", "cancelled")
+
+
+METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    # what the client asked for
+    id: str
+    queue: str
+    url: str
+    method: str = "POST"
+    params: dict[str, Any] = field(default_factory=dict)
+    body: str | None = None  # raw body (or encoded JSON) instead of params
+    content_type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    eta: float = 0.0
+    max_attempts: int | None = None
+    timeout: float | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
+    priority: int = 5  # 0..9: who goes first among a queue's waiting due tasks (dispatch)
+    flow_key: str | None = None  # tasks sharing a key share flow_rate and flow_parallelism
+    flow_rate: float | None = None
+    flow_parallelism: int | None = None
+    created: float = 0.0
+    # where it is in its life (this node's copy)
+    state: State = State.SCHEDULED
+    fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
+    attempts: int = 0  # deliveries attempted
+    executions: int = 0  # attempts that got an HTTP response
+    first_attempt: float | None = None
+    last: dict[str, Any] | None = None  # last response: status, headers, body, error, at
+    history: tuple[dict[str, Any], ...] = ()  # the last HISTORY_MAX attempts, oldest first
+    finished: float | None = None
+    replicas: tuple[str, ...] = ()
+    replica: int = 0  # this copy's index in replicas
+    reruns: int = 0  # times it was run again after it ended (retry of a failed task)
+
+    def evolve(self, **changes: Any) -> "Task":
+        """A copy with ``changes``: dataclasses.replace without re-running __init__.
+        The body is generated once below (``_compile_copiers``): one straight line per
+        field, no loop of getattr calls; it was a measurable share of a node's CPU."""
+        raise NotImplementedError  # replaced at import
+
+    def encode(self) -> dict[str, Any]:
+        """Fields that differ from their defaults (the journal row and STORE payload);
+        generated below like ``evolve``."""
+        raise NotImplementedError  # replaced at import
+
+    def summary(self) -> dict[str, Any]:
+        """The public view served by GET /tasks/<id>."""
+        return {
+            "id": self.id, "queue": self.queue, "state": self.state.value, "name": self.name,
+            "url": self.url, "method": self.method, "eta": self.eta, "created": self.created,
+            "next_attempt": self.fire_at if self.state == State.SCHEDULED else None,
+            "attempts": self.attempts, "executions": self.executions,
+            "max_attempts": self.max_attempts, "timeout": self.timeout,
+            "last_response": self.last, "finished": self.finished,
+            "history": list(reversed(self.history)),  # newest first
+            "replicas": list(self.replicas), "replica": self.replica,
+            "callback": self.callback, "failure_callback": self.failure_callback,
+            "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
+            "flow_parallelism": self.flow_parallelism,
+        }
+
+    @classmethod
+    def decode(cls, d: Any) -> "Task":
+        """Rebuild a task from ``encode()``'s dict; DecodeError on anything malformed."""
+        if not isinstance(d, dict):
+            raise DecodeError("task is not an object")
+        try:
+            kwargs = {k: d[k] for k in _FIELD_NAMES if k in d}
+            unknown = set(d) - _FIELD_NAMES
+            if unknown:
+                raise DecodeError(f"task has unknown fields {sorted(unknown)[:5]}")
+            for k, types in _REQUIRED_TYPES.items():
+                if not isinstance(kwargs.get(k), types) or isinstance(kwargs.get(k), bool):
+                    raise DecodeError(f"task field {k!r} is missing or of the wrong type")
+            for k, types in _OPTIONAL_TYPES.items():
+                v = kwargs.get(k)
+                if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+                    raise DecodeError(f"task field {k!r} is of the wrong type")
+            if kwargs["method"] not in METHODS:
+                raise DecodeError("task has a bad method")
+            for k in ("params", "headers"):
+                v = kwargs.get(k, {})
+                if not isinstance(v, dict) or not all(isinstance(x, str) for x in v):
+                    raise DecodeError(f"task {k} is not an object")
+            if not all(isinstance(v, str) for v in kwargs.get("headers", {}).values()):
+                raise DecodeError("task header values are not strings")
+            kwargs["state"] = State(kwargs.get("state", "scheduled"))
+            replicas = kwargs.get("replicas", [])
+            if not isinstance(replicas, list) or not all(isinstance(r, str) for r in replicas):
+                raise DecodeError("task replicas are not a list of ids")
+            kwargs["replicas"] = tuple(replicas)
+            if "history" in kwargs:
+                kwargs["history"] = checks.attempt_list(kwargs["history"], HISTORY_MAX)
+            for k in ("eta", "created", "fire_at"):
+                kwargs[k] = float(kwargs.get(k, 0.0))
+                if not math.isfinite(kwargs[k]):
+                    raise DecodeError(f"task field {k!r} is not finite")
+            for k in ("attempts", "executions", "replica"):
+                kwargs[k] = int(kwargs.get(k, 0))
+            if kwargs["replicas"] and not 0 <= kwargs["replica"] < len(kwargs["replicas"]):
+                raise DecodeError("task replica index is out of range")
+            if kwargs.get("max_attempts") is not None and kwargs["max_attempts"] < 1:
+                raise DecodeError("task max_attempts is below 1")
+            if kwargs.get("timeout") is not None and not 0 < kwargs["timeout"] <= 86400:
+                raise DecodeError("task timeout is out of range")
+            dispatchfields.check_decoded(kwargs)
+            return cls(**kwargs)
+        except DecodeError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise DecodeError(f"malformed task: {e}") from e
+
+
+def add_attempt(history: tuple[dict[str, Any], ...],
+                attempt: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """``history`` with ``attempt`` appended (once: a sibling's news may repeat it), the
+    oldest dropped beyond HISTORY_MAX, so a task's record stays bounded however often
+    it is retried or rerun."""
+    key = (attempt.get("start"), attempt.get("node"))
+    if any((a.get("start"), a.get("node")) == key for a in history[-HISTORY_MAX:]):
+        return history
+    return (*history[-(HISTORY_MAX - 1):], attempt)
+
+
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Task))
+_MISSING = object()
+_DEFAULTS: dict[str, Any] = {
+    f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+    for f in dataclasses.fields(Task)
+    if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+}
+_ALWAYS = frozenset({"id", "queue", "url", "method", "eta", "fire_at"})
+_FIELD_NAMES = frozenset(_FIELD_ORDER)
+_set = object.__setattr__
+
+
+def _compile_copiers() -> None:
+    """Generate ``Task.evolve`` and ``Task.encode``: straight-line code over the fields,
+    in field order (the encoded dict keeps that order), from the dataclass's own fields,
+    so a field added to Task is copied and encoded without anyone touching this."""
+    ev = ["def evolve(self, **changes):",
+          "    for name in changes:",
+          "        if name not in _FIELD_NAMES:",
+          "            raise TypeError(f'Task has no field {name!r}')",
+          "    new = _new(Task)"]
+    # each slot's own descriptor sets it (object.__setattr__ looks the name up first:
+    # several times slower, and the frozen class allows no plain assignment)
+    ev += [f"    _s_{n}(new, self.{n})" for n in _FIELD_ORDER]
+    ev += ["    for name, value in changes.items():",
+           "        _S[name](new, value)",
+           "    return new"]
+    en = ["def encode(self):", "    d = {}"]
+    for n in _FIELD_ORDER:
+        if n in _ALWAYS:
+            en.append(f"    d[{n!r}] = self.{n}")
+        else:
+            en += [f"    v = self.{n}", f"    if v != _D[{n!r}]:", f"        d[{n!r}] = v"]
+    en += ["    d['state'] = self.state._value_",
+           "    if self.replicas:", "        d['replicas'] = list(self.replicas)",
+           "    if self.history:", "        d['history'] = list(self.history)",
+           "    return d"]
+    setters = {n: Task.__dict__[n].__set__ for n in _FIELD_ORDER}
+    scope = {"_FIELD_NAMES": _FIELD_NAMES, "_new": object.__new__, "Task": Task,
+             "_S": setters, "_D": _DEFAULTS, **{f"_s_{n}": f for n, f in setters.items()}}
+    exec("\n".join(ev) + "\n\n" + "\n".join(en), scope)  # our own field names only
+    Task.evolve = scope["evolve"]  # type: ignore[method-assign]
+    Task.encode = scope["encode"]  # type: ignore[method-assign]
+    Task.evolve.__doc__, Task.encode.__doc__ = _EVOLVE_DOC, _ENCODE_DOC
+
+
+_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
+    "body": (str,), "content_type": (str,), "name": (str,), "max_attempts": (int,),
+    "timeout": (int, float), "callback": (str,), "failure_callback": (str,),
+    "first_attempt": (int, float), "last": (dict,), "finished": (int, float),
+    "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
+    "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
+    "reruns": (int,),
+}
+_REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "queue": (str,), "url": (str,), "method": (str,),
+    "eta": (int, float), "fire_at": (int, float),
+}
+_EVOLVE_DOC, _ENCODE_DOC = Task.evolve.__doc__, Task.encode.__doc__
+_compile_copiers()

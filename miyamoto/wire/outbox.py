@@ -1,0 +1,105 @@
+"""Coalesce cluster messages per peer: everything queued for one peer during one turn
+of the event loop leaves as one BATCH message.
+
+Under load a node sends several messages per task (STORE, STORED, CLAIM, DONE), and
+each ZeroMQ send and receive costs microseconds of CPU plus a wake
+of the hub. Batching them per loop turn cuts that to one send per peer per turn,
+without delaying anything: the flush runs as soon as the current greenlet yields, as a
+callback of the hub's loop (not a greenlet of its own: a spawn per loop turn was a
+tenth of a busy node's greenlet spawns). It never blocks: sends do not, nor do the
+``on_fail`` callbacks, which only hand a stand-in answer to a waiting request.
+A message that cannot be sent (peer not connected) calls its ``on_fail``, so callers
+waiting for an answer can give up at once instead of at their timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import gevent
+
+from miyamoto.wire.verbs import Verb, dump
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 256  # messages in one BATCH frame
+MAX_BATCH_BYTES = 1024 * 1024  # a larger message (a big STORE) travels alone
+
+Send = Callable[[str | None, str, Verb, dict], bool]
+
+
+class Outbox:
+    def __init__(self, send: Send):
+        self._send = send
+        self._loop = gevent.get_hub().loop
+        self._queued: dict[str, tuple[str | None, list[tuple[Verb, dict, Callable | None]]]] = {}
+        self._scheduled = False
+
+    def put(self, to: str | None, address: str, verb: Verb, payload: dict,
+            on_fail: Callable[[], Any] | None = None) -> None:
+        entry = self._queued.get(address)
+        if entry is None:
+            entry = self._queued[address] = (to, [])
+        entry[1].append((verb, payload, on_fail))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.run_callback(self.flush)  # runs once the current greenlet yields
+
+    def flush(self) -> None:
+        self._scheduled = False
+        queued, self._queued = self._queued, {}
+        for address, (to, items) in queued.items():
+            if len(items) == 1:
+                verb, payload, on_fail = items[0]
+                if not self._send(to, address, verb, payload):
+                    _failed([on_fail])
+                continue
+            for verb, data, fails in _chunks(items):
+                if not self._send(to, address, verb, data):
+                    _failed(fails)
+
+
+def _chunks(items: list[tuple[Verb, dict, Callable | None]]):
+    """Encode each message once and pack them into BATCH frames of bounded size."""
+    parts: list[bytes] = []
+    fails: list[Callable | None] = []
+    size = 0
+    for verb, payload, on_fail in items:
+        data = dump(payload)
+        if len(data) > MAX_BATCH_BYTES:
+            yield verb, data, [on_fail]
+            continue
+        if parts and (size + len(data) > MAX_BATCH_BYTES or len(parts) >= MAX_BATCH):
+            yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails
+            parts, fails, size = [], [], 0
+        parts.append(b'["' + verb.value.encode() + b'",' + data + b"]")
+        fails.append(on_fail)
+        size += len(data) + 16
+    if parts:
+        yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails
+
+
+def _failed(fails: list[Callable | None]) -> None:
+    for on_fail in fails:
+        if on_fail is not None:
+            try:
+                on_fail()
+            except Exception:
+                log.exception("outbox: on_fail callback failed")
+
+
+def unbatch(payload: dict) -> list[tuple[Verb, dict]]:
+    """The messages inside a BATCH payload; malformed entries are skipped."""
+    items = payload.get("m")
+    if not isinstance(items, list):
+        return []
+    out = []
+    for item in items[:MAX_BATCH]:
+        if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], dict) and item[0] != Verb.BATCH.value):
+            try:
+                out.append((Verb(item[0]), item[1]))
+            except ValueError:
+                continue
+    return out

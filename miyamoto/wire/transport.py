@@ -1,0 +1,499 @@
+"""Cluster transport: one ROUTER in, one DEALER per peer out, on plain ``zmq`` sockets.
+
+Why this shape (DESIGN.md §2): the ROUTER tells us who sent each message,
+because every node's DEALERs carry its node id (plus a per-connection random tag, so
+two connections never share a routing id) as their ZeroMQ identity; and
+sending through a DEALER per peer address with ``ZMQ_IMMEDIATE`` set means a
+message to a peer that is not connected fails at once (``send`` returns False)
+instead of queueing forever. The protocol state machines decide what to retry.
+
+A peer's bytes are untrusted. Everything that arrives goes through
+``parse_frames`` (identity, verb, JSON object, or ``DecodeError``); malformed
+messages are counted, logged at warning level (rate-limited) and dropped.
+``MAXMSGSIZE`` keeps a garbage peer from making libzmq allocate gigabytes.
+
+With a ``CurveKeys`` cluster key pair, all traffic is CurveZMQ-encrypted and a
+ZAP handler admits only clients that hold the cluster key pair: CURVE alone
+admits any client that knows the server's public key.
+
+Plain sockets, not ``zmq.green``, whose wrappers cost ~10 % of a node's CPU (see
+miyamoto.wire.zmqio): DEALERs only send with NOBLOCK; the ROUTER and the ZAP socket are
+drained until EAGAIN by their greenlets, which wait on the socket's ``zmq.FD``.
+
+Each Transport owns its own ``zmq.Context``. The ZAP endpoint
+(``inproc://zeromq.zap.01``) is per context, so this gives every Transport its
+own ZAP handler, lets tests run several nodes in one process, and lets
+``stop()`` terminate the context. The cost is one libzmq I/O thread per
+Transport; a node has one.
+
+``on_message`` runs in the receive greenlet, one message at a time, in
+arrival order: it must not block for long (spawn work elsewhere instead).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gevent
+import zmq
+from gevent.pool import Group
+from zmq.utils import z85
+
+from miyamoto.wire import verbs as protocol
+from miyamoto.wire.verbs import DecodeError, Verb
+from miyamoto.wire.zmqio import NOBLOCK, Readable, send_frames
+
+log = logging.getLogger(__name__)
+
+# Per-frame inbound limit enforced by libzmq (it disconnects the sender). The
+# protocol caps payloads at protocol.MAX_FRAME (7 MiB); this leaves headroom.
+MAX_MESSAGE_SIZE = 8 * 1024 * 1024
+RECONNECT_IVL_MS = 100
+RECONNECT_IVL_MAX_MS = 1000
+# A connection that has not finished the ZMTP/CURVE handshake by then is closed.
+HANDSHAKE_IVL_MS = 5000
+# ZMTP heartbeats: a peer whose host vanished without a FIN is disconnected
+# after HEARTBEAT_TIMEOUT_MS, so sends to it fail fast instead of queueing.
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 3000
+# Yield to the hub after this many back-to-back messages, so a flood on the
+# ROUTER cannot starve the other greenlets of the process.
+YIELD_EVERY = 64
+# Warnings about malformed input: at most WARN_BURST per WARN_WINDOW seconds.
+WARN_BURST = 10
+WARN_WINDOW = 10.0
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+ZAP_DOMAIN = "miyamoto"
+ZAP_VERSION = b"1.0"
+MAX_IDENTITY = 255  # ZeroMQ routing ids are 1..255 bytes
+MAX_NODE_ID = MAX_IDENTITY - 9  # the routing id is the node id, NUL, 8 random bytes
+
+OnMessage = Callable[[str, Verb, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    """The cluster's CurveZMQ key pair, Z85 text (40 chars each).
+
+    Every node of a cluster has the same pair. The secret never appears in a
+    repr, and validation errors never quote either key.
+    """
+
+    public: str
+    secret: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("public", "secret"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) != 40:
+                raise ValueError(f"curve {name} key must be 40 Z85 characters")
+            try:
+                z85.decode(value.encode("ascii"))
+            except (ValueError, UnicodeEncodeError, KeyError):
+                raise ValueError(f"curve {name} key is not valid Z85") from None
+        if zmq.curve_public(self.secret.encode("ascii")) != self.public.encode("ascii"):
+            raise ValueError("curve public key does not belong to the secret key")
+
+
+def keygen() -> CurveKeys:
+    """A new cluster key pair (give the same pair to every node)."""
+    public, secret = zmq.curve_keypair()
+    return CurveKeys(public.decode("ascii"), secret.decode("ascii"))
+
+
+@dataclass
+class TransportStats:
+    """Counters for /metrics and for tests that wait on what happened."""
+
+    received: int = 0  # delivered to on_message
+    dropped: int = 0  # malformed, never delivered
+    handler_errors: int = 0  # on_message raised
+    sent: int = 0
+    send_failed: int = 0  # peer not connected, HWM reached, bad address
+    zap_denied: int = 0  # CURVE clients refused by the ZAP handler
+    # (verb, "sent" | "received" | "dropped") -> messages; verb "invalid" if undecodable
+    messages: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def count(self, verb: str, direction: str) -> None:
+        key = (verb, direction)
+        self.messages[key] = self.messages.get(key, 0) + 1
+
+
+def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
+    """[identity, verb, payload] from the ROUTER -> (sender id, verb, payload).
+
+    Raises DecodeError for anything else. Identities that start with a zero
+    byte are the ones libzmq makes up for peers that set none: not a node.
+    """
+    if len(frames) != 3:
+        raise DecodeError(f"expected 3 frames with the identity, got {len(frames)}")
+    identity = bytes(frames[0])
+    if not identity or identity[0] == 0:
+        raise DecodeError("anonymous peer (no identity set)")
+    try:
+        sender = identity.split(b"\x00", 1)[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(f"identity is not utf-8: {identity[:32]!r}") from None
+    verb, payload = protocol.decode([frames[1], frames[2]])
+    return sender, verb, payload
+
+
+def zap_reply(request: list[bytes], cluster_key: bytes) -> tuple[list[bytes], bool]:
+    """Answer one ZAP request (RFC 27): admit only the cluster's CURVE key.
+
+    Request: version, request id, domain, address, identity, mechanism,
+    credentials... For CURVE the one credential is the client's 32-byte public
+    key. Reply: version, request id, status code, status text, user id,
+    metadata. Returns (reply, admitted).
+    """
+    request_id = request[1] if len(request) > 1 else b""
+    if len(request) < 6 or request[0] != ZAP_VERSION:
+        return [ZAP_VERSION, request_id, b"500", b"Malformed ZAP request", b"", b""], False
+    mechanism, credentials = request[5], request[6:]
+    if (
+        mechanism == b"CURVE"
+        and len(credentials) == 1
+        and len(credentials[0]) == 32
+        and hmac.compare_digest(bytes(credentials[0]), cluster_key)
+    ):
+        return [ZAP_VERSION, request_id, b"200", b"OK", b"cluster", b""], True
+    return [ZAP_VERSION, request_id, b"400", b"Not a cluster key", b"", b""], False
+
+
+class _Throttle:
+    """Log at most `burst` warnings per `window` seconds, then say how many were hidden."""
+
+    def __init__(self, burst: int = WARN_BURST, window: float = WARN_WINDOW,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst, self.window, self.clock = burst, window, clock
+        self.started = -window
+        self.count = 0
+        self.suppressed = 0
+
+    def warning(self, msg: str, *args: Any) -> None:
+        now = self.clock()
+        if now - self.started >= self.window:
+            if self.suppressed:
+                log.warning("%d more such warnings suppressed in the last %.0f s",
+                            self.suppressed, now - self.started)
+            self.started, self.count, self.suppressed = now, 0, 0
+        if self.count < self.burst:
+            self.count += 1
+            log.warning(msg, *args)
+        else:
+            self.suppressed += 1
+
+
+class Transport:
+    """One node's cluster endpoint: a ROUTER bound at `bind`, DEALERs to peers.
+
+    Lifecycle: ``start()`` binds and spawns the greenlets, ``stop()`` closes
+    every socket and kills them (idempotent). All greenlets belong to a Group
+    owned by the Transport.
+    """
+
+    def __init__(self, node_id: str, bind: str, on_message: OnMessage,
+                 curve: CurveKeys | None = None, hwm: int = 10_000) -> None:
+        identity = node_id.encode("utf-8") if isinstance(node_id, str) else b""
+        if not identity or len(identity) > MAX_NODE_ID or b"\x00" in identity:
+            raise ValueError(f"node_id must be 1-{MAX_NODE_ID} utf-8 bytes without NUL")
+        if hwm < 1:
+            raise ValueError("hwm must be at least 1")
+        self.node_id = node_id
+        self.bind = bind
+        self.on_message = on_message
+        self.curve = curve
+        self.hwm = hwm
+        self.stats = TransportStats()
+        self._identity = identity
+        self._ctx: zmq.Context | None = None
+        self._router: zmq.Socket | None = None
+        self._zap: zmq.Socket | None = None
+        self._zap_greenlet: gevent.Greenlet | None = None
+        self._dealers: dict[str, zmq.Socket] = {}
+        self._group = Group()
+        self._started = False
+        self._stopped = False
+        self._address: str | None = None
+        self._warn = _Throttle()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind the ROUTER and spawn the receive (and ZAP) greenlets."""
+        if self._started:
+            raise RuntimeError("Transport.start() called twice")
+        self._started = True
+        self._ctx = zmq.Context()
+        try:
+            if self.curve is not None:
+                # The ZAP handler must be listening before the first handshake.
+                self._zap = self._ctx.socket(zmq.REP)
+                self._zap.setsockopt(zmq.LINGER, 0)
+                self._zap.bind(ZAP_ENDPOINT)
+                self._zap_greenlet = self._group.spawn(
+                    self._serve_zap, z85.decode(self.curve.public.encode("ascii")))
+            router = self._router = self._ctx.socket(zmq.ROUTER)
+            self._common_options(router)
+            # No ROUTER_HANDOVER: with it, any client presenting a member's id took that
+            # member's connection over (and libzmq 4.3.5 aborted when the member came
+            # back). Routing ids never collide anyway (see _connect).
+            if self.curve is not None:
+                router.setsockopt(zmq.CURVE_SERVER, 1)
+                router.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret.encode("ascii"))
+                router.setsockopt_string(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+                # Fail closed: no ZAP handler reachable means no admission.
+                router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+            router.bind(self.bind)
+            self._address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            self.stop()
+            raise
+        self._group.spawn(self._receive_loop)
+        log.info("node %s listening on %s%s", self.node_id, self._address,
+                 " (CurveZMQ)" if self.curve else "")
+
+    def stop(self) -> None:
+        """Close every socket (linger 0) and kill the greenlets. Idempotent.
+
+        Safe to call from inside on_message: the receive loop then ends when
+        the handler returns.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        current = gevent.getcurrent()
+        others = [g for g in self._group if g is not current]
+        gevent.killall(others, block=True, timeout=2)
+        for sock in list(self._dealers.values()):
+            sock.close(linger=0)
+        self._dealers.clear()
+        for sock in (self._router, self._zap):
+            if sock is not None:
+                sock.close(linger=0)
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)  # closes anything left, then terminates
+        log.info("node %s transport stopped", self.node_id)
+
+    def __enter__(self) -> "Transport":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> str:
+        """The bound endpoint, with the real port when `bind` asked for port 0.
+
+        For a wildcard bind (tcp://*:P) this is tcp://0.0.0.0:P: advertise a
+        reachable address to peers yourself.
+        """
+        if self._address is None:
+            raise RuntimeError("Transport is not started")
+        return self._address
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopped
+
+    # -- sending -------------------------------------------------------------
+
+    def send(self, to: str | None, address: str, verb: Verb, payload: dict[str, Any]) -> bool:
+        """Queue one message for the peer at `address`; never blocks.
+
+        Returns False when the peer is not connected (yet), its queue is at
+        the HWM, the address is invalid, or the transport is stopped. The first
+        send to a new address usually returns False because the connection is
+        still being made (see ``connect``). `to` is only used in logs.
+        Raises only for a payload ujson cannot encode (a caller bug).
+        """
+        frames = protocol.encode(verb, payload)
+        if not self._started or self._stopped:  # a cluster of one never starts it
+            return False
+        sock = self._dealers.get(address) or self._connect(address)
+        if sock is None:
+            self.stats.send_failed += 1
+            self.stats.count(verb.value, "dropped")
+            return False
+        try:
+            send_frames(sock, frames)
+        except zmq.Again:
+            self.stats.send_failed += 1
+            self.stats.count(verb.value, "dropped")
+            log.debug("%s to %s at %s not sent: not connected or queue full",
+                      verb.value, to or "?", address)
+            return False
+        except zmq.ZMQError as e:
+            self.stats.send_failed += 1
+            self.stats.count(verb.value, "dropped")
+            log.debug("%s to %s at %s not sent: %s", verb.value, to or "?", address, e)
+            return False
+        self.stats.sent += 1
+        self.stats.count(verb.value, "sent")
+        return True
+
+    def connect(self, address: str) -> bool:
+        """Create the DEALER for `address` now, so that later sends find it
+        connected. Optional: ``send`` connects lazily. False for a bad address."""
+        if not self.running:
+            return False
+        return address in self._dealers or self._connect(address) is not None
+
+    def forget(self, address: str) -> None:
+        """Close the DEALER for `address` (dropping anything queued for it)."""
+        sock = self._dealers.pop(address, None)
+        if sock is not None:
+            sock.close(linger=0)
+
+    def _connect(self, address: str) -> zmq.Socket | None:
+        assert self._ctx is not None
+        sock = self._ctx.socket(zmq.DEALER)
+        try:
+            self._common_options(sock)
+            # node id, NUL, a fresh random tag: every connection has its own routing id,
+            # so a restarted peer (or a client claiming a member's id) never collides
+            # with a live connection; the receiver reads the id before the NUL
+            sock.setsockopt(zmq.ROUTING_ID, self._identity + b"\x00" + os.urandom(8))
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            if self.curve is not None:
+                public = self.curve.public.encode("ascii")
+                sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+                sock.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret.encode("ascii"))
+                sock.setsockopt(zmq.CURVE_SERVERKEY, public)
+            sock.connect(address)
+        except zmq.ZMQError as e:
+            sock.close(linger=0)
+            self._warn.warning("cannot connect to %r: %s", address[:200], e)
+            return None
+        self._dealers[address] = sock
+        return sock
+
+    def _common_options(self, sock: zmq.Socket) -> None:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, self.hwm)
+        sock.setsockopt(zmq.RCVHWM, self.hwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_SIZE)
+        sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+
+    # -- receiving -----------------------------------------------------------
+
+    def _receive_loop(self) -> None:
+        """Drain the ROUTER, yield to the hub every YIELD_EVERY messages, wait on its FD."""
+        sock = self._router
+        assert sock is not None
+        readable = Readable(sock)
+        try:
+            while not self._stopped:
+                if self._drain(sock):
+                    gevent.sleep(0)  # fairness: a flood must not starve the process
+                elif not self._stopped:
+                    readable.wait()
+        except zmq.ZMQError:
+            return  # closed under us (see _drain)
+        finally:
+            readable.close()
+
+    def _drain(self, sock: zmq.Socket) -> bool:
+        """Handle queued messages until EAGAIN (False) or YIELD_EVERY of them (True).
+
+        Frames past the third are read and thrown away, never kept. A multipart
+        message is delivered whole, so its later frames never raise Again.
+        """
+        recv = sock.recv
+        for _ in range(YIELD_EVERY):
+            if self._stopped:
+                return False
+            try:
+                first = part = recv(NOBLOCK, False)
+                frames = [first.bytes]
+                count = 1
+                while part.more:
+                    part = recv(NOBLOCK, False)
+                    count += 1
+                    if count <= 3:
+                        frames.append(part.bytes)
+            except zmq.Again:
+                return False
+            except zmq.ZMQError as e:
+                if self._stopped or e.errno in (zmq.ETERM, zmq.ENOTSOCK):
+                    raise  # the socket or its context is gone: the loop ends
+                log.error("receive failed on %s: %s", self._address, e)
+                gevent.sleep(0.1)
+                return True
+            self._handle(frames, count, first)
+        return True
+
+    def _handle(self, frames: list[bytes], count: int, first: zmq.Frame) -> None:
+        try:
+            if count != len(frames):
+                raise DecodeError(f"expected 3 frames with the identity, got {count}")
+            sender, verb, payload = parse_frames(frames)
+        except Exception as e:  # DecodeError, or anything else a peer's bytes provoke
+            self.stats.dropped += 1
+            self.stats.count("invalid", "dropped")
+            self._warn.warning("dropped malformed message from %s (identity %r): %s",
+                               _peer_address(first), frames[0][:64], e)
+            return
+        self.stats.received += 1
+        self.stats.count(verb.value, "received")
+        try:
+            self.on_message(sender, verb, payload)
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("on_message failed for %s from %s", verb.value, sender)
+
+    # -- ZAP -----------------------------------------------------------------
+
+    def _serve_zap(self, cluster_key: bytes) -> None:
+        """Answer ZAP requests (one at a time: REP) until stopped; same drain-and-wait as
+        the ROUTER. The reply cannot hit a HWM: libzmq's ZAP pipe has none."""
+        sock = self._zap
+        assert sock is not None
+        readable = Readable(sock)
+        try:
+            while not self._stopped:
+                try:
+                    request = sock.recv_multipart(NOBLOCK)
+                except zmq.Again:
+                    readable.wait()
+                    continue
+                except zmq.ZMQError:
+                    if self._stopped:
+                        return
+                    raise
+                sock.send_multipart(self._zap_answer(request, cluster_key), NOBLOCK)
+        finally:
+            readable.close()
+
+    def _zap_answer(self, request: list[bytes], cluster_key: bytes) -> list[bytes]:
+        try:
+            reply, admitted = zap_reply(request, cluster_key)
+        except Exception:  # never leave the REP socket waiting for a reply
+            log.exception("ZAP request handling failed")
+            reply, admitted = [ZAP_VERSION, request[1] if len(request) > 1 else b"",
+                               b"500", b"Internal error", b"", b""], False
+        if not admitted:
+            self.stats.zap_denied += 1
+            address = request[3].decode("utf-8", "replace") if len(request) > 3 else "?"
+            mechanism = request[5][:16] if len(request) > 5 else b"?"
+            self._warn.warning("refused %s client from %s: not the cluster key",
+                               mechanism.decode("ascii", "replace"), address[:64])
+        return reply
+
+
+def _peer_address(frame: zmq.Frame) -> str:
+    try:
+        return frame.get("Peer-Address")
+    except (zmq.ZMQError, TypeError, ValueError, UnicodeDecodeError):
+        return "?"
