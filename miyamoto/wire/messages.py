@@ -9,6 +9,7 @@ or reads a payload dict by hand.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from miyamoto.wire.verbs import DecodeError, Verb
@@ -34,3 +35,13 @@ def decode(verb: Verb, payload: dict) -> Any:
     if not isinstance(payload, dict):
         raise DecodeError("payload is not an object")
     return decoder(payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """An effect every protocol machine returns: send ``msg`` (a registered message) to
+    member ``to``; ``address`` is given where ``to`` is not (yet) in the roster (a joiner,
+    a seed known only by its endpoint)."""
+    to: str | None
+    msg: Any
+    address: str | None = None
