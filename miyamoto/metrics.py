@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Mapping, Protocol, Sized
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, \
                               generate_latest
@@ -32,15 +32,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
                                    Metric
 from prometheus_client.registry import Collector
 
+from miyamoto.config.settings import Config
 from miyamoto.delivery.breakermetrics import breaker_metrics
+from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.store.journal import Journal
 from miyamoto.version import __version__
-
-if TYPE_CHECKING:
-    from miyamoto.node import Node
+from miyamoto.wire.transport import Transport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONTENT_TYPE_LATEST", "Histogram", "Metrics", "NodeCollector", "status_class"]
+__all__ = ["CONTENT_TYPE_LATEST", "Histogram", "Metrics", "NodeCollector", "Scraped",
+           "status_class"]
 
 # Enqueue (or due time) to first attempt: a local delivery takes ms, a copy that stands
 # in for a lost sibling is replica_offset (5 s) late, a backlog behind a rate limit more.
@@ -89,6 +91,53 @@ class Histogram:
         return out
 
 
+class TaskCounts(Protocol):
+    """The engine's counters (``engine.Stats``)."""
+    stored: int
+    succeeded: int
+    failed: int
+    retried: int
+    cancelled: int
+    attempts: int
+
+
+class EngineView(Protocol):
+    """What the scrape reads of the engine (``miyamoto.engine.engine.Engine``), which
+    reports into ``Metrics`` and so cannot be imported here."""
+
+    @property
+    def stats(self) -> TaskCounts: ...
+    @property
+    def live(self) -> Sized: ...  # the live copies held in memory
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+    def live_depth(self) -> Mapping[tuple[str, str], int]: ...  # (queue, state) ->
+
+
+class ClusterView(Protocol):
+    """What the scrape reads of the cluster layer (``miyamoto.cluster.layer.Cluster``)."""
+    leader_changes: int
+    strangers: int
+    transport: Transport
+
+    def info(self) -> dict[str, Any]: ...
+
+
+class Scraped(Protocol):
+    """What the scrape reads of a node; ``miyamoto.node.Node`` is one."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def engine(self) -> EngineView: ...
+    @property
+    def cluster(self) -> ClusterView: ...
+
+
 class Metrics:
     """What the hot paths observe, and the registry /metrics renders.
 
@@ -132,7 +181,7 @@ class Metrics:
     def journal_commit(self, seconds: float) -> None:
         self.commit.observe(seconds)
 
-    def watch(self, node: Node) -> None:
+    def watch(self, node: Scraped) -> None:
         """Collect the node's own counters at scrape time, and the process's (CPU, RSS,
         open files: prometheus_client's ProcessCollector)."""
         self.registry.register(NodeCollector(node, self))
@@ -161,7 +210,7 @@ class NodeCollector(Collector):
     """Reads a node's parts at scrape time (a scrape every 15 s costs one pass over the
     live copies, for the per-queue depths, and no SQL)."""
 
-    def __init__(self, node: Node, metrics: Metrics):
+    def __init__(self, node: Scraped, metrics: Metrics):
         self.node = node
         self.metrics = metrics
 
@@ -258,28 +307,27 @@ class NodeCollector(Collector):
             role.add_metric([name], int(name == current))
         yield role
         yield _counter("miyamoto_cluster_leader_changes", "times this node saw a new leader",
-                       getattr(cluster, "leader_changes", 0))
+                       cluster.leader_changes)
         offsets = GaugeMetricFamily("miyamoto_peer_clock_offset_seconds",
                                     "a member's wall clock minus ours", labels=["peer"])
         for mem in members:
             if mem["id"] != self.node.node_id and mem.get("clock_offset") is not None:
                 offsets.add_metric([str(mem["id"])], mem["clock_offset"])
         yield offsets
-        yield from self._transport(getattr(cluster, "transport", None),
-                                   getattr(cluster, "strangers", 0))
+        yield from self._transport(cluster.transport, cluster.strangers)
 
     @staticmethod
-    def _transport(transport: Any, strangers: int) -> Iterator[Metric]:
-        stats = getattr(transport, "stats", None)
+    def _transport(transport: Transport, strangers: int) -> Iterator[Metric]:
+        stats = transport.stats
         fam = CounterMetricFamily("miyamoto_cluster_messages", "cluster messages by verb and "
                                   "direction (dropped: not sent, or received and malformed)",
                                   labels=["verb", "direction"])
-        for (verb, direction), n in sorted(getattr(stats, "messages", {}).items()):
+        for (verb, direction), n in sorted(stats.messages.items()):
             fam.add_metric([verb, direction], n)
         yield fam
         yield _counter("miyamoto_cluster_handler_errors", "received messages whose handling "
-                       "raised", getattr(stats, "handler_errors", 0))
+                       "raised", stats.handler_errors)
         yield _counter("miyamoto_cluster_zap_denied", "peers refused by the CURVE key check",
-                       getattr(stats, "zap_denied", 0))
+                       stats.zap_denied)
         yield _counter("miyamoto_cluster_strangers", "messages dropped: the sender is not a "
                        "member", strangers)
