@@ -91,7 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"miyamoto: bad option {e}", file=sys.stderr)
             return 2
     from miyamoto.node import Node  # after patch_all: the server modules must see gevent's
-    from miyamoto.store.datadir import DataDirLocked
+    from miyamoto.store.datadir import DataDirLocked  # after patch_all, as above
 
     node = Node(config)
     try:

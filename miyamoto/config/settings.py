@@ -309,9 +309,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
     _check_cluster_keys(values)
     _check_http_exposure(values)
     if values["curve_public"]:
-        # here, not at the top: transport loads gevent and libzmq, which the CLI's client
-        # commands never need, and only a configuration with a key pair gets this far
-        from miyamoto.wire.transport import CurveKeys
+        from miyamoto.wire.transport import CurveKeys  # gevent, libzmq: only for a key pair
 
         try:
             CurveKeys(values["curve_public"], values["curve_secret"])
