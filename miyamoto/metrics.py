@@ -17,7 +17,10 @@ them. Two kinds of series, both cheap on the per-task path:
 Labels are bounded sets: ``queue`` (at most ``MAX_QUEUES`` of them, the rest are counted
 as ``OTHER``), ``verb`` (``protocol.Verb``, plus ``invalid`` for what did not decode),
 ``direction``, ``state``, ``outcome``, ``status_class`` (``2xx``...``5xx``, ``error``
-for no response), ``role`` and ``peer`` (the roster). Never a task id or a URL.
+for no response), ``role`` and ``peer`` (the roster), ``origin`` (at most
+``MAX_TARGET_LABELS`` target origins, each ``scheme://host:port``: never a path or a
+query, and a URL carries no credentials, ``validate`` refuses them). Never a task id or
+a URL.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from miyamoto.config.settings import Config
-from miyamoto.delivery.breakermetrics import breaker_metrics
+from miyamoto.delivery.breaker import Breakers, BreakerState
 from miyamoto.delivery.dispatch import Dispatcher
 from miyamoto.store.journal import Journal
 from miyamoto.version import __version__
@@ -55,6 +58,7 @@ DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 COMMIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                   0.25, 0.5, 1.0, 2.5)
 MAX_QUEUES = 200  # queues are made on first use: bound the label set anyway
+MAX_TARGET_LABELS = 100  # target origins with a breaker series: not closed first, then recent
 OTHER = "_other"
 ROLES = ("joining", "follower", "candidate", "leader", "left")
 LIVE_STATES = ("scheduled", "running")
@@ -206,6 +210,29 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def _breakers(breakers: Breakers) -> Iterator[Metric]:
+    """The target origins' circuit breakers: the open and half-open ones first, then the
+    most recently attempted, at most ``MAX_TARGET_LABELS`` of them."""
+    items = list(reversed(breakers.items()))  # most recent first
+    items.sort(key=lambda kv: kv[1].state is BreakerState.CLOSED)  # stable: not closed first
+    fam = GaugeMetricFamily("miyamoto_target_breaker_state", "1 for a target origin's "
+                            "circuit breaker state (the origins attempted recently, not "
+                            f"closed first, at most {MAX_TARGET_LABELS})",
+                            labels=["origin", "state"])
+    for origin, b in items[:MAX_TARGET_LABELS]:
+        for state in BreakerState:
+            fam.add_metric([origin, state.value], int(b.state is state))
+    yield fam
+    counts = GaugeMetricFamily("miyamoto_target_breakers", "target origins known to this "
+                               "node by breaker state", labels=["state"])
+    for state in BreakerState:
+        counts.add_metric([state.value], sum(1 for _, b in items if b.state is state))
+    yield counts
+    yield CounterMetricFamily("miyamoto_target_breaker_opens", "times a target's circuit "
+                              "breaker opened (or reopened after a failed probe)",
+                              value=breakers.opens)
+
+
 class NodeCollector(Collector):
     """Reads a node's parts at scrape time (a scrape every 15 s costs one pass over the
     live copies, for the per-queue depths, and no SQL)."""
@@ -219,7 +246,7 @@ class NodeCollector(Collector):
         yield from self._queues()
         yield from self._journal()
         yield from self._cluster()
-        yield from breaker_metrics(self.node.engine.dispatcher)  # per target origin, bounded
+        yield from _breakers(self.node.engine.dispatcher.breakers)  # per origin, bounded
         info = GaugeMetricFamily("miyamoto_info", "this node's version and id",
                                  labels=["version", "node"])
         info.add_metric([__version__, self.node.node_id], 1)
