@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import gevent
 import gevent.pool
@@ -29,6 +29,7 @@ from miyamoto.cluster.requests import Requests
 from miyamoto.config.settings import Config
 from miyamoto.definitions import messages as dm
 from miyamoto.definitions.sync import DefSync
+from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.membership.machine import Member, Membership, Roster, Timing
@@ -42,7 +43,7 @@ from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
 from miyamoto.wire import messages as m
 from miyamoto.wire.outbox import Outbox, unbatch
-from miyamoto.wire.transport import CurveKeys, Transport
+from miyamoto.wire.transport import CurveKeys, OnMessage, Transport
 from miyamoto.wire.verbs import DecodeError, Verb
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,29 @@ MAX_FORMER = 1024
 _SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
 
 
+class ClusterTransport(Protocol):
+    """What the cluster layer uses of its transport (``miyamoto.wire.transport``); a
+    simulation hands in an in-memory one."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def send(self, to: str | None, address: str, verb: Verb, payload: dict[str, Any]) -> bool: ...
+    def connect(self, address: str) -> bool: ...
+    def forget(self, address: str) -> None: ...
+
+
+class TransportFactory(Protocol):
+    """Builds a node's transport around the cluster's receive callback (``Transport``)."""
+
+    def __call__(self, node_id: str, bind: str, on_message: OnMessage, *,
+                 curve: CurveKeys | None) -> ClusterTransport: ...
+
+
 class Cluster:
     def __init__(self, config: Config, journal: Journal, *, clock: Callable[[], float],
                  monotonic: Callable[[], float], rng: random.Random,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, transport: TransportFactory = Transport,
+                 client: HTTPClient | None = None):
         self.config = cfg = config
         self.me = cfg.node
         self.journal = journal
@@ -69,13 +89,14 @@ class Cluster:
         self.monotonic = monotonic  # membership's timers
         self.rng = rng
         self.group = gevent.pool.Group()
-        self.engine = Engine(cfg, journal, clock=clock, rng=rng, hooks=_Hooks(self),
+        self.engine = Engine(cfg, journal, client=client, clock=clock, rng=rng,
+                             hooks=_Hooks(self),
                              spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t),
                              metrics=metrics)
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
-        self.transport = Transport(cfg.node, cfg.cluster, self._receive, curve=curve)
+        self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
         self._leader_seen: str | None = None
