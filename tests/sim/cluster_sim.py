@@ -423,6 +423,8 @@ class Sim:
             return "error", latency
         if r < self.fail:
             return "hang", self.timeout
+        if r < self.fail + 0.1:  # slow, but within the timeout: it outlives the offset
+            return "ok", self.rng.uniform(0.5, 0.9 * self.timeout)
         return "ok", latency
 
     def delivery_started(self, node: str, task_id: str, ok: bool) -> None:
