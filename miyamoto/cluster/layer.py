@@ -44,7 +44,7 @@ from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
 from miyamoto.wire import messages as m
 from miyamoto.wire.outbox import Outbox, unbatch
-from miyamoto.wire.transport import CurveKeys, Transport
+from miyamoto.wire.transport import CurveKeys, OnMessage, Transport
 from miyamoto.wire.verbs import DecodeError, Verb
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,28 @@ class MakeEngine(Protocol):
     def __call__(self, *, hooks: Hooks, spawn_task: Callable[[Task], None]) -> Engine: ...
 
 
+class ClusterTransport(Protocol):
+    """What the cluster layer uses of its transport (``miyamoto.wire.transport``); a
+    simulation hands in an in-memory one."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def send(self, to: str | None, address: str, verb: Verb, payload: dict[str, Any]) -> bool: ...
+    def connect(self, address: str) -> bool: ...
+    def forget(self, address: str) -> None: ...
+
+
+class TransportFactory(Protocol):
+    """Builds a node's transport around the cluster's receive callback (``Transport``)."""
+
+    def __call__(self, node_id: str, bind: str, on_message: OnMessage, *,
+                 curve: CurveKeys | None) -> ClusterTransport: ...
+
+
 class Cluster:
     def __init__(self, config: Config, journal: Journal, make_engine: MakeEngine, *,
                  clock: Callable[[], float], monotonic: Callable[[], float],
-                 rng: random.Random):
+                 rng: random.Random, transport: TransportFactory = Transport):
         self.config = cfg = config
         self.me = cfg.node
         self.journal = journal
@@ -86,7 +104,7 @@ class Cluster:
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
-        self.transport = Transport(cfg.node, cfg.cluster, self._receive, curve=curve)
+        self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
         self._leader_seen: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 from _queue import SimpleQueue  # the C queue: monkey patching swaps queue.SimpleQueue only
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from gevent import monkey
 from gevent.hub import Waiter, get_hub
@@ -27,6 +27,16 @@ _STOP = None
 
 class DbThreadClosed(RuntimeError):
     """A call after ``close``."""
+
+
+class DbRunner(Protocol):
+    """What the journal needs of its database thread: run a call, then close. A
+    simulation on virtual time, which allows no second OS thread, hands in one that
+    runs each call at once."""
+
+    def apply(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    def close(self) -> None: ...
 
 
 class DbThread:

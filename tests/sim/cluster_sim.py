@@ -1,0 +1,640 @@
+"""A deterministic simulator of the whole composed cluster layer, on virtual time.
+
+N nodes in one process, each the real ``Cluster`` (membership, siblings, definitions,
+coordinator, queries, requests, clocks) around the real ``Engine`` (window, scheduler,
+dispatcher, retry) and the real ``Journal`` on a real SQLite file, over twins of three
+edges (``twins.py``): the transport, the journal's database thread, the delivery client.
+Everything runs on ``vloop.VirtualLoop``, and every random draw of the network, the
+faults and the worker comes from one seeded ``random.Random``: a seed is a replay.
+
+The network (``Network``) delays, loses, reorders and duplicates frames, and cuts links
+two-way or one-way. A paused node's inbound and outbound frames and its worker's answers
+are held until it resumes, and its clocks stand still meanwhile (then jump, as a real
+process's do after SIGSTOP). A crash kills every greenlet of the node, makes its journal
+refuse further calls (what was not committed is lost) and, later, a new node is built
+on the same data dir. Per-node clock offsets are a fault too.
+
+The checker (``Checker``) states the rules; see its docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gc
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+import ujson
+from greenlet import greenlet
+
+from miyamoto.cluster.layer import Cluster
+from miyamoto.config.settings import QueueConfig, load
+from miyamoto.engine.engine import Engine
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import Task
+from miyamoto.wire.outbox import unbatch
+from miyamoto.wire.verbs import Verb
+
+sys.path.insert(0, os.path.dirname(__file__))
+from twins import FakeWorker, InlineDb, InlinePool, SimTransport  # noqa: E402
+from vloop import run_virtual  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+START = 1_800_000_000.0
+_NEWS = (Verb.DONE.value.encode(), Verb.FAILED.value.encode())
+_BATCH = Verb.BATCH.value.encode()
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+def _address(node_id: str) -> str:
+    return f"tcp://{node_id}.sim:6000"
+
+
+# ------------------------------------------------------------------ the network
+class Network:
+    """One network for all nodes: per-link FIFO with drawn delays, unless a fault says
+    otherwise. ``cuts`` holds directed links (src, dst) that carry nothing."""
+
+    def __init__(self, sim: Sim, rng: random.Random, *, delay: tuple[float, float],
+                 loss: float = 0.0, dup: float = 0.0, reorder: float = 0.0):
+        self.sim = sim
+        self.rng = rng
+        self.delay = delay
+        self.loss, self.dup, self.reorder = loss, dup, reorder
+        self.cuts: set[tuple[str, str]] = set()
+        self.ports: dict[str, SimTransport] = {}
+        self.by_address: dict[str, str] = {}
+        self.held_out: dict[str, list[tuple[str, list[bytes]]]] = defaultdict(list)
+        self.held_in: dict[str, list[tuple[str, list[bytes]]]] = defaultdict(list)
+        self._link_free: dict[tuple[str, str], float] = {}
+        self.sent = self.lost = 0
+
+    def register(self, node_id: str) -> None:
+        self.by_address[_address(node_id)] = node_id
+
+    def attach(self, node_id: str, transport: SimTransport) -> None:
+        self.ports[node_id] = transport
+
+    def detach(self, node_id: str) -> None:
+        self.ports.pop(node_id, None)
+        self.held_in.pop(node_id, None)
+        self.held_out.pop(node_id, None)
+
+    def knows(self, address: str) -> bool:
+        return address in self.by_address
+
+    def send(self, src: str, address: str, frames: list[bytes]) -> bool:
+        dst = self.by_address[address]
+        if src in self.sim.paused:
+            self.held_out[src].append((dst, frames))
+            return True
+        self._transmit(src, dst, frames)
+        return True
+
+    def _transmit(self, src: str, dst: str, frames: list[bytes]) -> None:
+        now = self.sim.now()
+        self.sent += 1
+        news = self.sim.checker.news_in(frames)
+        if (src, dst) in self.cuts:
+            for tid in news:
+                self.sim.checker.news_cut.add((tid, src, dst))
+            return
+        if self.rng.random() < self.loss:
+            self.lost += 1
+            for tid in news:
+                self.sim.checker.news_lost.add((tid, src))
+            return
+        copies = 2 if self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            at = now + self.rng.uniform(*self.delay)
+            if self.rng.random() < self.reorder:
+                at += self.rng.uniform(0, 5 * self.delay[1])  # overtaken by later frames
+            else:
+                at = max(at, self._link_free.get((src, dst), 0.0))
+                self._link_free[(src, dst)] = at
+            self.sim.at(at - now, self._arrive, src, dst, frames)
+
+    def _arrive(self, src: str, dst: str, frames: list[bytes]) -> None:
+        port = self.ports.get(dst)
+        if port is None:  # the node is down: what was on its way is gone
+            return
+        if dst in self.sim.paused:
+            self.held_in[dst].append((src, frames))
+            return
+        self.sim.checker.news_arrived(src, dst, frames)
+        port.deliver(src, frames)
+
+    def resume(self, node_id: str) -> None:
+        held_in, self.held_in[node_id] = self.held_in[node_id], []
+        held_out, self.held_out[node_id] = self.held_out[node_id], []
+        for src, frames in held_in:
+            self._arrive(src, node_id, frames)
+        for dst, frames in held_out:
+            self._transmit(node_id, dst, frames)
+
+
+# ------------------------------------------------------------------ one node
+class NodeClock:
+    """A node's wall clock and monotonic clock: the loop's time plus its offset, standing
+    still while the node is paused."""
+
+    def __init__(self, sim: Sim, offset: float, mono_base: float):
+        self.sim = sim
+        self.offset = offset
+        self.mono_base = mono_base
+        self.frozen: float | None = None
+
+    def _now(self) -> float:
+        return self.frozen if self.frozen is not None else self.sim.now()
+
+    def wall(self) -> float:
+        return self._now() + self.offset
+
+    def mono(self) -> float:
+        return self._now() - START + self.mono_base
+
+
+class SimNode:
+    """One node's incarnation: its parts, built on its data dir, started in a root
+    greenlet whose spawn tree owns every greenlet the node spawns (crash kills them)."""
+
+    def __init__(self, sim: Sim, node_id: str, data_dir: str, seeds: list[str]):
+        self.sim = sim
+        self.id = node_id
+        self.data_dir = data_dir
+        self.seeds = seeds
+        self.clock = NodeClock(sim, 0.0, 1000.0 + 17 * len(sim.nodes))
+        self.up = False
+        self.incarnation = 0
+        self.cluster: Cluster | None = None
+        self.db: InlineDb | None = None
+        self.tree: dict | None = None
+        self.root: gevent.Greenlet | None = None
+
+    def config(self) -> Any:
+        cfg = load(env={}, flags={
+            "node": self.id, "http": "127.0.0.1:8088", "cluster": _address(self.id),
+            "seeds": ",".join(_address(s) for s in self.seeds), "data_dir": self.data_dir,
+            "insecure_cluster": "true", "zone": self.id, **self.sim.options})
+        q = QueueConfig(max_backoff=2.0, min_backoff=0.2, timeout=self.sim.timeout,
+                        max_attempts=25)
+        return dataclasses.replace(cfg, queues={"default": q})
+
+    def start(self) -> None:
+        self.incarnation += 1
+        started = gevent.event.Event()
+        root = gevent.Greenlet(self._run, started)
+        root.spawn_tree_locals = self.tree = {"node": self.id, "inc": self.incarnation}
+        self.root = root
+        root.start()
+        started.wait()
+
+    def _run(self, started: gevent.event.Event) -> None:
+        sim, clock = self.sim, self.clock
+        self.db = InlineDb()
+        journal = Journal(self.data_dir, db=self.db, monotonic=clock.mono)
+        rng = random.Random(sim.rng.random())
+        worker = FakeWorker(sim, self.id, sim.draw_delivery)
+        config = self.config()
+        c = Cluster(config, journal,
+                    functools.partial(Engine, config, journal, worker, clock=clock.wall, rng=rng),
+                    clock=clock.wall, monotonic=clock.mono, rng=rng,
+                    transport=lambda node_id, bind, on_message, *, curve:
+                        SimTransport(sim.network, node_id, bind, on_message))
+        self.cluster = c
+        journal.open()
+        c.engine.start()
+        c.defs.load()
+        c.start()
+        c.defs.start()
+        self.up = True
+        started.set()
+        gevent.event.Event().wait()  # the root lives as long as the node
+
+    def crash(self) -> None:
+        """kill -9: the journal refuses at once, every greenlet of the node dies."""
+        assert self.db is not None and self.cluster is not None
+        self.up = False
+        self.db.crash()
+        self.cluster.transport.stop()
+        mine = [g for g in gc.get_objects() if isinstance(g, greenlet)
+                and getattr(g, "spawn_tree_locals", None) is self.tree and not g.dead
+                and g is not gevent.getcurrent()]
+        gevent.killall(mine, block=True)
+        # the lock must go, as the kernel drops a dead process's flock; close() commits
+        # nothing now (the runner refuses) and the connection goes with the objects
+        gevent.spawn(_close_quietly, self.cluster.journal)
+        self.cluster = None
+
+
+def _close_quietly(journal: Journal) -> None:
+    try:
+        journal.close()
+    except Exception:
+        pass
+
+
+# ------------------------------------------------------------------ the checker
+class Checker:
+    """The sibling protocol's rules, checked at every delivery start and at the end.
+
+    - A task delivered successfully by node O and started again (by O or another node N)
+      must have an excuse, else ``SafetyViolation``. The excuses, and why:
+      * a fault touched O between its start and N's start: O crashed or paused, or a
+        cut (one-way or two-way) had O on one side. O's outcome (DONE) may not have
+        left it, or been held, and the cluster may have dropped O and re-homed its
+        copies: the protocol promises at-least-once, not exactly-once, across faults;
+      * the lossy network lost O's news of the task (DONE/FAILED) on its way to anyone
+        (``miyamoto.replicas`` restores a copy from what a sibling knew);
+      * N itself crashed after the start of O's delivery (O == N included): a copy's end
+        is written lazily, so a restart may find it still scheduled.
+      A duplicated or reordered frame is no excuse, nor is a clock offset within
+      ``max_clock_skew``: the protocol must cope with both.
+    - One leader per term: no two nodes name different leaders for one term.
+    - At the end, after the faults heal, every acknowledged task was delivered, and every
+      acknowledged definition is on a majority.
+    """
+
+    def __init__(self, sim: Sim):
+        self.sim = sim
+        self.deliveries: dict[str, list[tuple[str, float, bool]]] = defaultdict(list)
+        self.in_flight: dict[tuple[str, str], float] = {}
+        self.faults: list[tuple[str, float, float]] = []  # (node, from, to)
+        self.crashes: list[tuple[str, float]] = []
+        self.news_lost: set[tuple[str, str]] = set()  # (task, sender)
+        self.news_cut: set[tuple[str, str, str]] = set()
+        self.news_seen: dict[tuple[str, str, str], float] = {}
+        self.leaders: dict[int, str] = {}
+        self.acked: set[str] = set()
+        self.defs_acked: set[str] = set()
+        self.excused: dict[str, int] = defaultdict(int)
+        self.starts = 0
+
+    # ---------------------------------------------------------- what the network saw
+    @staticmethod
+    def _news(frames: list[bytes]) -> list[str]:
+        verb, raw = frames
+        if verb in _NEWS:
+            return [ujson.loads(raw)["id"]]
+        if verb == _BATCH:
+            return [p["id"] for v, p in unbatch(ujson.loads(raw))
+                    if v in (Verb.DONE, Verb.FAILED)]
+        return []
+
+    def news_in(self, frames: list[bytes]) -> list[str]:
+        return self._news(frames)
+
+    def news_arrived(self, src: str, dst: str, frames: list[bytes]) -> None:
+        for tid in self._news(frames):
+            self.news_seen.setdefault((tid, src, dst), self.sim.now())
+
+    # ---------------------------------------------------------- faults
+    def fault(self, node: str, start: float, end: float) -> None:
+        self.faults.append((node, start, end))
+
+    def _touched(self, node: str, start: float, end: float) -> bool:
+        return any(n == node and a <= end and b >= start for n, a, b in self.faults)
+
+    # ---------------------------------------------------------- the rules
+    def started(self, node: str, task_id: str, ok: bool) -> None:
+        now = self.sim.now()
+        self.starts += 1
+        self.leader_per_term()
+        for other, start, was_ok in self.deliveries.get(task_id, []):
+            if was_ok:
+                self._excuse(node, task_id, other, start, now)
+        self.deliveries[task_id].append((node, now, ok))
+        self.in_flight[(node, task_id)] = now
+
+    def _excuse(self, node: str, task_id: str, other: str, start: float, now: float) -> None:
+        if any(n == node and start <= at <= now for n, at in self.crashes):
+            self.excused["its node crashed since"] += 1
+        elif self._touched(other, start, now):
+            self.excused["a fault touched the first node"] += 1
+        elif (task_id, other) in self.news_lost:
+            self.excused["its news was lost"] += 1
+        else:
+            seen = self.news_seen.get((task_id, other, node))
+            raise SafetyViolation(
+                f"{node} delivers {task_id} again at {now - START:.3f}: {other} delivered it "
+                f"at {start - START:.3f}, no fault touched {other} since, and its news "
+                + ("reached " + node + f" at {seen - START:.3f}" if seen else "was not lost"))
+
+    def ended(self, node: str, task_id: str) -> None:
+        self.in_flight.pop((node, task_id), None)
+
+    def leader_per_term(self) -> None:
+        for nd in self.sim.nodes.values():
+            c = nd.cluster
+            if not nd.up or c is None or c.membership is None:
+                continue
+            r = c.membership.roster
+            for term, leader in ((r.term, r.leader),
+                                 (c.membership.term, nd.id if c.membership.is_leader else None)):
+                if leader is None:
+                    continue
+                was = self.leaders.setdefault(term, leader)
+                if was != leader:
+                    raise SafetyViolation(f"two leaders in term {term}: {was} and {leader}")
+
+    def _missing(self) -> list[str]:
+        return sorted(t for t in self.acked
+                      if not any(ok for _, _, ok in self.deliveries.get(t, [])))
+
+    def all_delivered(self) -> bool:
+        return not self._missing()
+
+    def at_end(self) -> None:
+        missing = self._missing()
+        if missing:
+            raise SafetyViolation(f"{len(missing)} acknowledged tasks never delivered: "
+                                  f"{missing[:3]}")
+        nodes = [nd for nd in self.sim.nodes.values() if nd.cluster is not None]
+        for name in sorted(self.defs_acked):
+            holders = sum(1 for nd in nodes
+                          if nd.cluster.defs.machine.get("topic", name) is not None)
+            if holders * 2 <= len(self.sim.nodes):
+                raise SafetyViolation(f"acknowledged topic {name} is on {holders} of "
+                                      f"{len(self.sim.nodes)} nodes")
+
+
+# ------------------------------------------------------------------ the simulation
+class Sim:
+    def __init__(self, seed: int, n: int = 3, *, delay: tuple[float, float] = (0.001, 0.02),
+                 loss: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
+                 fail: float = 0.1, timeout: float = 2.0, options: dict | None = None):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.loop = gevent.get_hub().loop
+        self.fail = fail
+        self.timeout = timeout
+        self.options = {"replication": "2", "min_replicas": "2", "replica_offset": "1.0",
+                        "replication_timeout": "1.0", "heartbeat_interval": "0.4",
+                        "failure_timeout": "1.6", "election_timeout_min": "0.8",
+                        "election_timeout_max": "1.6", "claim_lease": "5",
+                        "memory_window": "30", "log_level": "WARNING", **(options or {})}
+        self.checker = Checker(self)
+        self.network = Network(self, self.rng, delay=delay, loss=loss, dup=dup,
+                               reorder=reorder)
+        self.paused: set[str] = set()
+        # tmpfs where there is one: the journal and the definitions file fsync, and a disk
+        # made that most of a run's cost
+        self.dir = tempfile.mkdtemp(prefix="miyamoto-sim-",
+                                    dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.ids = [f"n{i + 1}" for i in range(n)]
+        self.nodes: dict[str, SimNode] = {}
+        for node_id in self.ids:
+            self.network.register(node_id)
+            data = os.path.join(self.dir, node_id)
+            os.mkdir(data)
+            # each seeded with all the others, as a cluster started together is
+            self.nodes[node_id] = SimNode(self, node_id, data,
+                                          [o for o in self.ids if o != node_id])
+        self._resumed = gevent.event.Event()
+        self._k = 0
+
+    # ---------------------------------------------------------- time
+    def now(self) -> float:
+        return self.loop.now()
+
+    def at(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        t = self.loop.timer(max(0.0, delay))
+        t.start(fn, *args)
+
+    def run_until(self, t: float) -> None:
+        gevent.sleep(max(0.0, START + t - self.now()))
+
+    # ---------------------------------------------------------- the worker
+    def draw_delivery(self) -> tuple[str, float]:
+        r = self.rng.random()
+        latency = self.rng.uniform(0.002, 0.2)
+        if r < self.fail * 0.3:
+            return "refused", 0.001
+        if r < self.fail * 0.8:
+            return "error", latency
+        if r < self.fail:
+            return "hang", self.timeout
+        if r < self.fail + 0.1:  # slow, but within the timeout: it outlives the offset
+            return "ok", self.rng.uniform(0.5, 0.9 * self.timeout)
+        return "ok", latency
+
+    def delivery_started(self, node: str, task_id: str, ok: bool) -> None:
+        self.checker.started(node, task_id, ok)
+
+    def delivery_ended(self, node: str, task_id: str) -> None:
+        self.checker.ended(node, task_id)
+
+    def wait_running(self, node: str) -> None:
+        while node in self.paused:
+            self._resumed.wait()
+
+    # ---------------------------------------------------------- lifecycle and faults
+    def start(self) -> None:
+        for nd in self.nodes.values():
+            nd.start()
+
+    def pause(self, node: str, duration: float) -> None:
+        nd = self.nodes[node]
+        if node in self.paused or not nd.up:
+            return
+        self.paused.add(node)
+        nd.clock.frozen = self.now()
+        self.checker.fault(node, self.now(), self.now() + duration)
+        self.at(duration, self._resume, node)
+
+    def _resume(self, node: str) -> None:
+        self.paused.discard(node)
+        self.nodes[node].clock.frozen = None
+        self.network.resume(node)
+        self._resumed.set()
+        self._resumed = gevent.event.Event()
+
+    def crash(self, node: str, down: float) -> None:
+        nd = self.nodes[node]
+        if not nd.up or node in self.paused:
+            return
+        now = self.now()
+        self.checker.fault(node, now, now + down)
+        self.checker.crashes.append((node, now))
+        nd.crash()
+        gevent.spawn_later(down, self._restart, node)
+
+    def _restart(self, node: str) -> None:
+        self.nodes[node].start()
+
+    def cut(self, links: set[tuple[str, str]], duration: float) -> None:
+        now = self.now()
+        new = links - self.network.cuts
+        self.network.cuts |= new
+        for a, b in new:
+            self.checker.fault(a, now, now + duration)
+            self.checker.fault(b, now, now + duration)
+        self.at(duration, self._heal, new)
+
+    def _heal(self, links: set[tuple[str, str]]) -> None:
+        self.network.cuts -= links
+
+    def set_offset(self, node: str, offset: float) -> None:
+        self.nodes[node].clock.offset = offset
+
+    # ---------------------------------------------------------- clients
+    def task(self, countdown: float) -> Task:
+        self._k += 1
+        now = self.now()
+        return Task(id=f"{self.seed:06d}-{self._k:05d}", queue="default",
+                    url="http://worker.sim/hook", body="x", eta=now + countdown,
+                    created=now, fire_at=now + countdown)
+
+    def enqueue(self, node: str, countdown: float) -> None:
+        """Enqueue on ``node`` in a client greenlet; acknowledged once it returns."""
+        nd = self.nodes[node]
+        if not nd.up or nd.cluster is None:
+            return
+        c = nd.cluster
+        t = self.task(countdown)
+
+        def client() -> None:
+            try:
+                stored = c.enqueue(t.evolve(eta=nd.clock.wall() + countdown,
+                                            created=nd.clock.wall(),
+                                            fire_at=nd.clock.wall() + countdown))
+            except Exception as e:  # refused: not acknowledged
+                log.debug("enqueue %s refused: %s", t.id, e)
+                return
+            self.checker.acked.add(stored.id)
+        gevent.spawn(client)
+
+    def put_topic(self, node: str, name: str) -> None:
+        nd = self.nodes[node]
+        if not nd.up or nd.cluster is None:
+            return
+        defs = nd.cluster.defs
+
+        def client() -> None:
+            try:
+                status, _ = defs.op("put", "topic", name, {"urls": ["http://worker.sim/t"]})
+            except Exception as e:
+                log.debug("topic %s refused: %s", name, e)
+                return
+            if status == 200:
+                self.checker.defs_acked.add(name)
+        gevent.spawn(client)
+
+    def heal_all(self) -> None:
+        self.network.cuts.clear()
+        for node in list(self.paused):
+            self._resume(node)
+        for nd in self.nodes.values():
+            nd.clock.offset = 0.0
+
+    def stop(self) -> None:
+        for nd in self.nodes.values():
+            if nd.up:
+                nd.crash()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ seeded runs
+FAULTS = ("pause", "crash", "cut", "oneway", "offset")
+BOOT = 2.0  # simulated seconds for a cluster to form (a leader, a roster of all)
+QUIET = 2.0
+DRAIN = 10.0  # after the last enqueue: the faults heal at 1 s, crashed nodes are back by 3 s
+
+
+def scenario(seed: int, faults: tuple[str, ...] = FAULTS, *, n: int | None = None,
+             length: float = 3.0, plant: Callable[[], Any] | None = None) -> Sim:
+    """One seeded run: a cluster forms, takes enqueues and a few faults for ``length``
+    simulated seconds, heals, drains, and is checked throughout and at the end."""
+    def main() -> Sim:
+        gevent.get_hub().threadpool = InlinePool()
+        rng = random.Random(seed ^ 0x5EED)
+        size = n or rng.choice([3, 3, 3, 3, 3, 5])
+        sim = Sim(seed, size, delay=(0.0005, rng.choice([0.005, 0.02, 0.05])),
+                  loss=rng.choice([0.0, 0.0, 0.01, 0.03]), dup=rng.choice([0.0, 0.0, 0.01]),
+                  reorder=rng.choice([0.0, 0.0, 0.02]))
+        try:
+            return _drive(sim, rng, faults, length)
+        finally:
+            sim.stop()
+    if plant is not None:
+        with plant():
+            return run_virtual(main, start=START)
+    return run_virtual(main, start=START)
+
+
+def _drive(sim: Sim, rng: random.Random, faults: tuple[str, ...], length: float) -> Sim:
+    sim.start()
+    sim.run_until(BOOT)
+    fault_at = sorted(rng.uniform(BOOT, BOOT + length) for _ in range(rng.randint(1, 3)))
+    t = BOOT
+    topics = 0
+    while t < BOOT + length:
+        t += 0.05
+        sim.run_until(t)
+        while fault_at and fault_at[0] <= t and faults:
+            fault_at.pop(0)
+            _fault(sim, rng, rng.choice(faults))
+        if rng.random() < 0.35:
+            sim.enqueue(rng.choice(sim.ids), rng.choice([0.0, 0.0, 0.3, 2.0]))
+        if rng.random() < 0.01:
+            topics += 1
+            sim.put_topic(rng.choice(sim.ids), f"topic{topics}")
+    sim.run_until(t + 1.0)
+    sim.heal_all()
+    # drain: at most DRAIN, but a run whose every acknowledged task was delivered may
+    # stop QUIET seconds later (every copy behind it fires within the replica offset)
+    quiet = None
+    while sim.now() < START + t + DRAIN:
+        sim.run_until(sim.now() - START + 0.25)
+        if quiet is None and sim.checker.all_delivered() and \
+                all(nd.up for nd in sim.nodes.values()):
+            quiet = sim.now() + QUIET
+        if quiet is not None and sim.now() >= quiet:
+            break
+    sim.checker.at_end()
+    return sim
+
+
+def _fault(sim: Sim, rng: random.Random, kind: str) -> None:
+    victim = rng.choice(sim.ids)
+    duration = rng.uniform(0.2, 3.0)
+    if kind == "pause":
+        sim.pause(victim, duration)
+    elif kind == "crash":
+        sim.crash(victim, rng.uniform(0.2, 3.0))
+    elif kind == "cut":
+        side = set(rng.sample(sim.ids, rng.randint(1, (len(sim.ids) - 1) // 2)))
+        sim.cut({(a, b) for a in side for b in sim.ids if b not in side} |
+                {(b, a) for a in side for b in sim.ids if b not in side}, duration)
+    elif kind == "oneway":
+        other = rng.choice([i for i in sim.ids if i != victim])
+        sim.cut({(victim, other)}, duration)
+    elif kind == "offset":
+        sim.set_offset(victim, rng.uniform(-0.3, 0.3))
+
+
+def replay_command(seed: int, faults: tuple[str, ...] = FAULTS) -> str:
+    return (f"PYTHONHASHSEED=0 PYTHONPATH=$PWD /work/main/.venv/bin/python "
+            f"tests/sim/cluster_sim.py {seed} {','.join(faults)}")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    s = int(sys.argv[1])
+    kinds = tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else FAULTS
+    done = scenario(s, kinds)
+    print(f"seed {s}: ok, {done.checker.starts} delivery starts, "
+          f"{len(done.checker.acked)} acknowledged, excused {dict(done.checker.excused)}")
