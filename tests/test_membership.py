@@ -225,6 +225,19 @@ def test_other_verbs_are_not_ours():
     assert n.step(Received("b", None), 1.0) == []  # type: ignore[arg-type]
 
 
+@pytest.mark.timeout(10)
+def test_a_message_must_come_from_the_member_it_names():
+    wire, now = cluster_of("a", "b")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    ack = msgs.decode(Verb.HEARTBEAT_ACK, payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0,
+                                                  version=0, term=a.term + 1))
+    assert a.step(Received("c", ack), now) == [] and a.is_leader  # b's ack, c's socket
+    mine = msgs.decode(Verb.HEARTBEAT_ACK, payload(a, Verb.HEARTBEAT_ACK, ok=False, rterm=0,
+                                                   version=0, term=a.term + 1))
+    assert a.step(Received("a", mine), now) == [] and a.is_leader  # nor from myself
+    assert a.step(Received("b", ack), now) == [] and not a.is_leader  # the real one
+
+
 # ----------------------------------------------------------------------- joining
 @pytest.mark.timeout(10)
 def test_join_through_a_follower_is_redirected_to_the_leader():
@@ -408,6 +421,9 @@ def test_a_silent_member_is_dropped_and_told_so():
         wire.settle(a, sends, now, drop=cut)
     assert a.roster.version == v + 1
     assert {s.to for s in sent if s.msg.verb is Verb.ROSTER} == {"b", "c"}  # c hears it too
+    # addressed where the roster the leader returns with cannot say where c is
+    assert {(s.to, s.address) for s in sends if s.msg.verb is Verb.ROSTER} == {
+        ("b", None), ("c", "tcp://c:6000")}
     assert wire.nodes["b"].roster == a.roster
 
 
