@@ -68,12 +68,11 @@ MODULES: dict[str, list[list[str]]] = {
                              ["tests/test_slips_units.py", "-k", "validate"]],
     "miyamoto/replicas/placement.py": [["tests/test_replication.py"],
                                 ["tests/test_slips_units.py", "-k", "replication"]],
-    **{f"miyamoto/{name}.py": [
+    **{f"miyamoto/membership/{name}.py": [
         ["tests/test_membership.py", "-k",
          "not random_faults and not connected_majority and not survives"],
         _SIMS, ["tests/test_slips_units.py", "-k", "membership"]]
-       for name in ("membership", "election", "leadership", "liveness", "changes",
-                    "bootstrap", "roster")},
+       for name in ("machine", "election", "liveness", "changes", "bootstrap", "roster")},
     "miyamoto/delivery/attempt.py": [["tests/test_units.py", "-k", "request or outcome"],
                              ["tests/test_slips_units.py", "-k", "request or sign or outcome"]],
     # retry.py: test_retry.py has the decide() rules and the engine carrying them out;

@@ -7,8 +7,9 @@ node's ``Membership`` away; a restart builds a fresh one with the same id and ad
 (``first_start=False``, as the node does when its data directory already exists).
 A pause (SIGSTOP, a VM freeze) stops a node: it neither ticks nor steps, and what is
 sent to it waits in its inbox; on resume it gets a tick and its inbox, in either order,
-all at the resume time. Every message goes through ``protocol.encode``/``decode``, so
-payloads must be real JSON.
+all at the resume time. Every message goes through ``protocol.encode``/``decode`` and
+is decoded into its type, as the cluster layer does, so payloads must be real JSON; a
+send is addressed as the layer addresses it (its ``address``, else the sender's roster).
 
 While it runs, the simulator checks after every event:
 
@@ -28,8 +29,11 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from miyamoto.membership import messages as mm
+from miyamoto.membership.machine import EMPTY, VERBS, Leave, Member, Membership, Received, \
+    Roster, Send, Tick, Timing
+from miyamoto.wire import messages as msgs
 from miyamoto.wire import verbs as protocol
-from miyamoto.membership.machine import EMPTY, VERBS, Member, Membership, Roster, Send, Timing
 from miyamoto.wire.verbs import Verb
 
 
@@ -103,7 +107,7 @@ class Sim:
         nd.proc = self.membership(nd.member, self.seeds, self.timing,
                              random.Random(self.rng.getrandbits(64)), self.now,
                              first_start=first_start)
-        self._after(nd, nd.proc.tick(self.now))
+        self._after(nd, nd.proc.step(Tick(), self.now))
 
     def crash(self, node_id: str) -> None:
         nd = self.nodes[node_id]
@@ -138,12 +142,12 @@ class Sim:
         nd.resumed_at = self.now if long else None
         inbox, nd.inbox = nd.inbox, []
         if tick_first:
-            self._after(nd, nd.proc.tick(self.now))
+            self._after(nd, nd.proc.step(Tick(), self.now))
         for msg in inbox:
             if nd.proc is not None and not nd.paused:
                 self._step(nd, msg, self.now)
         if not tick_first and nd.proc is not None:
-            self._after(nd, nd.proc.tick(self.now))
+            self._after(nd, nd.proc.step(Tick(), self.now))
 
     def paused(self) -> list[Node]:
         return [nd for nd in self.nodes.values() if nd.paused]
@@ -151,7 +155,7 @@ class Sim:
     def leave(self, node_id: str) -> None:
         nd = self.nodes[node_id]
         if nd.proc is not None and not nd.paused:
-            self._after(nd, nd.proc.leave(self.now))
+            self._after(nd, nd.proc.step(Leave(), self.now))
 
     def alive(self) -> list[Node]:
         return [nd for nd in self.nodes.values()
@@ -171,13 +175,19 @@ class Sim:
     def _connected(self, a: str, b: str) -> bool:
         return self.groups.get(a, 0) == self.groups.get(b, 0)
 
-    def _send(self, src: str, s: Send) -> None:
-        dst = self.by_address.get(s.address)
-        assert dst is not None, f"send to unknown address {s.address}"
-        assert s.to in (None, dst), f"{s.to} is not at {s.address}"
-        frames = protocol.encode(s.verb, s.payload)  # must be JSON-serialisable
+    def _send(self, src: str, roster: Roster, s: Send) -> None:
+        address = s.address
+        if address is None:  # then ``to`` must be in the sender's roster
+            member = roster.get(s.to) if s.to is not None else None
+            assert member is not None, f"{src} sent {s.msg.verb} to {s.to} without an address"
+            address = member.cluster
+        dst = self.by_address.get(address)
+        assert dst is not None, f"send to unknown address {address}"
+        assert s.to in (None, dst), f"{s.to} is not at {address}"
+        payload = s.msg.payload()
+        frames = protocol.encode(s.msg.verb, payload)  # must be JSON-serialisable
         if self.trace is not None:
-            self.trace.append((src, dst, s.verb, s.payload))
+            self.trace.append((src, dst, s.msg.verb, payload))
         if self.rng.random() < self.loss:
             return
         self.seq += 1
@@ -201,7 +211,7 @@ class Sim:
             for nd in self.nodes.values():
                 if (nd.proc is not None and not nd.paused
                         and nd.deadline <= self.now):
-                    self._after(nd, nd.proc.tick(self.now))
+                    self._after(nd, nd.proc.step(Tick(), self.now))
             if until is not None and until(self):
                 return True
         return until is not None and until(self)
@@ -219,10 +229,11 @@ class Sim:
         assert nd.proc is not None
         verb, payload = protocol.decode(msg.frames)
         assert verb in VERBS
+        typed = msgs.decode(verb, payload)
         self.delivered += 1
         if nd.resumed_at is not None and msg.sent > nd.resumed_at:
             nd.fresh.add(msg.src)
-        self._after(nd, nd.proc.step(msg.src, verb, payload, now))
+        self._after(nd, nd.proc.step(Received(msg.src, typed), now))
 
     def _after(self, nd: Node, sends: list[Send]) -> None:
         proc = nd.proc
@@ -232,10 +243,10 @@ class Sim:
         nd.last_roster = proc.roster
         nd.deadline = proc.next_deadline()  # it changes only when the node acts
         for s in sends:
-            if s.verb is Verb.VOTE and s.payload.get("granted"):
-                key = (s.payload["term"], s.to)
+            if isinstance(s.msg, mm.Vote) and s.msg.granted:
+                key = (s.msg.term, s.to)
                 self.votes.setdefault(key, set()).add((nd.id, nd.generation))
-            self._send(nd.id, s)
+            self._send(nd.id, proc.roster, s)
         self.max_term_seen = max(self.max_term_seen, proc.term)
         if proc.is_leader:
             self._record_leader(nd, proc.term)

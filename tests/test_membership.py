@@ -18,8 +18,9 @@ from membership_sim import SafetyViolation, Sim, chaos_run, majority_run
 from miyamoto.wire import messages as msgs
 from miyamoto.membership import messages as mm
 from miyamoto.wire import verbs as protocol
-from miyamoto.membership.machine import (VERBS, Member, Membership, Roster, Send, Timing,
-                                 majority)
+from miyamoto.cluster import clockmessages as cm
+from miyamoto.membership.machine import (VERBS, Leave, Member, Membership, Received, Roster,
+                                         Send, Tick, Timing, majority)
 from miyamoto.wire.verbs import DecodeError, Verb
 
 T = Timing()
@@ -52,11 +53,14 @@ class Wire:
                 drop=lambda s: False) -> list[tuple[Membership, list[Send]]]:
         out = []
         for s in sends:
-            dst = next((n for n in self.nodes.values() if n.me.cluster == s.address), None)
+            if s.address is None:  # a member of the sender's roster
+                dst = self.nodes.get(s.to) if s.to is not None else None
+            else:
+                dst = next((n for n in self.nodes.values() if n.me.cluster == s.address), None)
             if dst is None or drop(s):
                 continue
-            verb, payload = protocol.decode(protocol.encode(s.verb, s.payload))
-            out.append((dst, dst.step(sender.me.id, verb, payload, now)))
+            verb, payload = protocol.decode(protocol.encode(s.msg.verb, s.msg.payload()))
+            out.append((dst, recv(dst, sender.me.id, verb, payload, now)))
         return out
 
     def settle(self, sender: Membership, sends: list[Send], now: float,
@@ -76,7 +80,7 @@ class Wire:
         while now < end:
             now += dt
             for n in list(self.nodes.values()):
-                self.settle(n, n.tick(now), now, drop)
+                self.settle(n, tick(n, now), now, drop)
         return now
 
 
@@ -87,7 +91,7 @@ def cluster_of(*names: str, now: float = 0.0) -> tuple[Wire, float]:
     for name in names[1:]:
         n = node(name, seeds=[names[0]], now=now)
         wire.add(n)
-        wire.settle(n, n.tick(now), now)
+        wire.settle(n, tick(n, now), now)
     now = wire.run(now, now + 1.0)
     assert all(n.roster == first.roster for n in wire.nodes.values())
     assert sorted(first.roster.ids()) == sorted(names)
@@ -112,7 +116,30 @@ def payload(n: Membership, verb: Verb, **fields) -> dict:
 
 
 def verbs(sends: list[Send]) -> list[Verb]:
-    return [s.verb for s in sends]
+    return [s.msg.verb for s in sends]
+
+
+def tick(n: Membership, now: float) -> list[Send]:
+    return n.step(Tick(), now)
+
+
+def recv(n: Membership, sender: str, verb: Verb | str, payload: object,
+         now: float) -> list[Send]:
+    """What the cluster layer does with a message: a membership verb's payload is decoded
+    (one that does not fit is dropped there) and stepped into the machine."""
+    if verb not in VERBS:
+        return []
+    try:
+        msg = msgs.decode(Verb(verb), payload)  # type: ignore[arg-type]
+    except DecodeError:
+        return []
+    return n.step(Received(sender, msg), now)
+
+
+def cut_off(name: str):
+    """A drop rule: every message to or from ``name``."""
+    return lambda s: (s.to == name or s.address == f"tcp://{name}:6000"
+                      or s.msg.sender.id == name)
 
 
 # ------------------------------------------------------------------------- values
@@ -175,7 +202,7 @@ def test_a_node_without_other_seeds_leads_itself_at_once():
         n = node("a", seeds=seeds)
         assert n.is_leader and n.role == "leader" and n.term == 1 and n.leader == "a"
         assert n.roster.ids() == ("a",) and n.roster.version == 1 and n.roster.leader == "a"
-        assert n.tick(10.0) == []  # nobody to talk to
+        assert tick(n, 10.0) == []  # nobody to talk to
         assert n.health(10.0) == {"a": 0.0}
 
 
@@ -183,21 +210,32 @@ def test_a_node_without_other_seeds_leads_itself_at_once():
 def test_a_seeded_node_joins_every_join_retry():
     n = node("b", seeds=["a", "c"])
     assert n.role == "joining" and not n.is_leader and n.roster.members == ()
-    first = n.tick(0.0)
-    assert sorted((s.to, s.address, s.verb) for s in first) == [
+    first = tick(n, 0.0)
+    assert sorted((s.to, s.address, s.msg.verb) for s in first) == [
         (None, "tcp://a:6000", Verb.JOIN), (None, "tcp://c:6000", Verb.JOIN)]
-    assert first[0].payload["from"] == member("b").to_payload()
-    assert n.tick(0.5) == []
-    assert verbs(n.tick(T.join_retry + 0.01)) == [Verb.JOIN, Verb.JOIN]
+    assert first[0].msg.sender == member("b")
+    assert tick(n, 0.5) == []
+    assert verbs(tick(n, T.join_retry + 0.01)) == [Verb.JOIN, Verb.JOIN]
 
 
 @pytest.mark.timeout(10)
 def test_other_verbs_are_not_ours():
     n = node("a")
-    for verb in Verb:
-        if verb not in VERBS:
-            assert n.step("b", verb, {"anything": 1}, 1.0) == []
-    assert n.step("b", "NOT_A_VERB", {}, 1.0) == []  # type: ignore[arg-type]
+    assert n.step(Received("b", cm.Clock(1.0)), 1.0) == []  # type: ignore[arg-type]
+    assert n.step(Received("b", None), 1.0) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(10)
+def test_a_message_must_come_from_the_member_it_names():
+    wire, now = cluster_of("a", "b")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    ack = msgs.decode(Verb.HEARTBEAT_ACK, payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0,
+                                                  version=0, term=a.term + 1))
+    assert a.step(Received("c", ack), now) == [] and a.is_leader  # b's ack, c's socket
+    mine = msgs.decode(Verb.HEARTBEAT_ACK, payload(a, Verb.HEARTBEAT_ACK, ok=False, rterm=0,
+                                                   version=0, term=a.term + 1))
+    assert a.step(Received("a", mine), now) == [] and a.is_leader  # nor from myself
+    assert a.step(Received("b", ack), now) == [] and not a.is_leader  # the real one
 
 
 # ----------------------------------------------------------------------- joining
@@ -207,16 +245,16 @@ def test_join_through_a_follower_is_redirected_to_the_leader():
     a, b = wire.nodes["a"], wire.nodes["b"]
     c = node("c", seeds=["b"], now=now)  # c only knows b, which is not the leader
     wire.add(c)
-    join = c.tick(now)
+    join = tick(c, now)
     assert verbs(join) == [Verb.JOIN] and join[0].address == "tcp://b:6000"
     [(dst, answer)] = wire.deliver(c, join, now)
     assert dst is b and verbs(answer) == [Verb.REDIRECT]
-    assert answer[0].payload["leader"] == "a"
-    assert answer[0].payload["address"] == "tcp://a:6000"
+    assert answer[0].msg.leader == "a"
+    assert answer[0].msg.address == "tcp://a:6000"
     [(_, again)] = wire.deliver(b, answer, now)
     assert verbs(again) == [Verb.JOIN] and again[0].address == "tcp://a:6000"
     [(dst, admitted)] = wire.deliver(c, again, now)
-    assert dst is a and sorted(s.to for s in admitted if s.verb is Verb.ROSTER) == ["b", "c"]
+    assert dst is a and sorted(s.to for s in admitted if s.msg.verb is Verb.ROSTER) == ["b", "c"]
     wire.settle(a, admitted, now)
     assert c.role == "follower" and c.leader == "a" and c.term == a.term
     assert a.roster.ids() == ("a", "b", "c") and b.roster == a.roster == c.roster
@@ -227,9 +265,9 @@ def test_rejoin_is_idempotent():
     wire, now = cluster_of("a", "b", "c")
     a, c = wire.nodes["a"], wire.nodes["c"]
     before = a.roster
-    join = Send("a", "tcp://a:6000", Verb.JOIN, payload(c, Verb.JOIN))  # a late JOIN
+    join = Send("a", msgs.decode(Verb.JOIN, payload(c, Verb.JOIN)))  # a late JOIN
     [(_, answer)] = wire.deliver(c, [join], now)
-    assert [(s.to, s.verb) for s in answer] == [("c", Verb.ROSTER)]
+    assert [(s.to, s.msg.verb) for s in answer] == [("c", Verb.ROSTER)]
     assert a.roster == before
 
 
@@ -243,7 +281,7 @@ def test_a_restarted_node_replaces_its_old_incarnation():
     c = node("c", seeds=["a", "b"], now=now, seed=1, first_start=False)
     assert c.incarnation != old.incarnation
     wire.add(c)
-    wire.settle(c, c.tick(now), now)
+    wire.settle(c, tick(c, now), now)
     # Two single changes: the old incarnation out, then the new one in.
     assert a.roster.version == v + 2
     assert a.roster.ids() == ("a", "b", "c")
@@ -258,11 +296,11 @@ def test_only_one_roster_change_at_a_time():
     d, e = node("d", seeds=["a"], now=now), node("e", seeds=["a"], now=now)
     v = a.roster.version
     # Nobody acknowledges anything: d is admitted, e must wait for a quorum of acks.
-    no_acks = lambda s: s.verb is Verb.HEARTBEAT_ACK  # noqa: E731
+    no_acks = lambda s: s.msg.verb is Verb.HEARTBEAT_ACK  # noqa: E731
     wire.add(d)
     wire.add(e)
-    wire.settle(d, d.tick(now), now, drop=no_acks)
-    wire.settle(e, e.tick(now), now, drop=no_acks)
+    wire.settle(d, tick(d, now), now, drop=no_acks)
+    wire.settle(e, tick(e, now), now, drop=no_acks)
     assert a.roster.version == v + 1 and a.roster.ids() == ("a", "b", "c", "d")
     now = wire.run(now, now + 0.4, drop=no_acks)
     assert a.roster.ids() == ("a", "b", "c", "d")
@@ -282,14 +320,14 @@ def test_a_member_votes_once_per_term():
     a, b, c = (wire.nodes[x] for x in "abc")
     now += 5.0  # long after the last heartbeat: no leader stickiness
     key, term = a.roster.key, a.term + 3
-    [vote] = c.step("a", Verb.VOTE_REQUEST, _request(a, term, key), now)
-    assert vote.to == "a" and vote.payload["granted"] is True and c.term == term
-    [vote] = c.step("b", Verb.VOTE_REQUEST, _request(b, term, key), now)
-    assert vote.payload["granted"] is False  # already voted in this term
-    [vote] = c.step("a", Verb.VOTE_REQUEST, _request(a, term, key), now)
-    assert vote.payload["granted"] is True  # the same candidate asking again
-    [vote] = c.step("b", Verb.VOTE_REQUEST, _request(b, term + 1, key), now)
-    assert vote.payload["granted"] is True  # a new term, a new vote
+    [vote] = recv(c, "a", Verb.VOTE_REQUEST, _request(a, term, key), now)
+    assert vote.to == "a" and vote.msg.granted is True and c.term == term
+    [vote] = recv(c, "b", Verb.VOTE_REQUEST, _request(b, term, key), now)
+    assert vote.msg.granted is False  # already voted in this term
+    [vote] = recv(c, "a", Verb.VOTE_REQUEST, _request(a, term, key), now)
+    assert vote.msg.granted is True  # the same candidate asking again
+    [vote] = recv(c, "b", Verb.VOTE_REQUEST, _request(b, term + 1, key), now)
+    assert vote.msg.granted is True  # a new term, a new vote
 
 
 @pytest.mark.timeout(10)
@@ -302,25 +340,25 @@ def test_no_vote_for_a_candidate_with_an_older_roster():
     for key, granted in [((rterm, version - 1), False), ((rterm - 1, version + 9), False),
                          ((rterm, version), True)]:
         term = c.term + 1
-        [vote] = c.step("a", Verb.VOTE_REQUEST, _request(a, term, key), now)
-        assert vote.payload["granted"] is granted, key
+        [vote] = recv(c, "a", Verb.VOTE_REQUEST, _request(a, term, key), now)
+        assert vote.msg.granted is granted, key
     # A newer term of roster wins over a larger version from an older term.
-    [vote] = c.step("a", Verb.VOTE_REQUEST, _request(a, c.term + 1, (rterm + 1, 1)), now)
-    assert vote.payload["granted"] is True
+    [vote] = recv(c, "a", Verb.VOTE_REQUEST, _request(a, c.term + 1, (rterm + 1, 1)), now)
+    assert vote.msg.granted is True
 
 
 @pytest.mark.timeout(10)
 def test_a_vote_counts_only_from_the_incarnation_in_the_roster():
     wire, now = cluster_of("a", "b", "c")
     a, b = wire.nodes["a"], wire.nodes["b"]
-    a.step("b", Verb.HEARTBEAT_ACK,  # depose a, so that it campaigns
+    recv(a, "b", Verb.HEARTBEAT_ACK,  # depose a, so that it campaigns
            payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0, term=a.term + 1), now)
     a._campaign(now)
     reborn = node("b", seeds=["a", "c"], seed=9, first_start=False)  # b, restarted
     vote = payload(reborn, Verb.VOTE, granted=True, fresh=False, term=a.term)
-    assert a.step("b", Verb.VOTE, vote, now) == [] and a.role == "candidate"
+    assert recv(a, "b", Verb.VOTE, vote, now) == [] and a.role == "candidate"
     vote = payload(b, Verb.VOTE, granted=True, fresh=False, term=a.term)
-    a.step("b", Verb.VOTE, vote, now)
+    recv(a, "b", Verb.VOTE, vote, now)
     assert a.is_leader
 
 
@@ -329,7 +367,7 @@ def test_absurd_terms_are_dropped():
     wire, now = cluster_of("a", "b")
     a, b = wire.nodes["a"], wire.nodes["b"]
     ack = dict(payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0), term=2**53 - 1)
-    assert a.step("b", Verb.HEARTBEAT_ACK, ack, now) == [] and a.is_leader
+    assert recv(a, "b", Verb.HEARTBEAT_ACK, ack, now) == [] and a.is_leader
 
 
 @pytest.mark.timeout(10)
@@ -337,7 +375,7 @@ def test_a_higher_term_makes_the_leader_step_down():
     wire, now = cluster_of("a", "b", "c")
     a, b = wire.nodes["a"], wire.nodes["b"]
     ack = payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0, term=a.term + 5)
-    assert a.step("b", Verb.HEARTBEAT_ACK, ack, now) == []
+    assert recv(a, "b", Verb.HEARTBEAT_ACK, ack, now) == []
     assert a.role == "follower" and not a.is_leader and a.term == ack["term"]
     assert a.leader is None
 
@@ -349,7 +387,7 @@ def test_a_candidate_yields_to_the_leader_of_its_term():
     c._campaign(now)  # c times out and campaigns (its requests are lost)
     assert c.role == "candidate"
     hb = payload(a, Verb.HEARTBEAT, term=c.term)  # a won that term
-    out = c.step("a", Verb.HEARTBEAT, hb, now)
+    out = recv(c, "a", Verb.HEARTBEAT, hb, now)
     assert c.role == "follower" and c.leader == "a" and verbs(out) == [Verb.HEARTBEAT_ACK]
 
 
@@ -370,7 +408,7 @@ def test_a_silent_member_is_dropped_and_told_so():
     wire, now = cluster_of("a", "b", "c")
     a = wire.nodes["a"]
     v = a.roster.version
-    cut = lambda s: s.address == "tcp://c:6000" or s.payload["from"]["id"] == "c"  # noqa: E731
+    cut = cut_off("c")
     # The last ack from c came at most a heartbeat interval before the cut.
     now = wire.run(now, now + T.failure_timeout - T.heartbeat_interval - 0.1, drop=cut)
     assert a.roster.ids() == ("a", "b", "c")
@@ -378,11 +416,14 @@ def test_a_silent_member_is_dropped_and_told_so():
     sent: list[Send] = []
     while a.roster.ids() != ("a", "b"):
         now += 0.05
-        sends = a.tick(now)
+        sends = tick(a, now)
         sent += sends
         wire.settle(a, sends, now, drop=cut)
     assert a.roster.version == v + 1
-    assert {s.to for s in sent if s.verb is Verb.ROSTER} == {"b", "c"}  # c hears it too
+    assert {s.to for s in sent if s.msg.verb is Verb.ROSTER} == {"b", "c"}  # c hears it too
+    # addressed where the roster the leader returns with cannot say where c is
+    assert {(s.to, s.address) for s in sends if s.msg.verb is Verb.ROSTER} == {
+        ("b", None), ("c", "tcp://c:6000")}
     assert wire.nodes["b"].roster == a.roster
 
 
@@ -391,7 +432,7 @@ def test_a_cut_off_follower_does_not_depose_the_leader_when_it_comes_back():
     wire, now = cluster_of("a", "b", "c")
     a = wire.nodes["a"]
     term = a.term
-    cut = lambda s: s.address == "tcp://c:6000" or s.payload["from"]["id"] == "c"  # noqa: E731
+    cut = cut_off("c")
     now = wire.run(now, now + 5.0, drop=cut)  # c times out again and again; a drops c
     c = wire.nodes["c"]
     assert a.roster.ids() == ("a", "b") and c.term == term  # pre-votes bump no term
@@ -406,7 +447,7 @@ def test_a_roster_must_come_from_its_leader():
     b, c = wire.nodes["b"], wire.nodes["c"]
     forged = dict(c.roster.to_payload(), version=c.roster.version + 5)  # names a as leader
     hb = dict(payload(b, Verb.HEARTBEAT), roster=forged)
-    assert c.step("b", Verb.HEARTBEAT, hb, now) == []
+    assert recv(c, "b", Verb.HEARTBEAT, hb, now) == []
     assert c.roster.version == forged["version"] - 5
 
 
@@ -414,7 +455,7 @@ def test_a_roster_must_come_from_its_leader():
 def test_a_node_outside_the_roster_does_not_campaign():
     n = node("b", seeds=["a"])
     assert n.role == "joining"
-    assert all(s.verb is Verb.JOIN for t in range(100) for s in n.tick(t * 0.1))
+    assert all(s.msg.verb is Verb.JOIN for t in range(100) for s in tick(n, t * 0.1))
     assert n.term == 0
 
 
@@ -432,7 +473,7 @@ def test_health():
 def test_in_contact_and_reachable():
     alone = node("a")
     assert alone.in_contact(0.0) and alone.reachable(0.0) == {"a"}
-    assert alone.tick(100.0) == [] and alone.in_contact(100.0)  # alone it leads itself
+    assert tick(alone, 100.0) == [] and alone.in_contact(100.0)  # alone it leads itself
     joining = node("b", seeds=["a"])
     assert not joining.in_contact(0.0) and joining.reachable(0.0) == {"b"}
     wire, now = cluster_of("a", "b", "c")
@@ -441,7 +482,7 @@ def test_in_contact_and_reachable():
         assert n.in_contact(now) and n.reachable(now) == {"a", "b", "c"}, n.me.id
     # c goes silent: the leader stops counting it after the failure timeout (and drops
     # it), and tells the followers so in its heartbeats
-    cut = lambda s: s.address == "tcp://c:6000" or s.payload["from"]["id"] == "c"  # noqa: E731
+    cut = cut_off("c")
     now = wire.run(now, now + T.failure_timeout - T.heartbeat_interval, drop=cut)
     assert "c" in a.reachable(now)
     now = wire.run(now, now + 2 * T.heartbeat_interval + 0.1, drop=cut)
@@ -456,8 +497,8 @@ def test_in_contact_and_reachable():
 def test_the_heartbeat_lists_whom_the_leader_hears():
     wire, now = cluster_of("a", "b", "c")
     a = wire.nodes["a"]
-    [hb, *_] = [s for s in a.tick(now + T.heartbeat_interval) if s.verb is Verb.HEARTBEAT]
-    m = msgs.decode(Verb.HEARTBEAT, hb.payload)
+    [hb, *_] = [s for s in tick(a, now + T.heartbeat_interval) if s.msg.verb is Verb.HEARTBEAT]
+    m = hb.msg
     assert m.heard == ("a", "b", "c") and m.round is not None and m.echo is not None
 
 
@@ -471,7 +512,7 @@ def test_a_heartbeat_with_bad_new_fields_is_dropped(field, value):
     hb = dict(payload(a, Verb.HEARTBEAT), **{field: value})
     with pytest.raises(DecodeError):
         msgs.decode(Verb.HEARTBEAT, hb)
-    assert b.step("a", Verb.HEARTBEAT, hb, now) == []
+    assert recv(b, "a", Verb.HEARTBEAT, hb, now) == []
 
 
 @pytest.mark.timeout(10)
@@ -495,13 +536,13 @@ def test_a_leader_back_from_a_stall_changes_nothing_until_a_quorum_acks():
     a = wire.nodes["a"]
     roster = a.roster
     now += 10.0  # a was paused: every member looks silent to it
-    out = a.tick(now)
+    out = tick(a, now)
     assert a.stalled and a.is_leader and not a.in_contact(now) and a.reachable(now) == {"a"}
     assert a.roster == roster and verbs(out) == [Verb.HEARTBEAT, Verb.HEARTBEAT]
     # acks from before the stall prove nothing about now
     old_ack = payload(wire.nodes["b"], Verb.HEARTBEAT_ACK, ok=True, rterm=roster.term,
                       version=roster.version, round=1, seq=1)
-    a.step("b", Verb.HEARTBEAT_ACK, old_ack, now)
+    recv(a, "b", Verb.HEARTBEAT_ACK, old_ack, now)
     assert a.stalled and a.roster == roster
     # its first heartbeats after the stall are answered: a quorum heard, all in contact
     wire.settle(a, out, now)
@@ -520,7 +561,7 @@ def test_a_stalled_leader_does_not_drop_members_it_cannot_hear_yet():
     deaf = lambda s: True  # noqa: E731  (nothing gets through)
     while now < 10.0 + 2 * T.failure_timeout:
         now += 0.05
-        wire.settle(a, a.tick(now), now, drop=deaf)
+        wire.settle(a, tick(a, now), now, drop=deaf)
         assert a.roster == roster  # no change on a stale view ...
         if not a.is_leader:
             break
@@ -533,10 +574,10 @@ def test_a_stalled_leader_does_not_drop_members_it_cannot_hear_yet():
 def test_a_follower_back_from_a_stall_waits_for_a_heartbeat_sent_after_it():
     wire, now = cluster_of("a", "b", "c")
     a, b = wire.nodes["a"], wire.nodes["b"]
-    queued = [s for s in a.tick(now + T.heartbeat_interval) if s.to == "b"]
+    queued = [s for s in tick(a, now + T.heartbeat_interval) if s.to == "b"]
     now += 10.0
-    assert b.tick(now) == [] and b.stalled and not b.in_contact(now)
-    [ack] = b.step("a", Verb.HEARTBEAT, queued[0].payload, now)  # an old heartbeat
+    assert tick(b, now) == [] and b.stalled and not b.in_contact(now)
+    [ack] = b.step(Received("a", queued[0].msg), now)  # an old heartbeat
     assert b.stalled and not b.in_contact(now) and b.reachable(now) == {"b"}
     wire.deliver(b, [ack], now)  # the leader hears b's post-stall ack ...
     now = wire.run(now, now + T.heartbeat_interval + 0.05)  # ... and its next beat says so
@@ -548,7 +589,7 @@ def test_check_quorum_a_leader_cut_off_steps_down_and_drops_nobody():
     wire, now = cluster_of("a", "b", "c")
     a = wire.nodes["a"]
     roster = a.roster
-    cut = lambda s: s.address == "tcp://a:6000" or s.payload["from"]["id"] == "a"  # noqa: E731
+    cut = cut_off("a")
     end = now + T.failure_timeout + 0.2
     while now < end and a.is_leader:
         now = wire.run(now, now + 0.05, drop=cut)
@@ -573,9 +614,9 @@ def test_a_leader_of_two_still_drops_a_dead_member_and_leads_alone():
 def test_a_follower_leaves():
     wire, now = cluster_of("a", "b", "c")
     a, c = wire.nodes["a"], wire.nodes["c"]
-    out = c.leave(now)
-    assert [(s.to, s.verb) for s in out] == [("a", Verb.LEAVE)]
-    assert c.role == "left" and c.tick(now + 100) == []
+    out = c.step(Leave(), now)
+    assert [(s.to, s.msg.verb) for s in out] == [("a", Verb.LEAVE)]
+    assert c.role == "left" and tick(c, now + 100) == []
     wire.settle(c, out, now)
     assert a.roster.ids() == ("a", "b")
 
@@ -584,9 +625,9 @@ def test_a_follower_leaves():
 def test_a_leader_leaves_and_hands_over():
     wire, now = cluster_of("a", "b", "c")
     a = wire.nodes["a"]
-    out = a.leave(now)
-    assert {s.to for s in out} == {"b", "c"} and all(s.verb is Verb.ROSTER for s in out)
-    assert len({s.payload["elect"] for s in out}) == 1
+    out = a.step(Leave(), now)
+    assert {s.to for s in out} == {"b", "c"} and all(s.msg.verb is Verb.ROSTER for s in out)
+    assert len({s.msg.elect for s in out}) == 1
     wire.settle(a, out, now)
     del wire.nodes["a"]
     leaders = [n for n in wire.nodes.values() if n.is_leader]
@@ -694,12 +735,12 @@ def _targets() -> dict[str, Membership]:
     cand = copy.deepcopy(wire.nodes["n2"])
     cand._campaign(now)
     joining = node("n1", seeds=["n0", "n2"], seed=3)
-    joining.tick(0.0)
+    tick(joining, 0.0)
     booting = node("n2", seeds=["n0", "n1"], seed=4)
     for peer in ("n0", "n1"):  # fellow joiners heard, and the bootstrap due
         booting._boot.heard_joiner(f"tcp://{peer}:6000", booting._boot.boot, True, 0, 0.0)
     booting._boot.at = 0.0
-    booting.tick(0.5)
+    tick(booting, 0.5)
     return {"leader": wire.nodes["n0"], "follower": wire.nodes["n1"], "candidate": cand,
             "joining": joining, "bootstrapping": booting}
 
@@ -754,11 +795,11 @@ def _check_step(role: str, messages) -> None:
     now = 1.0
     for sender, verb, payload in messages:
         now += 0.3
-        out = n.step(sender, verb, payload, now) + n.tick(now)
+        out = recv(n, sender, verb, payload, now) + tick(n, now)
         assert isinstance(out, list)
         for s in out:
-            assert isinstance(s, Send) and s.verb in VERBS
-            protocol.encode(s.verb, s.payload)  # still JSON
+            assert isinstance(s, Send) and s.msg.verb in VERBS
+            protocol.encode(s.msg.verb, s.msg.payload())  # still JSON
         assert n.role in ("joining", "follower", "candidate", "leader")
         n.roster.to_payload()
         n.health(now)

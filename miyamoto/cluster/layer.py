@@ -34,7 +34,8 @@ from miyamoto.definitions import messages as dm
 from miyamoto.definitions.sync import DefSync
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
-from miyamoto.membership.machine import Member, Membership, Roster, Timing
+from miyamoto.membership.machine import Leave, Member, Membership, Received, Roster, Tick, \
+                                        Timing
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import EARLIER, EXACT, CancelCopy, Drop, Fire, Restore, Send, \
@@ -182,7 +183,7 @@ class Cluster:
             log.info("cluster: handed %d copies to siblings",
                      sum(len(s.msg.tasks) for s in sends))
         self.coordinator.move_lone_copies(lone)
-        self._send_membership(self.membership.leave(self.monotonic()))
+        self._send_membership(self.membership.step(Leave(), self.monotonic()))
         gevent.sleep(0.05)  # let the sockets flush before the engine drains
 
     # ------------------------------------------------------------ time and roster
@@ -198,7 +199,7 @@ class Cluster:
     def _tick(self) -> None:
         assert self.membership is not None
         mono = self.monotonic()
-        self._send_membership(self.membership.tick(mono))
+        self._send_membership(self.membership.step(Tick(), mono))
         self._check_roster()
         if mono >= self._next_probe:
             self._next_probe = mono + self.config.heartbeat_interval
@@ -231,9 +232,19 @@ class Cluster:
             return True
         return False
 
-    def _send_membership(self, sends: Iterable[Any]) -> None:
+    def _send_membership(self, sends: Iterable[m.Send]) -> None:
+        """Membership's messages go to the transport at once, not through the outbox;
+        a send without an address is to a member of the machine's roster."""
+        assert self.membership is not None
+        roster = self.membership.roster
         for s in sends:
-            self.transport.send(s.to, s.address, s.verb, s.payload)
+            address = s.address
+            if address is None:
+                mem = roster.get(s.to) if s.to is not None else None
+                if mem is None:
+                    continue
+                address = mem.cluster
+            self.transport.send(s.to, address, s.msg.verb, s.msg.payload())
 
     def _check_roster(self) -> None:
         """After every membership step and tick: count a new leader, take a new roster,
@@ -385,7 +396,8 @@ class Cluster:
                 self._stranger(sender, verb)
             elif verb in _MEMBERSHIP:
                 assert self.membership is not None
-                self._send_membership(self.membership.step(sender, verb, payload,
+                msg = m.decode(verb, payload)
+                self._send_membership(self.membership.step(Received(sender, msg),
                                                            self.monotonic()))
                 self._check_roster()
             else:

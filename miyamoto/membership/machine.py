@@ -1,18 +1,21 @@
 """Cluster membership and leader election: a pure state machine (DESIGN §2).
 
 ``Membership`` holds no socket, clock, greenlet or thread; its only randomness is the
-``random.Random`` it is given. The node's I/O layer feeds it what happens —
-``step(sender, verb, payload, now)`` for each membership message, ``tick(now)`` as time
-passes, ``leave(now)`` on a graceful stop — and sends the ``Send`` actions it returns.
+``random.Random`` it is given. It has one door, ``step(event, now)``, fed by the node's
+I/O layer: ``Received(sender, msg)`` for each membership message (decoded by the layer,
+like every other verb), ``Tick()`` as time passes, ``Leave()`` on a graceful stop. Each
+returns the ``Send`` effects (``miyamoto.wire.messages``) for the layer to carry out.
 That is what lets ``tests/test_membership.py`` run thousands of simulated clusters with
 loss, delay, partitions, pauses, crashes and restarts in seconds.
 
-Its parts, one role each: ``miyamoto.membership.roster`` (the values), ``miyamoto.wire.messages`` (the
-typed messages), ``miyamoto.membership.bootstrap`` (how nodes started together form one cluster),
-``miyamoto.membership.election`` (votes asked, given and counted), ``miyamoto.membership.leadership`` (what a
-leader does), ``miyamoto.membership.changes`` (which roster change comes next), ``miyamoto.membership.liveness``
-(who is heard, and stalls). This module holds the node's state, its inputs (``tick``,
-``step``, ``leave``), what it reports, and what a follower does.
+Its parts, one role each, owned by the machine: ``miyamoto.membership.bootstrap`` (how
+nodes started together form one cluster), ``miyamoto.membership.election`` (the election
+this node runs: its timeout, rounds and votes), ``miyamoto.membership.changes`` (which
+roster change a leader makes next), ``miyamoto.membership.liveness`` (who is heard, and
+stalls); and the values they share: ``miyamoto.membership.roster`` (members, rosters,
+timings) and ``miyamoto.membership.messages`` (the typed messages). This module holds
+the node's term, vote, role and roster, its door, and the rules of each role that read
+and write them: what a joiner, a follower, a candidate and a leader do.
 
 The rules, and why each is there:
 
@@ -70,7 +73,7 @@ Election
     heartbeat interval, so that one lost message does not cost a whole election.
 
 Leaving
-    ``leave()``: a follower sends LEAVE and the leader removes it at once. A leader whose
+    ``Leave()``: a follower sends LEAVE and the leader removes it at once. A leader whose
     roster is committed publishes a roster without itself and names a successor (ROSTER
     ``elect``), which campaigns at once (Raft's leadership transfer). A leader whose last
     change is not committed yet (or that is back from a stall) just goes quiet: the
@@ -95,21 +98,21 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from miyamoto.membership import messages as mm
 from miyamoto.membership.bootstrap import Bootstrap
 from miyamoto.membership.changes import RosterChanges
-from miyamoto.membership.election import Electing
-from miyamoto.membership.leadership import Leading
+from miyamoto.membership.election import Campaign
 from miyamoto.membership.liveness import Liveness
 from miyamoto.membership.roster import CANDIDATE, EMPTY, FOLLOWER, JOINING, LEADER, LEFT, \
-                                       MAX_TERM, Member, Roster, Send, Timing, majority
-from miyamoto.wire import messages as msgs
-from miyamoto.wire.verbs import DecodeError, Verb
+                                       MAX_TERM, Member, Roster, Timing, majority
+from miyamoto.wire.messages import Send
+from miyamoto.wire.verbs import Verb
 
-__all__ = ["VERBS", "MAX_TERM", "Member", "Membership", "Roster", "Send", "Timing",
-           "EMPTY", "majority"]
+__all__ = ["VERBS", "MAX_TERM", "Event", "Leave", "Member", "Membership", "Received",
+           "Roster", "Send", "Tick", "Timing", "EMPTY", "majority"]
 
 log = logging.getLogger(__name__)
 
@@ -117,24 +120,48 @@ VERBS = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
                    Verb.HEARTBEAT_ACK, Verb.VOTE_REQUEST, Verb.VOTE, Verb.LEAVE})
 
 
+# ----------------------------------------------------------------------- the door's events
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A membership message (``miyamoto.membership.messages``) from ``sender``: its
+    DEALER identity, which must match the id the message names."""
+    sender: str
+    msg: mm.MembershipMessage
 
-class Membership(Leading, Electing):
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed (see ``Membership.next_deadline``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """A graceful stop: after it the node ignores everything."""
+
+
+Event = Received | Tick | Leave
+
+
+class Membership:
     """Membership and election for one node. See the module docstring for the rules.
 
     The I/O layer must:
 
-    * call ``tick(now)`` right after construction, then whenever ``next_deadline()``
-      has passed (it is never more than a heartbeat interval away; or simply every
+    * step ``Tick()`` right after construction, then whenever ``next_deadline()`` has
+      passed (it is never more than a heartbeat interval away; or simply every
       ``heartbeat_interval / 5``): a longer gap is taken for a stall of our own;
-    * pass every message whose verb is in ``VERBS`` to ``step``, with the sender's id
-      (its DEALER identity), and send every ``Send`` returned by any method: ``to`` is
-      the member id, or None for a seed known only by its address;
+    * step ``Received(sender, msg)`` for every message whose verb is in ``VERBS``, with
+      the sender's id (its DEALER identity), once it decoded (a payload that does not
+      decode is dropped before it gets here);
+    * send every ``Send`` returned: ``to`` is the member id (None for a seed known only
+      by its address); ``address`` is given exactly where ``to`` is not in ``roster``
+      (as it stands when ``step`` returns) at that address;
     * take ``now`` from one monotonic clock;
     * pass ``first_start=False`` if this node has run before (its data dir existed);
-    * on a graceful stop, call ``leave(now)``, send what it returns, then stop.
+    * on a graceful stop, step ``Leave()``, send what it returns, then stop.
 
     Lost, duplicated and reordered messages are fine: all are retried or superseded.
-    ``role`` is "joining", "follower", "candidate" or "leader"; "left" after ``leave``.
+    ``role`` is "joining", "follower", "candidate" or "leader"; "left" after ``Leave``.
 
     For the layers above: ``in_contact(now)`` says whether this node hears a current
     majority (the delivery lease), ``reachable(now)`` which members it believes it can
@@ -152,6 +179,7 @@ class Membership(Leading, Electing):
         self._seeds = self._boot.seeds
         self._changes = RosterChanges(me.id)
         self._live = Liveness(me.id, timing, now)
+        self._election = Campaign(timing, rng)
 
         self._role = JOINING
         self._term = 0
@@ -159,13 +187,7 @@ class Membership(Leading, Electing):
         self._roster = EMPTY
         self._had_roster = False
         self._leader: str | None = None
-        # follower / candidate
-        self._leader_contact = float("-inf")
-        self._election_at = float("inf")
-        self._votes: set[str] = set()
-        self._prevotes: set[str] | None = None  # pre-vote under way: who would vote for us
-        self._transfer = False  # this election is a handover from the old leader
-        self._resend_at = float("inf")  # next resend of unanswered vote requests
+        self._leader_contact = float("-inf")  # follower: last word from the leader
         # joining
         self._join_at = now
         self._join_target: tuple[str | None, str] | None = None  # (leader id, address)
@@ -241,29 +263,57 @@ class Membership(Leading, Electing):
         return self._live.reachable(self._roster, self._role, self._leader, now)
 
     def next_deadline(self) -> float:
-        """The earliest time at which ``tick`` has something to do (at most a heartbeat
+        """The earliest time at which a ``Tick`` has something to do (at most a heartbeat
         interval after the last ``now`` seen, so that a driven node never looks stalled)."""
+        e = self._election
         if self._role == LEADER:
             at = self._heartbeat_at
         elif self._role in (FOLLOWER, CANDIDATE):
-            at = min(self._election_at, self._resend_at)
+            at = min(e.timeout_at, e.resend_at)
         elif self._role == JOINING:
-            at = min(self._join_at, self._boot.at, self._resend_at)
+            at = min(self._join_at, self._boot.at, e.resend_at)
         else:
             return float("inf")
         return min(at, self._live.last_now + self._t.heartbeat_interval)
 
-    # --------------------------------------------------------------------- input
-    def tick(self, now: float) -> list[Send]:
+    # ---------------------------------------------------------------------- door
+    def step(self, event: Event, now: float) -> list[Send]:
+        """Take one event; the messages to send. Never raises on what a peer sent."""
+        if isinstance(event, Received):
+            out = self._receive(event.sender, event.msg, now)
+        elif isinstance(event, Tick):
+            out = self._tick(now)
+        elif isinstance(event, Leave):
+            out = self._leave(now)
+        else:
+            raise TypeError(f"not a membership event: {event!r:.80}")
+        return self._addressed(out)
+
+    def _addressed(self, out: list[Send]) -> list[Send]:
+        """Keep the address only where the roster we return with cannot give it.
+
+        Rules build every send with the recipient's address; the roster may change
+        later in the same step (a member removed after this round's heartbeat), so
+        whether the layer can look the address up is known only here.
+        """
+        r = self._roster
+        for i, s in enumerate(out):
+            m = r.get(s.to) if s.to is not None else None
+            if m is not None and m.cluster == s.address:
+                out[i] = Send(s.to, s.msg)
+        return out
+
+    def _tick(self, now: float) -> list[Send]:
         self._observe(now)
+        e = self._election
         if self._role == LEADER:
             return self._lead_tick(now)
         if self._role in (FOLLOWER, CANDIDATE):
-            if now >= self._election_at:
+            if now >= e.timeout_at:
                 return self._start_election(now)
-            return self._solicit(now) if now >= self._resend_at else []
+            return self._solicit(now) if now >= e.resend_at else []
         if self._role == JOINING:
-            out = self._solicit(now) if now >= self._resend_at else []
+            out = self._solicit(now) if now >= e.resend_at else []
             if now >= self._join_at:
                 self._join_at = now + self._t.join_retry
                 out += self._joins()
@@ -272,27 +322,22 @@ class Membership(Leading, Electing):
             return out
         return []
 
-    def step(self, sender: str, verb: Verb, payload: dict, now: float) -> list[Send]:
-        """Handle one message. Never raises on what a peer sent: bad input is dropped."""
-        if self._role == LEFT or not isinstance(verb, str) or verb not in VERBS:
+    def _receive(self, sender: str, msg: mm.MembershipMessage, now: float) -> list[Send]:
+        handler = self._HANDLERS.get(type(msg))
+        if self._role == LEFT or handler is None:
             return []
-        verb = Verb(verb)
         self._observe(now)
-        try:
-            msg = msgs.decode(verb, payload)
-            if msg.sender.id != sender or sender == self._me.id:
-                raise DecodeError(f"sender {sender!r:.80} does not match the payload")
-        except DecodeError as e:
-            log.warning("dropped %s from %.80r: %s", verb.value, sender, e)
+        if msg.sender.id != sender or sender == self._me.id:
+            log.warning("dropped %s from %.80r: the payload names sender %.80r",
+                        msg.verb.value, sender, msg.sender.id)
             return []
-        if verb is Verb.JOIN:
+        if isinstance(msg, mm.Join):
             self._changes.saw_join(sender, msg.inc)
         if self._roster.has(sender, msg.inc):
             self._live.heard[sender] = now
-        return getattr(self, self._HANDLERS[verb])(msg, now)
+        return getattr(self, handler)(msg, now)
 
-    def leave(self, now: float) -> list[Send]:
-        """Graceful stop. After this the node ignores everything."""
+    def _leave(self, now: float) -> list[Send]:
         role, self._role = self._role, LEFT
         if role in (FOLLOWER, CANDIDATE) and self._leader is not None:
             leader = self._roster.get(self._leader)
@@ -307,12 +352,24 @@ class Membership(Leading, Electing):
             log.warning("stalled for %.1fs: acting on nothing until a current majority "
                         "is heard", gap)
         if self._role == CANDIDATE:  # the votes in our inbox may predate the stall
-            self._role, self._votes = FOLLOWER, set()
-        self._prevotes = None
+            self._role = FOLLOWER
+            self._election.clear()
+        self._election.drop_pre()
         if self._role == FOLLOWER:
-            self._reset_election(now)  # read what came in before campaigning
+            self._election.reset_timeout(now)  # read what came in before campaigning
 
-    # ------------------------------------------------------------------ handlers
+    _HANDLERS: dict[type, str] = {
+        mm.Join: "_on_join",
+        mm.Redirect: "_on_redirect",
+        mm.RosterUpdate: "_on_leader",
+        mm.Heartbeat: "_on_leader",
+        mm.HeartbeatAck: "_on_ack",
+        mm.VoteRequest: "_on_vote_request",
+        mm.Vote: "_on_vote",
+        mm.Leave: "_on_leave",
+    }
+
+    # ---------------------------------------------------- joiners and followers
     def _on_join(self, m: mm.Join, now: float) -> list[Send]:
         if self._role == LEADER:
             return self._on_join_as_leader(m, now)
@@ -332,7 +389,7 @@ class Membership(Leading, Electing):
         if self._join_target == (m.leader, m.address) and self._role == JOINING:
             return []
         self._join_target = (m.leader, m.address)
-        return [Send(m.leader, m.address, Verb.JOIN, self._join_msg().payload())]
+        return [Send(m.leader, self._join_msg(), m.address)]
 
     def _on_leader(self, m: mm.Heartbeat | mm.RosterUpdate, now: float) -> list[Send]:
         """ROSTER and HEARTBEAT: the leader of ``m.term`` speaking."""
@@ -358,14 +415,14 @@ class Membership(Leading, Electing):
         if not self._roster.has(self._me.id, self._inc):
             if self._join_target is None or rleader is None:
                 return []
-            return [Send(rleader, m.sender.cluster, Verb.JOIN, self._join_msg().payload())]
+            return [Send(rleader, self._join_msg(), m.sender.cluster)]
         if self._role != FOLLOWER:
             self._role = FOLLOWER
             self._boot.cancel()
         if rleader is not None:
-            self._prevotes = None
+            self._election.drop_pre()
             self._live.beat(m.heard, m.echo, now)
-        self._reset_election(now)
+        self._election.reset_timeout(now)
         out = [self._ack(m.sender, ok=True, round_=m.round)]
         if m.elect == self._me.id and rleader is None:  # the old leader handed over to us
             out += self._start_election(now, transfer=True)
@@ -381,16 +438,239 @@ class Membership(Leading, Electing):
         elif self._role != JOINING:  # removed from the cluster
             self._become_joining(now)
 
-    _HANDLERS = {  # handlers here and in Electing and Leading
-        Verb.JOIN: "_on_join",
-        Verb.REDIRECT: "_on_redirect",
-        Verb.ROSTER: "_on_leader",
-        Verb.HEARTBEAT: "_on_leader",
-        Verb.HEARTBEAT_ACK: "_on_ack",
-        Verb.VOTE_REQUEST: "_on_vote_request",
-        Verb.VOTE: "_on_vote",
-        Verb.LEAVE: "_on_leave",
-    }
+    # ------------------------------------------------------------------ election
+    def _on_vote_request(self, m: mm.VoteRequest, now: float) -> list[Send]:
+        if m.boot is not None:
+            return self._on_boot_vote_request(m, now)
+        # A joining node votes too: it may be in the candidate's roster without knowing
+        # it yet (admitted, but the roster was lost with the leader that made it).
+        member = self._roster.has(m.sender.id, m.inc)
+        sticky = self._role == LEADER or (
+            self._leader is not None
+            and now - self._leader_contact < self._t.election_timeout_min)
+        if sticky and not m.transfer:
+            return [] if member else self._redirect(m.sender)
+        if m.pre:  # changes nothing here: would we vote for it in its next term?
+            grant = m.term + 1 > self._term and m.key >= self._roster.key
+            return [self._to(m.sender, mm.Vote(**self._env(), granted=grant, pre=True,
+                                               fresh=self._fresh))]
+        if m.term < self._term:
+            return [self._vote(m.sender, False)]
+        if m.term > self._term:
+            self._adopt_term(m.term, now)
+        grant = self._voted_for in (None, m.voter) and m.key >= self._roster.key
+        if grant:
+            self._voted_for = m.voter
+            self._election.drop_pre()  # we back this candidate: no campaign of our own
+            self._election.reset_timeout(now)
+        return [self._vote(m.sender, grant)]
+
+    def _on_boot_vote_request(self, m: mm.VoteRequest, now: float) -> list[Send]:
+        if self._role != JOINING:
+            return self._redirect(m.sender)  # a cluster exists: join it
+        if m.term < self._term:
+            return [self._vote(m.sender, False)]
+        if m.term > self._term:
+            self._adopt_term(m.term, now)
+        grant = self._voted_for in (None, m.voter) and self._boot.may_grant(m.boot, now)
+        if grant:
+            self._voted_for = m.voter
+            self._boot.granted(now)
+        return [self._vote(m.sender, grant)]
+
+    def _on_vote(self, m: mm.Vote, now: float) -> list[Send]:
+        if m.term > self._term:
+            self._adopt_term(m.term, now)
+            return []
+        e = self._election
+        if m.pre:  # the voter's term may be older than ours: that is why it would vote
+            if (m.granted and e.pre and self._roster.has(m.sender.id, m.inc)
+                    and e.add(m.sender.id, pre=True) >= self._roster.quorum()):
+                return self._campaign(now)
+            return []
+        if m.term != self._term or not m.granted:
+            return []
+        if self._role == CANDIDATE:
+            if (self._roster.has(m.sender.id, m.inc)
+                    and e.add(m.sender.id, pre=False) >= self._roster.quorum()):
+                return self._win(now)
+            return []
+        if self._role == JOINING:
+            first = self._boot.vote(m.sender, m.inc, m.fresh, self._term)
+            if first is not None:
+                return self._take_lead(now, first)
+        return []
+
+    def _start_election(self, now: float, transfer: bool = False) -> list[Send]:
+        """Election timeout: first a pre-vote (Raft thesis §9.6), then the election.
+
+        The pre-vote asks "would you vote for me in term+1?" without bumping any term,
+        so a node that was cut off, or removed, cannot depose a healthy leader when it
+        comes back. A handover (``transfer``) skips it.
+        """
+        if not self._roster.has(self._me.id, self._inc):
+            return []
+        if self._changes.config_dead(self._roster, leader=False):
+            return self._abandon(now)
+        self._election.reset_timeout(now)
+        if not transfer and self._roster.quorum() > 1:
+            self._election.start_pre(self._me.id)
+            return self._solicit(now)
+        return self._campaign(now, transfer)
+
+    def _campaign(self, now: float, transfer: bool = False) -> list[Send]:
+        self._term += 1
+        self._role, self._leader = CANDIDATE, None
+        self._voted_for = (self._me.id, self._inc)
+        votes = self._election.start(self._me.id, transfer)
+        self._election.reset_timeout(now)
+        if votes >= self._roster.quorum():
+            return self._win(now)
+        return self._solicit(now)
+
+    def _solicit(self, now: float) -> list[Send]:
+        """(Re)send the vote requests of the election under way to those not yet for us.
+
+        Resent every heartbeat interval until the election ends: on a lossy network one
+        lost request or answer must not cost a whole election timeout.
+        """
+        r, e = self._roster, self._election
+        e.resend_at = now + self._t.heartbeat_interval
+        if e.pre or self._role == CANDIDATE:
+            req = mm.VoteRequest(**self._env(), rterm=r.term, version=r.version, pre=e.pre,
+                                 transfer=e.transfer and not e.pre)
+            return [self._to(m, req) for m in e.unasked(r.members)]
+        if self._role == JOINING and self._boot.running:
+            req = mm.VoteRequest(**self._env(), rterm=0, version=0, boot=self._boot.boot,
+                                 fresh=self._fresh)
+            return [Send(None, req, a) for a in self._boot.unasked()]
+        e.resend_at = float("inf")
+        return []
+
+    def _win(self, now: float) -> list[Send]:
+        r = self._roster
+        return self._take_lead(now, replace(r, version=r.version + 1, term=self._term,
+                                            leader=self._me.id))
+
+    def _bootstrap(self, now: float) -> list[Send]:
+        """Start a bootstrap election if enough of the seed set is up and rosterless."""
+        term = self._boot.start(now, self._fresh, self._inc, self._term)
+        if term is None:
+            return []
+        self._term = term
+        self._voted_for = (self._me.id, self._inc)
+        return self._solicit(now)
+
+    # -------------------------------------------------------------------- leader
+    def _lead_tick(self, now: float) -> list[Send]:
+        r = self._roster
+        self._live.recover_as_leader(r.ids(), r.quorum())
+        out: list[Send] = []
+        if now >= self._heartbeat_at:
+            self._heartbeat_at = now + self._t.heartbeat_interval
+            out += self._broadcast(mm.Heartbeat, now)
+        if self._changes.config_dead(r, leader=True):
+            return out + self._abandon(now)
+        out += self._next_change(now)
+        r = self._roster
+        heard = sum(1 for m in r.members if not self._live.silent(m.id, now))
+        if heard < r.quorum():  # CheckQuorum
+            log.warning("term %d: heard %d of %d members within %.1fs: stepping down",
+                        self._term, heard, len(r.members), self._t.failure_timeout)
+            self._role, self._leader = FOLLOWER, None
+            self._election.reset_timeout(now)
+        return out
+
+    def _take_lead(self, now: float, roster: Roster) -> list[Send]:
+        self._role, self._leader = LEADER, self._me.id
+        self._election.drop_pre()
+        self._had_roster = True
+        self._roster = roster
+        self._changes.reset()
+        self._live.lead(roster.ids(), now)
+        self._heartbeat_at = now + self._t.heartbeat_interval
+        return self._broadcast(mm.Heartbeat, now)
+
+    def _next_change(self, now: float) -> list[Send]:
+        """Make the next membership change: as leader, committed, and not stale."""
+        if self._role != LEADER or self._live.stalled:
+            return []
+        change = self._changes.next_change(self._roster, self._term, now,
+                                           lambda i: self._live.silent(i, now))
+        if change is None:
+            return []
+        self._roster = change.roster
+        out = self._broadcast(mm.RosterUpdate, now)
+        if change.removed is not None:
+            self._live.removed(change.removed.id)
+            out.append(self._to(change.removed, mm.RosterUpdate(**self._env(),
+                                                                roster=self._roster)))
+        if change.admitted is not None:
+            self._live.admitted(change.admitted, now)
+        return out
+
+    def _on_ack(self, m: mm.HeartbeatAck, now: float) -> list[Send]:
+        if m.term > self._term:
+            self._adopt_term(m.term, now)
+            return []
+        if self._role != LEADER or m.term != self._term or not m.ok:
+            return []
+        if not self._roster.has(m.sender.id, m.inc):
+            return []
+        self._changes.ack(m.voter, m.key)
+        self._live.acked(m.voter, m.round, m.seq)
+        r = self._roster
+        self._live.recover_as_leader(r.ids(), r.quorum())
+        return self._next_change(now)
+
+    def _on_leave(self, m: mm.Leave, now: float) -> list[Send]:
+        if m.term > self._term:
+            self._adopt_term(m.term, now)
+            return []
+        if self._role == LEADER and self._roster.has(m.sender.id, m.inc):
+            self._changes.leaving.add(m.sender.id)
+            return self._next_change(now)
+        return []
+
+    def _leader_msg(self, cls: type[mm.Heartbeat] | type[mm.RosterUpdate], to: Member,
+                    inc: str, now: float, round_: int | None = None,
+                    heard: tuple[str, ...] | None = None) -> mm.Heartbeat | mm.RosterUpdate:
+        if heard is None:
+            heard = tuple(sorted(self.reachable(now)))
+        return cls(**self._env(), roster=self._roster, round=round_, heard=heard,
+                   echo=self._live.echo_for((to.id, inc)))
+
+    def _broadcast(self, cls: type[mm.Heartbeat] | type[mm.RosterUpdate],
+                   now: float) -> list[Send]:
+        """The roster to every other member, in one numbered round (see liveness)."""
+        round_ = self._live.next_round(now)
+        heard = tuple(sorted(self.reachable(now)))
+        return [self._to(m, self._leader_msg(cls, m, inc, now, round_, heard))
+                for m, inc in self._roster.pairs() if m.id != self._me.id]
+
+    def _on_join_as_leader(self, m: mm.Join, now: float) -> list[Send]:
+        who = m.sender
+        if who.id == self._me.id:
+            return []
+        if self._roster.has(who.id, m.inc):  # already in: rejoin is idempotent
+            return [self._to(who, self._leader_msg(mm.RosterUpdate, who, m.inc, now))]
+        self._changes.ask_in(who, m.inc, now + max(3 * self._t.join_retry,
+                                                   self._t.failure_timeout))
+        return self._next_change(now)
+
+    def _hand_over(self, now: float) -> list[Send]:
+        """Leaving as leader: a roster without me, and the best-acknowledged member
+        campaigns now (Raft's leadership transfer). Not on an uncommitted roster, nor on
+        a stale view: then we just go quiet and the others elect and drop us."""
+        r = self._roster
+        if len(r.members) == 1 or self._live.stalled or not self._changes.committed(r):
+            return []
+        successor = self._changes.successor(r, self._live.heard)
+        rest = [(m, i) for m, i in r.pairs() if m.id != self._me.id]
+        self._roster = Roster(r.version + 1, self._term, None, tuple(m for m, _ in rest),
+                              tuple(i for _, i in rest))
+        return [self._to(m, mm.RosterUpdate(**self._env(), roster=self._roster,
+                                            elect=successor.id)) for m, _ in rest]
 
     def _abandon(self, now: float) -> list[Send]:
         log.warning("roster v%d can never reach quorum again: rejoining from scratch",
@@ -409,23 +689,18 @@ class Membership(Leading, Electing):
     def _adopt_term(self, term: int, now: float) -> None:
         self._term, self._voted_for = term, None
         self._leader = None
-        self._prevotes = None
+        self._election.drop_pre()
         self._boot.cancel()
         if self._role in (LEADER, CANDIDATE):
             self._role = FOLLOWER
-            self._reset_election(now)
+            self._election.reset_timeout(now)
 
     def _become_joining(self, now: float) -> None:
         self._role, self._leader = JOINING, None
         self._roster = EMPTY
-        self._votes.clear()
-        self._prevotes = None
+        self._election.clear()
         self._join_at = now
         self._boot.restart(now)
-
-    def _reset_election(self, now: float) -> None:
-        self._election_at = now + self._rng.uniform(self._t.election_timeout_min,
-                                                    self._t.election_timeout_max)
 
     def _new_incarnation(self) -> str:
         return f"{self._rng.getrandbits(64):016x}"
@@ -434,8 +709,8 @@ class Membership(Leading, Electing):
         """The envelope every message of ours carries: term, incarnation, sender."""
         return {"term": self._term, "inc": self._inc, "sender": self._me}
 
-    def _to(self, m: Member, msg: Any) -> Send:
-        return Send(m.id, m.cluster, msg.verb, msg.payload())
+    def _to(self, m: Member, msg: mm.MembershipMessage) -> Send:
+        return Send(m.id, msg, m.cluster)
 
     def _join_msg(self) -> mm.Join:
         return mm.Join(**self._env(), boot=self._boot.boot, fresh=self._fresh)
@@ -443,8 +718,8 @@ class Membership(Leading, Electing):
     def _ack(self, to: Member, ok: bool, round_: int | None = None) -> Send:
         r = self._roster
         return self._to(to, mm.HeartbeatAck(**self._env(), ok=ok, rterm=r.term,
-                                              version=r.version, round=round_,
-                                              seq=self._live.next_seq()))
+                                            version=r.version, round=round_,
+                                            seq=self._live.next_seq()))
 
     def _vote(self, to: Member, granted: bool) -> Send:
         return self._to(to, mm.Vote(**self._env(), granted=granted, fresh=self._fresh))
@@ -454,11 +729,11 @@ class Membership(Leading, Electing):
         if leader is None or leader.id == to.id:
             return []
         return [self._to(to, mm.Redirect(**self._env(), leader=leader.id,
-                                           address=leader.cluster))]
+                                         address=leader.cluster))]
 
     def _joins(self) -> list[Send]:
-        p = self._join_msg().payload()
-        out = [Send(None, a, Verb.JOIN, p) for a in self._seeds]
+        join = self._join_msg()
+        out = [Send(None, join, a) for a in self._seeds]
         if self._join_target is not None and self._join_target[1] not in self._seeds:
-            out.append(Send(self._join_target[0], self._join_target[1], Verb.JOIN, p))
+            out.append(Send(self._join_target[0], join, self._join_target[1]))
         return out

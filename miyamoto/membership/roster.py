@@ -1,8 +1,8 @@
-"""The values membership is made of: members, rosters, timings, sends (DESIGN §2).
+"""The values membership is made of: members, rosters, timings (DESIGN §2).
 
 All frozen. ``Roster`` is what the rest of the node reads (the ring is its members in
 id order); ``Timing`` holds the protocol's timers and the stall threshold derived from
-them; ``Send`` is one message the I/O layer must send. Payload checks go through
+them. Payload checks go through
 ``miyamoto.wire.checks``, the one set of limits every cluster message uses.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miyamoto.wire import checks as c
-from miyamoto.wire.verbs import DecodeError, Verb
+from miyamoto.wire.verbs import DecodeError
 
 MAX_TERM = 2**52  # a peer's term beyond this is absurd: adopting it would wedge us
 
@@ -141,16 +141,6 @@ class Roster:
 
 
 EMPTY = Roster(version=0, term=0, leader=None, members=())
-
-
-@dataclass(frozen=True)
-class Send:
-    """One message to send. ``payload`` is JSON-serialisable and shared: do not mutate it."""
-
-    to: str | None  # member id, or None when only an address is known (a seed)
-    address: str    # cluster endpoint to send to
-    verb: Verb
-    payload: dict
 
 
 @dataclass(frozen=True)
