@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import pathlib
 
 import gevent
 import pytest
 import ujson
 
+from helpers import REPO
 from miyamoto.wire.outbox import MAX_BATCH, Outbox, unbatch
 from miyamoto.wire.verbs import Verb
 
@@ -72,7 +72,7 @@ def test_unbatch_keeps_good_entries_among_bad():
 
 
 def _start_module():
-    path = pathlib.Path(__file__).parent.parent / "scripts" / "start.py"
+    path = REPO / "scripts" / "start.py"
     spec = importlib.util.spec_from_file_location("start_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

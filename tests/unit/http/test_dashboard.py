@@ -11,12 +11,12 @@ import io
 import re
 import secrets
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
 import pytest
 import ujson
 
+from helpers import REPO
 from miyamoto.http import auth
 from miyamoto.http import dashboard
 from miyamoto.http.api import Api
@@ -27,7 +27,7 @@ from miyamoto.tasks.validate import Limits
 pytestmark = pytest.mark.timeout(30)
 
 ADMIN, ENQ, READ = (secrets.token_urlsafe(24) for _ in range(3))
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 class Service:

@@ -67,7 +67,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def screenshot(page: Any, name: str) -> Path:
-    base = Path(os.environ.get("MIYAMOTO_ARTIFACTS") or Path(__file__).parent / "artifacts")
+    base = Path(os.environ.get("MIYAMOTO_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts")
     base.mkdir(parents=True, exist_ok=True)
     path = base / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
