@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlencode
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -516,6 +517,70 @@ def test_open_file_limit_is_raised_at_start(tmp_path: Path, proc_registry: Proce
     assert "does not fit the open-file limit 1024" in capped.log_text(), capped.log_text(30)
     assert_serves(capped)
     assert_log_clean(capped)
+
+
+MIB = 1024 * 1024  # the default max_body
+
+
+def _json_body(size: int, url: str) -> bytes:
+    """A JSON task of exactly ``size`` bytes."""
+    base = {"url": url, "params": {"pad": ""}}
+    pad = size - len(json.dumps(base).encode())
+    assert pad > 0
+    base["params"]["pad"] = "x" * pad
+    body = json.dumps(base).encode()
+    assert len(body) == size
+    return body
+
+
+def _form_body(size: int, url: str) -> bytes:
+    base = urlencode({"task.url": url, "pad": ""})
+    body = (base + "x" * (size - len(base))).encode()
+    assert len(body) == size
+    return body
+
+
+def _batch_body(size: int, url: str) -> bytes:
+    base = [{"url": url, "params": {"pad": ""}}]
+    pad = size - len(json.dumps(base).encode())
+    base[0]["params"]["pad"] = "x" * pad
+    body = json.dumps(base).encode()
+    assert len(body) == size
+    return body
+
+
+def _ids(answer: dict) -> list[str]:
+    if "tasks" in answer:  # a batch
+        assert all(t["status"] == "scheduled" for t in answer["tasks"]), answer
+        return [t["id"] for t in answer["tasks"]]
+    return [answer["id"]]
+
+
+@pytest.mark.timeout(60)
+def test_a_request_of_exactly_the_body_limit_is_taken(node, sink):
+    url = f"{sink.url}/big"
+    ids = []
+    cases = [("/queue", "application/json", _json_body),
+             ("/queue", "application/x-www-form-urlencoded", _form_body),
+             ("/queue/default/batch", "application/json", _batch_body)]
+    for path, ctype, make in cases:
+        headers = {"Content-Type": ctype}
+        r = node.post(path, data=make(MIB, url), headers=headers)
+        assert r.status_code == 200, (path, ctype, r.status_code, r.text[:300])
+        ids += _ids(r.json())
+        # and one byte more is refused, naming the body
+        r = node.post(path, data=make(MIB + 1, url), headers=headers)
+        assert r.status_code == 413 and r.json()["field"] == "body", (path, r.status_code, r.text)
+        # the same without a Content-Length (chunked)
+        body = make(MIB, url)
+        r = node.post(path, data=iter([body[:1000], body[1000:]]), headers=headers)
+        assert r.status_code == 200, ("chunked", path, ctype, r.status_code, r.text[:300])
+        ids += _ids(r.json())
+        body = make(MIB + 1, url)
+        r = node.post(path, data=iter([body[:1000], body[1000:]]), headers=headers)
+        assert r.status_code == 413, ("chunked", path, r.status_code, r.text[:300])
+    reqs = sink.wait_for(count=len(ids), path="/big", timeout=20)
+    assert sorted(r.task_id for r in reqs) == sorted(ids)
 
 
 # ================================================================ in-process: the parser

@@ -104,3 +104,26 @@ def test_spread_without_zones_is_the_plain_order_and_restores_keep_zones():
                                    {"a": "z1", "b": "z2", "d": "z1", "e": "z1"}) == "b"
     # one zone only: any member will do
     assert replication.place(ring, 3, _task(), 1, dict.fromkeys(ring, "z")) == ("b", "c", "d")
+
+
+URL = "http://worker.example/w"
+
+
+def test_replication_empty_ring_places_nothing():
+    t = Task(id="t1", queue="q", url=URL)
+    assert replication.place([], 2, t, 0) == ()
+
+
+def test_replication_two_copies_fire_one_offset_apart_after_a_claim():
+    assert replication.rank(1, 0, 2) == 1 and replication.rank(0, 1, 2) == 1
+    assert replication.sibling_fire_at(10.0, 1, 0, 2, 5.0) == 15.0
+    assert replication.rank(0, 0, 1) == 0
+    assert replication.rank(2, 0, 3) == 2 and replication.rank(0, 2, 3) == 1
+
+
+def test_replication_replacement_wraps_around_the_ring():
+    ring = ["a", "b", "c"]
+    # "d" was lost; nothing after it holds no copy: the first free member from the start
+    assert replication.replacement(ring, ("c", "d"), "d") == "a"
+    assert replication.replacement(ring, ("a", "d"), "d") == "b"
+    assert replication.replacement(["a", "b", "c", "e"], ("b", "d"), "d") == "e"

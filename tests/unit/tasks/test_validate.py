@@ -5,6 +5,7 @@ Pure functions, no processes: each case names the field the error must name.
 
 from __future__ import annotations
 
+import json
 import uuid
 from urllib.parse import urlencode
 
@@ -13,6 +14,7 @@ import ujson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from miyamoto.tasks import validate as v
 from miyamoto.tasks.task import State
 from miyamoto.tasks.validate import (
     Limits,
@@ -532,3 +534,136 @@ def test_anything_is_a_task_or_a_validation_error(fields):
     else:
         assert t.url and t.method in ("POST", "PUT", "PATCH", "GET", "DELETE")
         ujson.dumps(t.encode(), ensure_ascii=False).encode("utf-8")  # storable
+
+
+SHORT_URL = "http://worker.example/w"
+
+
+def build(limits: "v.Limits | None" = None, **fields):
+    fields.setdefault("url", SHORT_URL)
+    return v.build_task(fields, path_queue=None, idempotency_key=None,
+                        limits=limits or v.Limits(), now=NOW)
+
+
+def refused(field: str, fn, *args, status: int = 400, message: str | None = None, **kw):
+    with pytest.raises(v.ValidationError) as e:
+        fn(*args, **kw)
+    assert e.value.field == field, (e.value.field, e.value.message)
+    assert e.value.status == status
+    if message is not None:
+        assert message in e.value.message, e.value.message
+    return e.value
+
+
+def test_validate_error_text_and_default_limits():
+    e = v.ValidationError("url", "is bad")
+    assert str(e) == "url: is bad" and e.status == 400
+    assert v.Limits() == v.Limits(max_body=1048576, max_url=2083, max_delay=2592000.0,
+                                   max_name=500)
+
+
+def test_validate_form_field_count_limit():
+    ok = urlencode([("task.url", SHORT_URL)] + [(f"p{i}", "x") for i in range(9999)]).encode()
+    assert len(v.form_fields(ok)["params"]) == 9999
+    over = urlencode([("task.url", SHORT_URL)] + [(f"p{i}", "x") for i in range(10000)]).encode()
+    refused("body", v.form_fields, over, message="more than 10000 fields")
+
+
+def test_validate_an_iri_is_sent_as_the_uri_it_stands_for():
+    lim = v.Limits()
+    assert v.check_url("url", "http://bücher.example/ä?q=é#f", lim) == \
+        "http://xn--bcher-kva.example/%C3%A4?q=%C3%A9#f"
+    assert v.check_url("url", "http://bücher.example:8080/", lim) == \
+        "http://xn--bcher-kva.example:8080/"
+    assert v.check_url("url", "http://[::1]:8080/ü", lim) == "http://[::1]:8080/%C3%BC"
+    assert v.check_url("url", "http://[::1]/ü", lim) == "http://[::1]/%C3%BC"
+
+
+def test_validate_an_iri_longer_than_the_limit_once_encoded_is_refused():
+    lim = v.Limits(max_url=40)
+    base = "http://h.example/"  # 17 characters
+    fits = base + "ü" * 3  # 20 characters, 17 + 18 = 35 once encoded
+    assert len(v.check_url("url", fits, lim)) == 35
+    exact = base + "ü" * 3 + "x" * 5  # 40 once encoded
+    assert len(v.check_url("url", exact, lim)) == 40
+    refused("url", v.check_url, "url", base + "ü" * 4, lim, message="once percent-encoded")
+
+
+def test_validate_credentials_in_the_url_are_refused_alone_too():
+    lim = v.Limits()
+    refused("url", v.check_url, "url", "http://user@h.example/", lim, message="credentials")
+    refused("url", v.check_url, "url", "http://:pw@h.example/", lim, message="credentials")
+
+
+def test_validate_number_messages():
+    refused("eta", build, eta="soon", message="must be a number")
+    refused("countdown", build, countdown="nan", message="finite")
+
+
+def test_validate_nan_param_is_refused():
+    refused("params.x", build, params={"x": float("nan")})
+    assert build(params={"x": 1.5, "y": 2}).params == {"x": "1.5", "y": "2"}
+
+
+def nest(n: int, kind: str):
+    value: object = "leaf"
+    for _ in range(n):
+        value = {"a": value} if kind == "dict" else [value]
+    return value
+
+
+@pytest.mark.parametrize("kind", ["dict", "list"])
+def test_validate_nesting_limit_is_64(kind):
+    assert build(json=nest(64, kind)).body is not None
+    refused("json", build, json=nest(65, kind), message="nested more than 64")
+
+
+def test_validate_lone_surrogates_are_found_everywhere():
+    refused("json[1]", build, json=["ok", "\ud800"])
+    refused("json.a", build, json={"a": "\ud800"})
+    refused("json[0].b", build, json=[{"b": "\ud800"}])
+    e = refused("body", build, **{"\ud800": 1})
+    assert "surrogate" in e.message
+
+
+def test_validate_header_values_must_be_latin_1():
+    assert build(headers={"X-A": "café"}).headers == {"X-A": "café"}
+    refused("headers.X-A", build, headers={"X-A": "€"})
+
+
+def test_validate_json_body_keeps_non_ascii_text():
+    t = build(json={"a": "é"})
+    assert t.body == '{"a":"é"}' and t.content_type == "application/json"
+
+
+def test_validate_raw_body_of_exactly_the_limit():
+    lim = v.Limits(max_body=10)
+    assert build(lim, body="x" * 10).body == "x" * 10
+    refused("body", build, lim, body="x" * 11, status=413)
+    assert build(lim, body="é" * 5).body == "é" * 5  # 10 bytes
+    refused("body", build, lim, body="é" * 5 + "x", status=413)
+
+
+def test_validate_eta_bounds():
+    lim = v.Limits(max_delay=100.0)
+    assert build(lim, eta=NOW + 100.0).eta == NOW + 100.0
+    refused("eta", build, lim, eta=NOW + 100.5)
+    assert build(eta=0).eta == 0.0 and build(eta=0.5).eta == 0.5  # long past: due now
+    refused("eta", build, eta=-0.5)
+
+
+def test_validate_bad_json_says_so():
+    refused("body", v.json_fields, b"{nope", message="not valid JSON")
+    refused("body", v.parse_enqueue, "application/json", b"[1", path_queue=None,
+            idempotency_key=None, limits=v.Limits(), now=NOW, message="not valid JSON")
+
+
+def test_validate_batch_of_exactly_the_limit():
+    one = json.dumps([{"url": SHORT_URL}]).encode()
+    lim = v.Limits(max_body=len(one))
+    assert len(v.parse_batch(one, path_queue=None, limits=lim, now=NOW, max_batch=10)) == 1
+    refused("body", v.parse_batch, one + b" ", path_queue=None, limits=lim, now=NOW,
+            max_batch=10, status=413)
+    lim = v.Limits(max_body=len(one) + 20)
+    assert v.parse_enqueue("application/json", json.dumps({"url": SHORT_URL}).encode(),
+                           path_queue=None, idempotency_key=None, limits=lim, now=NOW)

@@ -1,9 +1,11 @@
-"""Clusters: tests for behaviour that one small slip would break and that no other test
-caught (issue 12). Each was shown to fail with the slip planted.
+"""The copies of a task across a cluster of real nodes: a STORE naming another holder is
+not stored, a claim holds the siblings off a slow delivery, restored copies keep one
+offset between fire times, and min_replicas refuses what a replica cannot store.
 
 Behavioural only: real node processes, HTTP, the sink, metrics, and raw ZeroMQ frames
 on the wire; nothing here knows the cluster layer's internals. Every "nothing happened"
-check is paired with an event that must happen in the same window.
+check is paired with an event that must happen in the same window. Each test was shown
+to fail with a one-line slip planted in the code it guards.
 """
 
 from __future__ import annotations
