@@ -1,19 +1,14 @@
-"""Per-target circuit breakers (issue 11, point 3): the pure state machine with a fake
-clock (miyamoto.delivery.breaker), the dispatcher's use of it, and a real node whose queue has
-a dead target and a healthy one.
+"""Per-target circuit breakers: the pure state machine with a fake clock
+(miyamoto.delivery.breaker) and the dispatcher's use of it. A real node whose queue has
+a dead target and a healthy one is in tests/nodes/test_delivery_node.py.
 """
 
 from __future__ import annotations
 
-import json
-import time
-
 import gevent
 import pytest
 
-from helpers import Reply, Sink, run_cli, wait_until
 from dispatchkit import FakeClock
-from miyamoto import Client
 from miyamoto.delivery.breaker import MAX_COOLDOWN_FACTOR, BreakerState, Breakers, is_failure
 from miyamoto.config.settings import ConfigError, QueueConfig, load
 from miyamoto.delivery.dispatch import Dispatcher
@@ -156,69 +151,3 @@ def test_dispatch_an_open_breaker_spends_no_token_blocks_no_other_target_and_pro
     d.outcome(H, 200)  # the target is back
     _pass(d)  # one token left: one more goes; then the bucket's wait, not the breaker's
     assert runs.started == ["g0", "h0", "h1", "h2"] and d.targets()[0]["state"] == "closed"
-
-
-# ================================================================ a real node
-
-
-@pytest.mark.timeout(90)
-def test_node_a_dead_target_costs_few_attempts_and_does_not_slow_a_healthy_one(node_factory):
-    """The issue's case: 200 tasks to a target answering 503 (retried every 0.05-0.2 s,
-    without end) beside a healthy target in the same queue. With breaker_failures 5 and
-    breaker_cooldown 1 s the dead one gets at most 5 + the attempts in flight when it
-    opened (max_per_host 2) + about one probe per cooldown (1, 2, 4 s...); without the
-    breaker it would get hundreds. The healthy one keeps a prompt delivery meanwhile."""
-    dead, healthy = Sink().start(), Sink().start()
-    try:
-        dead.reply("/dead", Reply(503))
-        node = node_factory(data_dir=":memory:", options={
-            "breaker_failures": 5, "breaker_cooldown": 1.0, "max_per_host": 2},
-            queues={"mix": {"max_attempts": 10000, "min_backoff": 0.05, "max_backoff": 0.2}})
-        r = node.post("/queue/mix/batch", json=[{"url": dead.url_for("/dead"), "params": {
-            "i": i}} for i in range(200)])
-        assert r.status_code == 200, r.text
-        client = Client(node.url)
-
-        def dead_state() -> str | None:
-            for t in client.targets():
-                if t["origin"] == f"http://127.0.0.1:{dead.port}":
-                    return t["state"]
-            return None
-
-        wait_until(lambda: dead_state() == "open", 20, what="the dead target's breaker")
-        t_open, n_open = time.monotonic(), dead.count("/dead")
-        assert n_open <= 5 + 2, n_open
-        # the healthy target, meanwhile: 20 tasks due over 4 s (several cooldowns), each
-        # delivered promptly after its eta
-        etas = {}
-        for i in range(20):
-            answer = node.enqueue("mix", url=healthy.url_for("/ok"), params={"i": i},
-                                  countdown=0.2 * (i + 1))
-            etas[str(i)] = answer["eta"]
-        reqs = healthy.wait_for(count=20, path="/ok", timeout=30)
-        lat = [r.time - etas[r.form["i"][0]] for r in reqs]
-        attempts, elapsed = dead.count("/dead"), time.monotonic() - t_open
-        # cooldowns 1, 2, 4, 8 s...: probes within `elapsed` s, plus one for slack
-        probes, at, cd = 0, 1.0, 1.0
-        while at <= elapsed + 0.5:
-            probes, cd = probes + 1, min(cd * 2, 10.0)
-            at += cd
-        print(f"\ndead target: {n_open} attempts to open, {attempts} after {elapsed:.1f} s "
-              f"(allowed {n_open + probes + 1}); healthy latency max {max(lat) * 1000:.0f} ms, "
-              f"median {sorted(lat)[len(lat) // 2] * 1000:.0f} ms")
-        assert attempts <= n_open + probes + 1, (attempts, n_open, probes)
-        assert sorted(lat)[len(lat) // 2] < 0.5 and max(lat) < 2.0, lat
-        assert dead_state() in ("open", "half_open")
-        metrics = node.get("/metrics").text
-        assert f'miyamoto_target_breaker_state{{origin="http://127.0.0.1:{dead.port}",' \
-               f'state="open"}} 1.0' in metrics or dead_state() == "half_open"
-        assert "miyamoto_target_breaker_opens_total" in metrics
-        cp = run_cli("targets", env={"MIYAMOTO_SERVER": node.url})
-        assert cp.returncode == 0, cp.stderr
-        listed = {t["origin"]: t for t in json.loads(cp.stdout)}
-        assert listed[f"http://127.0.0.1:{healthy.port}"]["state"] == "closed"
-        assert set(listed[f"http://127.0.0.1:{dead.port}"]) == {
-            "origin", "state", "failures", "inflight", "retry_at"}
-    finally:
-        dead.stop()
-        healthy.stop()

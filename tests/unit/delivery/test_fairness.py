@@ -1,21 +1,19 @@
 """Fair delivery slots: no queue and no target can take every slot (miyamoto.delivery.fairness).
 
 The unit tests drive the ready line and the dispatcher's passes with plain objects and
-a fake clock; the ``test_node_*`` tests run a real node against real sinks, one of
+a fake clock; tests/nodes/test_delivery_node.py runs a real node against real sinks, one of
 which hangs. Found by testing: one queue whose worker took 10 s held all 512 slots,
 and another queue's latency went from 3 ms to 13 s.
 """
 
 from __future__ import annotations
 
-import math
 import time
 
 import gevent
 import gevent.event
 import pytest
 
-from helpers import HarnessError, Reply, Sink, wait_until
 from dispatchkit import FakeClock, Gates, pump_once
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
@@ -114,8 +112,6 @@ def test_hosts_wake_each_waiting_queue_once_and_forget_idle_targets():
 
 
 # ================================================================ units: the dispatcher
-
-
 
 
 def test_dispatch_a_full_target_spends_no_token_and_waits_for_a_slot():
@@ -252,107 +248,3 @@ def test_dispatch_a_paused_queue_does_not_hold_up_the_queues_after_it():
     d.submit("open", "o", G)
     pump_once(d)
     assert runs.started == ["o"]
-
-
-# ================================================================ real node, real sinks
-
-
-def _p(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    s = sorted(values)
-    return s[max(0, math.ceil(pct / 100 * len(s)) - 1)]
-
-
-def _latencies(sink: Sink, path: str, sent: dict[str, float], timeout: float) -> list[float]:
-    """Enqueue-to-delivery seconds of the tasks in ``sent`` (by param i), waiting up to
-    ``timeout`` for all of them; printed, so ``-s`` shows the figures on any outcome."""
-    try:
-        sink.wait_for(count=len(sent), path=path, timeout=timeout)
-    except HarnessError:
-        pass
-    first: dict[str, float] = {}
-    for r in sink.requests(path):
-        first.setdefault(r.form["i"][0], r.time)
-    lat = [first[i] - t0 for i, t0 in sent.items() if i in first]
-    if lat:
-        print(f"\n{path}: {len(lat)}/{len(sent)} delivered; enqueue-to-delivery ms "
-              f"p50 {_p(lat, 50) * 1000:.1f} p99 {_p(lat, 99) * 1000:.1f} "
-              f"max {max(lat) * 1000:.1f}")
-    else:
-        print(f"\n{path}: 0/{len(sent)} delivered within {timeout:g} s")
-    return lat
-
-
-@pytest.mark.timeout(60)
-def test_node_a_hanging_queue_does_not_hold_up_another(node_factory):
-    """The issue's case: a worker hangs 10 s for 1,000 tasks of queue "slow"; queue
-    "fast" (another target) keeps an enqueue-to-delivery p99 under 100 ms."""
-    slow, fast = Sink().start(), Sink().start()
-    try:
-        slow.reply("/hang", Reply(200, delay=10.0))
-        # in memory: a disk's fsync on this shared box varies by tens of ms, and the
-        # slots, not the journal, are what this measures
-        node = node_factory(data_dir=":memory:", queues={"slow": {"timeout": 20}, "fast": {}})
-        r = node.post("/queue/slow/batch", json=[{"url": slow.url_for("/hang"),
-                                                  "params": {"i": i}} for i in range(1000)])
-        assert r.status_code == 200, r.text
-        # the stuck target holds its share (max_per_host, 128) and no more
-        wait_until(lambda: slow.inflight >= 128, 10, what="the slow worker to fill up")
-        sent: dict[str, float] = {}
-        for i in range(100):
-            sent[str(i)] = time.time()
-            node.enqueue("fast", url=fast.url_for("/fast"), params={"i": i})
-        lat = _latencies(fast, "/fast", sent, timeout=25)
-        assert len(lat) == 100, f"{len(lat)}/100 fast tasks delivered"
-        assert _p(lat, 99) < 0.1, f"fast queue p99 {_p(lat, 99) * 1000:.0f} ms"
-        assert slow.max_inflight == 128 and slow.count("/hang") == 128
-        assert all(r.done is None for r in slow.requests("/hang"))  # still hanging throughout
-    finally:
-        slow.stop()  # ends the hang early: the test needs no 10 s
-        fast.stop()
-
-
-@pytest.mark.timeout(30)
-def test_node_max_per_host_caps_a_target_across_queues_without_spending_attempts(node_factory):
-    sink = Sink().start()
-    try:
-        sink.reply("/slow", Reply(200, delay=0.3))
-        node = node_factory(options={"max_per_host": 8})
-        for q in ("a", "b"):
-            r = node.post(f"/queue/{q}/batch",
-                          json=[{"url": sink.url_for("/slow"), "params": {"i": f"{q}{i}"}}
-                                for i in range(30)])
-            assert r.status_code == 200, r.text
-        reqs = sink.wait_for(count=60, path="/slow", timeout=20)
-        sink.wait_idle()
-        assert sink.max_inflight_by_path["/slow"] == 8, sink.max_inflight_by_path
-        # a task that waited for the target spent no attempt: each went once, first try
-        assert sorted(r.form["i"][0] for r in reqs) == sorted(
-            f"{q}{i}" for q in "ab" for i in range(30))
-        assert {r.headers["X-Task-Retry-Count"] for r in reqs} == {"0"}
-        a_times = [r.time for r in reqs if r.form["i"][0][0] == "a"]
-        b_times = [r.time for r in reqs if r.form["i"][0][0] == "b"]
-        assert min(b_times) < sorted(a_times)[15]  # both queues got turns at the target
-    finally:
-        sink.stop()
-
-
-@pytest.mark.timeout(30)
-def test_node_a_stuck_target_does_not_block_its_queue_for_other_targets(node_factory):
-    slow, fast = Sink().start(), Sink().start()
-    try:
-        slow.reply("/hang", Reply(200, delay=10.0))
-        node = node_factory(options={"max_per_host": 4}, queues={"mixed": {"timeout": 20}})
-        sent: dict[str, float] = {}
-        batch = [{"url": slow.url_for("/hang"), "params": {"i": f"s{i}"}} for i in range(20)]
-        batch += [{"url": fast.url_for("/fast"), "params": {"i": str(i)}} for i in range(20)]
-        t0 = time.time()
-        r = node.post("/queue/mixed/batch", json=batch)
-        assert r.status_code == 200, r.text
-        sent = {str(i): t0 for i in range(20)}
-        lat = _latencies(fast, "/fast", sent, timeout=5)
-        assert len(lat) == 20 and max(lat) < 2.0
-        assert slow.max_inflight == 4 and slow.count("/hang") == 4
-    finally:
-        slow.stop()
-        fast.stop()

@@ -1,13 +1,12 @@
-"""Flow-control keys (issue 11, point 5): the key table (miyamoto.delivery.flow), the
-dispatcher's use of it with a fake clock, the fields' checks, and a real node with two
-queues sharing a key's rate and its parallelism.
+"""Flow-control keys: the key table (miyamoto.delivery.flow), the dispatcher's use of it
+with a fake clock, and the fields' checks. A real node with two queues sharing a key's
+rate and its parallelism is in tests/nodes/test_delivery_node.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import Reply, Sink
 from dispatchkit import FakeClock, Gates, pump_once
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
@@ -60,8 +59,6 @@ def test_flow_a_rate_is_a_spacing_without_burst():
 
 
 # ================================================================ units: the dispatcher
-
-
 
 
 @pytest.mark.timeout(10)
@@ -135,55 +132,3 @@ def test_flow_fields_checks_and_round_trip():
                 {"flow_key": "k", "flow_parallelism": 0}, {"flow_key": 3}):
         with pytest.raises(DecodeError):
             Task.decode({**_task().encode(), **bad})
-
-
-# ================================================================ a real node
-
-
-@pytest.mark.timeout(60)
-def test_node_two_queues_share_a_key_rate(node_factory):
-    """The issue's case: one key at 5 tasks/s across two queues: 20 tasks take about
-    4 s in all (19 gaps of 0.2 s), and all arrive; a task of the same queue without
-    the key goes meanwhile."""
-    sink = Sink().start()
-    try:
-        node = node_factory(data_dir=":memory:")
-        batch = lambda q: [{"url": sink.url_for("/k"), "params": {"i": f"{q}{i}"},  # noqa: E731
-                            "flow_key": "partner", "flow_rate": 5} for i in range(10)]
-        for q in ("a", "b"):
-            r = node.post(f"/queue/{q}/batch", json=batch(q))
-            assert r.status_code == 200, r.text
-        node.enqueue("a", url=sink.url_for("/free"), params={"i": "free"})
-        reqs = sink.wait_for(count=20, path="/k", timeout=30)
-        times = sorted(r.time for r in reqs)
-        span = times[-1] - times[0]
-        free = sink.wait_for(count=1, path="/free", timeout=5)[0].time
-        print(f"\n20 tasks at 5/s: {span:.2f} s from first to last; the unkeyed task came "
-              f"{free - times[0]:.2f} s after the first")
-        assert span >= 3.0, span
-        assert sorted(r.form["i"][0] for r in reqs) == sorted(
-            f"{q}{i}" for q in "ab" for i in range(10))
-        assert free < times[-1] - 1.0  # not held behind the key
-        assert {r.headers["X-Task-Retry-Count"] for r in reqs} == {"0"}  # no attempt spent
-    finally:
-        sink.stop()
-
-
-@pytest.mark.timeout(60)
-def test_node_parallelism_1_never_has_two_in_flight(node_factory):
-    sink = Sink().start()
-    try:
-        sink.reply("/one", Reply(200, delay=0.1))
-        node = node_factory(data_dir=":memory:")
-        for q in ("a", "b"):
-            r = node.post(f"/queue/{q}/batch", json=[
-                {"url": sink.url_for("/one"), "params": {"i": f"{q}{i}"}, "flow_key": "solo",
-                 "flow_parallelism": 1} for i in range(8)])
-            assert r.status_code == 200, r.text
-        reqs = sink.wait_for(count=16, path="/one", timeout=30)
-        assert len({r.form["i"][0] for r in reqs}) == 16
-        assert sink.max_inflight_by_path["/one"] == 1, sink.max_inflight_by_path
-        task = node.get("/queues/a/tasks?state=succeeded").json()["tasks"]
-        assert task and all(t.get("flow_key", "solo") == "solo" for t in task)
-    finally:
-        sink.stop()

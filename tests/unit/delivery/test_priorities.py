@@ -1,15 +1,15 @@
-"""Task priorities (issue 11, point 2): higher first, FIFO within one, aging against
-starvation (miyamoto.delivery.fairness.ReadyLine), the field's checks, and a real node.
+"""Task priorities: higher first, FIFO within one, aging against starvation
+(miyamoto.delivery.fairness.ReadyLine), and the field's checks.
 
-The unit tests drive the ready line with plain objects and made-up arrival times; the
-node test pauses a real queue, fills it, and resumes it with ``max_concurrent = 1``.
+The tests drive the ready line with plain objects and made-up arrival times; the real
+node's test (tests/nodes/test_delivery_node.py) pauses a queue, fills it, and resumes it
+with ``max_concurrent = 1``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import Sink, wait_until
 from miyamoto.delivery import fairness
 from miyamoto.delivery.fairness import HostSlots, ReadyLine
 from miyamoto.wire.verbs import DecodeError
@@ -122,39 +122,3 @@ def test_priority_field_checks_and_round_trip():
     for bad in (12, -1, True, "5"):
         with pytest.raises(DecodeError):
             Task.decode({**t.encode(), "priority": bad})
-
-
-# ================================================================ a real node
-
-
-@pytest.mark.timeout(60)
-def test_node_a_resumed_queue_delivers_the_high_priority_tasks_first(node_factory):
-    """The issue's case: a paused queue with 20 tasks at priority 1, then 5 at 9,
-    resumed with max_concurrent = 1: the five 9s arrive first, the 1s in order."""
-    sink = Sink().start()
-    try:
-        node = node_factory(data_dir=":memory:", queues={"prio": {"max_concurrent": 1}})
-        assert node.post("/queues/prio/pause").status_code == 200
-        low = [{"url": sink.url_for("/p"), "params": {"i": f"low{i}"}, "priority": 1}
-               for i in range(20)]
-        r = node.post("/queue/prio/batch", json=low)
-        assert r.status_code == 200, r.text
-        ids = []
-        for i in range(5):  # one by one, the form way: task.priority
-            r = node.post("/queue/prio", data={"task.url": sink.url_for("/p"),
-                                               "task.priority": "9", "i": f"high{i}"})
-            assert r.status_code == 200, r.text
-            ids.append(r.json()["id"])
-        assert node.get(f"/tasks/{ids[0]}").json()["priority"] == 9
-        # every task is due and waiting in the paused queue's line before it resumes
-        wait_until(lambda: node.get("/queues/prio").json()["counts"]["scheduled"] == 25, 10)
-        assert sink.count("/p") == 0
-        assert node.post("/queues/prio/resume").status_code == 200
-        reqs = sink.wait_for(count=25, path="/p", timeout=30)
-        order = [r.form["i"][0] for r in sorted(reqs, key=lambda r: r.time)]
-        print("\ndelivery order:", order)
-        assert order[:5] == [f"high{i}" for i in range(5)], order
-        assert order[5:] == [f"low{i}" for i in range(20)], order
-        assert sink.max_inflight_by_path["/p"] == 1
-    finally:
-        sink.stop()
