@@ -4,7 +4,7 @@
 ``random.Random`` it is given. The node's I/O layer feeds it what happens —
 ``step(sender, verb, payload, now)`` for each membership message, ``tick(now)`` as time
 passes, ``leave(now)`` on a graceful stop — and sends the ``Send`` actions it returns.
-That is what lets ``tests/test_membership.py`` run thousands of simulated clusters with
+That is what lets ``tests/unit/membership/test_membership.py`` run thousands of simulated clusters with
 loss, delay, partitions, pauses, crashes and restarts in seconds.
 
 Its parts, one role each: ``miyamoto.membership.roster`` (the values), ``miyamoto.wire.messages`` (the

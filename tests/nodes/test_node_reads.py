@@ -1,6 +1,6 @@
 """Reads served in-process (the WSGI app, the node, the engine) over an in-memory
 journal and a stub cluster: reading a queue creates no queue state. (The dashboard's
-"last heard" column is tested in a browser: tests/test_dashboard_browser.py.)"""
+"last heard" column is tested in a browser: tests/nodes/test_dashboard_browser.py.)"""
 
 from __future__ import annotations
 

@@ -942,7 +942,7 @@ def test_operations_endpoints(node):
 
     r = node.get("/")
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
-    # the dashboard's page is static: its script reads the API (tests/test_dashboard*.py)
+    # the dashboard's page is static: its script reads the API (its tests: test_dashboard*.py)
     assert "<html" in r.text.lower() and "/dashboard/dashboard.js" in r.text
 
     r = node.get("/cluster")

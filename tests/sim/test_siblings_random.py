@@ -1,6 +1,6 @@
-"""The sibling protocol's simulator over 1,000 random seeds (tests/siblings_sim.py).
+"""The sibling protocol's simulator over 1,000 random seeds (tests/sim/siblings_sim.py).
 
-A file of its own, apart from tests/test_siblings.py: the suite hands whole files to its
+A file of its own, apart from unit/replicas/test_siblings.py: the suite hands whole files to its
 two workers, and these runs are minutes of CPU that should not queue behind the rest.
 """
 

@@ -143,7 +143,7 @@ def test_check_url_refuses_with_400_naming_the_field():
 
 # ---------------------------------------------------------------- the client, on real sockets
 # The client's own behaviour (and the guard over http: a denied literal, every resolved
-# address, the node's own port by name, no redirects) is in tests/test_http11_client.py.
+# address, the node's own port by name, no redirects) is in tests/unit/delivery/test_httpclient.py.
 
 @pytest.fixture
 def listener():

@@ -2,8 +2,8 @@
 with a small WSGI app: the parts of the WSGI contract that pywsgi used to provide and the
 loop now does itself (Content-Length and Date filled in, HTTP/1.0 keep-alive, HEAD,
 ``Expect: 100-continue``, an unread body discarded, ``close()`` on the result, an app
-error answered 500 without detail). The hostile-client cases are tests/test_http_hardening.py,
-against a real node."""
+error answered 500 without detail). The hostile-client cases, against a real node, are
+tests/nodes/test_http_hardening.py."""
 
 from __future__ import annotations
 

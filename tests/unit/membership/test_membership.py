@@ -1,4 +1,4 @@
-"""Tests for miyamoto.membership.machine: one rule at a time, then a simulator (tests/membership_sim.py).
+"""Tests for miyamoto.membership.machine: one rule at a time, then a simulator (tests/sim/membership_sim.py).
 
 Nothing here sleeps or opens a socket: time is a number we pass in.
 """

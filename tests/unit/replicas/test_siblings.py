@@ -3,7 +3,7 @@
 The rule tests drive one ``Siblings`` machine with plain tasks and a number for a clock.
 The simulator runs 1,000 seeded clusters of 2-5 nodes with replication 1-3 through loss,
 delay, pauses, partitions, crashes and member drops, and checks safety at every delivery
-(tests/siblings_sim.py); the planted-bug tests show the checker catches what the rules
+(tests/sim/siblings_sim.py); the planted-bug tests show the checker catches what the rules
 prevent.
 """
 
