@@ -33,10 +33,10 @@ setup(
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
             "pytest-xdist>=3.5",
-            "openapi-spec-validator>=0.7",  # tests/test_openapi.py: the spec is valid 3.1
-            "schemathesis>=4.0",  # tests/test_openapi.py: a bounded run against a node
-            "matplotlib>=3.8",  # tests/test_bench_plot.py: scripts/bench.py --plot
-            "playwright>=1.40",  # tests/test_dashboard_browser.py drives Debian's chromium
+            "openapi-spec-validator>=0.7",  # tests/nodes/test_openapi.py: the spec is valid 3.1
+            "schemathesis>=4.0",  # tests/nodes/test_openapi.py: a bounded run against a node
+            "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot
+            "playwright>=1.40",  # tests/nodes/test_dashboard_browser.py drives Debian's chromium
         ],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests

@@ -50,38 +50,34 @@ REPO = Path(__file__).resolve().parent.parent
 
 # module -> the test runs that cover it (fast unit tests), each a list of pytest
 # arguments. A module, or a run whose test file, does not exist (yet) is skipped.
-_SIMS = ([f"tests/test_membership.py::test_random_faults[{i}]" for i in range(60)]
-         + [f"tests/test_membership.py::test_a_connected_majority_keeps_going[{i}]"
+_SIMS = ([f"tests/unit/membership/test_membership.py::test_random_faults[{i}]" for i in range(60)]
+         + [f"tests/unit/membership/test_membership.py::test_a_connected_majority_keeps_going[{i}]"
             for i in range(30)])
 MODULES: dict[str, list[list[str]]] = {
-    "miyamoto/engine/scheduler.py": [["tests/test_units.py", "-k", "scheduler"],
-                              ["tests/test_slips_units.py", "-k", "scheduler"]],
-    "miyamoto/delivery/dispatch.py": [["tests/test_dispatch.py"],
-                             ["tests/test_slips_units.py", "-k", "dispatch"],
-                             ["tests/test_fairness.py", "-k", "not node_"]],
-    "miyamoto/delivery/fairness.py": [["tests/test_fairness.py", "-k", "not node_"]],
-    "miyamoto/delivery/backoff.py": [["tests/test_units.py", "-k", "backoff or jitter or retry_after"],
-                            ["tests/test_slips_units.py", "-k", "backoff or retry_after"]],
-    "miyamoto/delivery/ratelimit.py": [["tests/test_units.py", "-k", "bucket"],
-                              ["tests/test_slips_units.py", "-k", "bucket"]],
-    "miyamoto/tasks/validate.py": [["tests/test_validate.py"],
-                             ["tests/test_slips_units.py", "-k", "validate"]],
-    "miyamoto/replicas/placement.py": [["tests/test_replication.py"],
-                                ["tests/test_slips_units.py", "-k", "replication"]],
+    "miyamoto/engine/scheduler.py": [["tests/unit/engine/test_scheduler.py"]],
+    "miyamoto/delivery/dispatch.py": [["tests/unit/delivery/test_dispatch.py"],
+                                      ["tests/unit/delivery/test_fairness.py"]],
+    "miyamoto/delivery/fairness.py": [["tests/unit/delivery/test_fairness.py"]],
+    "miyamoto/delivery/backoff.py": [["tests/unit/delivery/test_backoff.py"],
+                                     ["tests/unit/delivery/test_attempt.py", "-k", "retry_after"],
+                                     ["tests/unit/config/test_settings.py", "-k", "backoff"]],
+    "miyamoto/delivery/ratelimit.py": [["tests/unit/delivery/test_ratelimit.py"]],
+    "miyamoto/tasks/validate.py": [["tests/unit/tasks/test_validate.py"]],
+    "miyamoto/replicas/placement.py": [["tests/unit/replicas/test_placement.py"]],
     **{f"miyamoto/membership/{name}.py": [
-        ["tests/test_membership.py", "-k",
+        ["tests/unit/membership/test_membership.py", "-k",
          "not random_faults and not connected_majority and not survives"],
-        _SIMS, ["tests/test_slips_units.py", "-k", "membership"]]
-       for name in ("machine", "election", "liveness", "changes", "bootstrap", "roster")},
-    "miyamoto/delivery/attempt.py": [["tests/test_units.py", "-k", "request or outcome"],
-                             ["tests/test_slips_units.py", "-k", "request or sign or outcome"]],
+        _SIMS, ["tests/unit/membership/test_roster.py"]]
+       for name in ("machine", "election", "liveness", "changes",
+                    "bootstrap", "roster")},
+    "miyamoto/delivery/attempt.py": [["tests/unit/delivery/test_attempt.py"]],
     # retry.py: test_retry.py has the decide() rules and the engine carrying them out;
-    # test_units.py's retry tests are backoff.retry_after's (backoff.py's entry)
-    "miyamoto/delivery/retry.py": [["tests/test_retry.py"]],
+    # backoff.retry_after's own tests are test_backoff.py's (backoff.py's entry)
+    "miyamoto/delivery/retry.py": [["tests/unit/delivery/test_retry.py"]],
     # siblings.py and restore.py: the rule tests (plus the short pause scenario and the
     # planted-bug checks, ~3 s); the 1,000-run simulator (random_runs) is too slow per mutant
-    "miyamoto/replicas/siblings.py": [["tests/test_siblings.py", "-k", "not random_runs"]],
-    "miyamoto/replicas/restore.py": [["tests/test_siblings.py", "-k", "not random_runs"]],
+    "miyamoto/replicas/siblings.py": [["tests/unit/replicas/test_siblings.py", "-k", "not random_runs"]],
+    "miyamoto/replicas/restore.py": [["tests/unit/replicas/test_siblings.py", "-k", "not random_runs"]],
 }
 
 # (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart

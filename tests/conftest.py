@@ -1,5 +1,10 @@
 """Shared fixtures: a sink, fresh nodes on OS-assigned ports, and the logs of both on failure.
 
+The tree: ``unit/<package>/`` tests one module in one process, ``sim/`` holds the pure
+simulators (on ``sys.path`` here, so a machine's tests in ``unit/`` import theirs) and the
+runs that only drive them, ``nodes/`` starts real node processes. The shared helpers stay
+beside this file, which pytest puts on ``sys.path``.
+
 Every process a test starts goes into its ``proc_registry`` and is killed (SIGKILL) in
 the finalizer, whatever the outcome. When a test fails, the tail of each node's log is
 added to the failure report.
@@ -8,12 +13,17 @@ added to the failure report.
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pytest
 
-from helpers import CLUSTER_KEYS, NodeDied, NodeProcess, ProcessRegistry, Sink, write_ini
+SIM = Path(__file__).resolve().parent / "sim"
+if str(SIM) not in sys.path:
+    sys.path.insert(0, str(SIM))
+
+from helpers import CLUSTER_KEYS, NodeDied, NodeProcess, ProcessRegistry, Sink, write_ini  # noqa: E402
 from harness.nodes import port_taken  # noqa: E402,I001  (helpers puts scripts/ on the path)
 
 # Short cluster timings, so that a node (alone or not) is ready fast and replicas of a

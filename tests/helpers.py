@@ -20,6 +20,7 @@ For cluster tests::
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, Pr
 
 __all__ = [
     "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
-    "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "dealer", "free_port", "free_ports", "member_ids", "metrics",
+    "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
 ]
@@ -42,6 +43,15 @@ __all__ = [
 
 # (public, secret, server key) of the test cluster's key pair, as a raw DEALER sets them
 CLUSTER_CURVE = (CLUSTER_KEYS[0].encode(), CLUSTER_KEYS[1].encode(), CLUSTER_KEYS[0].encode())
+
+
+def loaded(seconds: float, most: float = 4.0) -> float:
+    """A deadline of ``seconds`` on an idle box, stretched by the load per core on a busy
+    one (at most ``most`` times): a scenario's readiness waits held 30 s on a quiet box
+    and ran out at a load of 9 on two cores, where starting a node takes several times
+    as long. It only moves the deadline; the wait still ends when its condition holds."""
+    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * min(most, max(1.0, per_core))
 
 
 def metric(node: NodeProcess, name: str) -> float:

@@ -4,7 +4,7 @@
 (``miyamoto.definitions.sync``) feeds it the membership view (``view``), peers' messages
 (``step``), client writes (``write``) and time (``tick``), and carries out the effects
 it returns: ``Persist`` (write the whole set to disk before anything else), ``Send``
-and ``Finished`` (a write's outcome, for the HTTP answer). ``tests/definitions_sim.py``
+and ``Finished`` (a write's outcome, for the HTTP answer). ``tests/sim/definitions_sim.py``
 drives it with loss, delay, crashes and leader changes.
 
 The rules, and why each is there:

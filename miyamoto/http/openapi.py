@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description served at /openapi.json (kept next to the routes in api.py).
 
 Every route of ``Api.routes`` is described, each answer with a component schema, so that
-``openapi-spec-validator`` accepts it and a schemathesis run (tests/test_openapi.py)
+``openapi-spec-validator`` accepts it and a schemathesis run (tests/nodes/test_openapi.py)
 can check every answer against it. The task fields and their limits are those of
 ``miyamoto.tasks.validate`` and ``miyamoto.tasks.fields``, the schedules' and topics'
 those of ``miyamoto.definitions``; the scopes are those of ``miyamoto.http.auth``.

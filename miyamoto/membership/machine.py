@@ -5,8 +5,8 @@
 I/O layer: ``Received(sender, msg)`` for each membership message (decoded by the layer,
 like every other verb), ``Tick()`` as time passes, ``Leave()`` on a graceful stop. Each
 returns the ``Send`` effects (``miyamoto.wire.messages``) for the layer to carry out.
-That is what lets ``tests/test_membership.py`` run thousands of simulated clusters with
-loss, delay, partitions, pauses, crashes and restarts in seconds.
+That is what lets ``tests/unit/membership/test_membership.py`` run thousands of
+simulated clusters with loss, delay, partitions, pauses, crashes and restarts in seconds.
 
 Its parts, one role each, owned by the machine: ``miyamoto.membership.bootstrap`` (how
 nodes started together form one cluster), ``miyamoto.membership.election`` (the election

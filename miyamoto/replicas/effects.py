@@ -1,7 +1,7 @@
 """What the sibling protocol asks the cluster layer to do: plain values, no behaviour.
 
 ``miyamoto.replicas.siblings`` decides; ``miyamoto.cluster.coordinator`` carries these out against the
-engine and the outbox, and the simulator (``tests/siblings_sim.py``) against its model
+engine and the outbox, and the simulator (``tests/sim/siblings_sim.py``) against its model
 of a node. Keeping them as data is what lets both run the same decisions.
 """
 

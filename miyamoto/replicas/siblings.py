@@ -5,7 +5,7 @@ A task is stored on N nodes (its replicas); copy i fires ``i * offset`` after co
 clock, greenlet or engine: the cluster layer hands it what happened — a sibling's message
 (``step``), a copy about to be delivered (``fire``), an attempt's outcome (``outcome``),
 the roster (``members``), time passing (``tick``) — with the copy as the engine holds it,
-and carries out the effects it returns (``miyamoto.replicas.effects``). ``tests/siblings_sim.py``
+and carries out the effects it returns (``miyamoto.replicas.effects``). ``tests/sim/siblings_sim.py``
 drives it with loss, delay, pauses, partitions, crashes and member drops.
 
 The rules, and why each is there:

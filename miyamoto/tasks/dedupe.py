@@ -11,7 +11,7 @@ The hash covers exactly what the target will get and nothing that varies per att
 the method, the URL (with the query string that GET/DELETE params become), the task's
 own headers (names lower-cased, as HTTP compares them; sorted, so their order does not
 matter) plus the Content-Type Miyamoto will send, and the body bytes (form-encoded
-params, the encoded ``json``, or the raw ``body``). ``tests/test_dedupe_units.py``
+params, the encoded ``json``, or the raw ``body``). ``tests/unit/tasks/test_dedupe.py``
 checks these against ``delivery.build_request``, so the two cannot drift apart. The
 queue is not hashed: names are per queue already, and eta/countdown are not part of
 the request. Each part is length-prefixed, so no two different requests can be framed

@@ -3,7 +3,7 @@
 The enqueue path parses one form per task; ``urllib.parse.parse_qsl`` spent ~6% of a
 node's CPU under ``scripts/bench.py`` on its generic layers and on decoding the same
 percent-encoded target URL again and again. ``form_pairs`` gives the same answer on every
-input (tests/test_http11_form.py checks it against parse_qsl, errors included).
+input (tests/unit/tasks/test_formdata.py checks it against parse_qsl, errors included).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ under a steady enqueue stream, counting every delivery at a sink by ``X-Task-Id`
 the stream) and stops all of it on exit, error or Ctrl-C. Default node timings on
 purpose (replica_offset 5 s, heartbeat 0.5 s, failure timeout 3 s): the faults are
 meant to meet the cluster as a user runs it. ``scripts/chaos.py`` is the command line;
-``tests/test_pause.py`` runs the pause plan.
+``tests/nodes/test_pause.py`` runs the pause plan.
 
 Duplicates are extra deliveries of one task id. Each is charged to the fault that came
 last before it; a fault's ``in_flight`` is the victim's ``miyamoto_deliveries_in_flight``

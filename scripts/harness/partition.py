@@ -21,7 +21,7 @@ the cut began may be repeated"). ``duplicates_started_after_cut`` is the strict 
 duplicates whose first attempt started, by the ``start`` in the copies' histories (the
 namespaces share one clock), more than ``AROUND_S`` after a cut's commands were done
 (``cut_commands_ms``; a split moves links one by one). ``scripts/partition.py`` prints
-the report as JSON; ``tests/test_partitions.py`` asserts on it.
+the report as JSON; ``tests/nodes/test_partitions.py`` asserts on it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+"""Clocks that disagree: peers' offsets estimated from round trips, and when a peer's
+clock counts as skewed. A node 30 s ahead under libfaketime, firing copies by its own
+clock, is tests/nodes/test_clocks_node.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from miyamoto.cluster.clocks import PeerClocks
+
+
+def test_offset_from_round_trips_takes_the_narrowest_sample():
+    c = PeerClocks(max_skew=1.0)
+    assert c.estimate("b", 100.0) is None and c.to_local("b", 150.0, 100.0) == 150.0
+    # the peer is 30 s ahead; round trips of 0.2 s, 0.02 s and 2 s
+    c.sample("b", 100.0, 130.1, 100.2)
+    c.sample("b", 101.0, 131.01, 101.02)
+    c.sample("b", 102.0, 133.0, 104.0)  # waited in a queue on the way back: 1 s off
+    est = c.estimate("b", 104.0)
+    assert est.offset == pytest.approx(30.0) and est.error == pytest.approx(0.01)
+    assert c.to_local("b", 1000.0, 104.0) == pytest.approx(970.0)
+    assert c.view("b", 104.0)["clock_skewed"] is True
+    # crossing is reported once each way
+    assert c.check("b", 104.0) == (True, est)
+    assert c.check("b", 104.5) is None
+    for i in range(8):  # the peer's clock is fixed: the old samples age out of the window
+        c.sample("b", 110.0 + i, 110.0 + i + 0.3 + 0.01, 110.0 + i + 0.02)
+    skewed, est2 = c.check("b", 120.0)
+    assert skewed is False and est2.offset == pytest.approx(0.3)
+    # an offset within its error, or under 50 ms, is not corrected: it would add noise
+    d = PeerClocks(max_skew=1.0)
+    d.sample("b", 100.0, 100.03, 100.002)
+    assert d.to_local("b", 500.0, 100.1) == 500.0
+    d.sample("b", 101.0, 101.3, 101.001)  # narrower: it wins
+    assert d.to_local("b", 500.0, 101.1) == pytest.approx(499.7005)
+    # answers that cannot be ours, and stale estimates, are not used
+    assert c.sample("c", 200.0, 210.0, 199.0) is None
+    assert c.sample("c", 200.0, 210.0, 200.0 + 61) is None
+    c.sample("c", 200.0, 210.0, 200.1)
+    assert c.estimate("c", 200.1 + 61) is None
+
+
+def test_within_the_error_is_not_skew():
+    c = PeerClocks(max_skew=1.0)
+    c.sample("b", 100.0, 101.4, 101.0)  # offset 0.9 ± 0.5
+    assert c.check("b", 101.0) is None
+    c.sample("b", 102.0, 104.7, 102.4)  # offset 2.5 ± 0.2: 2.3 > 1 even at best
+    assert c.check("b", 103.0)[0] is True

@@ -1,0 +1,177 @@
+"""miyamoto.delivery.attempt: the request a delivery sends (form, query string, raw and JSON
+bodies, headers a task cannot spoof, the Standard Webhooks signature with every secret)
+and the outcome it records."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import ujson
+
+from miyamoto.delivery.attempt import Outcome, build_request
+from miyamoto.tasks.task import Task
+from miyamoto.version import __version__
+
+
+def test_outcome_retry_after_header_any_case():
+    assert Outcome(ok=False, status=429, headers={"retry-after": "3"}).retry_after() == "3"
+    assert Outcome(ok=False, status=429, headers={"Retry-After": "4"}).retry_after() == "4"
+    assert Outcome(ok=False, status=500, headers={}).retry_after() is None
+    assert Outcome(ok=False, error="timeout").retry_after() is None
+
+
+def test_outcome_record_keeps_4k_of_the_body():
+    rec = Outcome(ok=False, status=503, headers={"X": "1"}, body=b"a" * 10_000, at=5.0).record()
+    assert rec["status"] == 503 and rec["headers"] == {"X": "1"} and rec["at"] == 5.0
+    assert rec["body"] == "a" * 4096 and rec["error"] is None
+    rec = Outcome(ok=False, body=b"\xff\xfe ok").record()
+    ujson.dumps(rec)  # undecodable bytes still make a storable record
+    assert rec["body"].endswith(" ok")
+
+
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+
+
+def task(**kw) -> Task:
+    base = dict(id="0b6f1d5e-1111-4222-8333-944455556666", queue="emails",
+                url="http://worker.example:9099/worker", eta=1_700_000_123.25)
+    base.update(kw)
+    return Task(**base)
+
+
+def test_request_form_post():
+    method, url, headers, body = build_request(task(params={"foo": "bar", "n": ["1", "2"]}), 0)
+    assert method == "POST"
+    assert url == "http://worker.example:9099/worker"
+    assert parse_qs(body.decode()) == {"foo": ["bar"], "n": ["1", "2"]}
+    assert headers["Content-Type"] == "application/x-www-form-urlencoded"
+    assert headers["User-Agent"] == f"miyamoto/{__version__}"
+    assert headers["X-Task-Id"] == "0b6f1d5e-1111-4222-8333-944455556666"
+    assert headers["X-Task-Queue"] == "emails"
+    assert headers["X-Task-Retry-Count"] == "0"
+    assert headers["X-Task-Execution-Count"] == "0"
+    assert float(headers["X-Task-Eta"]) == pytest.approx(1_700_000_123.25)
+    for absent in ("X-Task-Name", "Idempotency-Key", "X-Task-Previous-Response",
+                   "webhook-id", "webhook-signature", "webhook-timestamp"):
+        assert absent not in headers
+
+
+def test_request_readme_body_is_exactly_foo_bar():
+    _, _, _, body = build_request(task(params={"foo": "bar"}), 0)
+    assert body == b"foo=bar"
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_request_put_patch_carry_the_form(method):
+    m, _, headers, body = build_request(task(method=method, params={"a": "1"}), 0)
+    assert m == method and body == b"a=1"
+    assert headers["Content-Type"] == "application/x-www-form-urlencoded"
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_request_get_delete_use_the_query_string(method):
+    m, url, headers, body = build_request(task(method=method, params={"a": "1 2", "b": ["x", "y"]}), 0)
+    assert m == method and body == b""
+    assert "Content-Type" not in headers
+    parts = urlsplit(url)
+    assert parts.path == "/worker"
+    assert parse_qs(parts.query) == {"a": ["1 2"], "b": ["x", "y"]}
+    # an existing query string is kept
+    _, url, _, _ = build_request(task(method=method, url="http://w/x?k=v#frag",
+                                      params={"a": "1"}), 0)
+    assert parse_qs(urlsplit(url).query) == {"k": ["v"], "a": ["1"]}
+    # no params: the URL is untouched
+    assert build_request(task(method=method, url="http://w/x?k=v"), 0)[1] == "http://w/x?k=v"
+
+
+def test_request_raw_and_json_bodies():
+    _, _, headers, body = build_request(task(body='{"k": "ü"}', content_type="application/json"), 0)
+    assert body == '{"k": "ü"}'.encode() and headers["Content-Type"] == "application/json"
+    _, _, headers, body = build_request(task(body="plain"), 0)
+    assert body == b"plain" and headers["Content-Type"].startswith("text/plain")
+
+
+def test_request_custom_headers_and_name():
+    t = task(headers={"Authorization": "Bearer x", "X-Foo": "1"}, name="job-7")
+    _, _, headers, _ = build_request(t, 0)
+    assert headers["Authorization"] == "Bearer x" and headers["X-Foo"] == "1"
+    assert headers["X-Task-Name"] == "job-7" and headers["Idempotency-Key"] == "job-7"
+
+
+def test_request_non_ascii_name_is_header_safe():
+    _, _, headers, _ = build_request(task(name="名前 ü"), 0)
+    value = headers["X-Task-Name"]
+    assert value.isascii() and value == headers["Idempotency-Key"]
+    value.encode("latin-1")
+
+
+def test_request_task_headers_cannot_spoof_ours_in_any_case():
+    t = task(headers={"x-task-id": "spoofed", "X-TASK-RETRY-COUNT": "99", "user-agent": "me",
+                      "content-type": "text/csv", "X-Other": "kept"}, params={"a": "1"})
+    _, _, headers, _ = build_request(t, 0)
+    lower: dict[str, list[str]] = {}
+    for k, v in headers.items():
+        lower.setdefault(k.lower(), []).append(v)
+    assert lower["x-task-id"] == [t.id]
+    assert lower["x-task-retry-count"] == ["0"]
+    assert lower["user-agent"] == [f"miyamoto/{__version__}"]
+    assert lower["content-type"] == ["application/x-www-form-urlencoded"]
+    assert lower["x-other"] == ["kept"]
+
+
+def test_request_retry_headers():
+    t = task(attempts=2, executions=1, last={"status": 503, "headers": {}, "body": "", "error": None})
+    _, _, headers, _ = build_request(t, 0)
+    assert headers["X-Task-Retry-Count"] == "2"
+    assert headers["X-Task-Execution-Count"] == "1"
+    assert headers["X-Task-Previous-Response"] == "503"
+    # a previous attempt with no HTTP answer (timeout) has no previous response code
+    t = task(attempts=1, last={"status": None, "error": "timeout", "headers": {}, "body": ""})
+    assert "X-Task-Previous-Response" not in build_request(t, 0)[2]
+
+
+def test_request_standard_webhooks_signature():
+    now = 1_700_000_500.9
+    t = task(params={"foo": "bar"})
+    _, _, headers, body = build_request(t, now, (SECRET,))
+    assert headers["webhook-id"] == t.id
+    assert headers["webhook-timestamp"] == "1700000500"
+    key = base64.b64decode(SECRET[len("whsec_"):])
+    signed = f"{t.id}.1700000500.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    versions = dict(s.split(",", 1) for s in headers["webhook-signature"].split(" "))
+    assert versions == {"v1": expected}
+    # the signature covers the body: another body would not verify
+    other = base64.b64encode(hmac.new(key, signed + b"x", hashlib.sha256).digest()).decode()
+    assert other != expected
+
+
+def test_request_signed_with_every_secret_for_rotation():
+    other = "whsec_" + base64.b64encode(b"z" * 24).decode()
+    t = task(params={"foo": "bar"})
+    _, _, headers, body = build_request(t, 7.0, (SECRET, other))
+    sigs = headers["webhook-signature"].split(" ")
+    assert len(sigs) == 2
+    for secret, sig in zip((SECRET, other), sigs):
+        key = base64.b64decode(secret[len("whsec_"):])
+        mac = hmac.new(key, f"{t.id}.7.".encode() + body, hashlib.sha256).digest()
+        assert sig == "v1," + base64.b64encode(mac).decode()
+
+
+def test_request_signature_covers_raw_bodies_and_empty_ones():
+    key = base64.b64decode(SECRET[len("whsec_"):])
+    for t in (task(body="<x/>", content_type="application/xml"), task(method="GET", params={"a": "1"})):
+        _, _, headers, body = build_request(t, 5.0, (SECRET,))
+        signed = f"{t.id}.5.".encode() + body
+        mac = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        assert headers["webhook-signature"] == "v1," + mac
+
+
+def test_outcome_defaults():
+    o = Outcome(ok=True)
+    assert (o.status, o.headers, o.body, o.error, o.at) == (None, None, b"", None, 0.0)
+    assert o.record()["at"] == 0.0

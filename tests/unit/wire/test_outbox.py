@@ -1,0 +1,116 @@
+"""Per-peer batching of cluster messages (miyamoto.wire.outbox) and scripts/start.py's mapping."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import gevent
+import pytest
+import ujson
+
+from helpers import REPO
+from miyamoto.wire.outbox import MAX_BATCH, Outbox, unbatch
+from miyamoto.wire.verbs import Verb
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _turn() -> None:
+    """Let the hub run the flush callback queued by the puts."""
+    gevent.sleep(0)
+    gevent.sleep(0)
+
+
+class FakeSend:
+    def __init__(self, ok: bool = True):
+        self.sent: list[tuple] = []
+        self.ok = ok
+
+    def __call__(self, to, address, verb, payload) -> bool:
+        self.sent.append((to, address, verb, payload))
+        return self.ok
+
+
+def test_messages_for_one_peer_in_one_turn_leave_as_one_batch():
+    send = FakeSend()
+    box = Outbox(send)
+    for i in range(5):
+        box.put("b", "tcp://b", Verb.DONE, {"id": str(i)})
+    box.put("c", "tcp://c", Verb.CLAIM, {"id": "x"})
+    assert send.sent == []  # nothing leaves before the current greenlet yields
+    _turn()
+    by_address = {s[1]: s for s in send.sent}
+    assert set(by_address) == {"tcp://b", "tcp://c"}
+    assert by_address["tcp://c"][2] == Verb.CLAIM  # a single message is sent as itself
+    assert by_address["tcp://b"][2] == Verb.BATCH
+    inner = unbatch(ujson.loads(by_address["tcp://b"][3]))
+    assert [(v, p["id"]) for v, p in inner] == [(Verb.DONE, str(i)) for i in range(5)]
+
+
+def test_large_bursts_are_split_and_failures_reported():
+    send = FakeSend(ok=False)
+    box = Outbox(send)
+    failed = []
+    for i in range(MAX_BATCH + 3):
+        box.put(None, "tcp://b", Verb.STORE, {"i": i}, on_fail=lambda i=i: failed.append(i))
+    _turn()
+    assert len(send.sent) == 2
+    assert sorted(failed) == list(range(MAX_BATCH + 3))
+
+
+@pytest.mark.parametrize("payload", [
+    {}, {"m": "x"}, {"m": [1, 2]}, {"m": [["NOPE", {}]]}, {"m": [["DONE", []]]},
+    {"m": [["BATCH", {"m": []}]]}, {"m": [["DONE"]]},
+])
+def test_unbatch_skips_malformed_entries(payload):
+    assert unbatch(payload) == []
+
+
+def test_unbatch_keeps_good_entries_among_bad():
+    assert unbatch({"m": [["DONE", {"id": "a"}], 7, ["CLAIM", {"id": "b"}]]}) == [
+        (Verb.DONE, {"id": "a"}), (Verb.CLAIM, {"id": "b"})]
+
+
+def _start_module():
+    path = REPO / "scripts" / "start.py"
+    spec = importlib.util.spec_from_file_location("start_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_start_script_maps_the_original_environment():
+    start = _start_module()
+    assert start.argv_from_env({}) == ["serve", "--http", "127.0.0.1:8088",
+                                       "--cluster", "tcp://127.0.0.1:6000"]
+    argv = start.argv_from_env({"INTERFACE": "10.1.2.3", "LEADER": "10.1.2.4:6000",
+                                "REPLICAS": "3", "NODE_ID": "n7", "DATA_DIR": "/d"})
+    assert argv == ["serve", "--http", "10.1.2.3:8088", "--cluster", "tcp://10.1.2.3:6000",
+                    "--seeds", "tcp://10.1.2.4:6000", "--replication", "3", "--node", "n7",
+                    "--data-dir", "/d"]
+    gevent.sleep(0)
+
+
+def test_batches_are_bounded_in_bytes_and_big_messages_travel_alone():
+    import ujson
+
+    from miyamoto.wire.outbox import MAX_BATCH_BYTES
+    from miyamoto.wire.verbs import decode
+
+    send = FakeSend()
+    box = Outbox(send)
+    big = "x" * (MAX_BATCH_BYTES + 10)
+    box.put("b", "tcp://b", Verb.STORE, {"body": big})
+    for i in range(8):
+        box.put("b", "tcp://b", Verb.STORE, {"i": i, "body": "y" * 300_000})
+    _turn()
+    got = []
+    for _, _, verb, data in send.sent:
+        assert isinstance(data, bytes)
+        v, payload = decode([verb.value.encode(), data])
+        if v == Verb.BATCH:
+            assert len(data) <= MAX_BATCH_BYTES + 64
+            got += [p.get("i") for _, p in unbatch(payload)]
+        else:
+            assert ujson.loads(data)["body"] == big
+    assert got == list(range(8))
