@@ -4,6 +4,7 @@
 (``miyamoto.definitions.sync``) feeds it the membership view (``view``), peers' messages
 (``step``), client writes (``write``) and time (``tick``), and carries out the effects
 it returns: ``Persist`` (write the whole set to disk before anything else), ``Send``
+(the one every machine returns, ``miyamoto.wire.messages``)
 and ``Finished`` (a write's outcome, for the HTTP answer). ``tests/sim/definitions_sim.py``
 drives it with loss, delay, crashes and leader changes.
 
@@ -76,18 +77,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from miyamoto.definitions.messages import DefsAck, DefsDigest, DefsPut, Entry
+from miyamoto.wire.messages import Send
 
-__all__ = ["Definitions", "Entry", "Finished", "Full", "NotLeader", "Persist", "Send", "CHUNK",
+__all__ = ["Definitions", "Entry", "Finished", "Full", "NotLeader", "Persist", "CHUNK",
            "MAX_ENTRIES"]
 
 CHUNK = 16           # entries per DEFS_PUT of a whole set (keeps a frame well under 7 MiB)
 MAX_ENTRIES = 10000  # definitions and tombstones a cluster holds
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    to: str
-    msg: Any
 
 
 @dataclass(frozen=True, slots=True)

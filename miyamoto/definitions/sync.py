@@ -24,7 +24,8 @@ import gevent.pool
 import ujson
 
 from miyamoto.definitions import messages as m
-from miyamoto.definitions.machine import Definitions, Finished, Full, NotLeader, Persist, Send
+from miyamoto.definitions.machine import Definitions, Finished, Full, NotLeader, Persist
+from miyamoto.wire.messages import Send
 from miyamoto.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -114,14 +115,17 @@ class DefSync:
 
     def carry_out(self, effects: list[Any]) -> None:
         for e in effects:
-            if isinstance(e, Persist):
-                self._persist()
-            elif isinstance(e, Send):
-                self._send(e.to, e.msg)
-            elif isinstance(e, Finished):
-                waiter = self._writes.pop(e.wid, None)
-                if waiter is not None:
-                    waiter.set((e.ok, e.error))
+            match e:
+                case Persist():
+                    self._persist()
+                case Send(to=to, msg=msg):
+                    self._send(to, msg)
+                case Finished(wid=wid, ok=ok, error=error):
+                    waiter = self._writes.pop(wid, None)
+                    if waiter is not None:
+                        waiter.set((ok, error))
+                case _:
+                    raise TypeError(f"definitions: no way to carry out {e!r}")
 
     def _persist(self) -> None:
         if self.path is None:

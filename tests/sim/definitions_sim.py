@@ -36,7 +36,8 @@ from typing import Any
 from miyamoto.wire import messages as m
 from miyamoto.definitions import messages as dm
 from miyamoto.wire import verbs as protocol
-from miyamoto.definitions.machine import Definitions, Finished, Persist, Send
+from miyamoto.definitions.machine import Definitions, Finished, Persist
+from miyamoto.wire.messages import Send
 
 
 CURSOR_EVERY = 0.25

@@ -15,7 +15,8 @@ from helpers import NodeProcess, wait_converged, wait_until
 from miyamoto.wire import messages as m
 from miyamoto.definitions import messages as dm
 from miyamoto.wire import verbs as protocol
-from miyamoto.definitions.machine import CHUNK, Definitions, Finished, NotLeader, Persist, Send
+from miyamoto.definitions.machine import CHUNK, Definitions, Finished, NotLeader, Persist
+from miyamoto.wire.messages import Send
 from miyamoto.wire.verbs import DecodeError, Verb
 
 
