@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from miyamoto.config import values as value
-from miyamoto.http.auth import parse_tokens
 
 
 class ConfigError(ValueError):
@@ -60,7 +59,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("curve_secret", value.z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
     Setting("insecure_cluster", value.boolean, False,
             "allow a cluster without CurveZMQ keys (plain TCP: anyone who reaches the port is a peer)"),
-    Setting("api_tokens", parse_tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
+    Setting("api_tokens", value.parse_tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
             flag=False, secret=True),
     Setting("insecure_http", value.boolean, False, "allow an HTTP address beyond loopback without api_tokens"),
     Setting("target_allow", value.cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),

@@ -129,3 +129,24 @@ def cidrs(v: str) -> tuple[str, ...]:
             except ValueError:
                 raise ValueError(f"{part!r} is not an address or CIDR block") from None
     return tuple(out)
+
+
+# the API tokens' scopes, widest first (``miyamoto.http.auth`` says what each may do)
+TOKEN_SCOPES = ("admin", "enqueue", "read")
+
+
+def parse_tokens(v: str) -> tuple[tuple[str, str], ...]:
+    """The ``api_tokens`` option, ``SCOPE:TOKEN,...``; a token is 16-512 printable characters without spaces or commas.
+    The error never quotes a token."""
+    out = []
+    for i, part in enumerate(p.strip() for p in str(v).split(",")):
+        if not part:
+            continue
+        scope, sep, token = part.partition(":")
+        if not sep or scope not in TOKEN_SCOPES:
+            raise ValueError(f"entry {i + 1} must be SCOPE:TOKEN with SCOPE one of "
+                             + ", ".join(TOKEN_SCOPES))
+        if not 16 <= len(token) <= 512 or not token.isprintable() or " " in token:
+            raise ValueError(f"entry {i + 1}: a token is 16-512 printable characters, no spaces")
+        out.append((scope, token))
+    return tuple(out)

@@ -304,8 +304,6 @@ class Api:
         return 200, Raw(self.service.metrics_body(), CONTENT_TYPE_LATEST)
 
     def openapi(self, environ: dict) -> tuple[int, Any]:
-        from miyamoto.http.openapi import SPEC
-
         return 200, SPEC
 
     def dashboard(self, environ: dict) -> tuple[int, Any]:

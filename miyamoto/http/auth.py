@@ -18,8 +18,10 @@ import hashlib
 import hmac
 from typing import Iterable
 
+from miyamoto.config.values import TOKEN_SCOPES
+
 OPEN = "open"
-ADMIN, ENQUEUE, READ = "admin", "enqueue", "read"
+ADMIN, ENQUEUE, READ = TOKEN_SCOPES  # widest first
 TASK = "task"  # GET /tasks/<id>: read, and the enqueuer reading what it was answered
 
 # what each scope may do, by the route's need
@@ -71,26 +73,6 @@ class Tokens:
         if need not in _GRANTS[scope]:
             raise Denied(403, f"this token's scope ({scope}) does not allow this route "
                               f"(it needs {_WHO[need]})")
-
-
-SCOPES = (ADMIN, ENQUEUE, READ)
-
-
-def parse_tokens(v: str) -> tuple[tuple[str, str], ...]:
-    """The ``api_tokens`` option, ``SCOPE:TOKEN,...``; a token is 16-512 printable characters without spaces or commas.
-    The error never quotes a token."""
-    out = []
-    for i, part in enumerate(p.strip() for p in str(v).split(",")):
-        if not part:
-            continue
-        scope, sep, token = part.partition(":")
-        if not sep or scope not in SCOPES:
-            raise ValueError(f"entry {i + 1} must be SCOPE:TOKEN with SCOPE one of "
-                             + ", ".join(SCOPES))
-        if not 16 <= len(token) <= 512 or not token.isprintable() or " " in token:
-            raise ValueError(f"entry {i + 1}: a token is 16-512 printable characters, no spaces")
-        out.append((scope, token))
-    return tuple(out)
 
 
 def _digest(token: str) -> bytes:
