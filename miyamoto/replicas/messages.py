@@ -238,6 +238,11 @@ class Answer:
                    _round(d))
 
 
+# a sibling's news about one task (every message ``Siblings`` reads but HANDOFF, which
+# names many); SIBLING_NEWS is the same set, for isinstance
+SiblingNews = Claim | Retry | Done | Failed | Cancel | Replicas | Ask | Answer
+SIBLING_NEWS = (Claim, Retry, Done, Failed, Cancel, Replicas, Ask, Answer)
+
 # ------------------------------------------------------------ requests (miyamoto.cluster.requests)
 @message(Verb.STORE)
 @dataclass(frozen=True, slots=True)
