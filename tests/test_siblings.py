@@ -150,7 +150,7 @@ def test_answers_go_clear_the_copy_to_fire_now():
         (True, [Send(r, m.Claim("t1", 0, 90.0)) for r in ("b", "c")])
 
 
-def test_a_sibling_that_ended_the_task_stands_the_late_copy_down():
+def test_a_sibling_that_ended_the_task_stands_the_asking_copy_down():
     s = machine()
     fire(s, task(), 110.0, 30.0)
     effects = recv(s, "b", ans(s, m.ENDED, state="succeeded", attempts=1), None, 110.1)
@@ -303,7 +303,7 @@ def test_answering_go_holds_our_copy_off_like_a_claim():
     assert answer.verdict == m.CLAIMED and answer.lease == pytest.approx(T.ask_lease - 0.5)
 
 
-def test_two_late_copies_asking_each_other_the_lower_replica_goes_first():
+def test_two_copies_asking_each_other_the_lower_replica_goes_first():
     a, b = machine(me="a"), machine(me="b")
     fire(a, task(replica=0), 110.0, 30.0)
     fire(b, task(replica=1), 110.0, 30.0)
@@ -828,7 +828,7 @@ def test_news_ends_a_clearance_given_to_another_replica_set():
     moved = task(replicas=("a", "b", "d"))
     assert recv(s, "b", m.Replicas("t1", ("a", "b", "d")), task(), 110.3) == \
         [fx.SetReplicas("t1", ("a", "b", "d"))]
-    go, effects = fire(s, moved, 110.5)  # late: d never answered it
+    go, effects = fire(s, moved, 110.5)  # it asks again: d never answered it
     assert not go and set(sends(effects, m.Ask)) == {"b", "d"}
 
 
@@ -870,7 +870,7 @@ def test_done_failed_and_cancel_end_the_copy_and_its_ask():
                         (m.Failed("t1", 3), fx.Update("t1", state=State.FAILED, attempts=3)),
                         (m.Cancel("t1"), fx.CancelCopy("t1", False))]:
         s = machine()
-        fire(s, task(), 110.0, 30.0)  # late: it asks
+        fire(s, task(), 110.0, 30.0)  # it asks (every copy does)
         assert recv(s, "b", msg, task(), 110.1) == [effect]
         assert tick(s, 110.0 + T.ask_timeout, True) == []  # no ask left to send again
         assert "t1" not in s.must_ask
@@ -953,6 +953,11 @@ def test_news_the_machine_does_not_act_on_changes_nothing():
     assert recv(machine(), "b", Other("t1"), task(), 100.0) == []
 
 
+def test_the_door_refuses_what_is_not_an_event():
+    with pytest.raises(TypeError):
+        machine().step(m.Done("t1", 1), 100.0)  # a message goes in a Received event
+
+
 def test_a_claim_after_the_go_answers_ends_the_clearance():
     s = Siblings("a", dataclasses.replace(T, offset=0.0), ("a", "b", "c"))
     tick(s, 100.0, True)
@@ -961,7 +966,7 @@ def test_a_claim_after_the_go_answers_ends_the_clearance():
     recv(s, "c", ans(s, m.GO), None, 110.2)  # cleared until 112.7
     (update,) = recv(s, "c", m.Claim("t1", 2, 0.2), task(fire_at=110.2), 110.3)
     assert update.at == pytest.approx(110.5)
-    go, effects = fire(s, task(fire_at=110.5), 111.8)  # late (a loaded node): it asks again
+    go, effects = fire(s, task(fire_at=110.5), 111.8)  # a loaded node, past its clearance: it asks again
     assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
 
 
@@ -1053,7 +1058,7 @@ def test_a_task_that_ended_and_is_rerun_holds_no_claim_from_before():
     s = machine(me="a")
     recv(s, "b", m.Claim("t1", 1, 90.0), task(), 100.0)  # b delivers ...
     recv(s, "b", m.Failed("t1", 25), task(), 101.0)  # ... and uses the last attempt
-    # the task is rerun: c's copy, late, asks ours (scheduled again) before it fires
+    # the task is rerun: c's copy asks ours (scheduled again) before it fires
     answer = sends(recv(s, "c", m.Ask("t1", 2), task(), 120.0), m.Answer)["c"]
     assert answer.verdict == m.GO  # not "claimed" by b's finished attempt
 
@@ -1062,7 +1067,7 @@ def test_answering_go_ends_our_clearance():
     # a loop that ticks seldom (a long stall_gap): no tick drops the clearance in time
     s = Siblings("a", dataclasses.replace(T, stall_gap=20.0), ("a", "b", "c"))
     tick(s, 109.9, True)
-    due(s, task(), 110.0, 30.0)  # late: it asks
+    due(s, task(), 110.0, 30.0)  # it asks (every copy does)
     recv(s, "b", ans(s, m.GO), None, 110.1)
     recv(s, "c", ans(s, m.GO), None, 110.2)  # cleared until 112.7
     (answer,) = recv(s, "b", m.Ask("t1", 1), task(fire_at=110.2), 110.3)  # b asks: go, b

@@ -159,8 +159,8 @@ class Replicas:
 @message(Verb.ASK)
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """A copy about to deliver asks its siblings first: is the task still to be
-    delivered, and by me? (``miyamoto.replicas.asking``)"""
+    """A copy about to deliver asks its siblings first (every delivery does): is the
+    task still to be delivered, and by me? (``miyamoto.replicas.siblings``)"""
     id: str
     replica: int
     probe: bool = False  # only tell me if it ended or moved; I am not about to deliver

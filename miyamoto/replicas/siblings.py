@@ -401,12 +401,11 @@ class Siblings:
             return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
         return []
 
-    def _handoff(self, msg: m.Handoff, now: float, sender: str | None) -> list[Effect]:
+    def _handoff(self, msg: m.Handoff, now: float, sender: str) -> list[Effect]:
         """A sibling stopping gracefully hands us its due copies: fire ours then (its
         claims on them, if any, go with it)."""
         for task_id, _ in msg.tasks:
-            if sender is not None and task_id in self.claims and \
-                    self.claims[task_id].claimer == sender:
+            if task_id in self.claims and self.claims[task_id].claimer == sender:
                 del self.claims[task_id]
         return [Update(task_id, at=now + delay, how=Move.EARLIER) for task_id, delay in msg.tasks]
 
