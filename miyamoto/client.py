@@ -12,11 +12,13 @@ name is ``DuplicateTask`` carrying the original ``.id``, a rejected field is
 ``Unavailable``.
 
 Retries: a 503 (too few replicas answered, or the node is stopping) or a refused
-connection is retried only for an enqueue whose every task is *named* (a ``name``,
-or ``dedupe="content"``, which the server turns into one). The server
-de-duplicates names, so sending a named task twice stores it once; an unnamed task
-sent again after an answer was lost could be stored twice, so that is left to the
-caller. Attempts are bounded (``retries``), spaced by exponential backoff with full
+connection is retried only for a call that is safe to send twice. That is an enqueue
+whose every task is *named* (a ``name``, or ``dedupe="content"``, which the server
+turns into one): the server de-duplicates names, so a named task sent twice is stored
+once, while an unnamed task sent again after an answer was lost could be stored twice,
+so that is left to the caller. It is also every schedule and topic write: a put
+replaces and a delete of what is gone is NotFound (a leader change answers 503 for a
+moment). Attempts are bounded (``retries``), spaced by exponential backoff with full
 jitter (AWS's "Exponential Backoff and Jitter": no herd of clients retrying in step),
 and all of them together fit in ``timeout``.
 """
@@ -26,13 +28,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
 import requests
 
 from miyamoto.version import __version__
-from miyamoto.defsclient import DefinitionsClient
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def error_for(status: int, body: Mapping[str, Any]) -> MiyamotoError:
     return cls(message, status, body)
 
 
-class Client(DefinitionsClient):
+class Client:
     """One node's API. ``base_url`` is e.g. ``http://127.0.0.1:8088``; ``token`` an API
     bearer token (see the server's ``api_tokens``); ``timeout`` bounds each call,
     retries included; ``retries`` is the most attempts a named enqueue makes."""
@@ -220,6 +221,62 @@ class Client(DefinitionsClient):
     def delete_failed(self, queue: str) -> dict[str, Any]:
         """Delete every failed task of a queue (``count``, ``more`` as retry_failed)."""
         return self._call("POST", f"/queues/{_seg(queue)}/failed/delete")
+
+    # ------------------------------------------------------------ schedules
+    def schedule(self, name: str, task: Mapping[str, Any], *, cron: str | None = None,
+                 every: int | None = None, timezone: str | None = None,
+                 catch_up: str | None = None, paused: bool | None = None) -> dict[str, Any]:
+        """Create or replace a recurring schedule: ``task`` holds enqueue fields (``url``,
+        ``params``, ``queue``...); give ``cron`` ("0 3 * * *") or ``every`` (seconds).
+        Returns the schedule with its next fire times; InvalidTask names a bad field."""
+        body: dict[str, Any] = {"name": name, "task": dict(task)}
+        for key, value in (("cron", cron), ("every", every), ("timezone", timezone),
+                           ("catch_up", catch_up), ("paused", paused)):
+            if value is not None:
+                body[key] = value
+        return self._call("POST", "/schedules", json=body, retry=True)
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule with its next fire times and last task ids."""
+        return list(self._call("GET", "/schedules").get("schedules", []))
+
+    def get_schedule(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/schedules/{_seg(name)}")
+
+    def unschedule(self, name: str) -> dict[str, Any]:
+        """Delete a schedule (NotFound if there is none)."""
+        return self._call("DELETE", f"/schedules/{_seg(name)}", retry=True)
+
+    def pause_schedule(self, name: str) -> dict[str, Any]:
+        return self._call("POST", f"/schedules/{_seg(name)}/pause", retry=True)
+
+    def resume_schedule(self, name: str) -> dict[str, Any]:
+        return self._call("POST", f"/schedules/{_seg(name)}/resume", retry=True)
+
+    # ------------------------------------------------------------ topics
+    def put_topic(self, name: str, urls: Sequence[str]) -> dict[str, Any]:
+        """Create or replace a fan-out topic: enqueueing with it makes one task per URL."""
+        return self._call("PUT", f"/topics/{_seg(name)}", json={"urls": list(urls)},
+                          retry=True)
+
+    def topics(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/topics").get("topics", []))
+
+    def topic(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/topics/{_seg(name)}")
+
+    def delete_topic(self, name: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/topics/{_seg(name)}", retry=True)
+
+    def publish(self, topic: str, params: Mapping[str, Any] | None = None,
+                **fields: Any) -> dict[str, Any]:
+        """Enqueue one task per URL of ``topic``: ``{"status", "ids", "tasks": [{"url",
+        "id"}...]}``. ``fields`` as ``enqueue`` takes them (a ``name`` is suffixed per URL)."""
+        body: dict[str, Any] = {"topic": topic}
+        if params:
+            body["params"] = dict(params)
+        body.update({k: v for k, v in fields.items() if v is not None})
+        return self._call("POST", "/queue", json=body, retry=body.get("name") is not None)
 
     # ------------------------------------------------------------ operations
     def cluster(self) -> dict[str, Any]:

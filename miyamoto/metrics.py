@@ -17,14 +17,17 @@ them. Two kinds of series, both cheap on the per-task path:
 Labels are bounded sets: ``queue`` (at most ``MAX_QUEUES`` of them, the rest are counted
 as ``OTHER``), ``verb`` (``protocol.Verb``, plus ``invalid`` for what did not decode),
 ``direction``, ``state``, ``outcome``, ``status_class`` (``2xx``...``5xx``, ``error``
-for no response), ``role`` and ``peer`` (the roster). Never a task id or a URL.
+for no response), ``role`` and ``peer`` (the roster), ``origin`` (at most
+``MAX_TARGET_LABELS`` target origins, each ``scheme://host:port``: never a path or a
+query, and a URL carries no credentials, ``validate`` refuses them). Never a task id or
+a URL.
 """
 
 from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Mapping, Protocol, Sized
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, \
                               generate_latest
@@ -32,15 +35,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
                                    Metric
 from prometheus_client.registry import Collector
 
-from miyamoto.delivery.breakermetrics import breaker_metrics
+from miyamoto.config.settings import Config
+from miyamoto.delivery.breaker import Breakers, BreakerState
+from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.store.journal import Journal
 from miyamoto.version import __version__
-
-if TYPE_CHECKING:
-    from miyamoto.node import Node
+from miyamoto.wire.transport import Transport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONTENT_TYPE_LATEST", "Histogram", "Metrics", "NodeCollector", "status_class"]
+__all__ = ["CONTENT_TYPE_LATEST", "Histogram", "Metrics", "NodeCollector", "Scraped",
+           "status_class"]
 
 # Enqueue (or due time) to first attempt: a local delivery takes ms, a copy that stands
 # in for a lost sibling is replica_offset (5 s) late, a backlog behind a rate limit more.
@@ -53,6 +58,7 @@ DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 COMMIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                   0.25, 0.5, 1.0, 2.5)
 MAX_QUEUES = 200  # queues are made on first use: bound the label set anyway
+MAX_TARGET_LABELS = 100  # target origins with a breaker series: not closed first, then recent
 OTHER = "_other"
 ROLES = ("joining", "follower", "candidate", "leader", "left")
 LIVE_STATES = ("scheduled", "running")
@@ -87,6 +93,53 @@ class Histogram:
             running += n
             out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
         return out
+
+
+class TaskCounts(Protocol):
+    """The engine's counters (``engine.Stats``)."""
+    stored: int
+    succeeded: int
+    failed: int
+    retried: int
+    cancelled: int
+    attempts: int
+
+
+class EngineView(Protocol):
+    """What the scrape reads of the engine (``miyamoto.engine.engine.Engine``), which
+    reports into ``Metrics`` and so cannot be imported here."""
+
+    @property
+    def stats(self) -> TaskCounts: ...
+    @property
+    def live(self) -> Sized: ...  # the live copies held in memory
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+    def live_depth(self) -> Mapping[tuple[str, str], int]: ...  # (queue, state) ->
+
+
+class ClusterView(Protocol):
+    """What the scrape reads of the cluster layer (``miyamoto.cluster.layer.Cluster``)."""
+    leader_changes: int
+    strangers: int
+    transport: Transport
+
+    def info(self) -> dict[str, Any]: ...
+
+
+class Scraped(Protocol):
+    """What the scrape reads of a node; ``miyamoto.node.Node`` is one."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def engine(self) -> EngineView: ...
+    @property
+    def cluster(self) -> ClusterView: ...
 
 
 class Metrics:
@@ -132,7 +185,7 @@ class Metrics:
     def journal_commit(self, seconds: float) -> None:
         self.commit.observe(seconds)
 
-    def watch(self, node: Node) -> None:
+    def watch(self, node: Scraped) -> None:
         """Collect the node's own counters at scrape time, and the process's (CPU, RSS,
         open files: prometheus_client's ProcessCollector)."""
         self.registry.register(NodeCollector(node, self))
@@ -157,11 +210,34 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def _breakers(breakers: Breakers) -> Iterator[Metric]:
+    """The target origins' circuit breakers: the open and half-open ones first, then the
+    most recently attempted, at most ``MAX_TARGET_LABELS`` of them."""
+    items = list(reversed(breakers.items()))  # most recent first
+    items.sort(key=lambda kv: kv[1].state is BreakerState.CLOSED)  # stable: not closed first
+    fam = GaugeMetricFamily("miyamoto_target_breaker_state", "1 for a target origin's "
+                            "circuit breaker state (the origins attempted recently, not "
+                            f"closed first, at most {MAX_TARGET_LABELS})",
+                            labels=["origin", "state"])
+    for origin, b in items[:MAX_TARGET_LABELS]:
+        for state in BreakerState:
+            fam.add_metric([origin, state.value], int(b.state is state))
+    yield fam
+    counts = GaugeMetricFamily("miyamoto_target_breakers", "target origins known to this "
+                               "node by breaker state", labels=["state"])
+    for state in BreakerState:
+        counts.add_metric([state.value], sum(1 for _, b in items if b.state is state))
+    yield counts
+    yield CounterMetricFamily("miyamoto_target_breaker_opens", "times a target's circuit "
+                              "breaker opened (or reopened after a failed probe)",
+                              value=breakers.opens)
+
+
 class NodeCollector(Collector):
     """Reads a node's parts at scrape time (a scrape every 15 s costs one pass over the
     live copies, for the per-queue depths, and no SQL)."""
 
-    def __init__(self, node: Node, metrics: Metrics):
+    def __init__(self, node: Scraped, metrics: Metrics):
         self.node = node
         self.metrics = metrics
 
@@ -170,7 +246,7 @@ class NodeCollector(Collector):
         yield from self._queues()
         yield from self._journal()
         yield from self._cluster()
-        yield from breaker_metrics(self.node.engine.dispatcher)  # per target origin, bounded
+        yield from _breakers(self.node.engine.dispatcher.breakers)  # per origin, bounded
         info = GaugeMetricFamily("miyamoto_info", "this node's version and id",
                                  labels=["version", "node"])
         info.add_metric([__version__, self.node.node_id], 1)
@@ -258,28 +334,27 @@ class NodeCollector(Collector):
             role.add_metric([name], int(name == current))
         yield role
         yield _counter("miyamoto_cluster_leader_changes", "times this node saw a new leader",
-                       getattr(cluster, "leader_changes", 0))
+                       cluster.leader_changes)
         offsets = GaugeMetricFamily("miyamoto_peer_clock_offset_seconds",
                                     "a member's wall clock minus ours", labels=["peer"])
         for mem in members:
             if mem["id"] != self.node.node_id and mem.get("clock_offset") is not None:
                 offsets.add_metric([str(mem["id"])], mem["clock_offset"])
         yield offsets
-        yield from self._transport(getattr(cluster, "transport", None),
-                                   getattr(cluster, "strangers", 0))
+        yield from self._transport(cluster.transport, cluster.strangers)
 
     @staticmethod
-    def _transport(transport: Any, strangers: int) -> Iterator[Metric]:
-        stats = getattr(transport, "stats", None)
+    def _transport(transport: Transport, strangers: int) -> Iterator[Metric]:
+        stats = transport.stats
         fam = CounterMetricFamily("miyamoto_cluster_messages", "cluster messages by verb and "
                                   "direction (dropped: not sent, or received and malformed)",
                                   labels=["verb", "direction"])
-        for (verb, direction), n in sorted(getattr(stats, "messages", {}).items()):
+        for (verb, direction), n in sorted(stats.messages.items()):
             fam.add_metric([verb, direction], n)
         yield fam
         yield _counter("miyamoto_cluster_handler_errors", "received messages whose handling "
-                       "raised", getattr(stats, "handler_errors", 0))
+                       "raised", stats.handler_errors)
         yield _counter("miyamoto_cluster_zap_denied", "peers refused by the CURVE key check",
-                       getattr(stats, "zap_denied", 0))
+                       stats.zap_denied)
         yield _counter("miyamoto_cluster_strangers", "messages dropped: the sender is not a "
                        "member", strangers)

@@ -1,14 +1,18 @@
-"""One Miyamoto node: the engine, the HTTP server and (when it has peers) the cluster.
+"""One Miyamoto node: it builds its parts, hands each what it needs, and owns their
+lifecycles.
 
-``Node`` is the service the API calls. Where a cluster is attached it routes
-enqueues through replication and asks peers for what it does not hold; alone it
-serves everything from its own engine. It owns every long-lived greenlet through its
-parts, and ``stop()`` takes them down in order: refuse new work, drain deliveries,
-close the journal.
+``Node`` builds the journal, the delivery client and its target guard, the engine (by a
+recipe the cluster layer completes with its hooks: the two call each other), the
+cluster layer, the schedules' ticker and the HTTP front, and is the service the API
+calls (``http.api.ApiService``) and the view /metrics reads (``metrics.Scraped``).
+Enqueues go through the cluster's replication and reads ask peers for what this node
+does not hold; alone it is a cluster of one. ``stop()`` takes the parts down in order:
+refuse new work, drain deliveries, close the journal.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import socket
@@ -17,11 +21,15 @@ from typing import Any, Callable
 
 import gevent
 import gevent.event
+import gevent.pool
 
 from miyamoto.cluster.layer import Cluster
 from miyamoto.cluster.queries import TOTAL_PREFIX
 from miyamoto.config.settings import Config
 from miyamoto.definitions.schedules import Ticker
+from miyamoto.delivery.httpclient import HTTPClient
+from miyamoto.delivery.targets import TargetGuard
+from miyamoto.engine.engine import Engine
 from miyamoto.errors import Unavailable
 from miyamoto.http.api import Api
 from miyamoto.http.auth import Tokens
@@ -35,30 +43,40 @@ from miyamoto.tasks.validate import Limits
 
 log = logging.getLogger(__name__)
 
+CLIENT_CONCURRENCY_MAX = 256  # the delivery client's bound, as the engine builds its own
+
 
 class Node:
     def __init__(self, config: Config, clock: Callable[[], float] = time.time):
         self.config = config
         self.clock = clock
         self.node_id = config.node
+        self.server: HTTPServer | None = None  # built by start(): it may bind a socket
+        self.draining = False
+        self._stopped = gevent.event.Event()
+        self._group = gevent.pool.Group()  # the ticker's greenlet
         self.metrics = Metrics()  # its own registry: several nodes may share a process
         self.journal = Journal(config.data_dir, on_commit=self.metrics.journal_commit)
-        self.cluster = Cluster(config, self.journal, clock=clock, monotonic=time.monotonic,
-                               rng=random.Random(), metrics=self.metrics)
+        # the delivery client refuses, at connect, this node's and the members' endpoints;
+        # the API checks enqueued URLs against the same guard
+        self.targets = TargetGuard.from_config(config, endpoints=self._own_endpoints)
+        client = HTTPClient(concurrency=min(config.concurrency, CLIENT_CONCURRENCY_MAX),
+                            guard=self.targets)
+        rng = random.Random()
+        self.cluster = Cluster(
+            config, self.journal,
+            functools.partial(Engine, config, self.journal, client, clock=clock, rng=rng,
+                              metrics=self.metrics),
+            clock=clock, monotonic=time.monotonic, rng=rng)
         self.engine = self.cluster.engine
-        self.targets = self.engine.targets  # the cluster adds the members' endpoints
-        self.targets.set_endpoints(self._own_endpoints)
+        self.definitions = self.cluster.defs  # schedules and topics, cluster-wide
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
-        self.definitions = self.cluster.defs  # schedules and topics, cluster-wide
         self.ticker = Ticker(self.definitions, self.cluster.enqueue, self.cluster.in_contact,
                              limits, clock)
         self.metrics.watch(self)
-        self.server: HTTPServer | None = None
-        self.draining = False
-        self._stopped = gevent.event.Event()
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -67,7 +85,7 @@ class Node:
         self.definitions.load()  # before any peer can ask for it
         self.cluster.start()
         self.definitions.start()
-        self.cluster.group.spawn(self.ticker.run)  # fires schedules while this node leads
+        self._group.spawn(self.ticker.run)  # fires schedules while this node leads
         c = self.config
         address: Any = (c.http_host, c.http_port)
         if c.reuse_port:  # several processes of this host share the port
@@ -112,6 +130,7 @@ class Node:
         log.info("node %s stopping", self.node_id)
         self.cluster.leave()
         self.engine.stop(self.config.shutdown_timeout)
+        self._group.kill()
         self.cluster.stop()
         if self.server is not None:
             self.server.stop(timeout=1)

@@ -214,9 +214,19 @@ class StubRequests:
         return self.answers.get(op, {})
 
 
+class StubPeers:
+    """The cluster layer as the queries see it: two other members."""
+
+    def others(self) -> list[str]:
+        return ["b", "c"]
+
+    def replay(self, task_id: str) -> None:
+        pass
+
+
 def queries(answers: dict[str, Any]) -> Queries:
-    return Queries("a", StubEngine(), StubRequests(answers), others=lambda: ["b", "c"],  # type: ignore[arg-type]
-                   timeout=1.0, offset=1.0, clock=lambda: 1000.0, replay=lambda _: None)
+    return Queries("a", StubEngine(), StubRequests(answers), StubPeers(),  # type: ignore[arg-type]
+                   timeout=1.0, offset=1.0, clock=lambda: 1000.0)
 
 
 def test_find_name_asks_the_peers_only_when_this_node_does_not_hold_it() -> None:

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterator
 
+from tqdm import tqdm
+
 from miyamoto.client import Client, InvalidTask
 
 MAX_CHUNK_BYTES = 512 * 1024
@@ -126,6 +128,4 @@ def _locate(e: InvalidTask, chunk: list[Line]) -> str:
 
 
 def _bar(total: int) -> Any:
-    from tqdm import tqdm
-
     return tqdm(total=total, unit="task", file=sys.stderr, dynamic_ncols=True)

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any, Callable
 
+from miyamoto.cli.tables import failed_lines, status_lines, task_lines
+
 DEFAULT_SERVER = "http://127.0.0.1:8088"
 BATCH_SIZE = 200
 
@@ -73,8 +75,8 @@ def add_commands(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="the raw answers, not tables")
     status.set_defaults(func=_command(_status))
 
-    from miyamoto.cli.defscommands import add_def_commands  # schedules and topics
-    add_def_commands(sub, common, _command)
+    _schedule_commands(sub, common)
+    _topic_commands(sub, common)
 
 
 def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -94,6 +96,57 @@ def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     for p, fn in ((ls, _failed_list), (retry, _failed_bulk), (delete, _failed_bulk)):
         p.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
         p.set_defaults(func=_command(fn))
+
+
+def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto schedules`` and ``schedule add|show|delete|pause|resume``."""
+    p = sub.add_parser("schedules", parents=[common], help="list the recurring schedules")
+    p.set_defaults(func=_command(lambda c, a: _show(c.schedules())))
+
+    sched = sub.add_parser("schedule", help="add, show, delete, pause or resume a schedule")
+    ops = sched.add_subparsers(dest="op", required=True, metavar="OP")
+    add = ops.add_parser("add", parents=[common], help="create or replace a schedule")
+    add.add_argument("name")
+    add.add_argument("url", help="target URL of each tick's task")
+    add.add_argument("params", nargs="*", help="key=value params")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help='cron expression, e.g. "0 3 * * *"')
+    when.add_argument("--every", type=int, metavar="SECONDS", help="a tick every N seconds")
+    add.add_argument("--timezone", help="IANA zone of the cron expression (default UTC)")
+    add.add_argument("--catch-up", choices=("last", "none"),
+                     help="ticks missed without a leader: the newest fires, or none")
+    add.add_argument("--queue", help="queue of the tasks")
+    add.add_argument("--method", help="HTTP method of the tasks")
+    add.add_argument("--task-json", metavar="JSON", help="more enqueue fields, as JSON")
+    add.set_defaults(func=_command(_schedule_add))
+    for op, fn in (("show", "get_schedule"), ("delete", "unschedule"),
+                   ("pause", "pause_schedule"), ("resume", "resume_schedule")):
+        q = ops.add_parser(op, parents=[common], help=f"{op} a schedule")
+        q.add_argument("name")
+        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name))))
+
+
+def _topic_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto topics`` and ``topic put|show|delete|publish``."""
+    p = sub.add_parser("topics", parents=[common], help="list the fan-out topics")
+    p.set_defaults(func=_command(lambda c, a: _show(c.topics())))
+    topic = sub.add_parser("topic", help="put, show, delete or publish to a fan-out topic")
+    ops = topic.add_subparsers(dest="op", required=True, metavar="OP")
+    put = ops.add_parser("put", parents=[common], help="create or replace a topic")
+    put.add_argument("name")
+    put.add_argument("urls", nargs="+", help="the topic's URLs")
+    put.set_defaults(func=_command(lambda c, a: _show(c.put_topic(a.name, a.urls))))
+    for op, fn in (("show", "topic"), ("delete", "delete_topic")):
+        q = ops.add_parser(op, parents=[common], help=f"{op} a topic")
+        q.add_argument("name")
+        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name))))
+    pub = ops.add_parser("publish", parents=[common], help="enqueue one task per URL")
+    pub.add_argument("name")
+    pub.add_argument("params", nargs="*", help="key=value params")
+    pub.add_argument("--task-name", help="de-duplication name (suffixed per URL)")
+    pub.add_argument("--queue", help="queue of the tasks")
+    pub.set_defaults(func=_command(lambda c, a: _show(c.publish(
+        a.name, _params(a.params) or None, name=a.task_name, queue=a.queue))))
 
 
 def _enqueue_args(p: argparse.ArgumentParser) -> None:
@@ -131,6 +184,7 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
     """Run ``fn(client, args)``; a MiyamotoError is one stderr line and exit 1."""
 
     def run(args: argparse.Namespace) -> int:
+        # here, not at the top: requests (and ssl) load only when a client command runs
         from miyamoto.client import Client, DuplicateTask, MiyamotoError
 
         token = args.token or os.environ.get("MIYAMOTO_TOKEN") or \
@@ -157,6 +211,12 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
 
 def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _show(data: Any) -> int:
+    """Print the node's answer; the command is done (exit 0)."""
+    _print(data)
+    return 0
 
 
 # ---------------------------------------------------------------- enqueue
@@ -215,7 +275,7 @@ def _headers(items: list[str]) -> dict[str, str]:
 
 
 def _enqueue_file(client: Any, args: argparse.Namespace, fields: dict[str, Any]) -> int:
-    from miyamoto.cli import bulk
+    from miyamoto.cli import bulk  # it imports the client, so requests: load it on use
 
     if not 1 <= args.batch_size <= 1000:
         raise UsageError("--batch-size must be between 1 and 1000")
@@ -260,8 +320,6 @@ def _retry(client: Any, args: argparse.Namespace) -> int:
 
 
 def _tasks(client: Any, args: argparse.Namespace) -> int:
-    from miyamoto.cli.tables import task_lines
-
     tasks = client.tasks(args.queue, args.state, args.limit)
     if args.json:
         _print({"queue": args.queue, "state": args.state, "tasks": tasks})
@@ -276,8 +334,6 @@ def _control(client: Any, args: argparse.Namespace) -> int:
 
 
 def _failed_list(client: Any, args: argparse.Namespace) -> int:
-    from miyamoto.cli.tables import failed_lines
-
     tasks = client.tasks(args.queue, "failed", args.limit)
     if args.json:
         _print({"queue": args.queue, "state": "failed", "tasks": tasks})
@@ -307,9 +363,23 @@ def _failed_bulk(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(client: Any, args: argparse.Namespace) -> int:
-    from miyamoto.cli.tables import status_lines
+def _schedule_add(client: Any, args: argparse.Namespace) -> int:
+    """``schedule add``: the flags and ``--task-json`` make the schedule's task."""
+    try:
+        task = json.loads(args.task_json) if args.task_json else {}
+    except ValueError as e:
+        raise UsageError(f"--task-json is not JSON: {e}") from None
+    if not isinstance(task, dict):
+        raise UsageError("--task-json must be a JSON object")
+    task["url"] = args.url
+    task.update({k: v for k, v in (("params", _params(args.params) or None),
+                                   ("queue", args.queue), ("method", args.method)) if v})
+    _print(client.schedule(args.name, task, cron=args.cron, every=args.every,
+                           timezone=args.timezone, catch_up=args.catch_up))
+    return 0
 
+
+def _status(client: Any, args: argparse.Namespace) -> int:
     cluster, queues = client.cluster(), client.queues()
     if args.json:
         _print({"cluster": cluster, "queues": queues})

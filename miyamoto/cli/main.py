@@ -2,8 +2,8 @@
 
 `serve` monkey-patches gevent first thing, before the server modules are imported;
 nothing else in the package patches anything. The client commands (enqueue, status,
-task, cancel, retry, tasks, pause, resume, purge, failed) run on ``miyamoto.Client`` (requests)
-and need no gevent at all.
+task, cancel, retry, tasks, pause, resume, purge, failed, schedules, topics) run on
+``miyamoto.Client`` (requests) and need no gevent at all.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ import argparse
 import os
 import sys
 from typing import Sequence
+
+from miyamoto.cli.commands import add_commands
+from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, load
+from miyamoto.version import __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,16 +45,11 @@ def _stdout_gone() -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from miyamoto.cli.commands import add_commands
-    from miyamoto.version import __version__
-
     parser = argparse.ArgumentParser(prog="miyamoto", description="A clustered webhook task queue.")
     parser.add_argument("--version", action="version", version=f"miyamoto {__version__}")
     sub = parser.add_subparsers(dest="command")
 
     serve = sub.add_parser("serve", help="run a node")
-    from miyamoto.config.settings import add_flags
-
     add_flags(serve)
     serve.set_defaults(func=_serve)
 
@@ -63,37 +62,36 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------- serve
 def _serve(args: argparse.Namespace) -> int:
-    from gevent import monkey
+    from gevent import monkey  # gevent loads only to serve: the client commands need none
 
     monkey.patch_all()
-
+    # Everything below is imported after patch_all, so what it makes (sockets, locks,
+    # threads) is gevent's; the client commands never load any of it.
     import logging
     import signal
 
     import gevent
 
-    from miyamoto.config import settings as config_mod
-
-    flags = {k: getattr(args, k) for k in [s.name for s in config_mod.SETTINGS] + ["config"]
+    flags = {k: getattr(args, k) for k in [s.name for s in SETTINGS] + ["config"]
              if getattr(args, k, None) is not None}
     try:
-        config = config_mod.load(flags=flags)
-    except config_mod.ConfigError as e:
+        config = load(flags=flags)
+    except ConfigError as e:
         print(f"miyamoto: bad option {e}", file=sys.stderr)
         return 2
-    from miyamoto import logs
+    from miyamoto import logs  # after patch_all, as above
 
     logs.configure(config.log_level, config.log_format)
     if config.processes > 1:
-        from miyamoto.cli.processes import supervise
+        from miyamoto.cli.processes import supervise  # after patch_all, as above
 
         try:
             return supervise(config, flags)
-        except config_mod.ConfigError as e:
+        except ConfigError as e:
             print(f"miyamoto: bad option {e}", file=sys.stderr)
             return 2
-    from miyamoto.node import Node
-    from miyamoto.store.datadir import DataDirLocked
+    from miyamoto.node import Node  # after patch_all: the server modules must see gevent's
+    from miyamoto.store.datadir import DataDirLocked  # after patch_all, as above
 
     node = Node(config)
     try:
@@ -116,7 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- keygen
 def _keygen(args: argparse.Namespace) -> int:
-    import zmq
+    import zmq  # only keygen needs it: the other commands start without loading libzmq
 
     public, secret = zmq.curve_keypair()
     print("[miyamoto]")

@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any, Mapping
 
+import zmq
+
 from miyamoto.config.settings import Config, ConfigError
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,6 @@ def plan(config: Config, flags: Mapping[str, Any]) -> list[tuple[list[str], dict
     base = [a for k, v in flags.items() if k not in _SET_PER_CHILD for a in _flag(k, v)]
     env: dict[str, str] = {"MIYAMOTO_PROCESSES": "1"}
     if not config.curve_secret and not config.insecure_cluster:
-        import zmq
-
         public, secret = zmq.curve_keypair()
         env.update(MIYAMOTO_CURVE_PUBLIC=public.decode(), MIYAMOTO_CURVE_SECRET=secret.decode())
     children = []

@@ -12,7 +12,7 @@ nodes cannot both win, nor both lose.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping, Protocol
 
 import gevent
 import gevent.pool
@@ -27,37 +27,51 @@ from miyamoto.tasks.task import State, Task
 
 log = logging.getLogger(__name__)
 
-CONTACT_POLL = 0.05
+
+class Members(Protocol):
+    """What the coordinator needs of the cluster layer (``miyamoto.cluster.layer``)."""
+
+    @property
+    def zones(self) -> Mapping[str, str]:
+        """member -> zone, for placement (``replication.spread``)."""
+
+    def ring(self) -> tuple[str, ...]:
+        """The roster's member ids: where copies go, whose STORE we take."""
+
+    def send(self, member_id: str, msg: object) -> bool:
+        """Queue a message for a member; False if it has no address."""
+
+    def await_contact(self, timeout: float) -> bool:
+        """In contact with a majority now, or within ``timeout``."""
+
+    def replay(self, task_id: str) -> None:
+        """Our copy was just stored: apply the siblings' news that came before it."""
+
+    def to_local(self, peer: str, t: float) -> float:
+        """A peer's wall time on our clock."""
 
 
 class Coordinator:
     def __init__(self, config: Config, engine: Engine, requests: Requests,
-                 send: Callable[[str, Any], bool], ring: Callable[[], tuple[str, ...]],
-                 in_contact: Callable[[], bool], stored: Callable[[str], None], cursor: int,
-                 to_local: Callable[[str, float], float] = lambda peer, t: t,
-                 zones: Callable[[], Mapping[str, str]] = dict):
+                 members: Members, cursor: int):
         self.config = config
         self.me = config.node
         self.engine = engine
         self.requests = requests
-        self.send = send
-        self.ring = ring
-        self.in_contact = in_contact
-        self.on_stored = stored  # replay the siblings' news that came before the copy
-        self.cursor = cursor
-        self.to_local = to_local  # a peer's wall time on our clock (clocks.PeerClocks)
-        self.zones = zones  # member -> zone, for placement (replication.spread)
+        self.members = members
+        self.cursor = cursor  # the next unnamed task's first replica, on the ring
         self.stopping = False
 
     # ------------------------------------------------------------ enqueue
     def enqueue(self, task: Task) -> Task:
-        ring = self.ring()
+        ring = self.members.ring()
         if self.me not in ring:
             raise Unavailable("this node is not (yet) a member of the cluster")
-        if not self._await_contact():  # cut off, or back from a pause: its view may be stale
+        # cut off, or back from a pause: its view may be stale
+        if not self.members.await_contact(self.config.replication_timeout):
             raise Unavailable("this node cannot reach a majority of the cluster")
         replicas = replication.place(ring, self.config.replication, task, self.cursor,
-                                     self.zones(), first=self.me)
+                                     self.members.zones, first=self.me)
         if task.name is None:
             self.cursor += 1
         copies = replication.copies(task, replicas, self.config.replica_offset)
@@ -79,17 +93,6 @@ class Coordinator:
                     self.engine.release(c.id)
         return copies[0]
 
-    def _await_contact(self) -> bool:
-        """In contact, or back in contact within replication_timeout: a leader just
-        elected (or a follower's first heartbeat from it) is a moment away."""
-        if self.in_contact():
-            return True
-        with gevent.Timeout(self.config.replication_timeout, False):
-            while not self.in_contact():
-                gevent.sleep(CONTACT_POLL)
-            return True
-        return False
-
     def _store_all(self, task: Task, copies: list[Task], stored: list[Task],
                    hold: bool) -> None:
         if task.name is None:
@@ -109,7 +112,7 @@ class Coordinator:
             if holder == self.me:
                 self.engine.abort(c.id)
             else:
-                self.send(holder, m.Cancel(c.id, abort=True))
+                self.members.send(holder, m.Cancel(c.id, abort=True))
 
     def store(self, copies: list[Task], hold: bool = False) -> list[Task]:
         """Store copies (the local one in this greenlet, remote ones by STORE); return
@@ -128,7 +131,7 @@ class Coordinator:
                 try:
                     self.engine.add(c, wait=True, hold=hold)
                     stored.append(c)
-                    self.on_stored(c.id)
+                    self.members.replay(c.id)
                 except Duplicate as e:
                     duplicate = e.original_id
         finally:
@@ -174,14 +177,14 @@ class Coordinator:
             log.warning("cluster: dropped STORE from %r: a copy that is not this node's",
                         sender[:64])
             return None
-        if sender not in self.ring():
+        if sender not in self.members.ring():
             # a node out of the roster enqueues on a stale view (back from a pause, cut
             # off): its copies' news would not reach it, so take none of them
             return m.Stored(msg.req, task.id, False, error="not a member")
         if self.stopping:
             return m.Stored(msg.req, task.id, False, error="stopping")
         # the copy's times are on the sender's clock: fire it by ours
-        local = {k: self.to_local(sender, getattr(task, k)) for k in ("eta", "fire_at", "created")}
+        local = {k: self.members.to_local(sender, getattr(task, k)) for k in ("eta", "fire_at", "created")}
         try:
             self.engine.add(task.evolve(state=State.SCHEDULED, **local), wait=True)
         except Duplicate as e:
@@ -189,7 +192,7 @@ class Coordinator:
         except Exception as e:  # a full disk must reach the coordinator as a refusal
             log.error("cluster: could not store %s: %s", task.id, e)
             return m.Stored(msg.req, task.id, False, error=type(e).__name__)
-        self.on_stored(task.id)
+        self.members.replay(task.id)
         return m.Stored(msg.req, task.id, True)
 
     # ------------------------------------------------------------ a graceful stop
@@ -197,7 +200,7 @@ class Coordinator:
         """On a graceful stop, store elsewhere the tasks that have no live sibling copy
         (replication 1, or their siblings are gone), so they do not wait for this node
         to come back. What cannot be moved within shutdown_timeout stays in the journal."""
-        others = [mem for mem in self.ring() if mem != self.me]
+        others = [mem for mem in self.members.ring() if mem != self.me]
         if not others or not lone:
             return
         moved = 0

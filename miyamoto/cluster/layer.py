@@ -1,4 +1,4 @@
-"""The cluster layer: wires the roles together and carries out what the machines decide.
+"""The cluster layer: holds the cluster's roles and carries out what the machines decide.
 
 It owns the transport (ZeroMQ), the membership machine (``miyamoto.membership.machine``) and the
 sibling machine (``miyamoto.replicas.siblings``), both pure: it feeds them messages and time, and
@@ -6,6 +6,8 @@ carries out what they return — sends through the outbox, effects on the engine
 roles around it: ``coordinator`` stores copies (enqueue, restore, a stopping node's lone
 copies), ``queries`` answers what one node cannot alone, ``requests`` pairs requests with
 answers. A node with no peers is a cluster of one: the same code paths, all local.
+``miyamoto.node`` composes it: it hands in the journal and the recipe of the engine, and
+the roles here see the layer only through their own small Protocols.
 
 Peers are untrusted input: every message is decoded into its typed form
 (``miyamoto.wire.messages``) before anything acts on it, and one that does not fit is logged
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import gevent
+import gevent.event
 import gevent.pool
 
 from miyamoto.cluster import clockmessages as cm
@@ -32,7 +35,6 @@ from miyamoto.definitions.sync import DefSync
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.membership.machine import Member, Membership, Roster, Timing
-from miyamoto.metrics import Metrics
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
@@ -60,10 +62,19 @@ MAX_FORMER = 1024
 _SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
 
 
+class MakeEngine(Protocol):
+    """Builds the node's engine around the cluster's two seams into it. The engine and
+    the cluster call each other (the engine asks the siblings before each delivery and
+    tells them its outcome; the cluster carries the siblings' effects out on the engine),
+    so the node hands the cluster its recipe for the engine, not the engine."""
+
+    def __call__(self, *, hooks: Hooks, spawn_task: Callable[[Task], None]) -> Engine: ...
+
+
 class Cluster:
-    def __init__(self, config: Config, journal: Journal, *, clock: Callable[[], float],
-                 monotonic: Callable[[], float], rng: random.Random,
-                 metrics: Metrics | None = None):
+    def __init__(self, config: Config, journal: Journal, make_engine: MakeEngine, *,
+                 clock: Callable[[], float], monotonic: Callable[[], float],
+                 rng: random.Random):
         self.config = cfg = config
         self.me = cfg.node
         self.journal = journal
@@ -71,9 +82,9 @@ class Cluster:
         self.monotonic = monotonic  # membership's timers
         self.rng = rng
         self.group = gevent.pool.Group()
-        self.engine = Engine(cfg, journal, clock=clock, rng=rng, hooks=_Hooks(self),
-                             spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t),
-                             metrics=metrics)
+        self.engine = make_engine(
+            hooks=_Hooks(self),
+            spawn_task=lambda t: self.group.spawn(self.coordinator.store_quietly, t))
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
@@ -81,6 +92,7 @@ class Cluster:
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
         self._leader_seen: str | None = None
+        self._contact = gevent.event.Event()  # set when a check finds us in contact
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
         self.zones: dict[str, str] = {}  # member -> failure domain
@@ -90,19 +102,20 @@ class Cluster:
         self.siblings = Siblings(self.me, SiblingTiming.derive(
             cfg.replica_offset, cfg.claim_lease, cfg.replication_timeout,
             cfg.heartbeat_interval, cfg.failure_timeout))
-        self.coordinator = Coordinator(cfg, self.engine, self.requests, self.send,
-                                       self._ring, self.in_contact, self._replay,
-                                       rng.randrange(1 << 30),
-                                       lambda peer, t: self.clocks.to_local(peer, t, clock()),
-                                       lambda: self.zones)
-        self.queries = Queries(self.me, self.engine, self.requests, self._others,
-                               cfg.replication_timeout, cfg.replica_offset, clock, self._replay)
+        self.coordinator = Coordinator(cfg, self.engine, self.requests, self,
+                                       rng.randrange(1 << 30))
+        self.queries = Queries(self.me, self.engine, self.requests, self,
+                               cfg.replication_timeout, cfg.replica_offset, clock)
         self._next_probe = 0.0
         self.membership: Membership | None = None
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
-        self.defs = DefSync.of(self)  # cluster-wide definitions: its own loop, in self.group
+        # cluster-wide definitions (schedules, topics): their own loop, in self.group
+        self.defs = DefSync(self.me, cfg.data_dir, self.send, cfg.advertise,
+                            monotonic=monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
+                            timeout=max(2.0, cfg.replication_timeout), view=self.leader_view,
+                            group=self.group)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -170,7 +183,7 @@ class Cluster:
         self._check_roster()
         if mono >= self._next_probe:
             self._next_probe = mono + self.config.heartbeat_interval
-            for mem in self._others():
+            for mem in self.others():
                 self.send(mem, cm.Clock(self.clock()))
         self._step(ev.Tick(self.membership.in_contact(mono), self.engine.live))
 
@@ -178,11 +191,27 @@ class Cluster:
         """This node hears a majority of the roster now (its lease to act for it)."""
         return self.membership is not None and self.membership.in_contact(self.monotonic())
 
+    def await_contact(self, timeout: float) -> bool:
+        """In contact, or back in contact within ``timeout``: a leader just elected (or a
+        follower's first heartbeat from it) is a moment away. Wakes on the event that
+        every membership step and tick sets once it finds contact; an event left set
+        from a contact that has since lapsed is cleared here, and waited on again."""
+        if self.in_contact():  # the enqueue path: no timer
+            return True
+        with gevent.Timeout(timeout, False):
+            while not self.in_contact():
+                self._contact.clear()
+                self._contact.wait()
+            return True
+        return False
+
     def _send_membership(self, sends: Iterable[Any]) -> None:
         for s in sends:
             self.transport.send(s.to, s.address, s.verb, s.payload)
 
     def _check_roster(self) -> None:
+        """After every membership step and tick: count a new leader, take a new roster,
+        and wake whoever awaits contact."""
         assert self.membership is not None
         leader = self.membership.leader
         if leader is not None and leader != self._leader_seen:
@@ -190,6 +219,8 @@ class Cluster:
             self.leader_changes += 1
         if self.membership.roster != self.roster:
             self._roster_changed(self.membership.roster)
+        if self.in_contact():  # (the waiters run once this greenlet yields)
+            self._contact.set()
 
     def _roster_changed(self, new: Roster) -> None:
         old, self.roster = self.roster, new
@@ -211,7 +242,7 @@ class Cluster:
         log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,
                  new.leader, ",".join(new.ids()))
         if self.me not in old.ids() and self.me in new.ids() and len(new.members) > 1:
-            source = new.leader if new.leader not in (None, self.me) else self._others()[0]
+            source = new.leader if new.leader not in (None, self.me) else self.others()[0]
             self.group.spawn(self.queries.sync_pauses, source)
         if self.me in old.ids() and self.me not in new.ids():
             log.warning("cluster: this node was dropped from the roster")
@@ -289,7 +320,7 @@ class Cluster:
                 case _:
                     raise TypeError(f"not a sibling effect: {e!r}")
 
-    def _replay(self, task_id: str) -> None:
+    def replay(self, task_id: str) -> None:
         """Our copy was just stored (or rerun): apply the news that came before it."""
         self._step(ev.Stored(task_id))
 
@@ -306,11 +337,22 @@ class Cluster:
         mem = self.roster.get(member_id) if self.roster is not None else None
         return mem.cluster if mem is not None else None
 
-    def _ring(self) -> tuple[str, ...]:
+    def ring(self) -> tuple[str, ...]:
+        """The roster's member ids, sorted (empty before the first roster)."""
         return self.roster.ids() if self.roster is not None else ()
 
-    def _others(self) -> list[str]:
-        return [mem for mem in self._ring() if mem != self.me]
+    def others(self) -> list[str]:
+        """The ring without this node: whom a cluster-wide query asks."""
+        return [mem for mem in self.ring() if mem != self.me]
+
+    def leader_view(self) -> tuple[str | None, int, tuple[str, ...]]:
+        """(leader, term, ring) as membership sees them now (the definitions' input)."""
+        mem = self.membership
+        return (None, 0, ()) if mem is None else (mem.leader, mem.term, self.ring())
+
+    def to_local(self, peer: str, t: float) -> float:
+        """A peer's wall time ``t`` on our clock (``clocks.PeerClocks``)."""
+        return self.clocks.to_local(peer, t, self.clock())
 
     # ------------------------------------------------------------ receiving
     def _receive(self, sender: str, verb: Verb, payload: dict) -> None:

@@ -10,7 +10,7 @@ untrusted: every merged value is type-checked, and a summary that does not fit i
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from miyamoto.cluster.requests import Requests
 from miyamoto.engine.engine import Engine
@@ -44,21 +44,29 @@ def pick(results: list[Any]) -> dict[str, Any] | None:
     return None
 
 
+class Peers(Protocol):
+    """What the queries need of the cluster layer (``miyamoto.cluster.layer``)."""
+
+    def others(self) -> list[str]:
+        """The other members: whom a cluster-wide query asks."""
+
+    def replay(self, task_id: str) -> None:
+        """Our copy was just rerun: apply the siblings' news kept while it had ended."""
+
+
 class Queries:
-    def __init__(self, me: str, engine: Engine, requests: Requests,
-                 others: Callable[[], list[str]], timeout: float, offset: float,
-                 clock: Callable[[], float], replay: Callable[[str], None]):
+    def __init__(self, me: str, engine: Engine, requests: Requests, peers: Peers,
+                 timeout: float, offset: float, clock: Callable[[], float]):
         self.me = me
         self.engine = engine
         self.requests = requests
-        self.others = others
+        self.peers = peers
         self.timeout = timeout
         self.offset = offset
         self.clock = clock
-        self.replay = replay  # sibling news kept while our copy had ended
 
     def ask(self, op: str, args: dict, members: list[str] | None = None) -> dict[str, Any]:
-        members = self.others() if members is None else members
+        members = self.peers.others() if members is None else members
         if not members:
             return {}
         return self.requests.ask_all(members, op, args, self.timeout)
@@ -126,7 +134,7 @@ class Queries:
         t = self.engine.rerun(task_id, delay=t.replica * self.offset)
         if t is None:
             return None
-        self.replay(task_id)  # a sibling's rerun copy may already have claimed or finished
+        self.peers.replay(task_id)  # a sibling's rerun copy may already have claimed or finished
         return (self.engine.get(task_id) or t).summary()
 
     # ------------------------------------------------------------ queues
@@ -213,7 +221,7 @@ class Queries:
         for t in copies:
             if action == "retry":
                 self.engine.rerun(t.id, wait=False, delay=t.replica * self.offset)
-                self.replay(t.id)
+                self.peers.replay(t.id)
             else:
                 self.engine.delete(t.id)
         if copies:

@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 import gevent
 import gevent.queue
 
 from miyamoto.replicas import messages as m
 
-SendFn = Callable[..., bool]  # (member, msg, on_fail=...) -> False if it has no address
+K = TypeVar("K")  # what the asker names each request by (an index, a member)
+Answer = m.Stored | m.Reply
+
+
+class SendFn(Protocol):
+    """The cluster layer's send: False if the member has no address; ``on_fail`` runs
+    when the message could not be delivered."""
+
+    def __call__(self, member_id: str, msg: object, *,
+                 on_fail: Callable[[], None]) -> bool: ...
 
 
 class Requests:
@@ -29,18 +38,18 @@ class Requests:
         self._prefix = os.urandom(8).hex()
         self._numbers = itertools.count()
 
-    def answer(self, msg: m.Stored | m.Reply) -> None:
+    def answer(self, msg: Answer) -> None:
         """An answer came: hand it to the request waiting for it, if any."""
         q = self._pending.get(msg.req)
         if q is not None:
             q.put((msg.req, msg))
 
-    def send(self, asks: dict[Any, tuple[str, Callable[[str, str], Any]]]
-             ) -> tuple[gevent.queue.Queue, dict[str, Any]]:
+    def send(self, asks: dict[K, tuple[str, Callable[[str, str], object]]]
+             ) -> tuple[gevent.queue.Queue, dict[str, K]]:
         """Send each request (key -> member, build(req, reply_to) -> message); answers
         (or stand-ins for unreachable members) arrive on the returned queue."""
         q: gevent.queue.Queue = gevent.queue.Queue()
-        reqs: dict[str, Any] = {}
+        reqs: dict[str, K] = {}
         for key, (member, build) in asks.items():
             req = f"{self._prefix}{next(self._numbers):x}"
             reqs[req] = key
@@ -50,10 +59,10 @@ class Requests:
                 fail()
         return q, reqs
 
-    def collect(self, q: gevent.queue.Queue, reqs: dict[str, Any],
-                timeout: float) -> dict[Any, Any]:
+    def collect(self, q: gevent.queue.Queue, reqs: dict[str, K],
+                timeout: float) -> dict[K, Answer]:
         """Answers by key, until all came or timeout; then forget the requests."""
-        answers: dict[Any, Any] = {}
+        answers: dict[K, Answer] = {}
         if not reqs:  # nothing was asked: no queue to wait on, no timer
             return answers
         try:

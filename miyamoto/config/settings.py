@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import configparser
 import dataclasses
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from miyamoto.config.values import WEBHOOK_KEY_BYTES, ConfigError, _bool, _cidrs, _float_ge, \
-                                   _hostport, _int_ge, _level, _log_format, _node_id, _one_of, \
-                                   _secret, _seeds, _str, _z85_key, _zmq_endpoint \
-                                   # noqa: F401  (ConfigError is imported from here)
+from miyamoto.config import values as value
 from miyamoto.http.auth import parse_tokens
+
+
+class ConfigError(ValueError):
+    """A bad option value; the message names the option."""
 
 
 @dataclass(frozen=True)
@@ -35,70 +37,70 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("node", lambda v: _node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)"),
-    Setting("http", _hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
-    Setting("cluster", _zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
-    Setting("advertise", _str, "", "cluster endpoint peers use to reach this node (default: cluster)"),
-    Setting("processes", _int_ge(1), 1, "nodes to run on this host, sharing the HTTP port "
+    Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)"),
+    Setting("http", value.hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
+    Setting("cluster", value.zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
+    Setting("advertise", value.stripped, "", "cluster endpoint peers use to reach this node (default: cluster)"),
+    Setting("processes", value.int_ge(1), 1, "nodes to run on this host, sharing the HTTP port "
             "(SO_REUSEPORT), on consecutive cluster ports"),
-    Setting("reuse_port", _bool, False, "bind the HTTP port with SO_REUSEPORT (set by --processes)"),
-    Setting("zone", _node_id, "", "this node's failure domain: copies of a task go to distinct "
+    Setting("reuse_port", value.boolean, False, "bind the HTTP port with SO_REUSEPORT (set by --processes)"),
+    Setting("zone", value.node_id, "", "this node's failure domain: copies of a task go to distinct "
             "zones (default: the host name)"),
-    Setting("seeds", _seeds, (), "comma-separated cluster endpoints of other nodes to join"),
-    Setting("data_dir", _str, "./miyamoto-data", "journal directory, or :memory: for no disk"),
-    Setting("replication", _int_ge(1), 2, "copies of each task (replication_factor)"),
-    Setting("min_replicas", _int_ge(1), 1, "copies that must be stored before enqueue answers 200"),
-    Setting("replica_offset", _float_ge(0), 5.0, "seconds between the fire times of successive replicas"),
-    Setting("replication_timeout", _float_ge(0.01), 2.0, "seconds to wait for replicas to answer STORED"),
-    Setting("heartbeat_interval", _float_ge(0.01), 0.5, "leader heartbeat period, seconds"),
-    Setting("failure_timeout", _float_ge(0.05), 3.0, "a member silent this long is dropped"),
-    Setting("election_timeout_min", _float_ge(0.05), 1.5, "election timeout lower bound"),
-    Setting("election_timeout_max", _float_ge(0.05), 3.0, "election timeout upper bound"),
-    Setting("curve_public", _z85_key, "", "cluster CurveZMQ public key (Z85)", flag=False),
-    Setting("curve_secret", _z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
-    Setting("insecure_cluster", _bool, False,
+    Setting("seeds", value.seeds, (), "comma-separated cluster endpoints of other nodes to join"),
+    Setting("data_dir", value.stripped, "./miyamoto-data", "journal directory, or :memory: for no disk"),
+    Setting("replication", value.int_ge(1), 2, "copies of each task (replication_factor)"),
+    Setting("min_replicas", value.int_ge(1), 1, "copies that must be stored before enqueue answers 200"),
+    Setting("replica_offset", value.float_ge(0), 5.0, "seconds between the fire times of successive replicas"),
+    Setting("replication_timeout", value.float_ge(0.01), 2.0, "seconds to wait for replicas to answer STORED"),
+    Setting("heartbeat_interval", value.float_ge(0.01), 0.5, "leader heartbeat period, seconds"),
+    Setting("failure_timeout", value.float_ge(0.05), 3.0, "a member silent this long is dropped"),
+    Setting("election_timeout_min", value.float_ge(0.05), 1.5, "election timeout lower bound"),
+    Setting("election_timeout_max", value.float_ge(0.05), 3.0, "election timeout upper bound"),
+    Setting("curve_public", value.z85_key, "", "cluster CurveZMQ public key (Z85)", flag=False),
+    Setting("curve_secret", value.z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
+    Setting("insecure_cluster", value.boolean, False,
             "allow a cluster without CurveZMQ keys (plain TCP: anyone who reaches the port is a peer)"),
     Setting("api_tokens", parse_tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
             flag=False, secret=True),
-    Setting("insecure_http", _bool, False, "allow an HTTP address beyond loopback without api_tokens"),
-    Setting("target_allow", _cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),
-    Setting("target_deny", _cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list "
+    Setting("insecure_http", value.boolean, False, "allow an HTTP address beyond loopback without api_tokens"),
+    Setting("target_allow", value.cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),
+    Setting("target_deny", value.cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list "
             "(link-local, cloud metadata, 0.0.0.0/8, multicast, broadcast, the cluster's endpoints)"),
-    Setting("http_header_timeout", _float_ge(0.1), 10.0,
+    Setting("http_header_timeout", value.float_ge(0.1), 10.0,
             "seconds a client has to send a request's headers and body"),
-    Setting("http_idle_timeout", _float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
-    Setting("max_header_bytes", _int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
-    Setting("max_connections", _int_ge(16), 10000, "HTTP connections open at once"),
-    Setting("max_per_host", _int_ge(1), 128, "deliveries in flight to one target host"),
-    Setting("breaker_failures", _int_ge(0), 10, "consecutive failed attempts (connection "
+    Setting("http_idle_timeout", value.float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
+    Setting("max_header_bytes", value.int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
+    Setting("max_connections", value.int_ge(16), 10000, "HTTP connections open at once"),
+    Setting("max_per_host", value.int_ge(1), 128, "deliveries in flight to one target host"),
+    Setting("breaker_failures", value.int_ge(0), 10, "consecutive failed attempts (connection "
             "errors, timeouts, 5xx, 429) that open a target origin's circuit breaker; 0: never"),
-    Setting("breaker_cooldown", _float_ge(0.01), 30.0, "seconds an open breaker waits before "
+    Setting("breaker_cooldown", value.float_ge(0.01), 30.0, "seconds an open breaker waits before "
             "one probe delivery (doubled after each failed probe, up to 10x)"),
-    Setting("signing_secret", _secret, (),
+    Setting("signing_secret", value.secret, (),
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
-    Setting("log_level", _level, "INFO", "debug, info, warning, error"),
-    Setting("log_format", _log_format, "text",
+    Setting("log_level", value.level, "INFO", "debug, info, warning, error"),
+    Setting("log_format", value.log_format, "text",
             "text, or json: one JSON object a line (time, level, logger, message, exception)"),
-    Setting("access_log", _bool, False, "log one line per HTTP request (no query string)"),
-    Setting("max_body", _int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
-    Setting("max_url", _int_ge(16), 2083, "longest target URL"),
-    Setting("max_delay", _float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
-    Setting("max_name", _int_ge(1), 500, "longest task name"),
-    Setting("max_batch", _int_ge(1), 1000, "most tasks in one batch request"),
-    Setting("dedup_window", _float_ge(0), 3600.0, "seconds a task name stays reserved"),
-    Setting("schedule_catch_up", lambda v: _one_of(v, ("last", "none")), "last",
+    Setting("access_log", value.boolean, False, "log one line per HTTP request (no query string)"),
+    Setting("max_body", value.int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
+    Setting("max_url", value.int_ge(16), 2083, "longest target URL"),
+    Setting("max_delay", value.float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
+    Setting("max_name", value.int_ge(1), 500, "longest task name"),
+    Setting("max_batch", value.int_ge(1), 1000, "most tasks in one batch request"),
+    Setting("dedup_window", value.float_ge(0), 3600.0, "seconds a task name stays reserved"),
+    Setting("schedule_catch_up", lambda v: value.one_of(v, ("last", "none")), "last",
             "a schedule's ticks missed while no leader existed: last (the newest fires once) "
             "or none (skipped); a schedule's catch_up field overrides it"),
-    Setting("retention", _float_ge(0), 86400.0, "seconds a finished task stays readable"),
-    Setting("memory_window", _float_ge(1), 60.0,
+    Setting("retention", value.float_ge(0), 86400.0, "seconds a finished task stays readable"),
+    Setting("memory_window", value.float_ge(1), 60.0,
             "seconds ahead whose tasks are held in memory; later ones live only in the journal"),
-    Setting("concurrency", _int_ge(1), 512, "deliveries in flight on this node, all queues"),
-    Setting("shutdown_timeout", _float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
-    Setting("max_clock_skew", _float_ge(0.001), 1.0,
+    Setting("concurrency", value.int_ge(1), 512, "deliveries in flight on this node, all queues"),
+    Setting("shutdown_timeout", value.float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
+    Setting("max_clock_skew", value.float_ge(0.001), 1.0,
             "a member's clock further off than this, seconds, is logged as an error"),
-    Setting("claim_lease", _float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
-    Setting("callback_timeout", _float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
+    Setting("claim_lease", value.float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
+    Setting("callback_timeout", value.float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -122,16 +124,16 @@ class QueueConfig:
 
 
 QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
-    "rate": _float_ge(0),
-    "burst": _int_ge(1),
-    "max_concurrent": _int_ge(0),
-    "max_attempts": _int_ge(1),
-    "min_backoff": _float_ge(0),
-    "max_backoff": _float_ge(0),
-    "max_doublings": _int_ge(0),
-    "max_retry_duration": _float_ge(0),
-    "timeout": _float_ge(0.01),
-    "paused": _bool,
+    "rate": value.float_ge(0),
+    "burst": value.int_ge(1),
+    "max_concurrent": value.int_ge(0),
+    "max_attempts": value.int_ge(1),
+    "min_backoff": value.float_ge(0),
+    "max_backoff": value.float_ge(0),
+    "max_doublings": value.int_ge(0),
+    "max_retry_duration": value.float_ge(0),
+    "timeout": value.float_ge(0.01),
+    "paused": value.boolean,
 }
 
 
@@ -297,7 +299,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         values["advertise"] = values["cluster"]
     else:
         try:
-            values["advertise"] = _zmq_endpoint(values["advertise"])
+            values["advertise"] = value.zmq_endpoint(values["advertise"])
         except ValueError as e:
             raise ConfigError(f"advertise: {e}") from e
     if values["election_timeout_max"] < values["election_timeout_min"]:
@@ -307,7 +309,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
     _check_cluster_keys(values)
     _check_http_exposure(values)
     if values["curve_public"]:
-        from miyamoto.wire.transport import CurveKeys
+        from miyamoto.wire.transport import CurveKeys  # gevent, libzmq: only for a key pair
 
         try:
             CurveKeys(values["curve_public"], values["curve_secret"])
@@ -335,8 +337,6 @@ def _check_cluster_keys(values: Mapping[str, Any]) -> None:
 
 
 def _is_loopback(host: str) -> bool:
-    import ipaddress
-
     host = host.strip("[]")
     if host.lower() == "localhost":
         return True
@@ -357,7 +357,9 @@ def _check_http_exposure(values: Mapping[str, Any]) -> None:
 
 
 def _check_queue_name(name: str) -> None:
-    from miyamoto.tasks.task import QUEUE_NAME_RE  # one definition of a valid queue name
+    # one definition of a valid queue name; imported here, as only a [queue:NAME] section
+    # needs it, so the CLI does not load the task record (about 10 ms) to build its parser
+    from miyamoto.tasks.task import QUEUE_NAME_RE
 
     if not QUEUE_NAME_RE.fullmatch(name):
         raise ConfigError(f"queue:{name}: queue names are 1-100 of [A-Za-z0-9_-]")

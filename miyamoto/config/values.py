@@ -1,18 +1,17 @@
-"""The value parsers of ``miyamoto.config.settings``'s settings: each turns one option's text into
-its value or raises ValueError saying what is wrong (the loader adds the option's name)."""
+"""The value parsers of ``miyamoto.config.settings``'s settings: each turns one option's
+text into its value or raises ValueError saying what is wrong (the loader adds the
+option's name and raises ConfigError). Pure functions of a string, so each is tested
+alone; the settings table names one per option."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
 from typing import Callable
 
 
-class ConfigError(ValueError):
-    """A bad option value; the message names the option."""
-
-
-# ---------------------------------------------------------------- value parsers
-
-def _float_ge(lo: float) -> Callable[[str], float]:
+def float_ge(lo: float) -> Callable[[str], float]:
     def parse(v: str) -> float:
         x = float(v)
         if not x >= lo or x != x or x == float("inf"):
@@ -21,7 +20,7 @@ def _float_ge(lo: float) -> Callable[[str], float]:
     return parse
 
 
-def _int_ge(lo: int) -> Callable[[str], int]:
+def int_ge(lo: int) -> Callable[[str], int]:
     def parse(v: str) -> int:
         x = int(str(v).strip())
         if x < lo:
@@ -30,7 +29,7 @@ def _int_ge(lo: int) -> Callable[[str], int]:
     return parse
 
 
-def _bool(v: str) -> bool:
+def boolean(v: str) -> bool:
     s = str(v).strip().lower()
     if s in ("1", "true", "yes", "on"):
         return True
@@ -39,51 +38,51 @@ def _bool(v: str) -> bool:
     raise ValueError("must be true or false")
 
 
-def _hostport(v: str) -> str:
+def hostport(v: str) -> str:
     host, sep, port = str(v).strip().rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError("must be HOST:PORT")
     return f"{host}:{int(port)}"
 
 
-def _zmq_endpoint(v: str) -> str:
+def zmq_endpoint(v: str) -> str:
     s = str(v).strip()
     if not s.startswith("tcp://"):
         raise ValueError("must be tcp://HOST:PORT")
-    _hostport(s[len("tcp://"):])
+    hostport(s[len("tcp://"):])
     return s
 
 
-def _seeds(v: str) -> tuple[str, ...]:
-    return tuple(_zmq_endpoint(s) for s in str(v).split(",") if s.strip())
+def seeds(v: str) -> tuple[str, ...]:
+    return tuple(zmq_endpoint(s) for s in str(v).split(",") if s.strip())
 
 
-def _level(v: str) -> str:
+def level(v: str) -> str:
     s = str(v).strip().upper()
     if s not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError("must be debug, info, warning, error or critical")
     return s
 
 
-def _one_of(v: str, choices: tuple[str, ...]) -> str:
+def one_of(v: str, choices: tuple[str, ...]) -> str:
     s = str(v).strip().lower()
     if s not in choices:
         raise ValueError(f"must be {' or '.join(choices)}")
     return s
 
 
-def _log_format(v: str) -> str:
+def log_format(v: str) -> str:
     s = str(v).strip().lower()
     if s not in ("text", "json"):
         raise ValueError("must be text or json")
     return s
 
 
-def _str(v: str) -> str:
+def stripped(v: str) -> str:
     return str(v).strip()
 
 
-def _node_id(v: str) -> str:
+def node_id(v: str) -> str:
     s = str(v).strip()
     if len(s.encode()) > 200 or not s.isprintable() or any(c in s for c in " ,/"):
         raise ValueError("must be at most 200 printable characters, no spaces, commas or /")
@@ -93,13 +92,10 @@ def _node_id(v: str) -> str:
 WEBHOOK_KEY_BYTES = (24, 64)  # what Standard Webhooks recommends for a signing key
 
 
-def _secret(v: str) -> tuple[str, ...]:
+def secret(v: str) -> tuple[str, ...]:
     """``whsec_<base64>`` secrets, comma- or space-separated (several for rotation:
     every delivery is signed with each). Checked here, not at the first delivery,
     where a bad one would fail every attempt. The error never quotes a secret."""
-    import base64
-    import binascii
-
     lo, hi = WEBHOOK_KEY_BYTES
     out = []
     for i, part in enumerate(str(v).replace(",", " ").split()):
@@ -115,17 +111,15 @@ def _secret(v: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _z85_key(v: str) -> str:
+def z85_key(v: str) -> str:
     s = str(v).strip()
     if s and len(s) != 40:
         raise ValueError("must be a 40-character Z85 CurveZMQ key (miyamoto keygen)")
     return s
 
 
-def _cidrs(v: str) -> tuple[str, ...]:
+def cidrs(v: str) -> tuple[str, ...]:
     """Comma-separated CIDR blocks (or single addresses), normalised: 10.0.0.0/8,fd00::/8."""
-    import ipaddress
-
     out = []
     for part in str(v).split(","):
         part = part.strip()

@@ -40,6 +40,7 @@ import gevent
 import gevent.pool
 from croniter import croniter
 
+from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.tasks.task import Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task
@@ -163,11 +164,11 @@ def due(value: dict, cursor: dict | None, now: float) -> float | None:
 
 
 class Ticker:
-    """The leader's loop over its schedules (a greenlet the cluster layer owns)."""
+    """The leader's loop over its schedules (a greenlet the node owns)."""
 
-    def __init__(self, defs: Any, enqueue: Callable[[Task], Task], may_fire: Callable[[], bool],
-                 limits: Limits, clock: Callable[[], float]):
-        self.defs = defs  # a DefSync
+    def __init__(self, defs: DefSync, enqueue: Callable[[Task], Task],
+                 may_fire: Callable[[], bool], limits: Limits, clock: Callable[[], float]):
+        self.defs = defs
         self.enqueue = enqueue
         self.may_fire = may_fire
         self.limits = limits

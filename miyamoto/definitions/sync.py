@@ -15,7 +15,7 @@ import logging
 import os
 import tempfile
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import gevent
 import gevent.event
@@ -30,13 +30,24 @@ from miyamoto.errors import Unavailable
 log = logging.getLogger(__name__)
 
 FILE = "definitions.json"
-SendFn = Callable[..., bool]  # (member, msg, address=None) -> False if it has no address
+View = tuple[str | None, int, tuple[str, ...]]  # (leader, term, members)
+
+
+class SendFn(Protocol):
+    """The cluster layer's send: False if the member has no address; ``address`` where
+    the answer goes to a reply address rather than the member's own."""
+
+    def __call__(self, member_id: str, msg: object, address: str | None = None) -> bool: ...
 
 
 class DefSync:
+    """Built by the cluster layer, which hands it its ``send``, its membership ``view``
+    and the greenlet group it runs in, and routes the definitions' messages to
+    ``on_message``."""
+
     def __init__(self, me: str, data_dir: str, send: SendFn, reply_to: str, *,
                  monotonic: Callable[[], float], resend: float, timeout: float,
-                 view: Callable[[], tuple[str | None, int, tuple[str, ...]]] | None = None,
+                 view: Callable[[], View] | None = None,
                  group: gevent.pool.Group | None = None):
         self.machine = Definitions(me, resend=resend, timeout=timeout)
         self.view = view  # (leader, term, members) of the membership, for run()
@@ -50,20 +61,6 @@ class DefSync:
         self._lock = gevent.lock.RLock()  # one writer of the file at a time
         self._writes: dict[int, gevent.event.AsyncResult] = {}
         self._asks: dict[str, gevent.event.AsyncResult] = {}
-
-    @classmethod
-    def of(cls, cluster: Any) -> DefSync:
-        """The one a ``miyamoto.cluster.layer.Cluster`` holds: its sends, clock, membership
-        view and greenlet group; timings from its config."""
-        cfg = cluster.config
-
-        def view() -> tuple[str | None, int, tuple[str, ...]]:
-            mem = cluster.membership
-            return (None, 0, ()) if mem is None else (mem.leader, mem.term, cluster._ring())
-
-        return cls(cluster.me, cfg.data_dir, cluster.send, cfg.advertise,
-                   monotonic=cluster.monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
-                   timeout=max(2.0, cfg.replication_timeout), view=view, group=cluster.group)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -79,6 +76,7 @@ class DefSync:
             except Exception:
                 log.exception("definitions: tick failed")
             gevent.sleep(self.period)
+
     def load(self) -> None:
         """Read the set back (after the journal took the data dir's lock)."""
         if self.path is None or not os.path.exists(self.path):

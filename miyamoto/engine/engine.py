@@ -3,7 +3,10 @@
 The engine owns the live tasks (scheduled or running) in memory, the scheduler that
 times them, the dispatcher that runs them, and the journal that makes every change
 durable. What an attempt's outcome means (success, a retry at a time, the final
-failure) is ruled by the pure ``retry.decide``; the engine carries it out. It knows
+failure) is ruled by the pure ``retry.decide``; the engine carries it out. What
+clients do to a copy (cancel, delete, rerun, purge, pause) and what they read of
+them (counts, lists) go through the same class, since every such change must keep
+memory, the scheduler and the journal in step just as a delivery does. It knows
 nothing of the cluster: the replication layer hands it, when it is built,
 ``Hooks`` (tell the sibling replicas) and ``spawn_task`` (where callback tasks go).
 """
@@ -30,10 +33,9 @@ from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.retry import Action, decide, is_success
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
-from miyamoto.engine.copyops import CopyOps
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
-from miyamoto.errors import Duplicate, Unavailable
+from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task, add_attempt, new_id
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL = 60.0
 NAMES_MAX = 100_000  # name reservations remembered in memory; the journal has them all
+PURGE_PAGE = 1000  # copies cancelled per journal read of a purge
 
 
 class Hooks:
@@ -78,7 +81,10 @@ class Stats:
         c[what] += 1
 
 
-class Engine(CopyOps):
+class Engine:
+    """Every change to this node's copies: storing, delivering, a sibling's news and
+    a client's operations, each made in memory and in the journal together."""
+
     def __init__(self, config: Config, journal: Journal,
                  client: HTTPClient | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
@@ -387,7 +393,138 @@ class Engine(CopyOps):
         if t is not None:
             self.journal.delete(task_id)
 
-    # ------------------------------------------------------------ operations
+    # ------------------------------------------------------------ what clients do
+    def cancel(self, task_id: str) -> Task | None:
+        """Cancel this copy; None if unknown. Conflict if it already ended."""
+        t = self.live.get(task_id)
+        if t is None:
+            ended = self.journal.get(task_id)
+            if ended is None:
+                return None
+            if ended.state == State.CANCELLED:
+                return ended
+            raise Conflict(f"task is already {ended.state.value}")
+        now = self.clock()
+        was = t.state
+        t = t.evolve(state=State.CANCELLED, finished=now)
+        self.stats.cancelled += 1
+        if was == State.RUNNING:
+            self.live[task_id] = t  # finish() ends it when the attempt returns
+            self.journal.put(t)
+        else:
+            self._end(t)
+        return t
+
+    def delete(self, task_id: str) -> Task | None:
+        """DELETE /tasks/<id> on this copy: a failed one's record is removed (the dead
+        letter is dealt with) and returned; a live one is cancelled, a cancelled one
+        returned as is. None if unknown; Conflict if it succeeded (``cancel``)."""
+        if task_id not in self.live.mem:
+            t = self.journal.get(task_id)
+            if t is not None and t.state == State.FAILED:
+                self.journal.delete(task_id)
+                return t
+        return self.cancel(task_id)
+
+    def abort(self, task_id: str) -> None:
+        """Undo a copy whose enqueue was refused: cancel it and free its name."""
+        t = self.live.get(task_id)
+        if t is None:
+            return
+        if t.name is not None and (self.name_holder(t.queue, t.name) or ("",))[0] == task_id:
+            self.names.pop((t.queue, t.name), None)
+            self.journal.release_name(t.queue, t.name)
+        try:
+            self.cancel(task_id)
+        except Conflict:
+            pass
+
+    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:
+        """Run a task again now: a failed or cancelled one with a fresh set of attempts,
+        a scheduled one at once. None if unknown; Conflict if running or succeeded."""
+        now = self.clock() + delay
+        t = self.live.get(task_id)
+        if t is not None:
+            if t.state != State.SCHEDULED:
+                raise Conflict(f"task is {t.state.value}")
+            t = t.evolve(fire_at=now)
+            self.journal.put(t)
+            self.live[task_id] = t
+            return t
+        t = self.journal.get(task_id)
+        if t is None:
+            return None
+        if t.state == State.SUCCEEDED:
+            raise Conflict("task already succeeded")
+        t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
+                     finished=None, reruns=t.reruns + 1)
+        self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
+        try:
+            self.journal.put(t, wait=wait)
+        finally:
+            self.live.storing.discard(task_id)
+        self.live[task_id] = t
+        return t
+
+    def purge(self, queue: str) -> int:
+        """Cancel every scheduled copy of the queue on this node; returns how many
+        of them were first copies (replica 0), i.e. distinct tasks cluster-wide."""
+        first = 0
+        done: set[str] = set()
+        while True:  # a page at a time from the journal: most copies may be only there
+            page = self.journal.list(queue, State.SCHEDULED.value, PURGE_PAGE)
+            ended = 0
+            for t in page:
+                t = self.live.mem.get(t.id, t)  # memory's record is the newer
+                if t.state != State.SCHEDULED or t.id in done:
+                    continue
+                done.add(t.id)
+                self._end(t.evolve(state=State.CANCELLED, finished=self.clock()))
+                self.stats.cancelled += 1
+                ended += 1
+                first += t.replica == 0
+            if not ended:  # done (or the journal cannot write: the rest stay)
+                return first
+
+    def pause(self, queue: str, paused: bool) -> None:
+        self.dispatcher.pause(queue, paused)
+        self.journal.set_paused(queue, paused)
+
+
+    # ------------------------------------------------------------ reads
     def get(self, task_id: str) -> Task | None:
         t = self.live.mem.get(task_id)
         return t if t is not None else self.journal.get(task_id)
+
+    def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
+        """The journal's counters, with its live rows split by memory into running (an
+        attempt's start is not journaled) and scheduled."""
+        counts = self.journal.counts(primary_only)
+        for q, c in counts.items():
+            pending = c.pop(State.SCHEDULED.value, 0) + c.pop(State.RUNNING.value, 0)
+            running = min(pending, self.live.running_in(q, primary_only))
+            if running:
+                c[State.RUNNING.value] = running
+            if pending > running:
+                c[State.SCHEDULED.value] = pending - running
+        for name in self.dispatcher.queues:
+            counts.setdefault(name, {})
+        return counts
+
+    def live_depth(self) -> dict[tuple[str, str], int]:
+        """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
+        return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
+                if s in (State.SCHEDULED.value, State.RUNNING.value)}
+
+    def list(self, queue: str, state: State, limit: int) -> list[Task]:
+        if state == State.RUNNING:  # running copies are all in memory
+            out = [t for t in self.live.values() if t.queue == queue and t.state == state]
+        elif state == State.SCHEDULED:  # memory's record of a copy is the newer
+            running = self.live.running_in(queue, False)
+            out = [self.live.mem.get(t.id, t) for t in
+                   self.journal.list(queue, state.value, limit + running)]
+            out = [t for t in out if t.state == state]
+        else:
+            return self.journal.list(queue, state.value, limit)
+        out.sort(key=lambda t: t.fire_at)
+        return out[:limit]

@@ -1,7 +1,7 @@
 """The HTTP API: one WSGI app that parses, routes and answers JSON.
 
-It holds no state and no policy: every route calls the node (``service``), and every
-failure becomes a 4xx/503 JSON body that names the problem. A handler that raises
+It holds no state and no policy: every route calls the node (``service``, an
+``ApiService``), and every failure becomes a 4xx/503 JSON body that names the problem. A handler that raises
 anything unexpected is logged and answered 500 with no detail; the tests treat any
 500 as a bug.
 """
@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import parse_qs
 
 import ujson
 
+from miyamoto.config.settings import Config
+from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
 from miyamoto.metrics import CONTENT_TYPE_LATEST
-from miyamoto.tasks.task import QUEUE_NAME_RE, State
+from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, parse_batch
 
 log = logging.getLogger(__name__)
@@ -49,10 +51,39 @@ class HTTPError(Exception):
 
 
 Handler = Callable[..., tuple[int, Any]]
+View = dict[str, Any]  # a JSON object the route answers as it is
+
+
+class ApiService(Protocol):
+    """What the routes ask of the node (``miyamoto.node.Node``). Each answers from the
+    whole cluster; None where the task is not known anywhere."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def config(self) -> Config: ...  # the schedules' defaults (http.definitions)
+    @property
+    def definitions(self) -> DefSync: ...  # schedules and topics (http.definitions)
+
+    def enqueue(self, task: Task) -> View: ...
+    def enqueue_many(self, tasks: list[Task]) -> list[View]: ...
+    def get_task(self, task_id: str) -> View | None: ...
+    def find_task(self, queue: str, name: str) -> View | None: ...
+    def delete(self, task_id: str) -> View | None: ...
+    def rerun(self, task_id: str) -> View | None: ...
+    def queues(self) -> list[View]: ...
+    def queue(self, name: str) -> View: ...
+    def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
+    def control(self, queue: str, action: str) -> View: ...
+    def failed(self, queue: str, action: str) -> View: ...
+    def cluster_info(self) -> View: ...
+    def target_states(self) -> list[View]: ...
+    def ready(self) -> tuple[bool, str]: ...  # (ready, why not)
+    def metrics_body(self) -> bytes: ...
 
 
 class Api:
-    def __init__(self, service: Any, limits: Limits, max_batch: int,
+    def __init__(self, service: ApiService, limits: Limits, max_batch: int,
                  clock: Callable[[], float] = time.time, tokens: auth.Tokens | None = None):
         self.service = service
         self.tokens = tokens or auth.Tokens(())

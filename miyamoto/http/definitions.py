@@ -14,7 +14,8 @@ from typing import Any
 
 from miyamoto.definitions.schedules import MAX_SCHEDULES, check_name, parse_schedule, view
 from miyamoto.definitions.topics import MAX_TOPICS, expand, parse_topic, topic_name
-from miyamoto.tasks.validate import ValidationError, json_fields
+from miyamoto.tasks.checks import ValidationError
+from miyamoto.tasks.validate import json_fields
 
 log = logging.getLogger(__name__)
 

@@ -3,21 +3,26 @@
 Every route of ``Api.routes`` is described, each answer with a component schema, so that
 ``openapi-spec-validator`` accepts it and a schemathesis run (tests/test_openapi.py)
 can check every answer against it. The task fields and their limits are those of
-``miyamoto.tasks.validate``; the scopes are those of ``miyamoto.http.auth``.
+``miyamoto.tasks.validate`` and ``miyamoto.tasks.fields``, the schedules' and topics'
+those of ``miyamoto.definitions``; the scopes are those of ``miyamoto.http.auth``.
+One module for the whole document, so a route and its schemas are read in one place.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from miyamoto.http import defsspec
-from miyamoto.http.dispatchspec import DISPATCH_FIELDS, TARGETS_SCHEMA
+from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
+from miyamoto.definitions.topics import MAX_URLS
+from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
+                                  PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
 
 _QUEUE_PATTERN = "^[A-Za-z0-9_-]{1,100}$"
 _ID_PATTERN = "^[A-Za-z0-9_.:-]{1,128}$"
+_NAME_PATTERN = f"^[A-Za-z0-9_.-]{{1,{NAME_CHARS}}}$"  # a schedule's or a topic's name
 _STATES = [s.value for s in State]
 _D = Limits()
 
@@ -34,6 +39,20 @@ _SCALAR = {"type": ["string", "number", "boolean", "null"]}
 _URL = {"type": "string", "format": "uri", "maxLength": _D.max_url,
         "description": "an http:// or https:// URL; refused if target_deny or the default "
                        "deny list (loopback-only rules aside) covers its host"}
+# priority and the flow key: their limits are those of miyamoto.tasks.fields
+_DISPATCH_FIELDS: dict[str, Any] = {
+    "priority": {"type": ["integer", "null"], "minimum": PRIORITY_MIN, "maximum": PRIORITY_MAX,
+                 "default": PRIORITY_DEFAULT, "description": "higher goes first among a "
+                 "queue's waiting due tasks; a wait of 10 s counts as one level (aging)"},
+    "flow_key": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_FLOW_KEY,
+                 "description": "tasks sharing a key share flow_rate and flow_parallelism, "
+                 "across queues and the cluster"},
+    "flow_rate": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": MAX_FLOW_RATE,
+                  "description": "tasks/s for the key (with flow_key; the last task seen sets it)"},
+    "flow_parallelism": {"type": ["integer", "null"], "minimum": 1,
+                         "maximum": MAX_FLOW_PARALLELISM,
+                         "description": "deliveries in flight for the key (with flow_key)"},
+}
 _TASK_FIELDS: dict[str, Any] = {
     "url": _URL,
     "method": {"type": "string", "enum": list(METHODS), "default": "POST"},
@@ -60,11 +79,73 @@ _TASK_FIELDS: dict[str, Any] = {
     "timeout": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT}),
     "callback": _nullable(dict(_URL, description="POSTed the outcome when the task succeeds")),
     "failure_callback": _nullable(dict(_URL, description="POSTed the outcome when it fails")),
-    **DISPATCH_FIELDS,
+    **_DISPATCH_FIELDS,
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe", "topic", *DISPATCH_FIELDS)}
+    "callback", "failure_callback", "dedupe", "topic", *_DISPATCH_FIELDS)}
+
+# schedules and topics (miyamoto.http.definitions)
+_DEFINITION_SCHEMAS: dict[str, Any] = {
+    "ScheduleRequest": {
+        "type": "object", "required": ["name", "task"], "additionalProperties": False,
+        "description": "give cron or every, not both",
+        "properties": {
+            "name": {"type": "string", "pattern": _NAME_PATTERN},
+            "cron": {"type": "string", "description": "5 fields (or 6, seconds last)"},
+            "every": {"type": "integer", "minimum": 1, "maximum": MAX_EVERY,
+                      "description": "seconds; ticks at unix times that are multiples"},
+            "timezone": {"type": "string", "default": "UTC",
+                         "description": "an IANA zone for cron, e.g. Europe/Paris"},
+            "catch_up": {"enum": ["last", "none"], "description": "ticks missed while no "
+                         "leader existed: the newest fires once, or none do (default: the "
+                         "schedule_catch_up option)"},
+            "paused": {"type": "boolean", "default": False},
+            "task": {"type": "object", "description": "enqueue fields (as POST /queue "
+                     "takes, without name and eta), checked when the schedule is posted"}}},
+    "Schedule": {
+        "type": "object", "required": ["name", "timezone", "paused", "next", "last_task_ids",
+                                       "task"],
+        "properties": {
+            "name": {"type": "string"}, "cron": {"type": "string"},
+            "every": {"type": "integer"}, "timezone": {"type": "string"},
+            "catch_up": {"enum": ["last", "none"]}, "paused": {"type": "boolean"},
+            "next": {"type": "array", "items": {"type": "number"},
+                     "description": "the next fire times (unix), none while paused"},
+            "last_tick": {"type": ["number", "null"]},
+            "last_task_ids": {"type": "array", "items": {"type": "string"}},
+            "task": {"type": "object"}}},
+    "Schedules": {"type": "object", "required": ["schedules"], "properties": {
+        "schedules": {"type": "array", "items": _ref("Schedule")}}},
+    "TopicRequest": {"type": "object", "required": ["urls"], "additionalProperties": False,
+                     "properties": {"urls": {"type": "array", "minItems": 1,
+                                             "maxItems": MAX_URLS, "uniqueItems": True,
+                                             "items": {"type": "string", "format": "uri"}}}},
+    "Topic": {"type": "object", "required": ["name", "urls"], "properties": {
+        "name": {"type": "string"}, "urls": {"type": "array", "items": {"type": "string"}}}},
+    "Topics": {"type": "object", "required": ["topics"], "properties": {
+        "topics": {"type": "array", "items": _ref("Topic")}}},
+    "Deleted": {"type": "object", "required": ["status", "name"], "properties": {
+        "status": {"const": "deleted"}, "name": {"type": "string"}}},
+    "FanOut": {"type": "object", "required": ["status", "ids", "tasks"], "properties": {
+        "status": {"enum": ["scheduled", "duplicate", "error"]}, "topic": {"type": "string"},
+        "ids": {"type": "array", "items": {"type": "string"}},
+        "tasks": {"type": "array", "items": {"type": "object", "required": ["url", "id"],
+                                             "properties": {"url": {"type": "string"},
+                                                            "id": {"type": "string"},
+                                                            "status": {"type": "string"}}}}}},
+}
+
+
+def _topic_task(task_fields: dict[str, Any]) -> dict[str, Any]:
+    """An enqueue naming a topic instead of a url: one task per URL of the topic."""
+    props = {k: v for k, v in task_fields.items() if k != "url"}
+    props["topic"] = {"type": "string", "pattern": _NAME_PATTERN,
+                      "description": "a topic (PUT /topics/{name}) instead of url"}
+    return {"type": "object", "required": ["topic"], "properties": props,
+            "additionalProperties": False,
+            "description": "one task per URL of the topic; a name is suffixed per URL"}
+
 
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
@@ -115,7 +196,7 @@ _SCHEMAS: dict[str, Any] = {
                  "replica": {"type": "integer"}, "node": {"type": "string"},
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
-                 **DISPATCH_FIELDS,
+                 **_DISPATCH_FIELDS,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
                                  "type": "object", "properties": {
@@ -175,9 +256,21 @@ _SCHEMAS: dict[str, Any] = {
     "Ready": {"type": "object", "required": ["status", "reason"], "properties": {
         "status": {"enum": ["ready", "not ready"]}, "reason": {"type": "string"}}},
     "OpenAPI": {"type": "object", "required": ["openapi", "info", "paths"]},
-    "Targets": TARGETS_SCHEMA,
-    **defsspec.SCHEMAS,
-    "TopicTaskRequest": defsspec.topic_task(_TASK_FIELDS),
+    "Targets": {
+        "type": "object", "required": ["targets"], "properties": {"targets": {
+            "type": "array", "items": {
+                "type": "object", "additionalProperties": False,
+                "required": ["origin", "state", "failures", "inflight", "retry_at"],
+                "properties": {
+                    "origin": {"type": "string", "description": "scheme://host:port"},
+                    "state": {"enum": ["closed", "open", "half_open"]},
+                    "failures": {"type": "integer", "minimum": 0,
+                                 "description": "consecutive failed attempts"},
+                    "inflight": {"type": "integer", "minimum": 0},
+                    "retry_at": {"type": ["number", "null"],
+                                 "description": "open: when the probe may go (unix time)"}}}}}},
+    **_DEFINITION_SCHEMAS,
+    "TopicTaskRequest": _topic_task(_TASK_FIELDS),
 }
 
 
@@ -241,6 +334,37 @@ def _control(summary: str) -> dict[str, Any]:
     return {"post": _op(summary, "Control", params=[_QUEUE], scope="admin")}
 
 
+def _definition_paths() -> dict[str, Any]:
+    """The routes of schedules and topics (miyamoto.http.definitions)."""
+    s, t = _path("sname", _NAME_PATTERN), _path("tname", _NAME_PATTERN)
+    write = {"503": _answer("no leader holds the definitions yet, or a majority did not "
+                            "confirm in time"),
+             "409": _answer("the cluster holds as many definitions as it may")}
+    return {
+        "/schedules": {
+            "get": _op("Every schedule, with its next fire times", "Schedules"),
+            "post": _op("Create or replace a schedule, cluster-wide", "Schedule",
+                        body=_json("ScheduleRequest"), extra=write, scope="admin")},
+        "/schedules/{sname}": {
+            "get": _op("One schedule, with its next fire times and last task ids", "Schedule",
+                       params=[s]),
+            "delete": _op("Delete a schedule", "Deleted", params=[s], extra=write,
+                          scope="admin")},
+        "/schedules/{sname}/pause": {"post": _op("Pause a schedule", "Schedule", params=[s],
+                                                 extra=write, scope="admin")},
+        "/schedules/{sname}/resume": {"post": _op("Resume a schedule", "Schedule", params=[s],
+                                                  extra=write, scope="admin")},
+        "/topics": {"get": _op("Every topic", "Topics")},
+        "/topics/{tname}": {
+            "get": _op("One topic", "Topic", params=[t]),
+            "put": _op("Create or replace a topic (each URL checked like a task's url)",
+                       "Topic", params=[t], body=_json("TopicRequest"), extra=write,
+                       scope="admin"),
+            "delete": _op("Delete a topic", "Deleted", params=[t], extra=write,
+                          scope="admin")},
+    }
+
+
 _OPEN = {"security": [], "description": "Open: needs no token."}
 
 _PATHS: dict[str, Any] = {
@@ -281,7 +405,7 @@ _PATHS: dict[str, Any] = {
     "/queues/{queue}/failed/delete": {"post": _op(
         "Delete every failed task of a queue, cluster-wide (up to 10,000 a call: more)",
         "FailedBulk", params=[_QUEUE], scope="admin")},
-    **defsspec.paths(_op, _path, _answer),
+    **_definition_paths(),
     "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
     "/targets": {"get": _op("Target origins attempted recently by this node: circuit "
                             "breaker state, consecutive failures, deliveries in flight", "Targets")},

@@ -10,11 +10,9 @@ on disk. A row written before (with the whole record in ``data``) reads the same
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
 
 import ujson
 
-from miyamoto.store.file import rollback
 from miyamoto.tasks.task import Task
 from miyamoto.wire.verbs import DecodeError
 
@@ -55,16 +53,3 @@ def decode_row(row: tuple) -> Task | None:
         log.error("journal: skipping an unreadable task row: %s", e)
         return None
 
-
-def write_tasks(db: Any, tasks: Iterable[Task]) -> int:
-    """Insert ``tasks`` in one transaction on ``db`` (a ``JournalFile`` connection), as
-    a group commit does: how ``scripts/harness/prefill.py`` fills a journal."""
-    rows = [task_row(t) for t in tasks]
-    db.execute("BEGIN")
-    try:
-        db.executemany(INSERT_TASK, rows)
-        db.execute("COMMIT")
-    except BaseException:
-        rollback(db)
-        raise
-    return len(rows)

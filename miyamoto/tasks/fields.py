@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from miyamoto.tasks.checks import ValidationError, integer, number
 from miyamoto.wire.verbs import DecodeError
 
 FIELDS = ("priority", "flow_key", "flow_rate", "flow_parallelism")
@@ -24,11 +25,9 @@ _KEY_RE = re.compile(r"[^\x00-\x1f\x7f]{1,%d}" % MAX_FLOW_KEY)  # like a task na
 def parse(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The dispatch fields of an enqueue request (form values arrive as strings), as
     ``Task`` keyword arguments; only those given, so defaults stay defaults."""
-    from miyamoto.tasks.validate import ValidationError, _integer, _number  # (validate imports us)
-
     out: dict[str, Any] = {}
     if fields.get("priority") is not None:
-        out["priority"] = _integer("priority", fields["priority"], PRIORITY_MIN, PRIORITY_MAX)
+        out["priority"] = integer("priority", fields["priority"], PRIORITY_MIN, PRIORITY_MAX)
     key = fields.get("flow_key")
     if key is not None:
         if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
@@ -36,12 +35,12 @@ def parse(fields: Mapping[str, Any]) -> dict[str, Any]:
                                               "control characters")
         out["flow_key"] = key
     if fields.get("flow_rate") is not None:
-        rate = _number("flow_rate", fields["flow_rate"])
+        rate = number("flow_rate", fields["flow_rate"])
         if not 0 < rate <= MAX_FLOW_RATE:
             raise ValidationError("flow_rate", f"must be in (0, {MAX_FLOW_RATE:g}] tasks/s")
         out["flow_rate"] = rate
     if fields.get("flow_parallelism") is not None:
-        out["flow_parallelism"] = _integer("flow_parallelism", fields["flow_parallelism"], 1,
+        out["flow_parallelism"] = integer("flow_parallelism", fields["flow_parallelism"], 1,
                                            MAX_FLOW_PARALLELISM)
     for name in ("flow_rate", "flow_parallelism"):
         if name in out and key is None:

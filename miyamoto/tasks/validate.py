@@ -16,7 +16,9 @@ from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 import ujson
 
-from miyamoto.tasks import dedupe as _dedupe
+from miyamoto.tasks import dedupe
+from miyamoto.tasks import fields as dispatchfields
+from miyamoto.tasks.checks import ValidationError, integer, number
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
 
@@ -31,22 +33,12 @@ _JSON_FIELDS = frozenset({
     "url", "method", "params", "body", "content_type", "json", "headers", "countdown", "eta",
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
     "dedupe",
-    "priority", "flow_key", "flow_rate", "flow_parallelism",  # dispatchfields.FIELDS
+    *dispatchfields.FIELDS,  # priority, flow_key, flow_rate, flow_parallelism
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
 MAX_FORM_FIELDS = 10000
-
-
-class ValidationError(ValueError):
-    """A bad request; ``field`` names the culprit, ``status`` is the HTTP answer."""
-
-    def __init__(self, field: str, message: str, status: int = 400):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -101,36 +93,6 @@ def _to_uri(parts: SplitResult) -> str:
     safe = "/:@!$&'()*+,;=%~-._"
     return urlunsplit((parts.scheme, netloc, quote(parts.path, safe=safe),
                        quote(parts.query, safe=safe + "?"), quote(parts.fragment, safe=safe + "?")))
-
-
-def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValidationError(field, "must be a number")
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise ValidationError(field, "must be a number") from None
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValidationError(field, "must be a finite number")
-    return float(value)
-
-
-def _integer(field: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool):
-        raise ValidationError(field, "must be an integer")
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ValidationError(field, "must be an integer") from None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        raise ValidationError(field, "must be an integer")
-    if not lo <= value <= hi:
-        raise ValidationError(field, f"must be between {lo} and {hi}")
-    return value
 
 
 def _param_value(field: str, v: Any) -> str | list[str]:
@@ -226,20 +188,20 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     eta = _eta(fields, limits, now)
     name = _name(fields, idempotency_key, limits)
     try:
-        dedupe = _dedupe.mode(fields, named=name is not None)
-    except _dedupe.DedupeError as e:
+        dedupe_mode = dedupe.mode(fields, named=name is not None)
+    except dedupe.DedupeError as e:
         raise ValidationError("dedupe", str(e)) from None
     queue = _queue(fields, path_queue)
     max_attempts, timeout = _attempt_limits(fields)
     callback = _optional_url(fields, "callback", limits)
     failure_callback = _optional_url(fields, "failure_callback", limits)
-    from miyamoto.tasks.fields import parse as dispatch_fields  # priority, flow_key...
-    return _dedupe.apply(Task(
+    priority_and_flow = dispatchfields.parse(fields)
+    return dedupe.apply(Task(
         id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
-        failure_callback=failure_callback, created=now, fire_at=eta, **dispatch_fields(fields),
-    ), dedupe)
+        failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow,
+    ), dedupe_mode)
 
 
 def _check_field_names(fields: Mapping[str, Any]) -> None:
@@ -308,14 +270,14 @@ def _body(fields: Mapping[str, Any], method: str, params: dict,
 def _eta(fields: Mapping[str, Any], limits: Limits, now: float) -> float:
     """When the task is due: eta (a unix time) wins over countdown (seconds from now)."""
     if fields.get("eta") is not None:
-        eta = _number("eta", fields["eta"])
+        eta = number("eta", fields["eta"])
         if eta > now + limits.max_delay:
             raise ValidationError("eta", f"is more than {limits.max_delay:g} s in the future")
         if eta < 0:
             raise ValidationError("eta", "must be a unix time")
         return eta
     if fields.get("countdown") is not None:
-        countdown = _number("countdown", fields["countdown"])
+        countdown = number("countdown", fields["countdown"])
         if countdown < 0:
             raise ValidationError("countdown", "must not be negative")
         if countdown > limits.max_delay:
@@ -355,10 +317,10 @@ def _attempt_limits(fields: Mapping[str, Any]) -> tuple[int | None, float | None
     """The task's own max_attempts and dispatch deadline; None keeps the queue's."""
     max_attempts = None
     if fields.get("max_attempts") is not None:
-        max_attempts = _integer("max_attempts", fields["max_attempts"], 1, MAX_ATTEMPTS)
+        max_attempts = integer("max_attempts", fields["max_attempts"], 1, MAX_ATTEMPTS)
     timeout = None
     if fields.get("timeout") is not None:
-        timeout = _number("timeout", fields["timeout"])
+        timeout = number("timeout", fields["timeout"])
         if not 0 < timeout <= MAX_TIMEOUT:
             raise ValidationError("timeout", f"must be in (0, {MAX_TIMEOUT:g}] seconds")
     return max_attempts, timeout

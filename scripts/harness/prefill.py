@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from miyamoto.store.file import JournalFile
-from miyamoto.store.rows import write_tasks
+from miyamoto.store.journal import write_tasks
 from miyamoto.tasks.task import Task, new_id
 
 from harness.procfs import dir_bytes, mb, proc_status_kb
