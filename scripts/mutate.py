@@ -167,9 +167,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/replicas/siblings.py", "if t.id in self.asking and t.replica < msg.replica:", "< -> <="):
         "two holders of a task never share a replica index (a restore puts the new member "
         "at the lost one's index; one not in our replica set is answered rehomed first)",
-    ("miyamoto/replicas/restore.py", "and t.replicas[(t.replica + k) % n] != s.me), None)", "+ -> -"):
+    ("miyamoto/replicas/restore.py", "and t.replicas[(t.replica + k) % n] != me), None)", "+ -> -"):
         "a task's replicas are distinct members and copy t.replica is this node's, so no "
-        "other index holds s.me: the guard is true at (replica + k) and at (replica - k)",
+        "other index holds me: the guard is true at (replica + k) and at (replica - k)",
 }
 
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}

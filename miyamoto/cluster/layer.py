@@ -36,14 +36,16 @@ from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.membership.machine import Leave, Member, Membership, Received, Roster, Tick, \
                                         Timing
+from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
-from miyamoto.replicas import restore
-from miyamoto.replicas.effects import EARLIER, EXACT, CancelCopy, Drop, Fire, Restore, Send, \
-                                      SetReplicas, Update
+from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
+                                       MoveLone, Ready, Replay, Restore, RestoreLost,
+                                       SetReplicas, Update)
 from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
 from miyamoto.wire import messages as m
+from miyamoto.wire.messages import Send
 from miyamoto.wire.outbox import Outbox, unbatch
 from miyamoto.wire.transport import CurveKeys, OnMessage, Transport
 from miyamoto.wire.verbs import DecodeError, Verb
@@ -150,10 +152,9 @@ class Cluster:
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
-            self.siblings.dropped(self.engine.live)  # (and those outside memory when paged in)
+            self._step(ev.Reloaded(tuple(self.engine.live)))  # (those paged in later: _Hooks)
         else:  # none asks: nothing went on without this node
             self.engine.live.ask_mark = 0
-        self.engine.live.on_paged = self.siblings.dropped
         if self.solo:
             log.info("cluster: no cluster key (curve_secret), so no peers: a cluster of one")
         else:
@@ -176,13 +177,11 @@ class Cluster:
             return
         self._left = self.coordinator.stopping = True
         self.engine.scheduler.stop()
-        sends, lone = restore.handoff_plan(self.siblings, list(self.engine.live.values()),
-                                           self.clock())
-        self.carry_out(sends)
-        if sends:
-            log.info("cluster: handed %d copies to siblings",
-                     sum(len(s.msg.tasks) for s in sends))
-        self.coordinator.move_lone_copies(lone)
+        ready = self._step(ev.Stopping(tuple(self.engine.live.values())))
+        handed = sum(len(e.msg.tasks) for e in ready.effects
+                     if isinstance(e, Send) and isinstance(e.msg, rm.Handoff))
+        if handed:
+            log.info("cluster: handed %d copies to siblings", handed)
         self._send_membership(self.membership.step(Leave(), self.monotonic()))
         gevent.sleep(0.05)  # let the sockets flush before the engine drains
 
@@ -205,14 +204,7 @@ class Cluster:
             self._next_probe = mono + self.config.heartbeat_interval
             for mem in self.others():
                 self.send(mem, cm.Clock(self.clock()))
-        was = self.siblings.contact
-        self.carry_out(self.siblings.tick(self.clock(), self.membership.in_contact(mono),
-                                          self.engine.live))
-        if self.siblings.contact and not was:  # the copies outside memory ask as well
-            self.group.spawn(_mark_lapse, self)
-        lost = self.siblings.take_lost()
-        if lost:
-            self._on_lost(lost)
+        self._step(ev.Tick(self.membership.in_contact(mono), self.engine.live))
 
     def in_contact(self) -> bool:
         """This node hears a majority of the roster now (its lease to act for it)."""
@@ -273,7 +265,7 @@ class Cluster:
         for mem in new.members:
             if mem.id != self.me:
                 self.transport.connect(mem.cluster)  # a first send to a new DEALER would fail
-        self.carry_out(self.siblings.set_members(new.ids(), self.clock(), self.engine.live))
+        self._step(ev.Members(new.ids(), self.engine.live, self.zones))
         if old is None:
             return
         log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,
@@ -287,12 +279,6 @@ class Cluster:
             gone = old.get(member_id)
             if gone is not None:
                 self.transport.forget(gone.cluster)
-
-    def _on_lost(self, lost: set[str]) -> None:
-        """Members are gone and we hear a majority: free their claims, restore copies."""
-        now = self.clock()
-        self.carry_out(self.siblings.release_claims(lost, self.engine.live, now))  # type: ignore[arg-type]
-        self.group.spawn(_restore_lost, self, lost, now)
 
     def _restore(self, plan: Restore) -> None:
         """A new copy counts only once its holder answered STORED; until then (or if it
@@ -308,8 +294,7 @@ class Cluster:
             log.warning("cluster: could not restore every copy of %s", plan.id)
             return
         now_copy = self.engine.get(plan.id)
-        self.carry_out(restore.restored(self.siblings, plan, now_copy,
-                                        self._deadline(now_copy)))
+        self._step(ev.Restored(plan, now_copy, self._deadline(now_copy)))
 
     # ------------------------------------------------------------ carrying out effects
     def send(self, member_id: str, msg: Any, address: str | None = None,
@@ -321,37 +306,52 @@ class Cluster:
         self.outbox.put(member_id, address, msg.verb, msg.payload(), on_fail)
         return True
 
-    def carry_out(self, effects: Iterable[Any]) -> None:
+    def _step(self, event: ev.Event) -> Ready:
+        """Hand the sibling machine one event now and carry out what it decides."""
+        ready = self.siblings.step(event, self.clock())
+        self.carry_out(ready.effects)
+        return ready
+
+    def carry_out(self, effects: Iterable[Effect]) -> None:
         engine = self.engine
         for e in effects:
-            if isinstance(e, Send):
-                self.send(e.to, e.msg)
-            elif isinstance(e, Update):
-                engine.apply_remote(e.id, state=e.state, fire_at=e.at, attempts=e.attempts,
-                                    last=e.last, earliest=e.how == EARLIER,
-                                    exact=e.how == EXACT, attempt=e.attempt)
-            elif isinstance(e, Fire):
-                engine.release(e.id)  # its siblings acknowledged: run it (nothing written)
-            elif isinstance(e, CancelCopy):
-                if e.abort:
+            match e:
+                case Send(to=str() as to):  # a sibling is always named (no joiner's address)
+                    self.send(to, e.msg, e.address)
+                case Update():
+                    engine.apply_remote(e.id, state=e.state, fire_at=e.at, attempts=e.attempts,
+                                        last=e.last, earliest=e.how == Move.EARLIER,
+                                        exact=e.how == Move.EXACT, attempt=e.attempt)
+                case Fire():
+                    engine.release(e.id)  # its siblings acknowledged: run it (nothing written)
+                case CancelCopy(abort=True):
                     engine.abort(e.id)
-                else:
+                case CancelCopy():
                     try:
                         engine.cancel(e.id)
                     except Conflict:
                         pass
-            elif isinstance(e, Drop):
-                log.info("cluster: task %s was re-homed while this node was away", e.id)
-                engine.drop(e.id)
-            elif isinstance(e, SetReplicas):
-                engine.set_replicas(e.id, e.replicas, self.me)
-            elif isinstance(e, Restore):
-                self._restores.spawn(self._restore, e)
+                case Drop():
+                    log.info("cluster: task %s was re-homed while this node was away", e.id)
+                    engine.drop(e.id)
+                case SetReplicas():
+                    engine.set_replicas(e.id, e.replicas, self.me)
+                case Restore():
+                    self._restores.spawn(self._restore, e)
+                case RestoreLost():
+                    self.group.spawn(_restore_lost, self, e.lost)
+                case AskWhenPaged():
+                    self.group.spawn(_mark_lapse, self)
+                case MoveLone():
+                    self.coordinator.move_lone_copies(list(e.copies))
+                case Replay():
+                    self._on_sibling(e.sender, e.msg)
+                case _:
+                    raise TypeError(f"not a sibling effect: {e!r}")
 
     def replay(self, task_id: str) -> None:
         """Our copy was just stored (or rerun): apply the news that came before it."""
-        for sender, msg in self.siblings.take_early(task_id):
-            self._on_sibling(sender, msg)
+        self._step(ev.Stored(task_id))
 
     def _deadline(self, t: Task | None) -> float:
         """How long an attempt of ``t`` may take (its dispatch deadline)."""
@@ -411,9 +411,12 @@ class Cluster:
                 elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics (defsync)
                     self.defs.on_message(sender, msg)
                 elif isinstance(msg, rm.Handoff):
-                    self.carry_out(self.siblings.handoff(msg, self.clock(), sender))
-                else:
+                    self._step(ev.HandoffReceived(sender, msg))
+                elif isinstance(msg, rm.SIBLING_NEWS):
                     self._on_sibling(sender, msg)
+                else:
+                    log.warning("cluster: dropped %s from %r: not a task message",
+                                verb.value, sender[:64])
         except DecodeError as e:
             log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
 
@@ -424,9 +427,9 @@ class Cluster:
             log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
                         verb.value, sender[:64], self.strangers)
 
-    def _on_sibling(self, sender: str, msg: Any) -> None:
+    def _on_sibling(self, sender: str, msg: rm.SiblingNews) -> None:
         copy = self.engine.get(msg.id) if isinstance(msg, rm.Ask) else self.engine.live.get(msg.id)
-        self.carry_out(self.siblings.step(sender, msg, copy, self.clock()))
+        self._step(ev.Received(sender, msg, copy))
 
     def _serve(self, sender: str, msg: rm.Store | rm.Request) -> None:
         if isinstance(msg, rm.Store):
@@ -472,19 +475,23 @@ class Cluster:
 
 
 class _Hooks(Hooks):
-    """The engine's view of the siblings: may this copy deliver now, and its outcome."""
+    """The engine's view of the siblings: may this copy deliver now, its outcome, and
+    the copies it read from the journal that must ask first."""
 
     def __init__(self, cluster: Cluster):
         self.c = cluster
 
     def claim(self, t: Task) -> bool:
-        c = self.c
-        go, effects = c.siblings.fire(t, c.clock(), c._deadline(t))
-        c.carry_out(effects)
-        return go
+        return self.c._step(ev.Due(t, self.c._deadline(t))).go
 
     def _outcome(self, t: Task) -> None:
-        self.c.carry_out(self.c.siblings.outcome(t, self.c.clock()))
+        self.c._step(ev.Outcome(t))
+
+    def paged(self, task_ids: list[str]) -> None:
+        # before start() the engine's first fill is read: start() marks those itself
+        # (or, with no seeds, none), so nothing is marked twice or against its rule
+        if self.c.membership is not None:
+            self.c._step(ev.Reloaded(tuple(task_ids)))
 
     def done(self, t: Task) -> None:
         self._outcome(t)
@@ -520,15 +527,13 @@ def _mark_lapse(c: Cluster) -> None:
         log.warning("cluster: could not mark the journal's copies to ask: %s", e)
 
 
-def _restore_lost(c: Cluster, lost: set[str], now: float) -> None:
-    """Plan restores a page of copies at a time (most may be only in the journal);
-    the restore pool's bound paces the walk."""
+def _restore_lost(c: Cluster, lost: frozenset[str]) -> None:
+    """Restores are planned a page of copies at a time (most may be only in the
+    journal); the restore pool's bound paces the walk."""
     n = 0
     for page in c.engine.live.pages():
-        plans = restore.plan_restores(c.siblings, lost, page, now, c.zones)
-        for plan in plans:
-            c._restores.spawn(c._restore, plan)
-        n += len(plans)
+        ready = c._step(ev.LostPage(lost, tuple(page)))
+        n += sum(isinstance(e, Restore) for e in ready.effects)
     if n:
         log.info("cluster: restoring copies of %d tasks lost with %s", n, ",".join(sorted(lost)))
 

@@ -58,6 +58,9 @@ class Hooks:
     def retried(self, task: Task) -> None: ...
     def failed(self, task: Task) -> None: ...
 
+    def paged(self, task_ids: list[str]) -> None:
+        """Copies read from the journal, written before ``live.ask_mark``: they ask first."""
+
 
 @dataclass
 class Stats:
@@ -99,7 +102,9 @@ class Engine:
         self.rng = rng or random.Random()
         self.scheduler = Scheduler(self._due, clock)
         # every live copy by id; in memory only those due within the window
-        self.live = Window(journal, self.scheduler, config.memory_window, clock)
+        self.hooks = hooks or Hooks()
+        self.live = Window(journal, self.scheduler, config.memory_window, clock,
+                           on_paged=self.hooks.paged)
         # recent name reservations (a bounded cache of the journal's names table)
         self.names: collections.OrderedDict[tuple[str, str], tuple[str, float]] = \
             collections.OrderedDict()
@@ -108,7 +113,6 @@ class Engine:
                                      breaker_failures=config.breaker_failures,
                                      breaker_cooldown=config.breaker_cooldown,
                                      begin=self._begin)
-        self.hooks = hooks or Hooks()
         self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
         self.stats = Stats()
         self._group = gevent.pool.Group()

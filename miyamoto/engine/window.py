@@ -43,7 +43,8 @@ _NOTHING = object()
 
 class Window(Mapping[str, Task]):
     def __init__(self, journal: "Journal", scheduler: "Scheduler", span: float,
-                 clock: Callable[[], float], memory_max: int = MEMORY_MAX, page: int = PAGE):
+                 clock: Callable[[], float], memory_max: int = MEMORY_MAX, page: int = PAGE,
+                 on_paged: Callable[[list[str]], None] | None = None):
         self.journal = journal
         self.scheduler = scheduler
         self.span = span
@@ -63,7 +64,7 @@ class Window(Mapping[str, Task]):
         self.running: collections.Counter[tuple[str, bool]] = collections.Counter()
         # copies written at or before this rowid ask their siblings first when paged in
         self.ask_mark = 0
-        self.on_paged: Callable[[list[str]], None] | None = None
+        self.on_paged = on_paged  # told of the copies it loads that were written by then
         self.paged = 0  # copies loaded from the journal (metrics, tests)
 
     # ------------------------------------------------------------ the mapping

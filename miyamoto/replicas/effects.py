@@ -1,35 +1,38 @@
-"""What the sibling protocol asks the cluster layer to do: plain values, no behaviour.
+"""What the sibling machine asks the cluster layer to do: plain values, no behaviour.
 
-``miyamoto.replicas.siblings`` decides; ``miyamoto.cluster.coordinator`` carries these out against the
-engine and the outbox, and the simulator (``tests/sim/siblings_sim.py``) against its model
-of a node. Keeping them as data is what lets both run the same decisions.
+``Siblings.step`` (``miyamoto.replicas.siblings``) decides and returns a ``Ready``: the
+effects, in the order they are to be carried out, and the answer to the event where it
+has one. ``miyamoto.cluster.layer`` carries them out against the engine and the outbox,
+and the simulator (``tests/sim/siblings_sim.py``) against its model of a node. Keeping them
+as data is what lets both run the same decisions; the set is closed, so a carrier that
+meets a kind it does not know fails loudly instead of dropping it.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Any
 
+from miyamoto.replicas import messages as m
 from miyamoto.tasks.task import State, Task
+from miyamoto.wire.messages import Send
 
-LATER, EXACT, EARLIER = "later", "exact", "earlier"
 
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``msg`` (a ``miyamoto.wire.messages`` dataclass) to member ``to``."""
-    to: str
-    msg: Any
+class Move(enum.Enum):
+    """How an ``Update`` moves a copy's fire time."""
+    LATER = "later"      # only ever later: a hold
+    EXACT = "exact"      # to this time: a sibling's retry, a released claim
+    EARLIER = "earlier"  # only ever earlier: a leaver's hand-off
 
 
 @dataclass(frozen=True, slots=True)
 class Update:
-    """Bring this node's copy in step: a new fire time (``how``: only ever later, set
-    exactly, or only ever earlier), a state a sibling reached, its attempts and last
-    response. Applies only to a live copy; a copy that is running keeps running."""
+    """Bring this node's copy in step: a new fire time (moved as ``how`` says), a state
+    a sibling reached, its attempts and last response. Applies only to a live copy; a
+    copy that is running keeps running."""
     id: str
     at: float | None = None
-    how: str = LATER
+    how: Move = Move.LATER
     state: State | None = None
     attempts: int | None = None
     last: dict | None = None
@@ -66,7 +69,47 @@ class SetReplicas:
 @dataclass(frozen=True, slots=True)
 class Restore:
     """Store ``copies`` (new copies of a task that lost some) on their holders; once
-    all are stored, call ``Siblings.restored`` with the task as it is then."""
+    all are stored, step ``events.Restored`` with the task as it is then."""
     id: str
     replicas: tuple[str, ...]
     copies: tuple[Task, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreLost:
+    """Members ``lost`` are gone: walk every live copy, memory's and the journal's, a
+    page at a time, stepping ``events.LostPage`` with each (the machine plans the
+    restores; the walk is the caller's, since most copies may be only on disk)."""
+    lost: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AskWhenPaged:
+    """This node is back in touch: every copy written to the journal so far asks its
+    siblings first when it is paged in (step ``events.Reloaded`` with those)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MoveLone:
+    """On a graceful stop: store these copies, which have no live sibling, elsewhere."""
+    copies: tuple[Task, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """News that came before our copy was stored: step it now as if just received
+    (with the copy as it is once the effects before this one are carried out)."""
+    sender: str
+    msg: m.SiblingNews
+
+
+Effect = (Send | Update | Fire | CancelCopy | Drop | SetReplicas | Restore | RestoreLost
+          | AskWhenPaged | MoveLone | Replay)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What one step decided: ``effects`` to carry out in order, and for ``events.Due``
+    the answer ``go`` (deliver the copy now, after sending the effects' CLAIMs)."""
+    effects: tuple[Effect, ...] = ()
+    go: bool = False

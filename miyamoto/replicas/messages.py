@@ -159,8 +159,8 @@ class Replicas:
 @message(Verb.ASK)
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """A copy about to deliver asks its siblings first: is the task still to be
-    delivered, and by me? (``miyamoto.replicas.asking``)"""
+    """A copy about to deliver asks its siblings first (every delivery does): is the
+    task still to be delivered, and by me? (``miyamoto.replicas.siblings``)"""
     id: str
     replica: int
     probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
@@ -237,6 +237,11 @@ class Answer:
                    state, c.integer(d, "attempts") if "attempts" in d else 0, _last(d), replicas,
                    _round(d))
 
+
+# a sibling's news about one task (every message ``Siblings`` reads but HANDOFF, which
+# names many); SIBLING_NEWS is the same set, for isinstance
+SiblingNews = Claim | Retry | Done | Failed | Cancel | Replicas | Ask | Answer
+SIBLING_NEWS = (Claim, Retry, Done, Failed, Cancel, Replicas, Ask, Answer)
 
 # ------------------------------------------------------------ requests (miyamoto.cluster.requests)
 @message(Verb.STORE)

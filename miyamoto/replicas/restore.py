@@ -1,37 +1,40 @@
 """Restoring lost copies and handing copies off on a graceful stop: pure planning.
 
-These are decisions of the sibling protocol (``miyamoto.replicas.siblings``) that read its view
-(this node's id, the roster, the timings) but keep no state of their own: the first
-live replica of a task that lost copies restores them on the next ring members, each
-new copy keeping its distance in offsets; a stopping node tells each due copy's next
-live sibling to fire at its time, and stores elsewhere the copies that have none.
+Decisions of the sibling machine (``miyamoto.replicas.siblings``, their only caller),
+kept apart as plain functions of what they read (this node's id, the roster, an offset)
+because they keep no state and are tested as such: the first live replica of a task
+that lost copies restores them on the next ring members, each new copy keeping its
+distance in offsets; a stopping node tells each due copy's next live sibling to fire at
+its time, and stores elsewhere the copies that have none.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Container, Iterable, Mapping
 
 from miyamoto.replicas import messages as m
 from miyamoto.replicas import placement as replication
-from miyamoto.replicas.effects import Restore, Send, SetReplicas
-from miyamoto.replicas.siblings import Siblings
+from miyamoto.replicas.effects import Restore, SetReplicas
 from miyamoto.tasks.task import State, Task
+from miyamoto.wire.messages import Send
 
 HANDOFF_CHUNK = 500  # copies named in one HANDOFF
 
 
 # ------------------------------------------------------------ restoring copies
-def plan_restores(s: Siblings, lost: set[str], copies: Iterable[Task], now: float,
-                  zones: Mapping[str, str] | None = None) -> list[Any]:
-    """New copies for the tasks that lost some, where this node is the restorer; a new
+def plan_restores(me: str, members: frozenset[str], lost: frozenset[str] | set[str],
+                  copies: Iterable[Task], offset: float,
+                  zones: Mapping[str, str] | None = None,
+                  must_ask: Container[str] = frozenset()) -> list[Restore]:
+    """New copies for the tasks that lost some, where ``me`` is the restorer; a new
     copy goes to a zone that holds none of the task's copies where there is one. Not
     from a copy that must ask (its node was away): the lost member may have delivered
     the task meanwhile, and a new copy made from our stale one would answer ``go``."""
-    ring = sorted(s.members)
-    effects: list[Any] = []
+    ring = sorted(members)
+    plans: list[Restore] = []
     for t in copies:
-        if t.state.ended or t.id in s.must_ask or not lost.intersection(t.replicas) or \
-                replication.restorer(t.replicas, set(s.members)) != s.me:
+        if t.state.ended or t.id in must_ask or not lost.intersection(t.replicas) or \
+                replication.restorer(t.replicas, set(members)) != me:
             continue
         replicas, new = t.replicas, []
         for gone in [r for r in t.replicas if r in lost]:
@@ -41,32 +44,40 @@ def plan_restores(s: Siblings, lost: set[str], copies: Iterable[Task], now: floa
                 new.append(replicas.index(sub))
         if new:
             n = len(replicas)
-            effects.append(Restore(t.id, replicas, tuple(
+            plans.append(Restore(t.id, replicas, tuple(
                 t.evolve(replicas=replicas, replica=i, state=State.SCHEDULED,
                          fire_at=replication.sibling_fire_at(t.fire_at, i, t.replica, n,
-                                                             s.t.offset))
+                                                             offset))
                 for i in new)))
-    return effects
+    return plans
 
-def restored(s: Siblings, r: Restore, now_copy: Task | None, deadline: float) -> list[Any]:
+
+def restored(me: str, r: Restore, now_copy: Task | None,
+             lease: float) -> list[SetReplicas | Send]:
     """The new copies are stored: switch to the new replica set, tell the old holders,
-    and tell the new ones what happened to the task while they were being stored."""
+    and tell the new ones what happened to the task while they were being stored
+    (``lease``: a running copy's claim, its attempt's deadline plus the claim lease)."""
     new_holders = {c.replicas[c.replica] for c in r.copies}
-    effects: list[Any] = [SetReplicas(r.id, r.replicas)]
+    effects: list[SetReplicas | Send] = [SetReplicas(r.id, r.replicas)]
     effects += [Send(h, m.Replicas(r.id, r.replicas)) for h in r.replicas
-                if h != s.me and h not in new_holders]
-    news: Any = None
+                if h != me and h not in new_holders]
+    news: m.Claim | m.Done | m.Failed | m.Cancel | None = None
     if now_copy is not None and now_copy.state == State.RUNNING:
-        news = m.Claim(r.id, now_copy.replica, deadline + s.t.claim_lease)
+        news = m.Claim(r.id, now_copy.replica, lease)
+    elif now_copy is not None and now_copy.state == State.SUCCEEDED:
+        news = m.Done(r.id, now_copy.attempts, now_copy.last)
+    elif now_copy is not None and now_copy.state == State.FAILED:
+        news = m.Failed(r.id, now_copy.attempts, now_copy.last)
     elif now_copy is not None and now_copy.state.ended:
-        kind = {State.SUCCEEDED: m.Done, State.FAILED: m.Failed}.get(now_copy.state)
-        news = kind(r.id, now_copy.attempts, now_copy.last) if kind else m.Cancel(r.id)
+        news = m.Cancel(r.id)
     if news is not None:
         effects += [Send(h, news) for h in sorted(new_holders)]
     return effects
 
+
 # ------------------------------------------------------------ a graceful stop
-def handoff_plan(s: Siblings, copies: Iterable[Task], now: float) -> tuple[list[Send], list[Task]]:
+def handoff_plan(me: str, members: frozenset[str], copies: Iterable[Task],
+                 now: float) -> tuple[list[Send], list[Task]]:
     """On a graceful stop: HANDOFFs telling each scheduled copy's next live sibling
     to fire at our time, and the copies with no live sibling (to store elsewhere)."""
     plan: dict[str, list[tuple[str, float]]] = {}
@@ -76,8 +87,8 @@ def handoff_plan(s: Siblings, copies: Iterable[Task], now: float) -> tuple[list[
             continue
         n = len(t.replicas)
         nxt = next((t.replicas[(t.replica + k) % n] for k in range(1, n)
-                    if t.replicas[(t.replica + k) % n] in s.members
-                    and t.replicas[(t.replica + k) % n] != s.me), None)
+                    if t.replicas[(t.replica + k) % n] in members
+                    and t.replicas[(t.replica + k) % n] != me), None)
         if nxt is None:
             lone.append(t)
         else:

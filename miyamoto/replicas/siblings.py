@@ -2,15 +2,18 @@
 
 A task is stored on N nodes (its replicas); copy i fires ``i * offset`` after copy 0.
 ``Siblings`` is one node's side of the protocol between those copies. It holds no socket,
-clock, greenlet or engine: the cluster layer hands it what happened — a sibling's message
-(``step``), a copy about to be delivered (``fire``), an attempt's outcome (``outcome``),
-the roster (``members``), time passing (``tick``) — with the copy as the engine holds it,
-and carries out the effects it returns (``miyamoto.replicas.effects``). ``tests/sim/siblings_sim.py``
-drives it with loss, delay, pauses, partitions, crashes and member drops.
+clock, greenlet or engine, and has one door, as etcd raft's ``Step``/``Ready``:
+``step(event, now)`` takes what happened (``miyamoto.replicas.events``: a sibling's
+message, a copy due, an attempt's outcome, the roster, time passing...) with the copies
+it needs as the engine holds them, and returns a ``Ready``: the effects to carry out, in
+order (``miyamoto.replicas.effects``), and the answer where the event asks one. What
+follows an event (a tick's lost members: their claims released, then their copies
+restored) is decided here, so the cluster layer and ``tests/sim/siblings_sim.py``, which
+drives it with loss, delay, pauses, partitions, crashes and member drops, run the same.
 
 The rules, and why each is there:
 
-Every delivery is acknowledged first (``miyamoto.replicas.asking``)
+Every delivery is acknowledged first
     A copy about to deliver sends ASK to each live sibling (one in the roster) and
     delivers only once every one has answered ``go`` or ``unknown``, within half an
     ``ask_lease`` of its ASK; a sibling answering ``go`` holds its own copy off for
@@ -73,14 +76,19 @@ Members lost, stale views
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from miyamoto.replicas import messages as m
 from miyamoto.replicas import placement as replication
-from miyamoto.replicas.asking import Asking, _Asking, _Claim
-from miyamoto.replicas.effects import EARLIER, EXACT, LATER, CancelCopy, Send, SetReplicas, Update
+from miyamoto.replicas import restore
+from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
+                                       MoveLone, Ready, Replay, RestoreLost, SetReplicas, Update)
+from miyamoto.replicas.events import (EMPTY, Due, Event, HandoffReceived, LostPage, Members,
+                                      Outcome, Received, Reloaded, Restored, Stopping, Stored,
+                                      Tick)
 from miyamoto.tasks.task import State, Task
+from miyamoto.wire.messages import Send
 
 EARLY_MAX = 20_000   # sibling news held for copies not stored yet
 EARLY_TTL = 120.0
@@ -88,7 +96,7 @@ EARLY_PER_TASK = 16
 CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
 HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
 PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
-EMPTY: Mapping[str, Task] = {}
+PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
 EVER = float("inf")
 
 
@@ -113,26 +121,85 @@ class SiblingTiming:
                    away_after=failure_timeout)
 
 
-class Siblings(Asking):
+@dataclass
+class _Claim:
+    claimer: str
+    theirs: int   # the claimer's replica index
+    until: float  # our clock
+
+
+@dataclass
+class _Asking:
+    replica: int
+    n: int        # the task's number of copies
+    deadline: float
+    waiting: set[str]
+    wide: bool = False  # asked every member, not only the copy's siblings
+    answers: list[m.Answer] = field(default_factory=list)
+    started: float = 0.0  # the round's first ASK: every answer's hold began after it
+    round: int = 0
+    reruns: int = 0  # the copy's Task.reruns, sent with every ASK
+
+
+class Siblings:
     def __init__(self, me: str, timing: SiblingTiming, members: Iterable[str] = ()):
         self.me = me
         self.t = timing
         self.members: frozenset[str] = frozenset(members) or frozenset({me})
+        self.zones: dict[str, str] = {}  # member -> failure domain (restores spread by it)
         self.contact = True
         self.claims: dict[str, _Claim] = {}
-        self.early: collections.OrderedDict[str, list[tuple[float, str, Any]]] = \
+        self.early: collections.OrderedDict[str, list[tuple[float, str, m.SiblingNews]]] = \
             collections.OrderedDict()
         self.must_ask: set[str] = set()    # copies that ask before they deliver
         self.asking: dict[str, _Asking] = {}
         self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
-        self.stale_since: dict[str, float] = {}
+        self.stale_since: dict[str, float] = {}  # a must-ask copy no one knows: since
         self.away: set[str] = set()  # must-ask copies whose node may have been dropped
         self._out_since: float | None = None  # out of contact (or stalled) since
-        self.rounds = 0
+        self.rounds = 0  # ASK rounds started (numbers them)
         self.last_tick: float | None = None
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
         self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
+
+    # ------------------------------------------------------------ the door
+    def step(self, event: Event, now: float) -> Ready:
+        """Take one event (``miyamoto.replicas.events``) at ``now``; what to do about it."""
+        match event:
+            case Tick(contact, live):
+                return Ready(tuple(self._tick(now, contact, live)))
+            case Members(members, live, zones):
+                self.zones = dict(zones)
+                return Ready(tuple(self._set_members(members, now, live)))
+            case Received(sender, msg, copy):
+                return Ready(tuple(self._on_news(sender, msg, copy, now)))
+            case HandoffReceived(sender, msg):
+                return Ready(tuple(self._handoff(msg, now, sender)))
+            case Due(copy, deadline):
+                go, effects = self._fire(copy, now, deadline)
+                return Ready(tuple(effects), go)
+            case Outcome(copy):
+                return Ready(tuple(self._outcome(copy, now)))
+            case Reloaded(task_ids):
+                self.must_ask.update(task_ids)
+                self.away.update(task_ids)
+                return Ready()
+            case Stored(task_id):  # news that came before our copy: replay it now
+                return Ready(tuple(Replay(sender, msg)
+                                   for _, sender, msg in self.early.pop(task_id, ())))
+            case LostPage(lost, copies):
+                return Ready(tuple(restore.plan_restores(
+                    self.me, self.members, lost, copies, self.t.offset, self.zones,
+                    self.must_ask)))
+            case Restored(plan, copy, deadline):
+                return Ready(tuple(restore.restored(self.me, plan, copy,
+                                                    deadline + self.t.claim_lease)))
+            case Stopping(copies):
+                sends, lone = restore.handoff_plan(self.me, self.members, copies, now)
+                return Ready(tuple(sends) + ((MoveLone(tuple(lone)),) if lone else ()))
+            case _:
+                raise TypeError(f"not a sibling event: {event!r}")
 
     # ------------------------------------------------------------ time and roster
     def _stalled(self, now: float) -> bool:
@@ -141,12 +208,12 @@ class Siblings(Asking):
         return self.stalled or (self.last_tick is not None
                                 and now - self.last_tick > self.t.stall_gap)
 
-    def tick(self, now: float, contact: bool, live: Mapping[str, Task] = EMPTY) -> list[Any]:
-        """Time passes; ``contact``: this node hears a majority of the roster now;
-        ``live``: its live copies. Each of them asks first once this node has been out
-        of touch (its loop stalled, its contact lapsed, or it is out of the roster): the
-        others may have delivered or re-homed them meanwhile, and their news may never
-        have reached us (a roster that dropped and re-admitted us while we slept)."""
+    def _tick(self, now: float, contact: bool, live: Mapping[str, Task]) -> list[Effect]:
+        """Each live copy asks first once this node has been out of touch (its loop
+        stalled, its contact lapsed, or it is out of the roster): the others may have
+        delivered or re-homed them meanwhile, and their news may never have reached us
+        (a roster that dropped and re-admitted us while we slept). Then members lost
+        are dealt with, once in contact: their claims released, their copies restored."""
         if self.last_tick is not None and now - self.last_tick > self.t.stall_gap:
             self.stalled = True  # until we are in contact again, on a later tick
             self._out_since = min(self._out_since or now, self.last_tick)
@@ -155,7 +222,7 @@ class Siblings(Asking):
         was = self.contact
         self.last_tick = now
         self.contact = contact and not self.stalled and self.me in self.members
-        effects: list[Any] = []
+        effects: list[Effect] = []
         if was and not self.contact and len(self.members | {self.me}) > 1:
             self.must_ask.update(live)
             self.cleared.clear()
@@ -164,6 +231,7 @@ class Siblings(Asking):
             if self._out_since is not None and now - self._out_since > self.t.away_after:
                 self.away.update(live)  # long enough to have been dropped and re-admitted
             effects += self._probe(live)
+            effects.append(AskWhenPaged())  # the copies outside memory ask as well
         if self.contact:
             self._out_since = None
         for task_id, a in list(self.asking.items()):
@@ -177,6 +245,10 @@ class Siblings(Asking):
             self.away.intersection_update(live)
             self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
         self._expire(now)
+        lost = self._take_lost()
+        if lost:
+            effects += self._release_claims(lost, live, now)
+            effects.append(RestoreLost(frozenset(lost)))
         return effects
 
     def _expire(self, now: float) -> None:
@@ -188,8 +260,8 @@ class Siblings(Asking):
         for task_id in [i for i, until in self.cleared.items() if until < now]:
             del self.cleared[task_id]
 
-    def set_members(self, members: Iterable[str], now: float,
-                    live: Iterable[str] = ()) -> list[Any]:
+    def _set_members(self, members: Iterable[str], now: float,
+                     live: Iterable[str]) -> list[Effect]:
         """The roster changed (``live``: this node's live copies). A node dropped from
         the roster marks every copy to ask first: the others re-home its tasks meanwhile."""
         new = frozenset(members)
@@ -200,14 +272,14 @@ class Siblings(Asking):
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
-        effects: list[Any] = []
+        effects: list[Effect] = []
         for task_id, a in list(self.asking.items()):
             a.waiting &= new
             if not a.waiting:
                 effects += self._decide(task_id, a, now)
         return effects
 
-    def take_lost(self) -> set[str]:
+    def _take_lost(self) -> set[str]:
         """Members lost whose consequences (released claims, restores) are due now:
         only while in contact, so a node back from a pause acts on no stale view."""
         if not self.contact or self.me not in self.members or not self._lost:
@@ -215,9 +287,10 @@ class Siblings(Asking):
         lost, self._lost = self._lost, set()
         return lost
 
-    def release_claims(self, lost: set[str], copies: dict[str, Task], now: float) -> list[Any]:
+    def _release_claims(self, lost: set[str], copies: Mapping[str, Task],
+                        now: float) -> list[Effect]:
         """Copies held off by a lost member's claim fire again at their distance from now."""
-        effects: list[Any] = []
+        effects: list[Effect] = []
         for task_id, cl in list(self.claims.items()):
             if cl.claimer not in lost:
                 continue
@@ -226,17 +299,11 @@ class Siblings(Asking):
             if t is not None and t.state == State.SCHEDULED:
                 at = replication.sibling_fire_at(now, t.replica, cl.theirs, len(t.replicas),
                                                  self.t.offset)
-                effects.append(Update(task_id, at=at, how=EXACT))
+                effects.append(Update(task_id, at=at, how=Move.EXACT))
         return effects
 
-    def dropped(self, task_ids: Iterable[str]) -> None:
-        """This node left the roster (or is back after a restart): every copy asks first."""
-        task_ids = list(task_ids)
-        self.must_ask.update(task_ids)
-        self.away.update(task_ids)
-
     # ------------------------------------------------------------ our copy fires
-    def fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Any]]:
+    def _fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Effect]]:
         """Copy ``t`` is due (``deadline``: how long its attempt may take). (True,
         effects): deliver it now, after sending the effects' CLAIMs; (False, effects):
         hold it, asking its siblings (their answers fire it again) or waiting."""
@@ -245,12 +312,12 @@ class Siblings(Asking):
         if self.me not in self.members or self._stalled(now) or (not self.contact and len(self.members) > 1):
             self.must_ask.add(t.id)
             self.cleared.pop(t.id, None)  # answers read after a stall may be stale
-            return False, [Update(t.id, at=now + HOLD_RETRY, how=LATER)]
+            return False, [Update(t.id, at=now + HOLD_RETRY, how=Move.LATER)]
         if t.id in self.asking:
             return False, []  # its answers fire it
         held = self._held_until(t, now)
         if held > now:  # a sibling we answered ``go`` (or that claimed) has it
-            return False, [Update(t.id, at=held, how=LATER)]
+            return False, [Update(t.id, at=held, how=Move.LATER)]
         siblings, wide = self._live_siblings(t), False
         if not siblings and t.id in self.must_ask and len(t.replicas) > 1:
             # its siblings all left while we were away: any member may hold it now
@@ -266,15 +333,16 @@ class Siblings(Asking):
         return [r for r in t.replicas if r != self.me and r in self.members]
 
     # ------------------------------------------------------------ our attempt's outcome
-    def outcome(self, t: Task, now: float) -> list[Any]:
+    def _outcome(self, t: Task, now: float) -> list[Effect]:
         """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry)."""
         siblings = [r for r in t.replicas if r != self.me]
         if not siblings:
             return []
-        effects: list[Any] = []
+        effects: list[Effect] = []
         attempt = t.history[-1] if t.history else None
+        msg: m.Done | m.Failed | m.Retry
         if t.state == State.SUCCEEDED:
-            msg: Any = m.Done(t.id, t.attempts, t.last, attempt)
+            msg = m.Done(t.id, t.attempts, t.last, attempt)
         elif t.state == State.FAILED:
             msg = m.Failed(t.id, t.attempts, t.last, attempt)
         elif t.state == State.SCHEDULED:
@@ -282,7 +350,7 @@ class Siblings(Asking):
             # waits for its lease like any held copy, and the others wait with us
             at = max(t.fire_at, self._held_until(t, now))
             if at > t.fire_at:
-                effects.append(Update(t.id, at=at, how=LATER))
+                effects.append(Update(t.id, at=at, how=Move.LATER))
             msg = m.Retry(t.id, t.replica, max(0.0, at - now), t.attempts, t.last, attempt)
         else:
             return []
@@ -297,7 +365,8 @@ class Siblings(Asking):
                                            self.t.offset)
 
     # ------------------------------------------------------------ a sibling's news
-    def step(self, sender: str, msg: Any, t: Task | None, now: float) -> list[Any]:
+    def _on_news(self, sender: str, msg: m.SiblingNews, t: Task | None,
+                 now: float) -> list[Effect]:
         """A sibling's message about task ``msg.id``; ``t`` is our live copy, if any
         (for ASK: our copy or its ended record)."""
         if isinstance(msg, m.Ask):
@@ -317,7 +386,7 @@ class Siblings(Asking):
             held = self._held_until(t, now, but=sender)  # another claimer's lease stands
             if not held:
                 self.claims.pop(t.id, None)
-            return [Update(t.id, at=max(at, held), how=EXACT, state=State.SCHEDULED,
+            return [Update(t.id, at=max(at, held), how=Move.EXACT, state=State.SCHEDULED,
                            attempts=msg.attempts, last=msg.last, attempt=msg.attempt)]
         self.claims.pop(t.id, None)
         if isinstance(msg, (m.Done, m.Failed)):
@@ -332,23 +401,22 @@ class Siblings(Asking):
             return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
         return []
 
-    def handoff(self, msg: m.Handoff, now: float, sender: str | None = None) -> list[Any]:
+    def _handoff(self, msg: m.Handoff, now: float, sender: str) -> list[Effect]:
         """A sibling stopping gracefully hands us its due copies: fire ours then (its
         claims on them, if any, go with it)."""
         for task_id, _ in msg.tasks:
-            if sender is not None and task_id in self.claims and \
-                    self.claims[task_id].claimer == sender:
+            if task_id in self.claims and self.claims[task_id].claimer == sender:
                 del self.claims[task_id]
-        return [Update(task_id, at=now + delay, how=EARLIER) for task_id, delay in msg.tasks]
+        return [Update(task_id, at=now + delay, how=Move.EARLIER) for task_id, delay in msg.tasks]
 
-    def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Any]:
+    def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Effect]:
         n = len(t.replicas)
         self.cleared.pop(t.id, None)
         at = replication.sibling_fire_at(now + msg.lease, t.replica, msg.replica, n,
                                          self.t.offset)
         if 0 <= msg.replica < n:
             self._note_claim(t.id, _Claim(t.replicas[msg.replica], msg.replica, now + msg.lease))
-        return [Update(t.id, at=at, how=LATER)]
+        return [Update(t.id, at=at, how=Move.LATER)]
 
     def _note_claim(self, task_id: str, claim: _Claim) -> None:
         self.claims.pop(task_id, None)
@@ -362,13 +430,179 @@ class Siblings(Asking):
         self.asking.pop(task_id, None)
         self.stale_since.pop(task_id, None)
 
-    def _keep_early(self, sender: str, msg: Any, now: float) -> None:
+    def _keep_early(self, sender: str, msg: m.SiblingNews, now: float) -> None:
         news = self.early.setdefault(msg.id, [])
         if len(news) < EARLY_PER_TASK:
             news.append((now, sender, msg))
             self.early.move_to_end(msg.id)
         self._expire(now)
 
-    def take_early(self, task_id: str) -> list[tuple[str, Any]]:
-        """News that came before our copy was stored (or rerun): replay it now."""
-        return [(sender, msg) for _, sender, msg in self.early.pop(task_id, ())]
+    # ------------------------------------------------------------ asking
+    # A copy about to deliver sends ASK (numbered: its round) to every live sibling; each
+    # answers in one ANSWER shape that echoes the round:
+    # - ``go`` (or ``unknown``: no copy here yet; the ASK is kept as a claim for the copy
+    #   on its way): the acknowledgement. The sibling notes the asker's claim, which holds
+    #   its own copy off for ``ask_lease`` from when it read the ASK (noted, not written:
+    #   on the healthy path the asker's DONE ends the copy before it is due). The asker,
+    #   once cleared, delivers and sends CLAIM(lease) one way, which extends the hold to
+    #   the attempt's deadline plus ``claim_lease``;
+    # - ``claimed`` (a copy is running here, or another sibling holds a live claim) and
+    #   ``wait`` (two copies asking each other: the lower replica index goes first):
+    #   stand down, look again once the lease ends;
+    # - ``ended`` / ``rehomed``: the task is over, or its copies moved (ours may go).
+    # The copy delivers only once every live sibling has answered the round, and only
+    # within ``ask_lease / 2`` of the round's first ASK: every hold began after that, so
+    # the copy starts, and its CLAIM arrives, while they all last; a round decided later
+    # (a sibling kept silent until the roster dropped it) is asked again. Answers to an
+    # older round are ignored (but for an end or a move, which are facts).
+    def _ask(self, t: Task, siblings: list[str], now: float, wide: bool = False) -> list[Effect]:
+        """Ask. The held copy is not rescheduled (nothing is written): it waits, out of
+        the engine's schedule, until the last answer fires it (``Fire``) or holds it
+        off; an unanswered ask is sent again at its deadline (a tick)."""
+        self.rounds += 1
+        a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
+                    started=now, round=self.rounds, reruns=t.reruns)
+        self.asking[t.id] = a
+        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns)
+        return [Send(r, ask) for r in siblings]
+
+    def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
+        a.waiting &= self.members
+        if not a.waiting:
+            return self._decide(task_id, a, now)
+        a.deadline = now + self.t.ask_timeout
+        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns)
+        return [Send(r, ask) for r in sorted(a.waiting)]
+
+    def _decide(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
+        """Every live sibling answered (or left): go, or stand down until a lease ends.
+
+        A copy that must ask (its node was away) and has no sibling left in the roster
+        (none answered, they all left) asks every member: its task may have been
+        re-homed to any of them and delivered there. If none knows it either and this
+        node may have been dropped meanwhile (``away``: out of the roster, restarted, or
+        out of touch for longer than ``away_after``), it waits, asking again, for one of
+        its siblings to come back (the one that may have delivered it while we were
+        away), at most ``claim_lease``: a sibling gone for good must not hold it forever."""
+        if task_id in self.must_ask and a.n > 1 and not a.wide and not a.answers:
+            others = self._everyone_else()  # its siblings left the roster, none answered
+            if others:
+                a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
+                return [Send(r, m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns)) for r in others]
+        if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
+            since = self.stale_since.setdefault(task_id, now)
+            if now - since < self.t.claim_lease:
+                del self.asking[task_id]
+                return [Update(task_id, at=now + self.t.ask_timeout, how=Move.LATER)]
+        self.stale_since.pop(task_id, None)
+        self.away.discard(task_id)
+        del self.asking[task_id]
+        holds = [x.lease for x in a.answers if x.verdict in (m.WAIT, m.CLAIMED)]
+        if holds:
+            return [Update(task_id, at=now + max(holds), how=Move.LATER)]
+        # each ``go`` holds its sibling off for ask_lease from when it read our ASK, so
+        # at least from ``started``: we must start, and our CLAIM arrive, well within
+        # that (a go read long ago, while another sibling kept silent, is stale)
+        self.must_ask.discard(task_id)
+        self.cleared[task_id] = a.started + self.t.ask_lease / 2
+        return [Fire(task_id)]
+
+    def _everyone_else(self) -> list[str]:
+        """Whom a copy back from away asks when its own siblings cannot tell."""
+        return sorted(self.members - {self.me})
+
+    def _probe(self, live: Mapping[str, Task]) -> list[Effect]:
+        """Back in touch: ask the siblings of every copy that must ask whether they know
+        its end. A copy due later would ask only when it fires, and by then the sibling
+        that delivered it may have left the roster, its news lost with it."""
+        effects: list[Effect] = []
+        for task_id in list(self.must_ask)[:PROBE_MAX]:
+            t = live.get(task_id)
+            if t is not None and task_id not in self.asking:
+                probe = m.Ask(task_id, t.replica, probe=True)
+                effects += [Send(r, probe) for r in self._live_siblings(t)]
+        return effects
+
+    # ------------------------------------------------------------ answering
+    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Effect]:
+        def answer(verdict: str, **kw: Any) -> list[Effect]:
+            return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))]
+        # read after our loop stalled, the ASK may be as old as the stall: its asker
+        # has long given up on it (and may have delivered since, once the roster dropped
+        # us). It is answered, but nothing is held for it: a hold would keep our copy
+        # from asking, and so from hearing that the task is over, for an ask_lease. Our
+        # copy asks before it delivers instead (must_ask), so an asker that does still
+        # wait is not run over by it.
+        stale = self._stalled(now)
+        if stale and t is not None and not t.state.ended:
+            self.must_ask.add(t.id)
+        if t is None:
+            if msg.probe:
+                return []
+            # our copy may still be on its way (STORE and ASK travel apart): it holds
+            # for this claim once stored
+            if not stale:
+                self._keep_early(sender, m.Claim(msg.id, msg.replica, self.t.ask_lease), now)
+            return answer(m.UNKNOWN)
+        if t.state.ended and msg.reruns <= t.reruns:
+            return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
+        if t.state.ended:
+            # the asker's copy was run again after ours ended (a retry of a failed task
+            # reaches the copies one by one): our end is of the run before, so the asker
+            # goes, as if we had no copy; our own rerun, when it comes, asks in turn
+            if msg.probe:
+                return []
+            if not stale:
+                self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+            return answer(m.GO)
+        if sender not in t.replicas:
+            return answer(m.REHOMED, replicas=t.replicas)
+        if msg.probe:
+            return []  # nothing the prober does not know
+        if t.state == State.RUNNING:
+            return answer(m.CLAIMED, lease=self.t.ask_lease)
+        claim = self.claims.get(t.id)
+        if claim is not None and claim.until > now and claim.claimer != sender:
+            return answer(m.CLAIMED, lease=claim.until - now)
+        if t.id in self.asking and t.replica < msg.replica:
+            return answer(m.WAIT, lease=self.t.ask_timeout)
+        # the asker goes: our copy is held off by its claim (for ``ask_lease``, then for
+        # the lease of the CLAIM it sends as it delivers). Noted, not written: ``_fire``
+        # looks at the claims, so the healthy path, whose DONE comes long before our
+        # copy is due, costs no journal write here
+        if 0 <= msg.replica < len(t.replicas) and not stale:
+            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+        self.cleared.pop(t.id, None)
+        return answer(m.GO)
+
+    def _on_answer(self, sender: str, msg: m.Answer, t: Task | None,
+                   now: float) -> list[Effect]:
+        a = self.asking.get(msg.id)
+        if a is None:  # the answer to a probe: only an end or a move is news
+            if t is None or t.state != State.SCHEDULED or sender not in t.replicas:
+                return []
+            if msg.verdict == m.ENDED:
+                self._forget(msg.id)
+                return [Update(msg.id, state=State(msg.state), attempts=msg.attempts,
+                               last=msg.last)]
+            if msg.verdict == m.REHOMED:
+                return [Drop(msg.id)] if self.me not in msg.replicas else \
+                    [SetReplicas(msg.id, msg.replicas)]
+            return []
+        if sender not in a.waiting or (msg.n != a.round and msg.verdict not in (m.ENDED, m.REHOMED)):
+            return []  # an answer to an earlier round: its hold may be over
+        a.waiting.discard(sender)
+        if msg.verdict == m.ENDED:
+            self._forget(msg.id)
+            return [Update(msg.id, state=State(msg.state), attempts=msg.attempts, last=msg.last)]
+        effects: list[Effect] = []
+        if msg.verdict == m.REHOMED:
+            if self.me not in msg.replicas:
+                self._forget(msg.id)
+                return [Drop(msg.id)]
+            a.waiting &= set(msg.replicas)
+            effects.append(SetReplicas(msg.id, msg.replicas))
+        a.answers.append(msg)
+        if not a.waiting:
+            effects += self._decide(msg.id, a, now)
+        return effects

@@ -1,8 +1,8 @@
 """A simulator for the sibling protocol (``miyamoto.replicas.siblings``): nodes, copies, a lossy
 network, pauses, partitions, crashes and member drops, in simulated time.
 
-Each simulated node runs the real ``Siblings`` machine and carries out its effects on a
-small model of the engine (copies with a state and a fire time, deliveries that take a
+Each simulated node runs the real ``Siblings`` machine, fed only through its door
+(``step(event, now)``), and carries out the effects it returns on a small model of the engine (copies with a state and a fire time, deliveries that take a
 while and succeed or fail, a journal that survives a crash). The roster is kept by an
 oracle that drops a member unreachable from the majority for ``failure_timeout`` and
 takes it back once it is reachable again; a node's *contact* (its delivery lease) lapses
@@ -37,14 +37,15 @@ import heapq
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from miyamoto.replicas import effects as fx
+from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as m
-from miyamoto.replicas import restore
 from miyamoto.replicas import placement as replication
 from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.tasks.task import State, Task
+from miyamoto.wire.messages import Send
 
 OFFSET = 1.0
 TIMING = SiblingTiming(offset=OFFSET, claim_lease=5.0, ask_timeout=0.3, ask_lease=1.0,
@@ -130,6 +131,9 @@ class Sim:
     # ------------------------------------------------------------ plumbing
     def _new_node(self, node_id: str) -> SimNode:
         return SimNode(node_id, Siblings(node_id, TIMING, self.ids))
+
+    def _step(self, nd: SimNode, event: ev.Event) -> fx.Ready:
+        return nd.machine.step(event, self.now)
 
     def _at(self, when: float, kind: str, data: Any) -> None:
         heapq.heappush(self.events, (when, next(self.seq), kind, data))
@@ -234,13 +238,7 @@ class Sim:
         nd = self.nodes[node_id]
         if nd.up and not nd.paused:
             self._fire_due(nd)
-            self._apply(nd, nd.machine.tick(self.now, nd.contact, LiveView(nd.copies)))
-            lost = nd.machine.take_lost()
-            if lost:
-                self._apply(nd, nd.machine.release_claims(lost, self._live(nd), self.now))
-                self._apply(nd, restore.plan_restores(nd.machine, lost,
-                                                      list(self._live(nd).values()),
-                                                      self.now))
+            self._apply(nd, self._step(nd, ev.Tick(nd.contact, LiveView(nd.copies))).effects)
         if nd.up:
             self._at(self.now + TICK, "tick", node_id)
 
@@ -258,13 +256,13 @@ class Sim:
 
     def _receive(self, nd: SimNode, src: str, msg: Any) -> None:
         if isinstance(msg, tuple) and msg[0] == "members":
-            self._apply(nd, nd.machine.set_members(msg[1], self.now, self._live(nd)))
+            self._apply(nd, self._step(nd, ev.Members(tuple(msg[1]), tuple(self._live(nd)))).effects)
             return
         if isinstance(msg, tuple) and msg[0] == "store":
             self._store(nd, msg[1])
             return
         if isinstance(msg, m.Handoff):
-            self._apply(nd, nd.machine.handoff(msg, self.now, src))
+            self._apply(nd, self._step(nd, ev.HandoffReceived(src, msg)).effects)
             return
         copy = nd.copies.get(msg.id)
         live = copy if copy is not None and not copy.state.ended else None
@@ -272,9 +270,9 @@ class Sim:
             nd.claims_seen[msg.id] = (src, self.now + msg.lease)
         elif isinstance(msg, (m.Retry, m.Done, m.Failed)):
             nd.claims_seen.pop(msg.id, None)
-        effects = nd.machine.step(src, msg, copy if isinstance(msg, m.Ask) else live, self.now)
+        effects = self._step(nd, ev.Received(src, msg, copy if isinstance(msg, m.Ask) else live)).effects
         if isinstance(msg, m.Ask) and live is not None and any(
-                isinstance(e, fx.Send) and isinstance(e.msg, m.Answer) and e.msg.verdict == m.GO
+                isinstance(e, Send) and isinstance(e.msg, m.Answer) and e.msg.verdict == m.GO
                 for e in effects):  # an acknowledged claim
             nd.claims_seen[msg.id] = (src, self.now + TIMING.ask_lease)
         self._apply(nd, effects)
@@ -292,8 +290,7 @@ class Sim:
         if copy.id in nd.copies:
             return
         nd.copies[copy.id] = copy
-        for src, msg in nd.machine.take_early(copy.id):
-            self._receive(nd, src, msg)
+        self._apply(nd, self._step(nd, ev.Stored(copy.id)).effects)  # news that came first
 
     def _on_resume(self, node_id: str) -> None:
         nd = self.nodes[node_id]
@@ -310,16 +307,16 @@ class Sim:
                 for src, msg in inbox:
                     self._receive(nd, src, msg)
             else:
-                self._apply(nd, nd.machine.tick(self.now, nd.contact, LiveView(nd.copies)))
+                self._apply(nd, self._step(nd, ev.Tick(nd.contact, LiveView(nd.copies))).effects)
 
     def _on_restart(self, node_id: str) -> None:
         nd = self.nodes[node_id]
         fresh = self._new_node(node_id)
         fresh.copies = {i: (t.evolve(state=State.SCHEDULED, fire_at=self.now)
                             if t.state == State.RUNNING else t) for i, t in nd.copies.items()}
-        fresh.machine.set_members(sorted(self.roster), self.now)
+        self._step(fresh, ev.Members(tuple(sorted(self.roster))))
         fresh.contact = False
-        fresh.machine.dropped(list(self._live(fresh)))
+        self._step(fresh, ev.Reloaded(tuple(self._live(fresh))))
         self.nodes[node_id] = fresh
         self._at(self.now + TICK, "tick", node_id)
 
@@ -369,10 +366,10 @@ class Sim:
         t = nd.copies.get(task_id)
         if t is None or t.state != State.SCHEDULED or t.fire_at > self.now + 1e-9:
             return
-        go, effects = nd.machine.fire(t, self.now, DEADLINE)
-        self._apply(nd, effects)
+        ready = self._step(nd, ev.Due(t, DEADLINE))
+        self._apply(nd, ready.effects)
         t = nd.copies.get(task_id)
-        if go and t is not None and t.state == State.SCHEDULED and t.fire_at <= self.now + 1e-9:
+        if ready.go and t is not None and t.state == State.SCHEDULED and t.fire_at <= self.now + 1e-9:
             self._start(nd, t)
 
     def _start(self, nd: SimNode, t: Task) -> None:
@@ -410,29 +407,40 @@ class Sim:
         else:
             t = t.evolve(state=State.SCHEDULED, attempts=attempts, fire_at=self.now + 0.5)
         nd.copies[task_id] = t
-        self._apply(nd, nd.machine.outcome(t, self.now))
+        self._apply(nd, self._step(nd, ev.Outcome(t)).effects)
 
-    def _apply(self, nd: SimNode, effects: list[Any]) -> None:
+    def _apply(self, nd: SimNode, effects: Iterable[fx.Effect]) -> None:
         for e in effects:
-            if isinstance(e, fx.Send):
-                self.send(nd.id, e.to, e.msg)
-            elif isinstance(e, fx.Update):
-                self._update(nd, e)
-            elif isinstance(e, fx.Fire):
-                self._fire(nd, e.id)
-            elif isinstance(e, fx.CancelCopy):
-                t = nd.copies.get(e.id)
-                if t is not None and not t.state.ended:
-                    nd.copies[e.id] = t.evolve(state=State.CANCELLED)
-                    nd.ended_by_news.add(e.id)
-            elif isinstance(e, fx.Drop):
-                nd.copies.pop(e.id, None)
-            elif isinstance(e, fx.SetReplicas):
-                t = nd.copies.get(e.id)
-                if t is not None and nd.id in e.replicas:
-                    nd.copies[e.id] = t.evolve(replicas=e.replicas, replica=e.replicas.index(nd.id))
-            elif isinstance(e, fx.Restore):
-                self._restore(nd, e)
+            match e:
+                case Send():
+                    self.send(nd.id, e.to, e.msg)
+                case fx.Update():
+                    self._update(nd, e)
+                case fx.Fire():
+                    self._fire(nd, e.id)
+                case fx.CancelCopy():
+                    t = nd.copies.get(e.id)
+                    if t is not None and not t.state.ended:
+                        nd.copies[e.id] = t.evolve(state=State.CANCELLED)
+                        nd.ended_by_news.add(e.id)
+                case fx.Drop():
+                    nd.copies.pop(e.id, None)
+                case fx.SetReplicas():
+                    t = nd.copies.get(e.id)
+                    if t is not None and nd.id in e.replicas:
+                        nd.copies[e.id] = t.evolve(replicas=e.replicas,
+                                                   replica=e.replicas.index(nd.id))
+                case fx.Restore():
+                    self._restore(nd, e)
+                case fx.RestoreLost():  # every simulated copy is in memory: one page
+                    page = ev.LostPage(e.lost, tuple(self._live(nd).values()))
+                    self._apply(nd, self._step(nd, page).effects)
+                case fx.AskWhenPaged():
+                    pass  # no copy is outside memory to page in
+                case fx.Replay():
+                    self._receive(nd, e.sender, e.msg)
+                case _:  # MoveLone among them: no simulated node stops gracefully
+                    raise TypeError(f"the simulator does not carry out {e!r}")
 
     def _update(self, nd: SimNode, e: fx.Update) -> None:
         t = nd.copies.get(e.id)
@@ -446,7 +454,8 @@ class Sim:
             nd.copies[e.id] = t.evolve(state=e.state, **changes)
             return
         if e.at is not None and t.state == State.SCHEDULED:
-            at = {fx.LATER: max(e.at, t.fire_at), fx.EARLIER: min(e.at, t.fire_at)}.get(e.how, e.at)
+            at = {fx.Move.LATER: max(e.at, t.fire_at),
+                  fx.Move.EARLIER: min(e.at, t.fire_at)}.get(e.how, e.at)
             changes["fire_at"] = at
         if changes:
             nd.copies[e.id] = t.evolve(**changes)
@@ -458,7 +467,7 @@ class Sim:
                 return  # not every new copy could be stored: keep the old replica set
         for c in r.copies:
             self._store(self.nodes[c.replicas[c.replica]], c)
-        self._apply(nd, restore.restored(nd.machine, r, nd.copies.get(r.id), DEADLINE))
+        self._apply(nd, self._step(nd, ev.Restored(r, nd.copies.get(r.id), DEADLINE)).effects)
 
     # ------------------------------------------------------------ the checker
     def check_start(self, nd: SimNode, t: Task) -> None:
