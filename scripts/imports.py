@@ -2,9 +2,10 @@
 """The package's import graph: files, levels, circles, and imports that hide one.
 
 Reads every module under miyamoto/ as text (nothing is imported or run) and prints one
-JSON object: how many files, how many levels (the longest chain of imports, a file that
-imports nothing of ours is level 1), the circles between files and between packages, and
-the imports made inside a function or under ``TYPE_CHECKING`` (with where they are).
+JSON object: how many files and arrows, how many levels (the longest chain of imports run
+at import time; a file that imports nothing of ours is level 1), the circles between files
+(counting the arrows of imports made inside a function or under ``TYPE_CHECKING`` too)
+and between packages, and those deferred imports with where they are.
 ``tests/unit/test_layout.py`` holds the package to no circle at either scale.
 
     .venv/bin/python scripts/imports.py [--root DIR]
@@ -39,7 +40,7 @@ def _target(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def imports(mod: str, path: Path, known: dict[str, Path]) -> tuple[set[str], list[dict]]:
+def imports(mod: str, path: Path, known: dict[str, Path], rel: str) -> tuple[set[str], list[dict]]:
     """What ``mod`` imports at module level, and the imports it makes lazily."""
     tree = ast.parse(path.read_text(), str(path))
     top: set[str] = set()
@@ -65,11 +66,12 @@ def imports(mod: str, path: Path, known: dict[str, Path]) -> tuple[set[str], lis
                 t = _target(name, known)
                 if t is None or t == mod:
                     continue
+                entry = {"file": rel,
+                         "line": child.lineno, "where": where, "imports": t}
                 if where is None:
                     top.add(t)
-                else:
-                    lazy.append({"file": str(path), "line": child.lineno, "where": where,
-                                 "imports": t})
+                elif entry not in lazy:
+                    lazy.append(entry)
             visit(child, inner)
 
     visit(tree, None)
@@ -124,9 +126,13 @@ def measure(root: Path) -> dict:
     graph: dict[str, set[str]] = {}
     lazy: list[dict] = []
     for mod, path in known.items():
-        graph[mod], found = imports(mod, path, known)
+        graph[mod], found = imports(mod, path, known, str(path.relative_to(root)))
         lazy += found
-    circles = _circles(graph)
+    # a circle counts whether its arrows run at import time or inside a function
+    every = {mod: graph[mod] | {e["imports"] for e in lazy
+                                if e["file"] == str(known[mod].relative_to(root))}
+             for mod in known}
+    circles = _circles(every)
     packages: dict[str, set[str]] = {}
     for mod, targets in graph.items():
         packages.setdefault(package_of(mod), set()).update(

@@ -23,15 +23,13 @@ from __future__ import annotations
 import collections
 import logging
 import math
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import gevent
 
+from miyamoto.engine.scheduler import Scheduler
+from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
-
-if TYPE_CHECKING:
-    from miyamoto.engine.scheduler import Scheduler
-    from miyamoto.store.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +40,7 @@ _NOTHING = object()
 
 
 class Window(Mapping[str, Task]):
-    def __init__(self, journal: "Journal", scheduler: "Scheduler", span: float,
+    def __init__(self, journal: Journal, scheduler: Scheduler, span: float,
                  clock: Callable[[], float], memory_max: int = MEMORY_MAX, page: int = PAGE,
                  on_paged: Callable[[list[str]], None] | None = None):
         self.journal = journal

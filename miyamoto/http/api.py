@@ -181,7 +181,7 @@ class Api:
             return handler(environ, **args)
         raise HTTPError(404, f"no route for {path}")
 
-    def _body(self, environ: dict) -> bytes:
+    def body(self, environ: dict) -> bytes:
         length = environ.get("CONTENT_LENGTH") or ""
         stream = environ["wsgi.input"]
         if length:
@@ -204,7 +204,7 @@ class Api:
 
     # ------------------------------------------------------------ tasks
     def enqueue(self, environ: dict, queue: str | None = None) -> tuple[int, Any]:
-        body = self._body(environ)
+        body = self.body(environ)
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
         fields = enqueue_fields(kind, body, self.limits)
         key = environ.get("HTTP_IDEMPOTENCY_KEY")
@@ -216,7 +216,7 @@ class Api:
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
         mediatype.check_batch(environ.get("CONTENT_TYPE") or "")
-        body = self._body(environ)
+        body = self.body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
                             max_batch=self.max_batch)
         results = self.service.enqueue_many(tasks)

@@ -3,19 +3,23 @@ fan-out of an enqueue that names a topic.
 
 Reads answer from this node's copy of the definitions (every member holds them all);
 writes go through ``DefSync.op``, which forwards them to the leader, so any node takes
-them and the answer comes once a majority has them on disk. Kept out of ``api.py``
-so that module stays one page of routing.
+them and the answer comes once a majority has them on disk. The routes of one kind of
+resource, as ``api.py`` holds the tasks' and queues': it hands them in through ``Front``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable, Protocol
+
+from miyamoto.config.settings import Config
+from miyamoto.definitions.sync import DefSync
 
 from miyamoto.definitions.schedules import MAX_SCHEDULES, check_name, parse_schedule, view
 from miyamoto.definitions.topics import MAX_TOPICS, expand, parse_topic, topic_name
 from miyamoto.tasks.checks import ValidationError
-from miyamoto.tasks.validate import json_fields
+from miyamoto.tasks.task import Task
+from miyamoto.tasks.validate import Limits, json_fields
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +34,36 @@ def _safe_view(name: str, value: dict, cursor: Any, now: float) -> dict[str, Any
         return None
 
 
-class DefsApi:
-    def __init__(self, api: Any):
-        self.api = api  # miyamoto.http.api.Api: its service, limits, clock and body reader
+class Service(Protocol):
+    """What these routes ask of the node."""
 
     @property
-    def _defs(self) -> Any:
+    def config(self) -> Config: ...  # the schedules' defaults
+    @property
+    def definitions(self) -> DefSync: ...
+    def enqueue_many(self, tasks: list[Task]) -> list[dict[str, Any]]: ...  # a topic's fan-out
+
+
+class Front(Protocol):
+    """What these routes use of the HTTP front (``miyamoto.http.api.Api``)."""
+
+    service: Service
+    limits: Limits
+    clock: Callable[[], float]
+
+    def body(self, environ: dict) -> bytes: ...
+
+
+class DefsApi:
+    def __init__(self, api: Front):
+        self.api = api
+
+    @property
+    def _defs(self) -> DefSync:
         return self.api.service.definitions
 
     def _json(self, environ: dict) -> Any:
-        return json_fields(self.api._body(environ))
+        return json_fields(self.api.body(environ))
 
     def _answer(self, status: int, body: dict, shape: Any) -> tuple[int, Any]:
         return (status, shape(body["value"])) if status == 200 else (status, body)

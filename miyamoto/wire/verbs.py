@@ -40,7 +40,7 @@ class Verb(str, enum.Enum):
     CANCEL = "CANCEL"
     HANDOFF = "HANDOFF"
     REPLICAS = "REPLICAS"
-    ASK = "ASK"  # a late copy asks its siblings before delivering (miyamoto.replicas.siblings)
+    ASK = "ASK"  # every copy asks its live siblings before it delivers (miyamoto.replicas.siblings)
     ANSWER = "ANSWER"
     # cluster-wide queries and control (miyamoto.cluster.layer)
     REQUEST = "REQUEST"
