@@ -62,6 +62,11 @@ class Coordinator:
         self.cursor = cursor  # the next unnamed task's first replica, on the ring
         self.stopping = False
 
+    def stop_taking(self) -> None:
+        """A graceful stop began: a peer's STORE is refused from now on (its sender stores
+        the copy elsewhere), while this node hands its own copies away."""
+        self.stopping = True
+
     # ------------------------------------------------------------ enqueue
     def enqueue(self, task: Task) -> Task:
         ring = self.members.ring()

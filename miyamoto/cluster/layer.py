@@ -175,7 +175,8 @@ class Cluster:
         """Graceful stop: hand due copies to their next sibling at once, leave the roster."""
         if self._left or self.membership is None:
             return
-        self._left = self.coordinator.stopping = True
+        self._left = True
+        self.coordinator.stop_taking()
         self.engine.scheduler.stop()
         ready = self._step(ev.Stopping(tuple(self.engine.live.values())))
         handed = sum(len(e.msg.tasks) for e in ready.effects
