@@ -1,4 +1,4 @@
-"""Recurring schedules (issue 11, point 1): their validation, their ticks, their firing.
+"""Recurring schedules: their validation, their ticks, their firing.
 
 A schedule is a cluster-wide definition (``miyamoto.definitions.machine``, kind "schedule"): a
 ``cron`` expression (5 fields, or 6 with croniter's trailing seconds field) in a

@@ -1,4 +1,4 @@
-"""Fan-out topics (issue 11, point 4): a named list of URLs, one task per URL.
+"""Fan-out topics: a named list of URLs, one task per URL.
 
 A topic is a cluster-wide definition (``miyamoto.definitions.machine``, kind "topic"). Each URL
 is checked when the topic is put exactly as a task's url is (scheme, length, the target

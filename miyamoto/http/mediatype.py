@@ -1,7 +1,7 @@
 """Which body an enqueue request carries, from its Content-Type and, only where the
 type is missing or wrong, a look at the body.
 
-The rules (issue 9, item 8), and why:
+The rules, and why:
 
 * ``application/json`` (or any ``+json`` type) is JSON; a form type is a form.
 * No Content-Type at all and a body that parses as a JSON object: it is JSON. There is

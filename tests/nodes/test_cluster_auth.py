@@ -1,7 +1,7 @@
 """The cluster port obeys only the cluster: CurveZMQ keys, and roster members only.
 
 Real node processes; the attacker is a raw pyzmq DEALER in the test process. What was
-found before (issue 7): a keyless DEALER's DONE marked a scheduled task succeeded on
+found before: a keyless DEALER's DONE marked a scheduled task succeeded on
 both replicas and it was never delivered; CANCEL and a remote purge worked the same way;
 a stranger's ``miyamoto serve --seeds`` joined the roster.
 """

@@ -1,4 +1,4 @@
-"""Content types of an enqueue (issue 9, item 8), against a real node and a real sink.
+"""Content types of an enqueue, against a real node and a real sink.
 
 JSON and form bodies are accepted; a JSON object without any Content-Type is taken as
 JSON; anything else, including a misspelt JSON type and a form type carrying a JSON

@@ -1,4 +1,4 @@
-"""The OpenAPI description (issue 9, item 3): valid 3.1, complete, and true.
+"""The OpenAPI description: valid 3.1, complete, and true.
 
 * openapi-spec-validator accepts what a real node serves at /openapi.json;
 * it names every route of ``Api.routes`` with every method;

@@ -1,4 +1,4 @@
-"""Recurring schedules on real nodes (issue 11, point 1), and their pure parts.
+"""Recurring schedules on real nodes, and their pure parts.
 
 Real node processes, a real sink, OS ports, waits on conditions with deadlines. A tick
 shows up at the sink as a task named ``schedule:<name>:<tick>`` (``X-Task-Name``), so

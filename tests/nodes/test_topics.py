@@ -1,4 +1,4 @@
-"""Fan-out topics on a real node (issue 11, point 4): one task per URL, real deliveries."""
+"""Fan-out topics on a real node: one task per URL, real deliveries."""
 
 from __future__ import annotations
 

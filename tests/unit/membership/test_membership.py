@@ -468,7 +468,7 @@ def test_health():
     assert {"a", "b"} <= set(b.health(now)) and b.health(now + 0.1)["a"] < 1.0
 
 
-# ------------------------------------------- contact, stalls and CheckQuorum (issue 6)
+# ------------------------------------------- contact, stalls and CheckQuorum
 @pytest.mark.timeout(10)
 def test_in_contact_and_reachable():
     alone = node("a")
@@ -880,7 +880,7 @@ def test_the_simulator_catches_a_broken_vote_once_rule():
     assert caught, "two leaders in one term went unnoticed"
 
 
-# ------------------------------------------------------------------- pauses (issue 6)
+# ------------------------------------------------------------------- pauses
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("seed", range(400))
 def test_random_faults_with_pauses(seed):
