@@ -150,6 +150,7 @@ def measure(root: Path) -> dict:
         "circles": circles,
         "package_circles": _circles(packages),
         "lazy_imports": lazy,
+        "file_levels": {str(known[m].relative_to(root)): level(m) for m in known},
     }
 
 
@@ -157,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default=str(Path(__file__).resolve().parent.parent),
                    help="the checkout to read (default: this one)")
+    p.add_argument("--levels", action="store_true", help="also print each file's level")
     args = p.parse_args(argv)
-    print(json.dumps(measure(Path(args.root)), indent=1))
+    graph = measure(Path(args.root))
+    if not args.levels:
+        graph.pop("file_levels")
+    print(json.dumps(graph, indent=1))
     return 0
 
 
