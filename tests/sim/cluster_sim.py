@@ -282,6 +282,9 @@ class Checker:
         self.defs_acked: set[str] = set()
         self.excused: dict[str, int] = defaultdict(int)
         self.starts = 0
+        # a rule broken at a delivery start is raised inside the node's own greenlet,
+        # where the engine takes it for a failed attempt: kept here, raised at the end
+        self.violations: list[SafetyViolation] = []
 
     # ---------------------------------------------------------- what the network saw
     @staticmethod
@@ -312,12 +315,16 @@ class Checker:
     def started(self, node: str, task_id: str, ok: bool) -> None:
         now = self.sim.now()
         self.starts += 1
-        self.leader_per_term()
-        for other, start, was_ok in self.deliveries.get(task_id, []):
-            if was_ok:
-                self._excuse(node, task_id, other, start, now)
         self.deliveries[task_id].append((node, now, ok))
         self.in_flight[(node, task_id)] = now
+        try:
+            self.leader_per_term()
+            for other, start, was_ok in self.deliveries[task_id][:-1]:
+                if was_ok:
+                    self._excuse(node, task_id, other, start, now)
+        except SafetyViolation as e:
+            self.violations.append(e)
+            raise
 
     def _excuse(self, node: str, task_id: str, other: str, start: float, now: float) -> None:
         if any(n == node and start <= at <= now for n, at in self.crashes):
@@ -358,6 +365,8 @@ class Checker:
         return not self._missing()
 
     def at_end(self) -> None:
+        if self.violations:
+            raise self.violations[0]
         missing = self._missing()
         if missing:
             raise SafetyViolation(f"{len(missing)} acknowledged tasks never delivered: "
@@ -629,6 +638,15 @@ def _fault(sim: Sim, rng: random.Random, kind: str) -> None:
 def replay_command(seed: int, faults: tuple[str, ...] = FAULTS) -> str:
     return (f"PYTHONHASHSEED=0 PYTHONPATH=$PWD /work/main/.venv/bin/python "
             f"tests/sim/cluster_sim.py {seed} {','.join(faults)}")
+
+
+def run_seed(seed: int, faults: tuple[str, ...] = FAULTS) -> Sim:
+    """``scenario`` with the replay command in the failure, for the test files."""
+    try:
+        return scenario(seed, faults)
+    except Exception as e:
+        raise AssertionError(f"seed {seed} failed: {e}\nreplay: {replay_command(seed, faults)}"
+                             ) from e
 
 
 if __name__ == "__main__":
