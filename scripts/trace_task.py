@@ -100,7 +100,7 @@ def run(root: Path, work: Path) -> dict[str, list[dict]]:
                               data={"task.url": sink.url_for("/work"), "x": "1"})
             r.raise_for_status()
             task_id = r.json()["id"]
-            wait_until(lambda: any(q.task_id == task_id for q in sink.requests), timeout=30)
+            wait_until(lambda: any(q.task_id == task_id for q in sink.requests()), timeout=30)
             time.sleep(3)  # the DONE reaches the sibling, which ends its copy
         finally:
             stop_all(nodes)

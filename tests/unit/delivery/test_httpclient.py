@@ -259,6 +259,24 @@ def test_a_trickling_answer_cannot_outlast_the_timeout(client):
         lsock.close()
 
 
+def _slow_for_slow_paths(n: int, req: bytes) -> bytes:
+    if req.startswith(b"GET /slow"):
+        time.sleep(0.6)
+    return OK
+
+
+@pytest.mark.parametrize("first", [5.0, 0.3])
+def test_each_request_keeps_its_own_timeout_on_a_pooled_origin(serve, client, first):
+    """Connections are pooled per (origin, timeout): a request never inherits the timeout
+    of the one that opened a connection to the same origin before it."""
+    srv = serve(_slow_for_slow_paths)
+    client.request("GET", srv.url("/fast"), body=b"", headers={}, timeout=first)
+    with pytest.raises(DeliveryError, match="no answer within 0.3 s"):  # not the pooled 5 s
+        client.request("GET", srv.url("/slow"), body=b"", headers={}, timeout=0.3)
+    resp = client.request("GET", srv.url("/slow"), body=b"", headers={}, timeout=5.0)
+    assert resp.status == 200  # its own 5 s, not the pooled 0.3 s
+
+
 def test_a_redirect_is_the_answer_not_a_hop(serve, client):
     srv = serve(lambda n, req: b"HTTP/1.1 302 Found\r\nLocation: /next\r\nContent-Length: 0\r\n\r\n")
     resp = client.request("POST", srv.url(), body=b"", headers={}, timeout=5)

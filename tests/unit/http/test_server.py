@@ -40,7 +40,9 @@ def app(environ: dict[str, Any], start_response: Any) -> Any:
         start_response("200 OK", [("Connection", "close"), ("Content-Length", "2")])
         return [b"ok"]
     start_response("201 Created", [("Content-Type", "text/plain"),
-                                   ("X-Query", environ["QUERY_STRING"])])
+                                   ("X-Query", environ["QUERY_STRING"]),
+                                   ("X-Method", environ["REQUEST_METHOD"]),
+                                   ("X-Path", path)])
     return _Result([b"hel", b"lo"])  # no Content-Length: the server counts
 
 
@@ -99,10 +101,14 @@ def test_pipelined_keep_alive_requests_get_complete_answers(conn):
 
 def test_an_unread_body_is_discarded_before_the_next_request(conn):
     conn.sendall(b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nxxxxx"
-                 b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+                 b"GET /b?second HTTP/1.1\r\nHost: h\r\n\r\n")
     buf = bytearray()
-    assert _response(conn, buf)[0] == "HTTP/1.1 201 Created"
-    assert _response(conn, buf)[0] == "HTTP/1.1 201 Created"
+    status, headers, _ = _response(conn, buf)
+    assert (status, headers["x-method"], headers["x-path"]) == ("HTTP/1.1 201 Created", "POST", "/a")
+    # the next request line starts after the body: not "xxxxxGET"
+    status, headers, _ = _response(conn, buf)
+    assert (status, headers["x-method"], headers["x-path"], headers["x-query"]) == \
+        ("HTTP/1.1 201 Created", "GET", "/b", "second")
 
 
 def test_http10_closes_unless_asked_to_keep_alive(server):
