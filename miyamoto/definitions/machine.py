@@ -1,9 +1,9 @@
 """Cluster-wide definitions (schedules, topics): a pure state machine (DESIGN §2).
 
-``Definitions`` holds no socket, clock, greenlet or file. The I/O layer
-(``miyamoto.definitions.sync``) feeds it the membership view (``view``), peers' messages
-(``step``), client writes (``write``) and time (``tick``), and carries out the effects
-it returns: ``Persist`` (write the whole set to disk before anything else), ``Send``
+``Definitions`` holds no socket, clock, greenlet or file. It has one door,
+``step(event, now) -> Ready``: the I/O layer (``miyamoto.definitions.sync``) feeds it the
+membership view (``View``), peers' messages (``Received``), client writes (``Write``) and
+time (``Tick``), and carries out the effects it returns: ``Persist`` (write the whole set to disk before anything else), ``Send``
 (the one every machine returns, ``miyamoto.wire.messages``)
 and ``Finished`` (a write's outcome, for the HTTP answer). ``tests/sim/definitions_sim.py``
 drives it with loss, delay, crashes and leader changes.
@@ -79,7 +79,8 @@ from typing import Any, Iterable
 from miyamoto.definitions.messages import DefsAck, DefsDigest, DefsPut, Entry
 from miyamoto.wire.messages import Send
 
-__all__ = ["Definitions", "Entry", "Finished", "Full", "NotLeader", "Persist", "CHUNK",
+__all__ = ["Definitions", "Entry", "Event", "Finished", "Full", "NotLeader", "Persist", "Ready",
+           "Received", "Tick", "View", "Write", "CHUNK",
            "MAX_ENTRIES"]
 
 CHUNK = 16           # entries per DEFS_PUT of a whole set (keeps a frame well under 7 MiB)
@@ -100,6 +101,44 @@ class Finished:
     wid: int
     ok: bool
     error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """The membership view, every tick: the leader, its term, the roster's members."""
+    leader: str | None
+    term: int
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A client's changes ((kind, name, value or None to delete)); leader only: the step
+    raises NotLeader or Full instead of answering."""
+    changes: tuple[tuple[str, str, dict | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A peer's definitions message (DEFS_PUT, DEFS_ACK, DEFS_DIGEST)."""
+    sender: str
+    msg: DefsPut | DefsAck | DefsDigest
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passes: resends, deadlines, digests."""
+
+
+Event = View | Write | Received | Tick
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What one step decided: ``effects`` to carry out in order (``Persist`` before the
+    rest), and for a ``Write`` its ``wid``, which a later ``Finished`` names."""
+    effects: list[Any]
+    wid: int | None = None
 
 
 class Full(Exception):
@@ -185,8 +224,23 @@ class Definitions:
         if term > self.seen_term:
             self.seen_term, self.owner = term, owner
 
-    def view(self, leader: str | None, term: int, members: Iterable[str],
-             now: float) -> list[Any]:
+    def step(self, event: Event, now: float) -> Ready:
+        """The machine's one door: what happened, and what to do about it."""
+        match event:
+            case View(leader=leader, term=term, members=members):
+                return Ready(self._view(leader, term, members, now))
+            case Write(changes=changes):
+                wid, effects = self._write(list(changes), now)
+                return Ready(effects, wid)
+            case Received(sender=sender, msg=msg):
+                return Ready(self._receive(sender, msg, now))
+            case Tick():
+                return Ready(self._tick(now))
+            case _:
+                raise TypeError(f"not a definitions event: {event!r}")
+
+    def _view(self, leader: str | None, term: int, members: Iterable[str],
+              now: float) -> list[Any]:
         """The membership view changed (or not: calling it every tick is cheap)."""
         members = tuple(members)
         out: list[Any] = []
@@ -200,8 +254,8 @@ class Definitions:
             out.extend(self._new_round(self._next_term(), now))
         return out
 
-    def write(self, changes: list[tuple[str, str, dict | None]], now: float
-              ) -> tuple[int, list[Any]]:
+    def _write(self, changes: list[tuple[str, str, dict | None]], now: float
+               ) -> tuple[int, list[Any]]:
         """Stamp and send ``changes`` ((kind, name, value or None to delete)); raises
         NotLeader unless ready. The write's ``Finished`` comes from a later step/tick
         (or at once, when this node is a majority alone)."""
@@ -228,7 +282,7 @@ class Definitions:
         out.extend(self._check_done(wid))
         return wid, out
 
-    def step(self, sender: str, msg: Any, now: float) -> list[Any]:
+    def _receive(self, sender: str, msg: Any, now: float) -> list[Any]:
         if isinstance(msg, DefsPut):
             return self._on_put(sender, msg, now)
         if isinstance(msg, DefsAck):
@@ -241,7 +295,7 @@ class Definitions:
             return self._on_digest(sender, msg, now)
         return []
 
-    def tick(self, now: float) -> list[Any]:
+    def _tick(self, now: float) -> list[Any]:
         out: list[Any] = []
         for wid, p in list(self._pending.items()):
             if now >= p.deadline:

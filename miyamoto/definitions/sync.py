@@ -24,14 +24,15 @@ import gevent.pool
 import ujson
 
 from miyamoto.definitions import messages as m
-from miyamoto.definitions.machine import Definitions, Finished, Full, NotLeader, Persist
+from miyamoto.definitions.machine import Definitions, Finished, Full, NotLeader, Persist, Received, \
+    Tick, View, Write
 from miyamoto.wire.messages import Send
 from miyamoto.errors import Unavailable
 
 log = logging.getLogger(__name__)
 
 FILE = "definitions.json"
-View = tuple[str | None, int, tuple[str, ...]]  # (leader, term, members)
+LeaderView = tuple[str | None, int, tuple[str, ...]]  # (leader, term, members)
 
 
 class SendFn(Protocol):
@@ -48,7 +49,7 @@ class DefSync:
 
     def __init__(self, me: str, data_dir: str, send: SendFn, reply_to: str, *,
                  monotonic: Callable[[], float], resend: float, timeout: float,
-                 view: Callable[[], View] | None = None,
+                 view: Callable[[], LeaderView] | None = None,
                  group: gevent.pool.Group | None = None):
         self.machine = Definitions(me, resend=resend, timeout=timeout)
         self.view = view  # (leader, term, members) of the membership, for run()
@@ -100,8 +101,8 @@ class DefSync:
     # ------------------------------------------------------------ inputs
     def tick(self, leader: str | None, term: int, members: tuple[str, ...]) -> None:
         now = self.monotonic()
-        self.carry_out(self.machine.view(leader, term, members, now))
-        self.carry_out(self.machine.tick(now))
+        self.carry_out(self.machine.step(View(leader, term, tuple(members)), now).effects)
+        self.carry_out(self.machine.step(Tick(), now).effects)
 
     def on_message(self, sender: str, msg: Any) -> None:
         if isinstance(msg, m.DefsWrite):
@@ -111,7 +112,7 @@ class DefSync:
             if ask is not None:
                 ask.set((msg.status, msg.body))
         else:
-            self.carry_out(self.machine.step(sender, msg, self.monotonic()))
+            self.carry_out(self.machine.step(Received(sender, msg), self.monotonic()).effects)
 
     def carry_out(self, effects: list[Any]) -> None:
         for e in effects:
@@ -139,7 +140,8 @@ class DefSync:
     # ------------------------------------------------------------ writes
     def write(self, changes: list[tuple[str, str, dict | None]]) -> None:
         """Write on the leader; returns once a majority has it on disk, else Unavailable."""
-        wid, effects = self.machine.write(changes, self.monotonic())
+        ready = self.machine.step(Write(tuple(changes)), self.monotonic())
+        wid, effects = ready.wid, ready.effects
         waiter: gevent.event.AsyncResult = gevent.event.AsyncResult()
         self._writes[wid] = waiter
         try:

@@ -36,7 +36,7 @@ from typing import Any
 from miyamoto.wire import messages as m
 from miyamoto.definitions import messages as dm
 from miyamoto.wire import verbs as protocol
-from miyamoto.definitions.machine import Definitions, Finished, Persist
+from miyamoto.definitions.machine import Definitions, Finished, Persist, Received, Tick, View, Write
 from miyamoto.wire.messages import Send
 
 
@@ -105,7 +105,7 @@ class Sim:
     def _view(self, node_id: str, leader: str | None, term: int) -> None:
         mc = self.nodes[node_id].machine
         if mc is not None:
-            self._carry(node_id, mc.view(leader, term, self.ids, self.now))
+            self._carry(node_id, mc.step(View(leader, term, tuple(self.ids)), self.now).effects)
 
     def _carry(self, node_id: str, effects: list[Any]) -> None:
         node = self.nodes[node_id]
@@ -174,7 +174,8 @@ class Sim:
             mc = self.nodes[i].machine
             if mc is not None and mc.ready:
                 tick = (mc.get("cursor", "s") or {"tick": 0})["tick"] + 1
-                wid, effects = mc.write([("cursor", "s", {"tick": tick})], self.now)
+                r = mc.step(Write((("cursor", "s", {"tick": tick}),)), self.now)
+                wid, effects = r.wid, r.effects
                 self.writes[(i, wid)] = [mc.entries[("cursor", "s")]]
                 self._carry(i, effects)
 
@@ -184,7 +185,8 @@ class Sim:
             if mc is not None and mc.ready:
                 key = self.rng.choice(["a", "b", "c", "d"])
                 value = None if self.rng.random() < 0.2 else {"v": self.rng.randrange(1000)}
-                wid, effects = mc.write([("topic", key, value)], self.now)
+                r = mc.step(Write((("topic", key, value),)), self.now)
+                wid, effects = r.wid, r.effects
                 self.writes[(i, wid)] = [mc.entries[("topic", key)]]
                 self._carry(i, effects)
 
@@ -210,7 +212,7 @@ class Sim:
             sender, to, verb, payload = ev.data
             mc = self.nodes[to].machine
             if mc is not None:
-                self._carry(to, mc.step(sender, m.decode(verb, payload), self.now))
+                self._carry(to, mc.step(Received(sender, m.decode(verb, payload)), self.now).effects)
         elif ev.kind == "elect":
             self.elect()
         elif ev.kind == "restart_all":
@@ -228,7 +230,7 @@ class Sim:
         for i in self.ids:
             mc = self.nodes[i].machine
             if mc is not None:
-                self._carry(i, mc.tick(self.now))
+                self._carry(i, mc.step(Tick(), self.now).effects)
         if not faults:  # healing: no new writes, so that the end state settles
             return
         if self.now >= self.next_cursor:

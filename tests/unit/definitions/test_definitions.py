@@ -15,13 +15,33 @@ from helpers import NodeProcess, wait_converged, wait_until
 from miyamoto.wire import messages as m
 from miyamoto.definitions import messages as dm
 from miyamoto.wire import verbs as protocol
-from miyamoto.definitions.machine import CHUNK, Definitions, Finished, NotLeader, Persist
+from miyamoto.definitions.machine import CHUNK, Definitions, Finished, NotLeader, Persist, Received, \
+    Tick, View, Write
 from miyamoto.wire.messages import Send
 from miyamoto.wire.verbs import DecodeError, Verb
 
 
 def sends(effects: list[Any], cls: type | None = None) -> list[Send]:
     return [e for e in effects if isinstance(e, Send) and (cls is None or isinstance(e.msg, cls))]
+
+
+# the machine's one door, step(event, now), in the shapes these tests read
+def dview(d: Definitions, leader: str | None, term: int, members: tuple[str, ...],
+          now: float) -> list[Any]:
+    return d.step(View(leader, term, tuple(members)), now).effects
+
+
+def dwrite(d: Definitions, changes: list, now: float) -> tuple[int | None, list[Any]]:
+    r = d.step(Write(tuple(changes)), now)
+    return r.wid, r.effects
+
+
+def drecv(d: Definitions, sender: str, msg: Any, now: float) -> list[Any]:
+    return d.step(Received(sender, msg), now).effects
+
+
+def dtick(d: Definitions, now: float) -> list[Any]:
+    return d.step(Tick(), now).effects
 
 
 def wire(msg: Any) -> Any:
@@ -32,9 +52,9 @@ def wire(msg: Any) -> Any:
 
 def ready_leader(members: tuple[str, ...] = ("a", "b", "c")) -> Definitions:
     d = Definitions("a")
-    d.view("a", 1, members, 0.0)
+    dview(d, "a", 1, members, 0.0)
     for mem in members[1:]:
-        d.step(mem, dm.DefsDigest(1, d.digest(), "a"), 0.0)  # promised term 1 to a
+        drecv(d, mem, dm.DefsDigest(1, d.digest(), "a"), 0.0)  # promised term 1 to a
     assert d.ready and d.dterm == 1
     return d
 
@@ -43,9 +63,9 @@ def ready_leader(members: tuple[str, ...] = ("a", "b", "c")) -> Definitions:
 
 def test_a_node_alone_writes_at_once_persisting_first() -> None:
     d = Definitions("a")
-    d.view("a", 1, ("a",), 0.0)
+    dview(d, "a", 1, ("a",), 0.0)
     assert d.ready
-    wid, effects = d.write([("topic", "t", {"urls": ["http://x/"]})], 0.0)
+    wid, effects = dwrite(d, [("topic", "t", {"urls": ["http://x/"]})], 0.0)
     assert isinstance(effects[0], Persist) and effects[-1] == Finished(wid, True)
     assert effects[0].entries[0].value == {"urls": ["http://x/"]}
     assert d.get("topic", "t") == {"urls": ["http://x/"]}
@@ -53,38 +73,38 @@ def test_a_node_alone_writes_at_once_persisting_first() -> None:
 
 def test_a_write_finishes_once_a_majority_acked() -> None:
     d = ready_leader()
-    wid, effects = d.write([("topic", "t", {"urls": []})], 0.0)
+    wid, effects = dwrite(d, [("topic", "t", {"urls": []})], 0.0)
     puts = sends(effects, dm.DefsPut)
     assert {s.to for s in puts} == {"b", "c"} and not any(isinstance(e, Finished)
                                                            for e in effects)
-    assert d.step("b", wire(dm.DefsAck(1, wid)), 0.1) == [Finished(wid, True)]
+    assert drecv(d, "b", wire(dm.DefsAck(1, wid)), 0.1) == [Finished(wid, True)]
     # an unacked write is resent, then given up at its deadline
-    wid2, _ = d.write([("topic", "u", None)], 1.0)
-    assert {s.to for s in sends(d.tick(1.0 + d.resend))} >= {"b", "c"}
-    assert Finished(wid2, False, "a majority did not confirm in time") in d.tick(1.0 + d.timeout)
+    wid2, _ = dwrite(d, [("topic", "u", None)], 1.0)
+    assert {s.to for s in sends(dtick(d, 1.0 + d.resend))} >= {"b", "c"}
+    assert Finished(wid2, False, "a majority did not confirm in time") in dtick(d, 1.0 + d.timeout)
 
 
 def test_followers_redirect_and_a_new_leader_waits_for_a_majority() -> None:
     f = Definitions("b")
-    f.view("a", 1, ("a", "b", "c"), 0.0)
+    dview(f, "a", 1, ("a", "b", "c"), 0.0)
     with pytest.raises(NotLeader) as e:
-        f.write([("topic", "t", None)], 0.0)
+        dwrite(f, [("topic", "t", None)], 0.0)
     assert e.value.leader == "a"
     d = Definitions("a")
-    offers = d.view("a", 2, ("a", "b", "c"), 0.0)
+    offers = dview(d, "a", 2, ("a", "b", "c"), 0.0)
     assert {s.to for s in sends(offers) if s.msg.want} == {"b", "c"} and not d.ready
     with pytest.raises(NotLeader):
-        d.write([("topic", "t", None)], 0.0)
+        dwrite(d, [("topic", "t", None)], 0.0)
     # b answers the offer with its whole set, which holds a write we lacked
     old = dm.Entry("topic", "x", 1, 7, {"urls": ["http://x/"]})
     b = Definitions("b", entries={("topic", "x"): old})
-    b.view("a", 2, ("a", "b", "c"), 0.0)
-    answer = b.step("a", wire(sends(offers)[0].msg), 0.0)
+    dview(b, "a", 2, ("a", "b", "c"), 0.0)
+    answer = drecv(b, "a", wire(sends(offers)[0].msg), 0.0)
     assert [s.msg.last for s in sends(answer)] == [True]
     for s in sends(answer):
-        d.step("b", wire(s.msg), 0.1)
+        drecv(d, "b", wire(s.msg), 0.1)
     assert d.ready and d.get("topic", "x") == old.value
-    wid, _ = d.write([("topic", "y", {})], 0.2)
+    wid, _ = dwrite(d, [("topic", "y", {})], 0.2)
     # the stamp's term is the definitions' own (1: a's first claim), not membership's 2
     assert (d.entries[("topic", "y")].term, d.entries[("topic", "y")].seq) == (1, 8)
 
@@ -92,26 +112,26 @@ def test_followers_redirect_and_a_new_leader_waits_for_a_majority() -> None:
 def test_a_lost_chunk_does_not_count_as_synced() -> None:
     many = {("topic", f"t{i}"): dm.Entry("topic", f"t{i}", 1, i + 1, {}) for i in range(CHUNK + 3)}
     b = Definitions("b", entries=dict(many))
-    b.view("a", 2, ("a", "b", "c"), 0.0)
-    answer = sends(b.step("a", dm.DefsPut(2, (), want=True), 0.0))
+    dview(b, "a", 2, ("a", "b", "c"), 0.0)
+    answer = sends(drecv(b, "a", dm.DefsPut(2, (), want=True), 0.0))
     assert len(answer) == 2
     d = Definitions("a")
     d.load([], 1)  # so that a claims term 2, the one b promised it
-    d.view("a", 2, ("a", "b", "c"), 0.0)
-    d.step("b", wire(answer[1].msg), 0.0)  # the first chunk was lost
+    dview(d, "a", 2, ("a", "b", "c"), 0.0)
+    drecv(d, "b", wire(answer[1].msg), 0.0)  # the first chunk was lost
     assert not d.ready
-    d.step("b", wire(answer[0].msg), 0.1)
-    d.step("b", wire(answer[1].msg), 0.1)
+    drecv(d, "b", wire(answer[0].msg), 0.1)
+    drecv(d, "b", wire(answer[1].msg), 0.1)
     assert d.ready
 
 
 def test_merge_is_last_writer_wins_and_stale_terms_get_no_ack() -> None:
     b = Definitions("b")
-    b.view("a", 3, ("a", "b", "c"), 0.0)
+    dview(b, "a", 3, ("a", "b", "c"), 0.0)
     new = dm.Entry("topic", "t", 3, 5, None)  # a deletion
-    assert any(isinstance(e, Persist) for e in b.step("a", dm.DefsPut(3, (new,), wid=1), 0.0))
+    assert any(isinstance(e, Persist) for e in drecv(b, "a", dm.DefsPut(3, (new,), wid=1), 0.0))
     old = dm.Entry("topic", "t", 2, 9, {"urls": ["http://x/"]})
-    out = b.step("z", dm.DefsPut(2, (old,), wid=4), 0.0)  # a deposed leader's write
+    out = drecv(b, "z", dm.DefsPut(2, (old,), wid=4), 0.0)  # a deposed leader's write
     assert b.entries[("topic", "t")] == new and not sends(out, dm.DefsAck)
     assert b.get("topic", "t") is None and b.items("topic") == []
 
@@ -309,9 +329,9 @@ def test_a_full_map_refuses_new_keys_rather_than_dropping_them(monkeypatch) -> N
 
     monkeypatch.setattr(definitions, "MAX_ENTRIES", 2)
     d = Definitions("a")
-    d.view("a", 1, ("a",), 0.0)
-    d.write([("topic", "x", {}), ("topic", "y", {})], 0.0)
+    dview(d, "a", 1, ("a",), 0.0)
+    dwrite(d, [("topic", "x", {}), ("topic", "y", {})], 0.0)
     with pytest.raises(Full):
-        d.write([("topic", "z", {})], 0.0)
-    d.write([("topic", "x", None)], 0.0)  # an existing key (a delete) still goes
+        dwrite(d, [("topic", "z", {})], 0.0)
+    dwrite(d, [("topic", "x", None)], 0.0)  # an existing key (a delete) still goes
     assert d.get("topic", "z") is None and d.get("topic", "x") is None
