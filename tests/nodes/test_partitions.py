@@ -1,4 +1,4 @@
-"""Issue 8, items 1 and 2: real partitions, with nodes in network namespaces.
+"""Real partitions, with nodes in network namespaces.
 
 Each node runs in a host of its own (``harness.netns``: a namespace with a control link
 for HTTP and the sink, and a cluster link for ZeroMQ, both on bridges this run owns);
