@@ -48,36 +48,148 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 
-# module -> the test runs that cover it (fast unit tests), each a list of pytest
-# arguments. A module, or a run whose test file, does not exist (yet) is skipped.
+# module -> the test runs that cover it (fast, in-process tests: tests/unit and the pure
+# simulators in tests/sim with a bounded selection of seeds; never tests/nodes, whose real
+# processes are far too slow per mutant), each a list of pytest arguments, cheapest first
+# (a mutant's later runs only happen when the earlier ones pass). A module, or a run whose
+# test file, does not exist (yet) is skipped.
 _SIMS = ([f"tests/unit/membership/test_membership.py::test_random_faults[{i}]" for i in range(60)]
          + [f"tests/unit/membership/test_membership.py::test_a_connected_majority_keeps_going[{i}]"
             for i in range(30)])
+_MEMBERSHIP = [["tests/unit/membership/test_membership.py", "-k",
+                "not random_faults and not connected_majority and not survives"],
+               _SIMS, ["tests/unit/membership/test_roster.py"]]
+# the composed cluster simulator: its fault-free run, replay and planted-bug checks (<1 s),
+# then the first 50 seeded runs (~5 s)
+_CLUSTER_SIM = [["tests/sim/test_cluster_sim.py", "-k", "not seeded_runs"],
+                ["tests/sim/test_cluster_sim.py::test_seeded_runs_keep_the_rules[0]"]]
+# the sibling protocol's rule tests (plus the short pause scenario and the planted-bug
+# checks, ~3 s), then the first 100 of the 1,000 random simulator runs (~3 s)
+_SIBLINGS = [["tests/unit/replicas/test_siblings.py"],
+             ["tests/sim/test_siblings_random.py::test_random_runs_are_safe[0]"]]
+_DEFINITIONS = [["tests/unit/definitions/test_definitions.py"]]
+_JOURNAL = [["tests/unit/store/test_journal.py"], ["tests/unit/store/test_journal_failure.py"],
+            ["tests/unit/engine/test_window.py"]]
+_DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
+                   ["tests/unit/delivery/test_fairness.py"],
+                   ["tests/unit/delivery/test_breaker.py"], ["tests/unit/delivery/test_flow.py"]]
 MODULES: dict[str, list[list[str]]] = {
+    # wire/
+    "miyamoto/wire/verbs.py": [["tests/unit/wire/test_checks.py"],
+                               ["tests/unit/wire/test_outbox.py"],
+                               ["tests/unit/wire/test_transport.py"]],
+    "miyamoto/wire/messages.py": [["tests/unit/definitions/test_definitions.py", "-k",
+                                   "messages"], _MEMBERSHIP[0], *_SIBLINGS],
+    "miyamoto/wire/checks.py": [["tests/unit/wire/test_checks.py"], _MEMBERSHIP[0],
+                                ["tests/unit/replicas/test_siblings.py"]],
+    "miyamoto/wire/transport.py": [["tests/unit/wire/test_transport.py"]],
+    "miyamoto/wire/zmqio.py": [["tests/unit/wire/test_transport.py"]],
+    "miyamoto/wire/outbox.py": [["tests/unit/wire/test_outbox.py"], _CLUSTER_SIM[0]],
+    # tasks/
+    "miyamoto/tasks/task.py": [["tests/unit/tasks/test_validate.py"],
+                               ["tests/unit/store/test_journal.py"],
+                               ["tests/unit/delivery/test_flow.py"],
+                               ["tests/unit/delivery/test_priorities.py"]],
+    "miyamoto/tasks/validate.py": [["tests/unit/tasks/test_validate.py"]],
+    "miyamoto/tasks/checks.py": [["tests/unit/tasks/test_validate.py"]],
+    "miyamoto/tasks/fields.py": [["tests/unit/tasks/test_validate.py"],
+                                 ["tests/unit/store/test_journal.py"]],
+    "miyamoto/tasks/dedupe.py": [["tests/unit/tasks/test_dedupe.py"]],
+    "miyamoto/tasks/formdata.py": [["tests/unit/tasks/test_formdata.py"],
+                                   ["tests/unit/tasks/test_validate.py"]],
+    # membership/
+    **{f"miyamoto/membership/{name}.py": _MEMBERSHIP
+       for name in ("machine", "election", "liveness", "changes",
+                    "bootstrap", "roster", "messages")},
+    # replicas/
+    "miyamoto/replicas/placement.py": [["tests/unit/replicas/test_placement.py"]],
+    "miyamoto/replicas/siblings.py": _SIBLINGS,
+    "miyamoto/replicas/restore.py": _SIBLINGS,
+    "miyamoto/replicas/messages.py": _SIBLINGS,
+    "miyamoto/replicas/events.py": _SIBLINGS,
+    "miyamoto/replicas/effects.py": [*_SIBLINGS, *_CLUSTER_SIM],
+    # definitions/ (test_definitions.py also starts three real nodes for a few seconds)
+    "miyamoto/definitions/machine.py": _DEFINITIONS,
+    "miyamoto/definitions/messages.py": _DEFINITIONS,
+    "miyamoto/definitions/sync.py": _DEFINITIONS,
+    # store/
+    "miyamoto/store/journal.py": _JOURNAL,
+    "miyamoto/store/file.py": _JOURNAL,
+    "miyamoto/store/rows.py": _JOURNAL,
+    "miyamoto/store/datadir.py": _JOURNAL,
+    "miyamoto/store/dbthread.py": [["tests/unit/store/test_dbthread.py"], *_JOURNAL],
+    # engine/
     "miyamoto/engine/scheduler.py": [["tests/unit/engine/test_scheduler.py"]],
+    "miyamoto/engine/window.py": [["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
+    "miyamoto/engine/engine.py": [["tests/unit/delivery/test_retry.py"],
+                                  ["tests/unit/store/test_journal_failure.py"],
+                                  ["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
+    # delivery/
     "miyamoto/delivery/dispatch.py": [["tests/unit/delivery/test_dispatch.py"],
                                       ["tests/unit/delivery/test_fairness.py"]],
-    "miyamoto/delivery/fairness.py": [["tests/unit/delivery/test_fairness.py"]],
+    "miyamoto/delivery/fairness.py": [["tests/unit/delivery/test_fairness.py"],
+                                      ["tests/unit/delivery/test_priorities.py"]],
+    "miyamoto/delivery/breaker.py": [["tests/unit/delivery/test_breaker.py"]],
+    "miyamoto/delivery/flow.py": [["tests/unit/delivery/test_flow.py"]],
     "miyamoto/delivery/backoff.py": [["tests/unit/delivery/test_backoff.py"],
                                      ["tests/unit/delivery/test_attempt.py", "-k", "retry_after"],
                                      ["tests/unit/config/test_settings.py", "-k", "backoff"]],
     "miyamoto/delivery/ratelimit.py": [["tests/unit/delivery/test_ratelimit.py"]],
-    "miyamoto/tasks/validate.py": [["tests/unit/tasks/test_validate.py"]],
-    "miyamoto/replicas/placement.py": [["tests/unit/replicas/test_placement.py"]],
-    **{f"miyamoto/membership/{name}.py": [
-        ["tests/unit/membership/test_membership.py", "-k",
-         "not random_faults and not connected_majority and not survives"],
-        _SIMS, ["tests/unit/membership/test_roster.py"]]
-       for name in ("machine", "election", "liveness", "changes",
-                    "bootstrap", "roster")},
     "miyamoto/delivery/attempt.py": [["tests/unit/delivery/test_attempt.py"]],
     # retry.py: test_retry.py has the decide() rules and the engine carrying them out;
     # backoff.retry_after's own tests are test_backoff.py's (backoff.py's entry)
     "miyamoto/delivery/retry.py": [["tests/unit/delivery/test_retry.py"]],
-    # siblings.py and restore.py: the rule tests (plus the short pause scenario and the
-    # planted-bug checks, ~3 s); the 1,000-run simulator (random_runs) is too slow per mutant
-    "miyamoto/replicas/siblings.py": [["tests/unit/replicas/test_siblings.py", "-k", "not random_runs"]],
-    "miyamoto/replicas/restore.py": [["tests/unit/replicas/test_siblings.py", "-k", "not random_runs"]],
+    "miyamoto/delivery/httpclient.py": [["tests/unit/delivery/test_httpclient.py"],
+                                        ["tests/unit/delivery/test_targets.py"]],
+    "miyamoto/delivery/targets.py": [["tests/unit/delivery/test_targets.py"],
+                                     ["tests/unit/delivery/test_httpclient.py"]],
+    # cluster/: the I/O layer and its helpers run only in the composed simulator here
+    "miyamoto/cluster/clocks.py": [["tests/unit/cluster/test_clocks.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/clockmessages.py": _CLUSTER_SIM,
+    "miyamoto/cluster/layer.py": _CLUSTER_SIM,
+    "miyamoto/cluster/coordinator.py": _CLUSTER_SIM,
+    "miyamoto/cluster/requests.py": _CLUSTER_SIM,
+    "miyamoto/cluster/queries.py": [["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
+    # http/
+    "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
+    "miyamoto/http/head.py": [["tests/unit/http/test_server.py"]],
+    "miyamoto/http/connections.py": [["tests/unit/http/test_server.py"]],
+    "miyamoto/http/api.py": [["tests/unit/http/test_dashboard.py"]],
+    "miyamoto/http/auth.py": [["tests/unit/http/test_dashboard.py"]],
+    "miyamoto/http/dashboard.py": [["tests/unit/http/test_dashboard.py"]],
+    # config/
+    "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"]],
+    "miyamoto/config/values.py": [["tests/unit/config/test_settings.py"]],
+    # top: metrics only through the engine's counters (test_retry) and the cluster sim
+    "miyamoto/sockets.py": [["tests/unit/http/test_server.py"],
+                            ["tests/unit/delivery/test_httpclient.py"]],
+    "miyamoto/metrics.py": [["tests/unit/delivery/test_retry.py"], *_CLUSTER_SIM],
+}
+
+# never mutated: files without logic (a one-line __init__.py, __main__.py, version.py)
+TRIVIAL = {"__init__.py", "__main__.py", "version.py"}
+# modules with logic that no fast test covers: the runner names them at every package run
+_NODES = "only real-process tests cover it ({}): too slow per mutant"
+UNCOVERED: dict[str, str] = {
+    "miyamoto/__init__.py": "the lazy `from miyamoto import Client` hook: " + _NODES.format(
+        "tests/nodes/test_client.py"),
+    "miyamoto/client.py": _NODES.format("tests/nodes/test_client.py"),
+    "miyamoto/node.py": _NODES.format("tests/nodes/test_single_node.py"),
+    "miyamoto/logs.py": _NODES.format("every node's log setup; no test reads it"),
+    "miyamoto/errors.py": "three exception classes, no logic to mutate",
+    "miyamoto/delivery/types.py": "a dataclass and two exception classes, no logic to mutate",
+    "miyamoto/cli/main.py": _NODES.format("tests/nodes/test_cli.py"),
+    "miyamoto/cli/commands.py": _NODES.format("tests/nodes/test_cli.py"),
+    "miyamoto/cli/bulk.py": _NODES.format("tests/nodes/test_cli.py"),
+    "miyamoto/cli/tables.py": _NODES.format("tests/nodes/test_cli.py"),
+    "miyamoto/cli/processes.py": _NODES.format("tests/nodes/test_processes.py"),
+    "miyamoto/definitions/schedules.py": _NODES.format("tests/nodes/test_schedules.py"),
+    "miyamoto/definitions/topics.py": _NODES.format("tests/nodes/test_topics.py"),
+    "miyamoto/http/openapi.py": _NODES.format("tests/nodes/test_openapi.py"),
+    "miyamoto/http/mediatype.py": _NODES.format("tests/nodes/test_content_types.py"),
+    "miyamoto/http/definitions.py": _NODES.format("tests/nodes/test_schedules.py, "
+                                                  "tests/nodes/test_topics.py"),
+    "miyamoto/http/fdlimit.py": _NODES.format("a node's start-up"),
 }
 
 # (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart
@@ -139,7 +251,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "a queue with an empty ready line left in the active set is skipped on every pass "
         "(time only, and it is dropped on the next pass that finds it empty anyway)",
     ("miyamoto/replicas/placement.py",
-     "ranked = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
+     "order = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
      "True -> False"):
         "lowest instead of highest rendezvous scores: an equally valid placement with the "
         "same properties (stable, moves by one member); only a mixed-version cluster "
@@ -147,7 +259,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/replicas/placement.py",
      "after = [m for m in ordered if m > lost and m in candidates]", "> -> >="):
         "the lost member holds a copy, so it is never among the candidates",
-    ("miyamoto/tasks/validate.py", 'raise ValidationError(field, "must be an integer") from None',
+    ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",
     ("miyamoto/tasks/validate.py", "return False", "return None"):
@@ -477,10 +589,79 @@ def test_args(module: str, root: Path) -> list[list[str]]:
 # ---------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def package_of(module: str) -> str:
+    """'miyamoto/replicas/siblings.py' -> 'replicas'; a top-level module -> 'top'."""
+    parts = Path(module).parts
+    return parts[1] if len(parts) > 2 else "top"
+
+
+def packages() -> list[str]:
+    """The packages with a module in MODULES, in MODULES order."""
+    return list(dict.fromkeys(package_of(m) for m in MODULES))
+
+
+def unlisted(root: Path) -> list[str]:
+    """Modules under miyamoto/ in neither MODULES nor UNCOVERED (nor TRIVIAL)."""
+    found = sorted(str(p.relative_to(root)) for p in (root / "miyamoto").rglob("*.py"))
+    return [m for m in found if m not in MODULES and m not in UNCOVERED
+            and Path(m).name not in TRIVIAL]
+
+
+def stale_equivalents(root: Path) -> list[tuple[str, str, str]]:
+    """EQUIVALENT keys that no mutant of today's source has (the line or mutation changed)."""
+    keys: dict[str, set[tuple[str, str, str]]] = {}
+    for key in EQUIVALENT:
+        keys.setdefault(key[0], set()).add(key)
+    stale = []
+    for module, wanted in keys.items():
+        have = {m.key for m in mutants_of(module, root)} if (root / module).exists() else set()
+        stale += sorted(wanted - have)
+    return stale
+
+
+def _warn_about_the_tables(root: Path, selected: list[str]) -> None:
+    for module, line, what in stale_equivalents(root):
+        print(f"warning: EQUIVALENT entry matches no mutant any more: {module}: "
+              f"{what!r} on {line!r}")
+    for module in unlisted(root):
+        print(f"warning: {module} is in neither MODULES nor UNCOVERED")
+    chosen = {package_of(m) for m in selected}
+    left = {m: why for m, why in UNCOVERED.items() if package_of(m) in chosen}
+    if left:
+        print("== not mutated (UNCOVERED):")
+        for module, why in left.items():
+            print(f"  {module}: {why}")
+
+
+def _select(ap: argparse.ArgumentParser, opts: argparse.Namespace) -> list[str]:
+    """The modules -m, -p and --all name, in MODULES order (every module by default)."""
+    if not (opts.module or opts.package or opts.all):
+        return list(MODULES)
+    wanted: list[str] = []
+    for w in opts.module or []:
+        hits = [m for m in MODULES if m == w or Path(m).stem == w
+                or m == f"miyamoto/{w}.py" or m == f"miyamoto/{w}"]
+        if not hits:
+            ap.error(f"no module {w!r} in MODULES ({', '.join(Path(m).stem for m in MODULES)})")
+        wanted += hits
+    names = packages() if opts.all else opts.package or []
+    for name in names:
+        hits = [m for m in MODULES if package_of(m) == name]
+        if not hits:
+            ap.error(f"no package {name!r} in MODULES ({', '.join(packages())})")
+        wanted += hits
+    return list(dict.fromkeys(wanted))
+
+
+def _parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--module", action="append",
                     help="a module to mutate (name or path; default: every one in MODULES)")
+    ap.add_argument("-p", "--package", action="append",
+                    help="every module of this package (e.g. replicas; 'top' for "
+                         "miyamoto/*.py); the budget is split between packages")
+    ap.add_argument("--all", action="store_true",
+                    help="every package in turn, each with its share of the budget")
     ap.add_argument("--budget", type=float, default=1800.0, help="seconds for the whole run")
     ap.add_argument("--max-mutants", type=int, default=400, help="per module; more are sampled")
     ap.add_argument("--timeout-factor", type=float, default=4.0,
@@ -490,105 +671,180 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--line", type=int, action="append",
                     help="only the mutants on this line (to re-check survivors)")
-    opts = ap.parse_args(argv)
+    return ap, ap.parse_args(argv)
 
-    modules = list(MODULES)
-    if opts.module:
-        wanted = []
-        for w in opts.module:
-            hits = [m for m in MODULES if m == w or Path(m).stem == w]
-            if not hits:
-                ap.error(f"no module {w!r} in MODULES ({', '.join(Path(m).stem for m in MODULES)})")
-            wanted += hits
-        modules = wanted
 
+def main(argv: list[str] | None = None) -> int:
+    ap, opts = _parse(argv)
+    modules = _select(ap, opts)
+    by_package = bool(opts.package or opts.all)
     # Ctrl-C and SIGTERM (also when started in the background, where SIGINT is ignored)
     # end the run cleanly: the copy is removed, the results so far are printed
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
+    deadline = started + opts.budget
     tmp = Path(tempfile.mkdtemp(prefix="miyamoto-mutate-"))
     results: dict[str, dict[str, list[Mutant]]] = {}
     try:
         copy_tree(tmp)
+        _warn_about_the_tables(tmp, modules)
         runner = Runner(tmp, fork=not opts.no_fork) if not opts.list else None
-        for module in modules:
-            if not (tmp / module).exists():
-                print(f"== {module}: not in this tree, skipped")
-                continue
-            groups = test_args(module, tmp)
-            if not groups:
-                print(f"== {module}: no covering test file exists, skipped")
-                continue
-            mutants = mutants_of(module, tmp)
-            if opts.line:
-                mutants = [m for m in mutants if m.start[0] in opts.line]
-            if len(mutants) > opts.max_mutants:
-                mutants = sorted(random.Random(opts.seed).sample(mutants, opts.max_mutants),
-                                 key=lambda m: m.start)
-            if opts.list:
-                print(f"== {module}: {len(mutants)} mutants")
-                for m in mutants:
-                    print(f"  {m.where()}: {m.what}    | {m.line}")
-                continue
-            assert runner is not None
-            original = (tmp / module).read_bytes()
-            base_times = []
-            ok = True
-            for g in list(groups):
-                state, took = runner.run(g, timeout=600)
-                if state == "empty":
-                    groups.remove(g)
-                    continue
-                if state != "passed":
-                    print(f"== {module}: the unmutated tests do not pass ({' '.join(g)}): "
-                          "skipped")
-                    ok = False
-                    break
-                base_times.append(took)
-            if not ok or not groups:
-                continue
-            print(f"== {module}: {len(mutants)} mutants; tests: "
-                  f"{' ; '.join(_brief(g) for g in groups)} "
-                  f"(unmutated: {sum(base_times):.1f} s)", flush=True)
-            res = results[module] = {"killed": [], "timeout": [], "survived": [],
-                                     "equivalent": [], "untested": [], "invalid": []}
-            try:
-                for m in mutants:
-                    if time.monotonic() - started > opts.budget:
-                        res["untested"].append(m)
-                        continue
-                    try:
-                        (tmp / module).write_bytes(apply(original, m))
-                    except SyntaxError:
-                        res["invalid"].append(m)
-                        continue
-                    state = "passed"
-                    for g, base in zip(groups, base_times):
-                        state, _ = runner.run(g, timeout=base * opts.timeout_factor + 5)
-                        if state != "passed":
-                            break
-                    if state == "passed":
-                        bucket = "equivalent" if m.key in EQUIVALENT else "survived"
-                    else:
-                        bucket = "killed" if state == "failed" else "timeout"
-                    res[bucket].append(m)
-                    mark = {"killed": ".", "timeout": "T", "survived": "S",
-                            "equivalent": "e"}[bucket]
-                    print(mark, end="", flush=True)
-            finally:
-                (tmp / module).write_bytes(original)
-            print()
+        if by_package:
+            groups = {p: [m for m in modules if package_of(m) == p]
+                      for p in dict.fromkeys(package_of(m) for m in modules)}
+            for i, (name, mods) in enumerate(groups.items()):
+                # an equal share of what is left: a package that ends early hands its rest on
+                share = (deadline - time.monotonic()) / (len(groups) - i)
+                mine = _run_modules(mods, tmp, runner, opts, time.monotonic() + share,
+                                    results, split=True)
+                if not opts.list:
+                    _print_package(name, mine)
+        else:
+            _run_modules(modules, tmp, runner, opts, deadline, results, split=False)
     except KeyboardInterrupt:
         print("\ninterrupted: the results so far")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if opts.list:
         return 0
-    return report(results, time.monotonic() - started)
+    return report(results, time.monotonic() - started, by_package)
 
 
-def report(results: dict[str, dict[str, list[Mutant]]], took: float) -> int:
+def _run_modules(modules: list[str], tmp: Path, runner: Runner | None,
+                 opts: argparse.Namespace, deadline: float,
+                 results: dict[str, dict[str, list[Mutant]]],
+                 split: bool) -> dict[str, dict[str, list[Mutant]]]:
+    """Mutate each module in turn until the deadline; with split, each module gets an
+    equal share of the time left (one that ends early hands its rest on)."""
+    mine: dict[str, dict[str, list[Mutant]]] = {}
+    for i, module in enumerate(modules):
+        until = time.monotonic() + (deadline - time.monotonic()) / (len(modules) - i) \
+            if split else deadline
+        res = mutate_module(module, tmp, runner, opts, until)
+        if res is not None:
+            results[module] = mine[module] = res
+    return mine
+
+
+def _prepare(module: str, tmp: Path, opts: argparse.Namespace) -> list[Mutant] | None:
+    """The module's mutants (sampled, or only --line's), or None when it cannot be run."""
+    if not (tmp / module).exists():
+        print(f"== {module}: not in this tree, skipped")
+        return None
+    if not test_args(module, tmp):
+        print(f"== {module}: no covering test file exists, skipped")
+        return None
+    mutants = mutants_of(module, tmp)
+    if opts.line:
+        mutants = [m for m in mutants if m.start[0] in opts.line]
+    if len(mutants) > opts.max_mutants:
+        mutants = sorted(random.Random(opts.seed).sample(mutants, opts.max_mutants),
+                         key=lambda m: m.start)
+    return mutants
+
+
+def _baseline(module: str, groups: list[list[str]], runner: Runner) -> list[float] | None:
+    """Each run's unmutated time (runs that select no test are dropped from groups), or
+    None when the unmutated tests do not pass."""
+    base_times = []
+    for g in list(groups):
+        state, took = runner.run(g, timeout=600)
+        if state == "empty":
+            groups.remove(g)
+            continue
+        if state != "passed":
+            print(f"== {module}: the unmutated tests do not pass ({' '.join(g)}): skipped")
+            return None
+        base_times.append(took)
+    return base_times
+
+
+def mutate_module(module: str, tmp: Path, runner: Runner | None, opts: argparse.Namespace,
+                  deadline: float) -> dict[str, list[Mutant]] | None:
+    """Run the module's mutants until the deadline; the buckets, or None if not run."""
+    mutants = _prepare(module, tmp, opts)
+    if mutants is None:
+        return None
+    if opts.list or runner is None:
+        print(f"== {module}: {len(mutants)} mutants")
+        for m in mutants:
+            print(f"  {m.where()}: {m.what}    | {m.line}")
+        return None
+    groups = test_args(module, tmp)
+    base_times = _baseline(module, groups, runner)
+    if base_times is None or not groups:
+        return None
+    print(f"== {module}: {len(mutants)} mutants; tests: "
+          f"{' ; '.join(_brief(g) for g in groups)} "
+          f"(unmutated: {sum(base_times):.1f} s)", flush=True)
+    res: dict[str, list[Mutant]] = {"killed": [], "timeout": [], "survived": [],
+                                    "equivalent": [], "untested": [], "invalid": []}
+    original = (tmp / module).read_bytes()
+    try:
+        for m in mutants:
+            if time.monotonic() > deadline:
+                res["untested"].append(m)
+                continue
+            try:
+                (tmp / module).write_bytes(apply(original, m))
+            except SyntaxError:
+                res["invalid"].append(m)
+                continue
+            bucket = _judge(m, groups, base_times, runner, opts.timeout_factor)
+            res[bucket].append(m)
+            print({"killed": ".", "timeout": "T", "survived": "S", "equivalent": "e"}[bucket],
+                  end="", flush=True)
+    finally:
+        (tmp / module).write_bytes(original)
+        print()
+    return res
+
+
+def _judge(m: Mutant, groups: list[list[str]], base_times: list[float], runner: Runner,
+           factor: float) -> str:
+    """'killed', 'timeout', 'survived' or 'equivalent' for the mutant now in the copy."""
+    state = "passed"
+    for g, base in zip(groups, base_times):
+        state, _ = runner.run(g, timeout=base * factor + 5)
+        if state != "passed":
+            break
+    if state == "passed":
+        return "equivalent" if m.key in EQUIVALENT else "survived"
+    return "killed" if state == "failed" else "timeout"
+
+
+def _counts(results: dict[str, dict[str, list[Mutant]]]) -> tuple[int, int, int, int]:
+    """(mutants run, killed incl. timed out, survivors, equivalent) over the results."""
+    k = sum(len(r["killed"]) + len(r["timeout"]) for r in results.values())
+    s = sum(len(r["survived"]) for r in results.values())
+    e = sum(len(r["equivalent"]) for r in results.values())
+    return k + s + e, k, s, e
+
+
+def _pct(k: int, s: int) -> str:
+    return f"{100.0 * k / (k + s):5.1f} %" if k + s else "  n/a  "
+
+
+def _print_package(name: str, mine: dict[str, dict[str, list[Mutant]]]) -> None:
+    n, k, s, e = _counts(mine)
+    left = sum(len(r["untested"]) for r in mine.values())
+    print(f"== package {name}: {_pct(k, s)}  {k}/{k + s} killed, {s} survivors, "
+          f"{e} equivalent" + (f", {left} not run (budget)" if left else ""), flush=True)
+
+
+def _package_table(results: dict[str, dict[str, list[Mutant]]]) -> None:
+    print(f"\n== packages\n{'package':12s} {'mutants':>7s} {'killed':>6s} {'survivors':>9s} "
+          f"{'score':>7s}")
+    for name in dict.fromkeys(package_of(m) for m in results):
+        n, k, s, _ = _counts({m: r for m, r in results.items() if package_of(m) == name})
+        print(f"{name:12s} {n:7d} {k:6d} {s:9d} {_pct(k, s)}")
+    n, k, s, _ = _counts(results)
+    print(f"{'all':12s} {n:7d} {k:6d} {s:9d} {_pct(k, s)}")
+
+
+def report(results: dict[str, dict[str, list[Mutant]]], took: float,
+           by_package: bool = False) -> int:
     print(f"\n== score (killed + timed out) / (mutants run - equivalent), in {took:.0f} s")
     total_k = total_n = 0
     for module, res in results.items():
@@ -609,6 +865,8 @@ def report(results: dict[str, dict[str, list[Mutant]]], took: float) -> int:
         print(f"{module:28s} {score}  {k}/{n}" + (f"  ({', '.join(extra)})" if extra else ""))
     if total_n:
         print(f"{'all':28s} {100.0 * total_k / total_n:5.1f} %  {total_k}/{total_n}")
+    if by_package:
+        _package_table(results)
     survivors = [m for res in results.values() for m in res["survived"]]
     if survivors:
         print("\n== survivors")
