@@ -5,6 +5,13 @@ tests that cover that module, and count the changes that no test notices (surviv
     .venv/bin/python scripts/mutate.py                    # every module in MODULES
     .venv/bin/python scripts/mutate.py -m backoff -m ratelimit --budget 300
     .venv/bin/python scripts/mutate.py -m scheduler --list    # the mutants, nothing run
+    .venv/bin/python scripts/mutate.py -p replicas -p wire --budget 1200  # whole packages
+    .venv/bin/python scripts/mutate.py --all --budget 7200    # every package, budget split
+
+With -p or --all the budget is split package by package (each gets an equal share of what
+is left, so one that ends early hands its rest on) and, within a package, module by
+module; each package's score is printed as it ends and a table of all at the end.
+Modules with logic that no fast test covers are listed in UNCOVERED with the reason.
 
 It never touches the working tree: the repository is copied to a temporary directory
 (git's tracked files plus the working tree's changes, no .git, no .venv) and every
