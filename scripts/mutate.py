@@ -626,14 +626,14 @@ def stale_equivalents(root: Path) -> list[tuple[str, str, str]]:
     return stale
 
 
-def _warn_about_the_tables(root: Path, selected: list[str]) -> None:
+def _warn_about_the_tables(root: Path, selected: list[str], by_package: bool) -> None:
     for module, line, what in stale_equivalents(root):
         print(f"warning: EQUIVALENT entry matches no mutant any more: {module}: "
               f"{what!r} on {line!r}")
     for module in unlisted(root):
         print(f"warning: {module} is in neither MODULES nor UNCOVERED")
     chosen = {package_of(m) for m in selected}
-    left = {m: why for m, why in UNCOVERED.items() if package_of(m) in chosen}
+    left = {m: why for m, why in UNCOVERED.items() if package_of(m) in chosen and by_package}
     if left:
         print("== not mutated (UNCOVERED):")
         for module, why in left.items():
@@ -695,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, list[Mutant]]] = {}
     try:
         copy_tree(tmp)
-        _warn_about_the_tables(tmp, modules)
+        _warn_about_the_tables(tmp, modules, by_package)
         runner = Runner(tmp, fork=not opts.no_fork) if not opts.list else None
         if by_package:
             groups = {p: [m for m in modules if package_of(m) == p]
