@@ -254,18 +254,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "pump yields to other greenlets", "1000 -> 1001"):
         "how many tasks one pass sets aside before the pump yields: the tests use PARK_BATCH "
         "itself; every task still starts, in the same order",
-    ("miyamoto/delivery/dispatch.py", "del self._active[name]", "drop the call"):
-        "a queue with an empty ready line left in the active set is skipped on every pass "
-        "(time only, and it is dropped on the next pass that finds it empty anyway)",
     ("miyamoto/replicas/placement.py",
      "order = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
      "True -> False"):
         "lowest instead of highest rendezvous scores: an equally valid placement with the "
         "same properties (stable, moves by one member); only a mixed-version cluster "
         "would notice",
-    ("miyamoto/replicas/placement.py",
-     "after = [m for m in ordered if m > lost and m in candidates]", "> -> >="):
-        "the lost member holds a copy, so it is never among the candidates",
+    **{("miyamoto/replicas/placement.py",
+        "order = [m for m in candidates if m > lost] + [m for m in candidates if m <= lost]",
+        how): "the lost member holds a copy, so it is never among the candidates"
+       for how in ("> -> >=", "<= -> <")},
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",
