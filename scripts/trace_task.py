@@ -23,7 +23,6 @@ import os
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import requests
@@ -101,7 +100,8 @@ def run(root: Path, work: Path) -> dict[str, list[dict]]:
             r.raise_for_status()
             task_id = r.json()["id"]
             wait_until(lambda: any(q.task_id == task_id for q in sink.requests()), timeout=30)
-            time.sleep(3)  # the DONE reaches the sibling, which ends its copy
+            # the DONE reaches the sibling, whose engine ends its copy (apply_remote)
+            wait_until(lambda: _sibling_ended(work, task_id), timeout=30)
         finally:
             stop_all(nodes)
     calls = {}
@@ -110,6 +110,15 @@ def run(root: Path, work: Path) -> dict[str, list[dict]]:
         lines = path.read_text().splitlines() if path.exists() else []
         calls[n.node_id] = [c for c in map(json.loads, lines) if task_id in c["ids"]]
     return calls
+
+
+def _sibling_ended(work: Path, task_id: str) -> bool:
+    """Some node applied a sibling's news of the task to its own copy."""
+    for path in work.glob("calls-*.jsonl"):
+        for line in path.read_text().splitlines():
+            if '"apply_remote"' in line and task_id in line:
+                return True
+    return False
 
 
 def summary(calls: list[dict], levels: dict[str, int]) -> dict:
