@@ -190,10 +190,6 @@ class TargetGuard:
     def from_config(cls, config, **kw) -> "TargetGuard":  # config: miyamoto.config.settings.Config
         return cls(config.target_deny, config.target_allow, **kw)
 
-    def set_endpoints(self, endpoints: Callable[[], Iterable[Endpoint]]) -> None:
-        """This node's own endpoints, read on each check (its ports may be known late)."""
-        self._endpoints = endpoints
-
     def set_member_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """The members' HTTP and cluster endpoints (host, port), from the roster."""
         self._members = tuple((str(h), int(p)) for h, p in endpoints)

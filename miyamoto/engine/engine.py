@@ -93,8 +93,9 @@ class Engine:
         self.config = config
         self.metrics = metrics or Metrics()  # per-attempt observations (/metrics)
         self.journal = journal
-        # The target rules the delivery client enforces at connect; the node adds its own
-        # endpoints and the API checks enqueued URLs against the same guard.
+        # The target rules the delivery client enforces at connect: the node builds them
+        # with its own endpoints, the cluster adds the members', and the API checks
+        # enqueued URLs against the same guard (a client without one gets the config's).
         self.targets = getattr(client, "guard", None) or TargetGuard.from_config(config)
         self.client = client or HTTPClient(concurrency=min(config.concurrency, 256),
                                             guard=self.targets)
