@@ -1,11 +1,23 @@
-"""What the dispatcher's unit tests share: a run held at a gate, and a fake clock."""
+"""What the in-process tests of the delivery path (dispatcher, scheduler) share: a run
+held at a gate, a fake clock, and a wait on a condition with a deadline."""
 
 from __future__ import annotations
+
+import time
 
 import gevent
 import gevent.event
 
 from miyamoto.delivery.dispatch import Dispatcher
+
+
+def wait_for(cond, timeout: float = 5.0) -> None:
+    """Until ``cond()`` holds, yielding to the hub; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        gevent.sleep(0.005)
 
 
 class Gates:

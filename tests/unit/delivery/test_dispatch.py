@@ -8,6 +8,7 @@ import gevent
 import pytest
 
 from miyamoto.config.settings import QueueConfig
+from dispatchkit import wait_for
 from miyamoto.delivery.dispatch import Dispatcher
 
 pytestmark = pytest.mark.timeout(30)
@@ -69,14 +70,6 @@ def test_looking_at_a_queue_creates_no_state():
     d = Dispatcher(lambda t: None, lambda name: QueueConfig(name=name), 8)
     assert d.view("nosuch").config.name == "nosuch"
     assert "nosuch" not in d.queues
-
-
-def wait_for(cond, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        gevent.sleep(0.005)
 
 
 class Runs:

@@ -10,15 +10,8 @@ import gevent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dispatchkit import wait_for
 from miyamoto.engine.scheduler import Scheduler
-
-
-def wait_for(cond, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        gevent.sleep(0.005)
 
 
 def sched() -> Scheduler:
