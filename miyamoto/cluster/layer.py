@@ -60,6 +60,7 @@ _OPEN = _MEMBERSHIP | {Verb.STORE}
 # Former members stay heard (bounded): a leaving node's HANDOFF can arrive after the
 # roster without it, and a dropped node's DONE still saves its siblings a duplicate.
 MAX_FORMER = 1024
+_CLOCK_VERBS = frozenset({Verb.CLOCK, Verb.CLOCK_ECHO})
 _SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
 
 
@@ -109,6 +110,7 @@ class Cluster:
         self.solo = curve is None and not cfg.insecure_cluster
         self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
+        self._strangers_seen: set[tuple[Verb, str]] = set()  # logged once each (bounded)
         self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
         self._leader_seen: str | None = None
         self._contact = gevent.event.Event()  # set when a check finds us in contact
@@ -422,9 +424,21 @@ class Cluster:
             log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
 
     def _stranger(self, sender: str, verb: Verb) -> None:
-        """Only the task messages of roster members (current or former) are acted on."""
+        """Only the task messages of roster members (current or former) are acted on.
+
+        A joiner hears the members' CLOCK before the roster that admits it: that is a join
+        under way, not a stranger, so it is dropped quietly. Otherwise the first drop of each
+        (verb, sender) is logged, and every 1000th: one chatty peer cannot hide another.
+        """
+        if verb in _CLOCK_VERBS and self.me not in self._members:
+            log.debug("cluster: %s from %r before our roster: ignored", verb.value, sender[:64])
+            return
         self.strangers += 1
-        if self.strangers <= 10 or self.strangers % 1000 == 0:
+        key = (verb, sender[:64])
+        first = key not in self._strangers_seen and len(self._strangers_seen) < MAX_FORMER
+        if first:
+            self._strangers_seen.add(key)
+        if first or self.strangers % 1000 == 0:
             log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
                         verb.value, sender[:64], self.strangers)
 

@@ -77,3 +77,35 @@ def test_a_composition_that_delivers_without_asking_is_caught(
             assert "again" in str(e)  # a duplicate, not a lost task
             return
     pytest.fail("the planted bug was not caught in 25 seeds")
+
+
+@pytest.mark.timeout(120)
+def test_each_stranger_is_logged_and_a_joiners_early_clocks_are_not(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A chatty stranger used to spend the ten logged drops, so a later stranger went
+    unlogged; and a joiner's drops of the members' CLOCK before its roster were counted."""
+    from miyamoto.wire.verbs import Verb
+
+    def main() -> tuple[int, int]:  # the layer's own door for drops, on a real node
+        cs.gevent.get_hub().threadpool = cs.InlinePool()
+        sim = cs.Sim(3, 3)
+        try:
+            sim.start()
+            joiner = sim.nodes["n1"].cluster
+            joiner._members = frozenset({"n2", "n3"})  # a roster that does not name us yet
+            joiner._stranger("n2", Verb.CLOCK)
+            quiet = joiner.strangers
+            joiner._members = frozenset({"n1", "n2", "n3"})
+            for _ in range(20):
+                joiner._stranger("chatty", Verb.CLOCK)
+            joiner._stranger("stranger", Verb.CANCEL)
+            joiner._stranger("stranger", Verb.CANCEL)
+            return quiet, joiner.strangers
+        finally:
+            sim.stop()
+    with caplog.at_level("WARNING", logger="miyamoto.cluster.layer"):
+        quiet, counted = cs.run_virtual(main, start=cs.START)
+    lines = [r.getMessage() for r in caplog.records if "not a roster member" in r.getMessage()]
+    assert quiet == 0 and counted == 22
+    assert sum("'chatty'" in line for line in lines) == 1
+    assert sum("dropped CANCEL from 'stranger'" in line for line in lines) == 1
