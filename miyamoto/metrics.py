@@ -347,7 +347,9 @@ class NodeCollector(Collector):
     def _transport(transport: Transport, strangers: int) -> Iterator[Metric]:
         stats = transport.stats
         fam = CounterMetricFamily("miyamoto_cluster_messages", "cluster messages by verb and "
-                                  "direction (dropped: not sent, or received and malformed)",
+                                  "direction (dropped: not sent, or received and malformed); "
+                                  "a BATCH frame counts once as BATCH, and each message in it "
+                                  "by its own verb",
                                   labels=["verb", "direction"])
         for (verb, direction), n in sorted(stats.messages.items()):
             fam.add_metric([verb, direction], n)

@@ -40,6 +40,8 @@ Result keys (times from this process's perf_counter; the sink runs in-process):
   cpu_s            CPU seconds of the bench and of each node during the run
   server_metrics   the nodes' /metrics summed (counters as the run's increase)
   stored_per_task  tasks_stored_total / enqueued: the replication actually done
+  per_task         per delivered task: the nodes' CPU ms, journal commits, cluster messages
+                   sent (each inside a BATCH counted) and by verb
   stop_s, stop_codes   SIGTERM-to-exit time and exit codes (-9 = had to be killed)
   --rss adds rss_peak_mb (VmHWM), rss_mb, journal_bytes (data dir while running) and
   journal_bytes_stopped; --delayed reports rss_before/after_mb, rss_growth_bytes_per_task,
@@ -85,7 +87,8 @@ from harness import (LOCALHOST, HarnessError, NodeProcess, http_get_json,  # noq
                      is_counter, plan_cluster, probe_view, server_metrics, stop_all, wait_converged,
                      wait_until)
 from harness.fastload import (Enqueuer, delivery_report, enqueue_report,  # noqa: E402
-                              node_exits, replicas_per_task, resources, wait_deliveries)
+                              node_exits, per_task_report, replicas_per_task, resources,
+                              wait_deliveries)
 from harness.fastsink import Sink  # noqa: E402
 from harness import plot, progress  # noqa: E402
 from harness.prefill import measure_prefill  # noqa: E402
@@ -372,6 +375,8 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
         report.update(resources(nodes))
     report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
     report["stored_per_task"] = replicas_per_task(report["server_metrics"], load.acked)
+    report["per_task"] = per_task_report(report["server_metrics"], cpu,
+                                         report.get("delivered") or 0)
     if args.plot is not None:
         try:
             plot.write_png(args.plot, plot.latency_samples(sink, load), report)

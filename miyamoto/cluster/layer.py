@@ -117,7 +117,7 @@ class Cluster:
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
         self.zones: dict[str, str] = {}  # member -> failure domain
-        self.outbox = Outbox(self.transport.send)
+        self.outbox = Outbox(self.transport.send, self.transport.stats.count)
         self.requests = Requests(self.send, cfg.advertise)
         self.clocks = PeerClocks(cfg.max_clock_skew)
         self.siblings = Siblings(self.me, SiblingTiming.derive(
@@ -393,7 +393,9 @@ class Cluster:
     def _on_message(self, sender: str, verb: Verb, payload: dict) -> None:
         try:
             if verb == Verb.BATCH:
+                count = self.transport.stats.count
                 for inner_verb, inner in unbatch(payload):
+                    count(inner_verb.value, "received")
                     self._on_message(sender, inner_verb, inner)
             elif verb not in _OPEN and sender not in self._members:
                 self._stranger(sender, verb)

@@ -27,11 +27,15 @@ MAX_BATCH = 256  # messages in one BATCH frame
 MAX_BATCH_BYTES = 1024 * 1024  # a larger message (a big STORE) travels alone
 
 Send = Callable[[str | None, str, Verb, dict], bool]
+Count = Callable[[str, str], None]
 
 
 class Outbox:
-    def __init__(self, send: Send):
+    def __init__(self, send: Send, count: Count | None = None):
+        """``count(verb, "sent")`` is told of each message sent inside a BATCH (the
+        transport counts frames: a BATCH once, by its own verb)."""
         self._send = send
+        self._count = count
         self._loop = gevent.get_hub().loop
         self._queued: dict[str, tuple[str | None, list[tuple[Verb, dict, Callable | None]]]] = {}
         self._scheduled = False
@@ -55,29 +59,35 @@ class Outbox:
                 if not self._send(to, address, verb, payload):
                     _failed([on_fail])
                 continue
-            for verb, data, fails in _chunks(items):
+            for verb, data, fails, inner in _chunks(items):
                 if not self._send(to, address, verb, data):
                     _failed(fails)
+                elif self._count is not None:
+                    for v in inner:
+                        self._count(v.value, "sent")
 
 
 def _chunks(items: list[tuple[Verb, dict, Callable | None]]):
-    """Encode each message once and pack them into BATCH frames of bounded size."""
+    """Encode each message once and pack them into BATCH frames of bounded size:
+    (verb, data, on_fails, the verbs inside a BATCH)."""
     parts: list[bytes] = []
     fails: list[Callable | None] = []
+    verbs: list[Verb] = []
     size = 0
     for verb, payload, on_fail in items:
         data = dump(payload)
         if len(data) > MAX_BATCH_BYTES:
-            yield verb, data, [on_fail]
+            yield verb, data, [on_fail], ()
             continue
         if parts and (size + len(data) > MAX_BATCH_BYTES or len(parts) >= MAX_BATCH):
-            yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails
-            parts, fails, size = [], [], 0
+            yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails, verbs
+            parts, fails, verbs, size = [], [], [], 0
         parts.append(b'["' + verb.value.encode() + b'",' + data + b"]")
         fails.append(on_fail)
+        verbs.append(verb)
         size += len(data) + 16
     if parts:
-        yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails
+        yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails, verbs
 
 
 def _failed(fails: list[Callable | None]) -> None:

@@ -243,6 +243,25 @@ def replicas_per_task(metrics: dict[str, float], acked: int) -> float | None:
     return None if stored is None or not acked else round(stored / acked, 2)
 
 
+def per_task_report(metrics: dict[str, float], cpu: dict[str, float],
+                    delivered: int) -> dict[str, Any] | None:
+    """What one delivered task cost the nodes: CPU ms (the bench's own excluded), journal
+    commits, and cluster messages sent (each one inside a BATCH counted), by verb."""
+    if not delivered:
+        return None
+    node_cpu = sum(v for k, v in cpu.items() if k != "bench")
+    sent: dict[str, float] = {}
+    for key, n in metrics.items():
+        if key.startswith("cluster_messages_total{") and 'direction="sent"' in key:
+            verb = key.split('verb="', 1)[1].split('"', 1)[0]
+            sent[verb] = sent.get(verb, 0) + n
+    sent.pop("BATCH", None)
+    return {"cpu_ms": round(1000 * node_cpu / delivered, 3),
+            "commits": round(metrics.get("journal_commits_total", 0) / delivered, 3),
+            "messages": round(sum(sent.values()) / delivered, 3),
+            "by_verb": {v: round(n / delivered, 3) for v, n in sorted(sent.items()) if n}}
+
+
 def enqueue_report(load: Load) -> dict[str, Any]:
     span = load.last_done - load.first_send
     acked = load.acked

@@ -114,3 +114,14 @@ def test_batches_are_bounded_in_bytes_and_big_messages_travel_alone():
         else:
             assert ujson.loads(data)["body"] == big
     assert got == list(range(8))
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_each_message_sent_inside_a_batch_is_counted_by_its_verb(ok: bool):
+    counted: list[tuple[str, str]] = []
+    box = Outbox(FakeSend(ok=ok), lambda verb, direction: counted.append((verb, direction)))
+    box.put("b", "tcp://b", Verb.DONE, {"id": "1"})
+    box.put("b", "tcp://b", Verb.STORE, {"id": "2"})
+    box.put("c", "tcp://c", Verb.CLAIM, {"id": "3"})  # alone: the transport counts it
+    _turn()
+    assert counted == ([("DONE", "sent"), ("STORE", "sent")] if ok else [])
