@@ -171,8 +171,13 @@ class Coordinator:
         return list(pool.imap(one, tasks))
 
     # ------------------------------------------------------------ a peer's STORE
-    def on_store(self, sender: str, msg: m.Store) -> m.Stored | None:
-        """Store a peer's copy; the answer to send back (None: drop the message)."""
+    # A peer's STOREs are taken in two halves: ``admit``, in the receive loop as each is
+    # read (checked, handed to the journal, so an ASK read right after it finds the copy
+    # and answers for it), and ``settle``, in one greenlet per batch of STOREs read in one
+    # go: one waited commit for all of them, then a STORED for each.
+    def admit(self, sender: str, msg: m.Store) -> Task | m.Stored | None:
+        """A peer's copy, handed to the journal; or the answer at once (a refusal), or
+        None (the message is dropped)."""
         try:
             task = Task.decode(msg.task)
         except ValueError as e:
@@ -189,16 +194,31 @@ class Coordinator:
         if self.stopping:
             return m.Stored(msg.req, task.id, False, error="stopping")
         # the copy's times are on the sender's clock: fire it by ours
-        local = {k: self.members.to_local(sender, getattr(task, k)) for k in ("eta", "fire_at", "created")}
+        local = {k: self.members.to_local(sender, getattr(task, k))
+                 for k in ("eta", "fire_at", "created")}
+        copy = task.evolve(state=State.SCHEDULED, **local)
         try:
-            self.engine.add(task.evolve(state=State.SCHEDULED, **local), wait=True)
+            if self.engine.admit(copy) is not copy:
+                return m.Stored(msg.req, task.id, True)  # a repeat of a copy held already
         except Duplicate as e:
             return m.Stored(msg.req, task.id, False, duplicate=e.original_id)
         except Exception as e:  # a full disk must reach the coordinator as a refusal
             log.error("cluster: could not store %s: %s", task.id, e)
             return m.Stored(msg.req, task.id, False, error=type(e).__name__)
-        self.members.replay(task.id)
-        return m.Stored(msg.req, task.id, True)
+        return copy
+
+    def settle(self, admitted: list[tuple[m.Store, Task]]) -> list[tuple[m.Store, m.Stored]]:
+        """Commit the admitted copies (one wait for all); each STORE's answer."""
+        tasks = [t for _, t in admitted]
+        try:
+            self.engine.settle(tasks)
+        except Exception as e:
+            log.error("cluster: could not store %d copies: %s", len(tasks), e)
+            return [(msg, m.Stored(msg.req, t.id, False, error=type(e).__name__))
+                    for msg, t in admitted]
+        for t in tasks:
+            self.members.replay(t.id)
+        return [(msg, m.Stored(msg.req, t.id, True)) for msg, t in admitted]
 
     # ------------------------------------------------------------ a graceful stop
     def move_lone_copies(self, lone: list[Task]) -> None:

@@ -61,7 +61,6 @@ _OPEN = _MEMBERSHIP | {Verb.STORE}
 # roster without it, and a dropped node's DONE still saves its siblings a duplicate.
 MAX_FORMER = 1024
 _CLOCK_VERBS = frozenset({Verb.CLOCK, Verb.CLOCK_ECHO})
-_SPAWNED = frozenset({Verb.STORE, Verb.REQUEST})  # they wait on the journal: own greenlet
 
 
 class MakeEngine(Protocol):
@@ -388,15 +387,23 @@ class Cluster:
 
     # ------------------------------------------------------------ receiving
     def _receive(self, sender: str, verb: Verb, payload: dict) -> None:
-        self._on_message(sender, verb, payload)
+        """One frame: its STOREs are admitted as they are read and settled together, in
+        one greenlet with one waited commit (``Coordinator.admit``)."""
+        admitted: list[tuple[rm.Store, Task]] = []
+        try:
+            self._on_message(sender, verb, payload, admitted)
+        finally:
+            if admitted:
+                self.group.spawn(self._settle, sender, admitted)
 
-    def _on_message(self, sender: str, verb: Verb, payload: dict) -> None:
+    def _on_message(self, sender: str, verb: Verb, payload: dict,
+                    admitted: list[tuple[rm.Store, Task]]) -> None:
         try:
             if verb == Verb.BATCH:
                 count = self.transport.stats.count
                 for inner_verb, inner in unbatch(payload):
                     count(inner_verb.value, "received")
-                    self._on_message(sender, inner_verb, inner)
+                    self._on_message(sender, inner_verb, inner, admitted)
             elif verb not in _OPEN and sender not in self._members:
                 self._stranger(sender, verb)
             elif verb in _MEMBERSHIP:
@@ -407,7 +414,9 @@ class Cluster:
                 self._check_roster()
             else:
                 msg = m.decode(verb, payload)
-                if verb in _SPAWNED:
+                if isinstance(msg, rm.Store):
+                    self._admit(sender, msg, admitted)
+                elif isinstance(msg, rm.Request):  # it may wait on the journal
                     self.group.spawn(self._serve, sender, msg)
                 elif isinstance(msg, (rm.Stored, rm.Reply)):
                     self.requests.answer(msg)
@@ -448,17 +457,24 @@ class Cluster:
         copy = self.engine.get(msg.id) if isinstance(msg, rm.Ask) else self.engine.live.get(msg.id)
         self._step(ev.Received(sender, msg, copy))
 
-    def _serve(self, sender: str, msg: rm.Store | rm.Request) -> None:
-        if isinstance(msg, rm.Store):
-            answer: Any = self.coordinator.on_store(sender, msg)
-        else:
-            try:
-                answer = rm.Reply(msg.req, True, self.queries.serve(msg.op, msg.args))
-            except DecodeError as e:
-                log.warning("cluster: dropped REQUEST from %r: %s", sender[:64], e)
-                return
-        if answer is not None:
+    def _admit(self, sender: str, msg: rm.Store, admitted: list[tuple[rm.Store, Task]]) -> None:
+        got = self.coordinator.admit(sender, msg)
+        if isinstance(got, Task):
+            admitted.append((msg, got))
+        elif got is not None:  # refused at once
+            self.send(sender, got, address=msg.reply_to)
+
+    def _settle(self, sender: str, admitted: list[tuple[rm.Store, Task]]) -> None:
+        for msg, answer in self.coordinator.settle(admitted):
             self.send(sender, answer, address=msg.reply_to)
+
+    def _serve(self, sender: str, msg: rm.Request) -> None:
+        try:
+            answer = rm.Reply(msg.req, True, self.queries.serve(msg.op, msg.args))
+        except DecodeError as e:
+            log.warning("cluster: dropped REQUEST from %r: %s", sender[:64], e)
+            return
+        self.send(sender, answer, address=msg.reply_to)
 
     # ------------------------------------------------------------ the node's view
     def enqueue(self, task: Task) -> Task:

@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NoReturn
 
 import gevent
 import gevent.pool
@@ -191,6 +191,20 @@ class Engine:
         """Store a new copy (durably when wait) and time it; Duplicate if the name is
         taken. ``hold``: store it but do not time it until ``release`` (an enqueue that
         still waits for other replicas may yet be refused)."""
+        admitted = self.admit(task)
+        if admitted is not task:
+            return admitted  # a repeated STORE of the same copy
+        if wait:
+            self.settle([task], hold)
+        else:
+            self._settled(task, hold)
+        return task
+
+    def admit(self, task: Task) -> Task:
+        """The first half of ``add``, which does not block: the copy, checked, is handed
+        to the journal (its name reserved) but not committed, and not live until
+        ``settle`` (news about it waits, but an ASK finds it among the journal's pending
+        writes). Returns the copy held already instead, if this one is a repeat."""
         existing = self.live.mem.get(task.id)
         if existing is None and not self.live.holds(task):
             existing = self.live.get(task.id)  # beyond the window: only the journal knows
@@ -199,23 +213,47 @@ class Engine:
         self.check_name(task)  # may read the journal: then look again at memory's names
         if task.name is not None and (task.queue, task.name) in self.names:
             self.check_name(task, self.names[(task.queue, task.name)])
-        name_expires = None
-        if task.name is not None:
-            name_expires = task.created + self.config.dedup_window
-            self._reserve((task.queue, task.name), (task.id, name_expires))
+        expires = self._name_expiry(task)
+        if expires is not None:
+            self._reserve((task.queue, task.name), (task.id, expires))  # type: ignore[arg-type]
         self.live.storing.add(task.id)
         try:
-            self.journal.put(task, wait=wait, name_expires=name_expires)
+            self.journal.put(task, name_expires=expires)
         except Exception as e:
-            if task.name is not None:
-                self.names.pop((task.queue, task.name), None)
-            # the caller hears "not stored": the record must not be committed later
-            self.journal.withdraw(task)
-            # debug: the journal logs why it cannot write once, not once per refused task
-            log.debug("task %s not stored: journal write failed: %s", task.id, e)
-            raise Unavailable("the journal could not store the task") from e
-        finally:
-            self.live.storing.discard(task.id)
+            self._refused(task, e)
+        return task
+
+    def settle(self, tasks: list[Task], hold: bool = False) -> None:
+        """The second half: one commit for every copy ``admit`` took, then each is live.
+        Unavailable (every one withdrawn) if the journal could not commit them."""
+        try:
+            self.journal.flush()
+        except Exception as e:
+            for t in tasks[1:]:
+                self._withdraw(t)
+            self._refused(tasks[0], e)
+        for t in tasks:
+            self._settled(t, hold)
+
+    def _name_expiry(self, task: Task) -> float | None:
+        return None if task.name is None else task.created + self.config.dedup_window
+
+    def _withdraw(self, task: Task) -> None:
+        """A copy the journal refused: its name released, its record never committed."""
+        if task.name is not None:
+            self.names.pop((task.queue, task.name), None)
+        # the caller hears "not stored": the record must not be committed later
+        self.journal.withdraw(task)
+        self.live.storing.discard(task.id)
+
+    def _refused(self, task: Task, e: Exception) -> NoReturn:
+        self._withdraw(task)
+        # debug: the journal logs why it cannot write once, not once per refused task
+        log.debug("task %s not stored: journal write failed: %s", task.id, e)
+        raise Unavailable("the journal could not store the task") from e
+
+    def _settled(self, task: Task, hold: bool) -> None:
+        self.live.storing.discard(task.id)
         if hold:
             self.live.pin(task)
         else:
@@ -223,7 +261,6 @@ class Engine:
         self.stats.stored += 1
         if task.replica == 0:
             self.stats.count(task.queue, "enqueued")
-        return task
 
     def release(self, task_id: str) -> None:
         """Time a copy stored with ``hold`` (or leave it to the journal, if due later)."""

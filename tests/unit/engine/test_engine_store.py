@@ -1,0 +1,78 @@
+"""A peer's STOREs in two halves (Engine.admit, Engine.settle): admitted copies are
+visible to an ASK at once and committed together; a failed commit refuses them all and
+commits none later (a real SQLite file)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from miyamoto.config import settings as config_mod
+from miyamoto.engine.engine import Engine
+from miyamoto.errors import Unavailable
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import Task
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _task(i: int, name: str | None = None) -> Task:
+    return Task(id=f"t{i}", queue="q", url="http://127.0.0.1:9/", name=name, eta=1e12,
+                fire_at=1e12, created=1.0)
+
+
+@pytest.fixture
+def parts(tmp_path):
+    cfg = config_mod.load(env={}, flags={"data_dir": str(tmp_path)})
+    journal = Journal(str(tmp_path))
+    journal.open()
+    yield Engine(cfg, journal), journal, tmp_path
+    journal.close()
+
+
+def _reopened(path) -> tuple[list[str], dict]:
+    again = Journal(str(path))
+    again.open()
+    tasks, names, _ = again.load()
+    again.close()
+    return sorted(t.id for t in tasks), names
+
+
+def test_admitted_copies_are_seen_by_an_ask_at_once_and_committed_in_one_group(parts):
+    engine, journal, _ = parts
+    copies = [_task(i) for i in range(5)]
+    for t in copies:
+        assert engine.admit(t) is t
+    # an ASK looks the copy up at once (among the journal's pending writes): no read
+    assert engine.get("t3") is copies[3]
+    assert engine.live.get("t3") is None  # other news waits until the copy is stored
+    commits = journal.commits
+    engine.settle(copies)
+    assert journal.commits == commits + 1
+    assert all(engine.live.get(t.id) is not None for t in copies)
+    assert engine.admit(_task(3)).id == "t3" and engine.stats.stored == 5  # a repeat
+
+
+def test_a_failed_settle_refuses_every_copy_and_commits_none_of_them_later(parts, monkeypatch):
+    engine, journal, path = parts
+    real_commit = journal._commit
+    calls = {"n": 0}
+
+    def failing_once(*args):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real_commit(*args)
+
+    monkeypatch.setattr(journal, "_commit", failing_once)
+    copies = [_task(1, name="a"), _task(2, name="b")]
+    for t in copies:
+        engine.admit(t)
+    with pytest.raises(Unavailable):
+        engine.settle(copies)
+    assert engine.live.get("t1") is None and engine.live.get("t2") is None
+    assert engine.live.storing == set()
+    engine.add(_task(3))  # the next group commits, without the refused ones or their names
+    journal.close()
+    assert _reopened(path) == (["t3"], {})
