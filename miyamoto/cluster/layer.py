@@ -16,6 +16,7 @@ and dropped; nothing a peer sends can raise out of ``_on_message``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from typing import Any, Callable, Iterable, Protocol
@@ -110,6 +111,8 @@ class Cluster:
         self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve)
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self._strangers_seen: set[tuple[Verb, str]] = set()  # logged once each (bounded)
+        # answers to the ASKs that STOREs carried, waiting for their STORED (``_settle``)
+        self._folded: dict[tuple[str, str], rm.Answer] = {}
         self.leader_changes = 0  # times a new leader was seen (/metrics: alert on flapping)
         self._leader_seen: str | None = None
         self._contact = gevent.event.Event()  # set when a check finds us in contact
@@ -355,6 +358,10 @@ class Cluster:
         """Our copy was just stored (or rerun): apply the news that came before it."""
         self._step(ev.Stored(task_id))
 
+    def fold(self, copy: Task) -> int:
+        """The round of the ASK our new copy sends with its siblings' STOREs (0: none)."""
+        return self.siblings.step(ev.Folded(copy), self.clock()).n
+
     def _deadline(self, t: Task | None) -> float:
         """How long an attempt of ``t`` may take (its dispatch deadline)."""
         if t is None:
@@ -418,7 +425,11 @@ class Cluster:
                     self._admit(sender, msg, admitted)
                 elif isinstance(msg, rm.Request):  # it may wait on the journal
                     self.group.spawn(self._serve, sender, msg)
-                elif isinstance(msg, (rm.Stored, rm.Reply)):
+                elif isinstance(msg, rm.Stored):
+                    self.requests.answer(msg)
+                    if msg.answer is not None and msg.ok:  # to the ASK our STORE carried
+                        self._on_sibling(sender, msg.answer)
+                elif isinstance(msg, rm.Reply):
                     self.requests.answer(msg)
                 elif isinstance(msg, (cm.Clock, cm.ClockEcho)):
                     _on_clock(self, sender, msg)
@@ -461,12 +472,31 @@ class Cluster:
         got = self.coordinator.admit(sender, msg)
         if isinstance(got, Task):
             admitted.append((msg, got))
+            if msg.ask and got.replicas[0] == sender:
+                self._answer_folded(sender, msg.ask, got)
         elif got is not None:  # refused at once
             self.send(sender, got, address=msg.reply_to)
 
+    def _answer_folded(self, sender: str, n: int, copy: Task) -> None:
+        """The ASK a STORE carried, stepped as any ASK once the copy is admitted; its
+        answer waits for the STORED (``_settle``), the rest is carried out now."""
+        ready = self.siblings.step(ev.Received(sender, rm.Ask(copy.id, 0, n=n), copy),
+                                   self.clock())
+        rest = []
+        for e in ready.effects:
+            if isinstance(e, Send) and isinstance(e.msg, rm.Answer) and e.to == sender \
+                    and e.msg.id == copy.id:
+                self._folded[(sender, copy.id)] = e.msg
+            else:
+                rest.append(e)
+        self.carry_out(rest)
+
     def _settle(self, sender: str, admitted: list[tuple[rm.Store, Task]]) -> None:
-        for msg, answer in self.coordinator.settle(admitted):
-            self.send(sender, answer, address=msg.reply_to)
+        for msg, stored in self.coordinator.settle(admitted):
+            answer = self._folded.pop((sender, stored.id), None)
+            if answer is not None and stored.ok:
+                stored = dataclasses.replace(stored, answer=answer)
+            self.send(sender, stored, address=msg.reply_to)
 
     def _serve(self, sender: str, msg: rm.Request) -> None:
         try:

@@ -110,6 +110,8 @@ Effect = (Send | Update | Fire | CancelCopy | Drop | SetReplicas | Restore | Res
 @dataclass(frozen=True, slots=True)
 class Ready:
     """What one step decided: ``effects`` to carry out in order, and for ``events.Due``
-    the answer ``go`` (deliver the copy now, after sending the effects' CLAIMs)."""
+    the answer ``go`` (deliver the copy now, after sending the effects' CLAIMs), for
+    ``events.Folded`` the round ``n`` its STOREs carry (0: none)."""
     effects: tuple[Effect, ...] = ()
     go: bool = False
+    n: int = 0

@@ -62,6 +62,13 @@ class Due:
 
 
 @dataclass(frozen=True)
+class Folded:
+    """Our new ``copy`` is about to be sent to its siblings in STOREs: if it is copy 0
+    and due at once, its ASK rides in them (``Ready.n``: the round; 0: it asks when due)."""
+    copy: Task
+
+
+@dataclass(frozen=True)
 class Outcome:
     """Our attempt ended with ``copy`` (succeeded, failed, or scheduled for a retry)."""
     copy: Task
@@ -104,5 +111,5 @@ class Stopping:
     copies: tuple[Task, ...]
 
 
-Event = (Tick | Members | Received | HandoffReceived | Due | Outcome | Reloaded | Stored
-         | LostPage | Restored | Stopping)
+Event = (Tick | Members | Received | HandoffReceived | Due | Folded | Outcome | Reloaded
+         | Stored | LostPage | Restored | Stopping)

@@ -247,18 +247,25 @@ SIBLING_NEWS = (Claim, Retry, Done, Failed, Cancel, Replicas, Ask, Answer)
 @message(Verb.STORE)
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Store this copy (``task`` as Task.encode() gives it) and answer STORED."""
+    """Store this copy (``task`` as Task.encode() gives it) and answer STORED.
+    ``ask``: the sender's copy 0 is due at once and asks with this STORE, in that round
+    (``Siblings`` folds it): once the copy is admitted, answer it as an ASK, in STORED."""
     req: str
     reply_to: str
     task: dict
+    ask: int = 0
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
-        return {"req": self.req, "reply_to": self.reply_to, "task": self.task}
+        d = {"req": self.req, "reply_to": self.reply_to, "task": self.task}
+        if self.ask:
+            d["ask"] = self.ask
+        return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Store":
-        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"))
+        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"),
+                   c.integer(d, "ask") if "ask" in d else 0)
 
 
 @message(Verb.STORED)
@@ -269,6 +276,7 @@ class Stored:
     ok: bool
     duplicate: str | None = None  # the name is taken by this task id
     error: str | None = None
+    answer: Answer | None = None  # to the ASK its STORE carried (for this task only)
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
@@ -277,12 +285,20 @@ class Stored:
             d["duplicate"] = self.duplicate
         if self.error is not None:
             d["error"] = self.error
+        if self.answer is not None:
+            d["answer"] = self.answer.payload()
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Stored":
-        return cls(c.string(d, "req"), c.string(d, "id"), c.boolean(d, "ok"),
-                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"))
+        task_id = c.string(d, "id")
+        answer = None
+        if "answer" in d:
+            answer = Answer.from_payload(c.obj(d, "answer"))
+            if answer.id != task_id:
+                raise DecodeError("the answer is about another task than the STORED")
+        return cls(c.string(d, "req"), task_id, c.boolean(d, "ok"),
+                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer)
 
 
 OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",

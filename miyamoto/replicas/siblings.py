@@ -84,9 +84,9 @@ from miyamoto.replicas import placement as replication
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
                                        MoveLone, Ready, Replay, RestoreLost, SetReplicas, Update)
-from miyamoto.replicas.events import (EMPTY, Due, Event, HandoffReceived, LostPage, Members,
-                                      Outcome, Received, Reloaded, Restored, Stopping, Stored,
-                                      Tick)
+from miyamoto.replicas.events import (EMPTY, Due, Event, Folded, HandoffReceived, LostPage,
+                                      Members, Outcome, Received, Reloaded, Restored, Stopping,
+                                      Stored, Tick)
 from miyamoto.tasks.task import State, Task
 from miyamoto.wire.messages import Send
 
@@ -179,6 +179,8 @@ class Siblings:
             case Due(copy, deadline):
                 go, effects = self._fire(copy, now, deadline)
                 return Ready(tuple(effects), go)
+            case Folded(copy):
+                return Ready(n=self._fold(copy, now))
             case Outcome(copy):
                 return Ready(tuple(self._outcome(copy, now)))
             case Reloaded(task_ids):
@@ -328,6 +330,19 @@ class Siblings:
         self.claims.pop(t.id, None)
         claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
         return True, [Send(r, claim) for r in self._live_siblings(t)]
+
+    def _fold(self, t: Task, now: float) -> int:
+        """Our new copy ``t`` is about to be stored on its siblings: if it is copy 0 and
+        due at once, it asks now, in those STOREs (the round; 0: it asks when due, as
+        any copy), and their STOREDs carry the answers. A round is a round: unanswered
+        (a STORE lost, refused), it is asked again at its deadline, by ASK."""
+        siblings = self._live_siblings(t)
+        if (t.replica != 0 or not siblings or len(siblings) != len(t.replicas) - 1
+                or t.fire_at > now + self.t.ask_lease / 4 or not self.contact
+                or self._stalled(now) or t.id in self.asking or t.id in self.must_ask):
+            return 0
+        self._ask(t, siblings, now)  # its ASKs are not sent: the STOREs carry them
+        return self.asking[t.id].round
 
     def _live_siblings(self, t: Task) -> list[str]:
         return [r for r in t.replicas if r != self.me and r in self.members]
