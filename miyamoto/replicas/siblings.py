@@ -425,12 +425,17 @@ class Siblings:
         return [Update(task_id, at=now + delay, how=Move.EARLIER) for task_id, delay in msg.tasks]
 
     def _on_claim(self, msg: m.Claim, t: Task, now: float) -> list[Effect]:
+        """Noted, not written: ``_fire`` holds the copy by the claim when it comes due
+        (and writes its later time then), so the healthy path, whose DONE comes before
+        the copy is due, costs no journal write here. A restart forgets the claim, but
+        every reloaded copy asks before it delivers, and a running claimer says so."""
         n = len(t.replicas)
         self.cleared.pop(t.id, None)
-        at = replication.sibling_fire_at(now + msg.lease, t.replica, msg.replica, n,
-                                         self.t.offset)
         if 0 <= msg.replica < n:
             self._note_claim(t.id, _Claim(t.replicas[msg.replica], msg.replica, now + msg.lease))
+            return []
+        at = replication.sibling_fire_at(now + msg.lease, t.replica, msg.replica, n,
+                                         self.t.offset)
         return [Update(t.id, at=at, how=Move.LATER)]
 
     def _note_claim(self, task_id: str, claim: _Claim) -> None:

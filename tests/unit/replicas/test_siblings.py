@@ -313,10 +313,16 @@ def test_two_copies_asking_each_other_the_lower_replica_goes_first():
 
 
 # ---------------------------------------------------------------- a sibling's news
-def test_claim_pushes_our_copy_by_the_lease_plus_our_distance():
+def test_claim_holds_our_copy_by_the_lease_plus_our_distance_without_a_write():
     s = machine(me="c")
-    effects = recv(s, "a", m.Claim("t1", 0, 90.0), task(replica=2, fire_at=110.0), 100.0)
-    assert effects == [fx.Update("t1", at=100.0 + 90.0 + 2 * T.offset, how=fx.Move.LATER)]
+    t = task(replica=2, fire_at=110.0)
+    assert recv(s, "a", m.Claim("t1", 0, 90.0), t, 100.0) == []  # noted, nothing written
+    # when our copy comes due, the claim holds it (and its later time is written then)
+    assert fire(s, t, 110.0) == (False, [fx.Update("t1", at=100.0 + 90.0 + 2 * T.offset,
+                                                   how=fx.Move.LATER)])
+    # and a sibling asking meanwhile hears that a holds it
+    answer = sends(recv(s, "b", m.Ask("t1", 1), t, 111.0), m.Answer)["b"]
+    assert answer.verdict == m.CLAIMED and answer.lease == pytest.approx(79.0)
 
 
 def test_retry_moves_our_copy_in_step():
@@ -814,8 +820,9 @@ def test_a_cleared_copy_held_by_a_claim_goes_on_time_without_asking():
     recv(s, "b", ans(s, m.GO), None, 110.1)
     recv(s, "c", ans(s, m.GO), None, 110.2)
     # c's CLAIM crossed its GO: our copy waits out c's lease, then fires on time
-    (update,) = recv(s, "c", m.Claim("t1", 2, 1.0), task(fire_at=110.2), 110.3)
-    assert update.at == pytest.approx(110.3 + 1.0 + T.offset)
+    assert recv(s, "c", m.Claim("t1", 2, 1.0), task(fire_at=110.2), 110.3) == []
+    go, (update,) = fire(s, task(fire_at=110.2), 110.4)
+    assert not go and update.at == pytest.approx(110.3 + 1.0 + T.offset)
     go, effects = fire(s, task(fire_at=update.at), update.at)
     assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
 
@@ -964,9 +971,8 @@ def test_a_claim_after_the_go_answers_ends_the_clearance():
     fire(s, task(), 110.0, 30.0)
     recv(s, "b", ans(s, m.GO), None, 110.1)
     recv(s, "c", ans(s, m.GO), None, 110.2)  # cleared until 112.7
-    (update,) = recv(s, "c", m.Claim("t1", 2, 0.2), task(fire_at=110.2), 110.3)
-    assert update.at == pytest.approx(110.5)
-    go, effects = fire(s, task(fire_at=110.5), 111.8)  # a loaded node, past its clearance: it asks again
+    assert recv(s, "c", m.Claim("t1", 2, 0.2), task(fire_at=110.2), 110.3) == []  # to 110.5
+    go, effects = fire(s, task(fire_at=110.2), 111.8)  # a loaded node, past its clearance: it asks again
     assert not go and set(sends(effects, m.Ask)) == {"b", "c"}
 
 
