@@ -110,7 +110,9 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument("url", help="target URL of each tick's task")
     add.add_argument("params", nargs="*", help="key=value params")
     when = add.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", help='cron expression, e.g. "0 3 * * *"')
+    when.add_argument("--cron", help='cron expression, e.g. "0 3 * * *" or @daily')
+    add.add_argument("--cron-seconds-last", action="store_true",
+                     help="--cron has 6 fields, the sixth croniter's seconds (seconds last)")
     when.add_argument("--every", type=int, metavar="SECONDS", help="a tick every N seconds")
     add.add_argument("--timezone", help="IANA zone of the cron expression (default UTC)")
     add.add_argument("--catch-up", choices=("last", "none"),
@@ -375,7 +377,8 @@ def _schedule_add(client: Any, args: argparse.Namespace) -> int:
     task.update({k: v for k, v in (("params", _params(args.params) or None),
                                    ("queue", args.queue), ("method", args.method)) if v})
     _print(client.schedule(args.name, task, cron=args.cron, every=args.every,
-                           timezone=args.timezone, catch_up=args.catch_up))
+                           timezone=args.timezone, catch_up=args.catch_up,
+                           cron_seconds_last=args.cron_seconds_last or None))
     return 0
 
 

@@ -164,13 +164,25 @@ def test_bad_schedules_get_400_naming_the_field(node: NodeProcess) -> None:
                         ({"name": "x", "every": 1, "timezone": "No/Where",
                           "task": {"url": "http://127.0.0.1:9/"}}, "timezone"),
                         ({"name": "x", "cron": "bad", "task": {"url": "http://127.0.0.1:9/"}},
-                         "cron")]:
+                         "cron"),
+                        # never fires: was a 500, stored, hidden, and warned of 5 times a second
+                        ({"name": "feb31", "cron": "0 0 31 2 *",
+                          "task": {"url": "http://127.0.0.1:9/"}}, "cron"),
+                        # seconds last: every second of every fifth minute, unless asked for
+                        ({"name": "x", "cron": "*/5 * * * * *",
+                          "task": {"url": "http://127.0.0.1:9/"}}, "cron")]:
         r = node.post("/schedules", json=body)
         assert r.status_code == 400 and r.json()["field"] == field, r.text
     assert node.post("/schedules", data=b"[1", headers={"Content-Type": "application/json"}
                      ).status_code == 400
     assert node.post("/schedules/none/pause").status_code == 404
     assert node.get("/schedules").json() == {"schedules": []}
+    assert node.get("/schedules/feb31").status_code == 404
+    r = node.post("/schedules", json={"name": "daily", "cron": "@daily", "timezone": "Asia/Tokyo",
+                                      "task": {"url": "http://127.0.0.1:9/"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["next_at"][0].endswith("T00:00:00+09:00"), r.text
+    assert "cannot fire" not in node.log_text()
 
 
 @pytest.mark.timeout(90)
