@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 from miyamoto.cli.commands import add_commands
-from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, load
+from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, check_environment, load
 from miyamoto.version import __version__
 
 
@@ -23,6 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["serve", *(argv or [])])
+    try:
+        check_environment(os.environ)  # a misspelt MIYAMOTO_SERVER would go unnoticed
+    except ConfigError as e:
+        print(f"miyamoto: bad variable {e}", file=sys.stderr)
+        return 2
     try:
         code = args.func(args)
         sys.stdout.flush()
@@ -49,7 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"miyamoto {__version__}")
     sub = parser.add_subparsers(dest="command")
 
-    serve = sub.add_parser("serve", help="run a node")
+    serve = sub.add_parser(
+        "serve", help="run a node", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a node. Every option is also an INI key (in --config FILE, section\n"
+        "[miyamoto], or [node:ID] for one node of a cluster file) and a MIYAMOTO_<NAME>\n"
+        "environment variable: flags win over the environment, the environment over the\n"
+        "file. Queues are [queue:NAME] sections of the file; cluster.example.ini shows\n"
+        "every option.")
     add_flags(serve)
     serve.set_defaults(func=_serve)
 
