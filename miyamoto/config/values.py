@@ -146,7 +146,11 @@ def secret(v: str) -> tuple[str, ...]:
 
 
 def z85_key(v: str) -> str:
+    """A 40-character Z85 key; one pair of quotes around it is dropped (no Z85 key holds a
+    quote), as `docker run --env-file` passes a quoted value on with its quotes."""
     s = str(v).strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        s = s[1:-1]
     if s and len(s) != 40:
         raise ValueError("must be a 40-character Z85 CurveZMQ key (miyamoto keygen)")
     return s
