@@ -253,7 +253,9 @@ _SCHEMAS: dict[str, Any] = {
                         "type": "object", "required": ["id", "http", "cluster", "leader"],
                         "properties": {
                             "id": {"type": "string"}, "http": {"type": "string"},
-                            "cluster": {"type": "string"}, "zone": {"type": ["string", "null"]},
+                            "cluster": {"type": ["string", "null"], "description": "null: "
+                                        "a node without a cluster key binds no cluster port"},
+                            "zone": {"type": ["string", "null"]},
                             "leader": {"type": "boolean"},
                             "last_heard": {"type": ["number", "null"]},
                             "clock_offset": {"type": ["number", "null"]},
