@@ -9,6 +9,7 @@ setup(
     name="miyamoto",
     version=version["__version__"],
     description="A clustered webhook task queue server",
+    license="MIT",  # LICENSE
     long_description=(Path(__file__).parent / "README").read_text(),
     long_description_content_type="text/markdown",
     packages=find_packages(exclude=["tests", "tests.*"]),

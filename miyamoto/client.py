@@ -225,13 +225,16 @@ class Client:
     # ------------------------------------------------------------ schedules
     def schedule(self, name: str, task: Mapping[str, Any], *, cron: str | None = None,
                  every: int | None = None, timezone: str | None = None,
-                 catch_up: str | None = None, paused: bool | None = None) -> dict[str, Any]:
+                 catch_up: str | None = None, paused: bool | None = None,
+                 cron_seconds_last: bool | None = None) -> dict[str, Any]:
         """Create or replace a recurring schedule: ``task`` holds enqueue fields (``url``,
-        ``params``, ``queue``...); give ``cron`` ("0 3 * * *") or ``every`` (seconds).
+        ``params``, ``queue``...); give ``cron`` ("0 3 * * *", "@daily") or ``every``
+        (seconds); a 6-field cron (croniter's seconds, last) needs ``cron_seconds_last``.
         Returns the schedule with its next fire times; InvalidTask names a bad field."""
         body: dict[str, Any] = {"name": name, "task": dict(task)}
         for key, value in (("cron", cron), ("every", every), ("timezone", timezone),
-                           ("catch_up", catch_up), ("paused", paused)):
+                           ("catch_up", catch_up), ("paused", paused),
+                           ("cron_seconds_last", cron_seconds_last)):
             if value is not None:
                 body[key] = value
         return self._call("POST", "/schedules", json=body, retry=True)

@@ -211,7 +211,13 @@ class Node:
 
     # ------------------------------------------------------------ operations
     def cluster_info(self) -> dict[str, Any]:
-        return self.cluster.info()
+        """GET /cluster. A node without a cluster key binds no cluster port, so its member
+        shows ``cluster: null``, not the endpoint it would bind with a key."""
+        info = self.cluster.info()
+        if self.cluster.solo:
+            info["members"] = [dict(m, cluster=None) if m.get("id") == self.node_id else m
+                               for m in info.get("members", [])]
+        return info
 
     def target_states(self) -> list[dict[str, Any]]:
         """GET /targets: this node's view of the origins it delivers to (breakers)."""

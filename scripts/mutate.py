@@ -190,11 +190,11 @@ UNCOVERED: dict[str, str] = {
     "miyamoto/cli/bulk.py": _NODES.format("tests/nodes/test_cli.py"),
     "miyamoto/cli/tables.py": _NODES.format("tests/nodes/test_cli.py"),
     "miyamoto/cli/processes.py": _NODES.format("tests/nodes/test_processes.py"),
-    "miyamoto/definitions/schedules.py": _NODES.format("tests/nodes/test_schedules.py"),
+    "miyamoto/definitions/schedules.py": _NODES.format("tests/nodes/test_schedules_node.py"),
     "miyamoto/definitions/topics.py": _NODES.format("tests/nodes/test_topics.py"),
     "miyamoto/http/openapi.py": _NODES.format("tests/nodes/test_openapi.py"),
     "miyamoto/http/mediatype.py": _NODES.format("tests/nodes/test_content_types.py"),
-    "miyamoto/http/definitions.py": _NODES.format("tests/nodes/test_schedules.py, "
+    "miyamoto/http/definitions.py": _NODES.format("tests/nodes/test_schedules_node.py, "
                                                   "tests/nodes/test_topics.py"),
     "miyamoto/http/fdlimit.py": _NODES.format("a node's start-up"),
 }

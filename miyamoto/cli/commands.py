@@ -16,6 +16,7 @@ import sys
 from typing import Any, Callable
 
 from miyamoto.cli.tables import failed_lines, status_lines, task_lines
+from miyamoto.cli.times import parse_time, readable
 
 DEFAULT_SERVER = "http://127.0.0.1:8088"
 BATCH_SIZE = 200
@@ -34,6 +35,9 @@ def add_commands(sub: Any) -> None:
                                         "one in shell history)")
     common.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on each call to the node, retries included (default 30)")
+    common.add_argument("--raw", action="store_true",
+                        help="print the node's answer as it is, times in unix seconds (by "
+                             "default they are shown in RFC 3339, UTC)")
 
     enq = sub.add_parser("enqueue", parents=[common], help="enqueue a task (or --file many)")
     _enqueue_args(enq)
@@ -69,7 +73,7 @@ def add_commands(sub: Any) -> None:
     _failed_commands(sub, common)
     targets = sub.add_parser("targets", parents=[common],
                              help="target origins: circuit breaker state, failures, in flight")
-    targets.set_defaults(func=_command(lambda client, args: _print(client.targets()) or 0))
+    targets.set_defaults(func=_command(lambda client, args: _show(client.targets(), args)))
 
     status = sub.add_parser("status", parents=[common], help="cluster, queues and counts")
     status.add_argument("--json", action="store_true", help="the raw answers, not tables")
@@ -101,7 +105,7 @@ def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """``miyamoto schedules`` and ``schedule add|show|delete|pause|resume``."""
     p = sub.add_parser("schedules", parents=[common], help="list the recurring schedules")
-    p.set_defaults(func=_command(lambda c, a: _show(c.schedules())))
+    p.set_defaults(func=_command(lambda c, a: _show(c.schedules(), a)))
 
     sched = sub.add_parser("schedule", help="add, show, delete, pause or resume a schedule")
     ops = sched.add_subparsers(dest="op", required=True, metavar="OP")
@@ -110,7 +114,9 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument("url", help="target URL of each tick's task")
     add.add_argument("params", nargs="*", help="key=value params")
     when = add.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", help='cron expression, e.g. "0 3 * * *"')
+    when.add_argument("--cron", help='cron expression, e.g. "0 3 * * *" or @daily')
+    add.add_argument("--cron-seconds-last", action="store_true",
+                     help="--cron has 6 fields, the sixth croniter's seconds (seconds last)")
     when.add_argument("--every", type=int, metavar="SECONDS", help="a tick every N seconds")
     add.add_argument("--timezone", help="IANA zone of the cron expression (default UTC)")
     add.add_argument("--catch-up", choices=("last", "none"),
@@ -123,30 +129,30 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                    ("pause", "pause_schedule"), ("resume", "resume_schedule")):
         q = ops.add_parser(op, parents=[common], help=f"{op} a schedule")
         q.add_argument("name")
-        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name))))
+        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name), a)))
 
 
 def _topic_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """``miyamoto topics`` and ``topic put|show|delete|publish``."""
     p = sub.add_parser("topics", parents=[common], help="list the fan-out topics")
-    p.set_defaults(func=_command(lambda c, a: _show(c.topics())))
+    p.set_defaults(func=_command(lambda c, a: _show(c.topics(), a)))
     topic = sub.add_parser("topic", help="put, show, delete or publish to a fan-out topic")
     ops = topic.add_subparsers(dest="op", required=True, metavar="OP")
     put = ops.add_parser("put", parents=[common], help="create or replace a topic")
     put.add_argument("name")
     put.add_argument("urls", nargs="+", help="the topic's URLs")
-    put.set_defaults(func=_command(lambda c, a: _show(c.put_topic(a.name, a.urls))))
+    put.set_defaults(func=_command(lambda c, a: _show(c.put_topic(a.name, a.urls), a)))
     for op, fn in (("show", "topic"), ("delete", "delete_topic")):
         q = ops.add_parser(op, parents=[common], help=f"{op} a topic")
         q.add_argument("name")
-        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name))))
+        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name), a)))
     pub = ops.add_parser("publish", parents=[common], help="enqueue one task per URL")
     pub.add_argument("name")
     pub.add_argument("params", nargs="*", help="key=value params")
     pub.add_argument("--task-name", help="de-duplication name (suffixed per URL)")
     pub.add_argument("--queue", help="queue of the tasks")
     pub.set_defaults(func=_command(lambda c, a: _show(c.publish(
-        a.name, _params(a.params) or None, name=a.task_name, queue=a.queue))))
+        a.name, _params(a.params) or None, name=a.task_name, queue=a.queue), a)))
 
 
 def _enqueue_args(p: argparse.ArgumentParser) -> None:
@@ -158,7 +164,8 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
                    help=f"tasks per batch request with --file (default {BATCH_SIZE})")
     p.add_argument("--method", help="HTTP method (default POST)")
     p.add_argument("--countdown", type=float, help="delay in seconds")
-    p.add_argument("--eta", type=float, help="unix time to run at")
+    p.add_argument("--eta", type=_eta, metavar="TIME",
+                   help="when to run: unix seconds or RFC 3339 (2026-12-02T03:00:00Z)")
     p.add_argument("--queue", help="queue name")
     p.add_argument("--name", help="de-duplication name")
     p.add_argument("--dedupe", choices=("content",),
@@ -180,6 +187,13 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
 
 
+def _eta(text: str) -> float:
+    try:
+        return parse_time(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run ``fn(client, args)``; a MiyamotoError is one stderr line and exit 1."""
 
@@ -198,24 +212,46 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
         except UsageError as e:
             print(f"miyamoto {args.command}: {e}", file=sys.stderr)
             return 2
+        except NotANode as e:
+            print(f"miyamoto: {server} is not a Miyamoto node: {e} (is it the node's HTTP "
+                  "address, not its cluster port or another service?)", file=sys.stderr)
+            return 1
         except DuplicateTask as e:
-            print(f"miyamoto: duplicate: the name is taken by task {e.id}", file=sys.stderr)
+            print(f"miyamoto: duplicate: {_holders(e.id, e.body)}", file=sys.stderr)
             return 1
         except MiyamotoError as e:
             where = f" ({e.status})" if e.status else ""
-            print(f"miyamoto: {e.message}{where}", file=sys.stderr)
+            print(f"miyamoto: {_one_line(e.message)}{where}", file=sys.stderr)
             return 1
 
     return run
 
 
-def _print(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+def _holders(task_id: Any, body: dict[str, Any]) -> str:
+    """Who holds the name: one task's id, or a topic's tasks' (a publish names one per URL)."""
+    if task_id is not None:
+        return f"the name is taken by task {task_id}"
+    ids = [t.get("id") for t in body.get("tasks", []) if isinstance(t, dict)]
+    if ids:
+        return f"the names are taken by tasks {', '.join(map(str, ids))}"
+    return "the name is taken"
 
 
-def _show(data: Any) -> int:
+def _one_line(text: str) -> str:
+    """An error on one line (a non-node's HTML page would take twenty), cut short."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= 300 else flat[:297] + "..."
+
+
+def _print(data: Any, args: argparse.Namespace) -> None:
+    """The answer as JSON, its unix times in RFC 3339 (``--raw``: as the node gave it)."""
+    shown = data if getattr(args, "raw", False) else readable(data)
+    print(json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _show(data: Any, args: argparse.Namespace) -> int:
     """Print the node's answer; the command is done (exit 0)."""
-    _print(data)
+    _print(data, args)
     return 0
 
 
@@ -230,7 +266,9 @@ def _enqueue(client: Any, args: argparse.Namespace) -> int:
         return _enqueue_file(client, args, fields)
     if not args.url:
         raise UsageError("a target URL (or --file) is required")
-    _print(client.enqueue(args.url, _params(args.params) or None, **fields))
+    if args.params and (args.json_body is not None or args.body is not None):
+        raise UsageError("give key=value params or a body (--json, --body), not both")
+    _print(client.enqueue(args.url, _params(args.params) or None, **fields), args)
     return 0
 
 
@@ -294,49 +332,49 @@ def _enqueue_file(client: Any, args: argparse.Namespace, fields: dict[str, Any])
     outcome = bulk.run(client, lines, args.batch_size)
     for err in outcome.errors[:20]:
         print(f"miyamoto: {err}", file=sys.stderr)
-    _print({"tasks": len(lines), **outcome.counts})
+    _print({"tasks": len(lines), **outcome.counts}, args)
     return 0 if outcome.ok else 1
 
 
 # ---------------------------------------------------------------- the rest
 def _task(client: Any, args: argparse.Namespace) -> int:
-    _print(client.get(args.id))
+    _print(client.get(args.id), args)
     return 0
 
 
 def _find(client: Any, args: argparse.Namespace) -> int:
-    _print(client.find(args.name, args.queue))
+    _print(client.find(args.name, args.queue), args)
     return 0
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    _print(client.cancel(args.id))
+    _print(client.cancel(args.id), args)
     return 0
 
 
 def _retry(client: Any, args: argparse.Namespace) -> int:
-    _print(client.retry(args.id))
+    _print(client.retry(args.id), args)
     return 0
 
 
 def _tasks(client: Any, args: argparse.Namespace) -> int:
     tasks = client.tasks(args.queue, args.state, args.limit)
     if args.json:
-        _print({"queue": args.queue, "state": args.state, "tasks": tasks})
+        _print({"queue": args.queue, "state": args.state, "tasks": tasks}, args)
     else:
         print("\n".join(task_lines(tasks)))
     return 0
 
 
 def _control(client: Any, args: argparse.Namespace) -> int:
-    _print(getattr(client, args.action)(args.queue))
+    _print(getattr(client, args.action)(args.queue), args)
     return 0
 
 
 def _failed_list(client: Any, args: argparse.Namespace) -> int:
     tasks = client.tasks(args.queue, "failed", args.limit)
     if args.json:
-        _print({"queue": args.queue, "state": "failed", "tasks": tasks})
+        _print({"queue": args.queue, "state": "failed", "tasks": tasks}, args)
     else:
         print("\n".join(failed_lines(tasks)))
     return 0
@@ -356,7 +394,7 @@ def _failed_bulk(client: Any, args: argparse.Namespace) -> int:
             return 1
     fn = client.retry_failed if args.failed_action == "retry" else client.delete_failed
     result = fn(args.queue)
-    _print({"queue": args.queue, "action": args.failed_action, **result})
+    _print({"queue": args.queue, "action": args.failed_action, **result}, args)
     if result.get("more"):
         print("miyamoto: some node holds more failed tasks than one request takes; run it "
               "again", file=sys.stderr)
@@ -375,14 +413,29 @@ def _schedule_add(client: Any, args: argparse.Namespace) -> int:
     task.update({k: v for k, v in (("params", _params(args.params) or None),
                                    ("queue", args.queue), ("method", args.method)) if v})
     _print(client.schedule(args.name, task, cron=args.cron, every=args.every,
-                           timezone=args.timezone, catch_up=args.catch_up))
+                           timezone=args.timezone, catch_up=args.catch_up,
+                           cron_seconds_last=args.cron_seconds_last or None), args)
     return 0
 
 
+class NotANode(Exception):
+    """The --server answered, but not as a Miyamoto node does."""
+
+
 def _status(client: Any, args: argparse.Namespace) -> int:
-    cluster, queues = client.cluster(), client.queues()
+    from miyamoto.client import MiyamotoError  # loaded already: the command runs on it
+
+    try:
+        cluster = client.cluster()
+    except MiyamotoError as e:
+        if e.status is None or e.status in (401, 403, 503):  # unreachable, a token, stopping
+            raise
+        raise NotANode(f"GET /cluster answered {e.status}") from None
+    if not (isinstance(cluster.get("node"), str) and isinstance(cluster.get("members"), list)):
+        raise NotANode("GET /cluster answered without a roster")
+    queues = client.queues()
     if args.json:
-        _print({"cluster": cluster, "queues": queues})
+        _print({"cluster": cluster, "queues": queues}, args)
     else:
         print("\n".join(status_lines(cluster, queues)))
     return 0

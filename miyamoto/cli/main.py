@@ -9,12 +9,13 @@ task, cancel, retry, tasks, pause, resume, purge, failed, schedules, topics) run
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from typing import Sequence
 
 from miyamoto.cli.commands import add_commands
-from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, load
+from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, check_environment, load
 from miyamoto.version import __version__
 
 
@@ -23,6 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["serve", *(argv or [])])
+    try:
+        check_environment(os.environ)  # a misspelt MIYAMOTO_SERVER would go unnoticed
+    except ConfigError as e:
+        print(f"miyamoto: bad variable {e}", file=sys.stderr)
+        return 2
     try:
         code = args.func(args)
         sys.stdout.flush()
@@ -49,13 +55,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"miyamoto {__version__}")
     sub = parser.add_subparsers(dest="command")
 
-    serve = sub.add_parser("serve", help="run a node")
+    serve = sub.add_parser(
+        "serve", help="run a node", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a node. Every option is also an INI key (in --config FILE, section\n"
+        "[miyamoto], or [node:ID] for one node of a cluster file) and a MIYAMOTO_<NAME>\n"
+        "environment variable: flags win over the environment, the environment over the\n"
+        "file. Queues are [queue:NAME] sections of the file; cluster.example.ini shows\n"
+        "every option.")
     add_flags(serve)
     serve.set_defaults(func=_serve)
 
     add_commands(sub)
 
-    keygen = sub.add_parser("keygen", help="print a CurveZMQ key pair for the cluster")
+    keygen = sub.add_parser(
+        "keygen", help="make the cluster's CurveZMQ key pair",
+        description="Make the cluster's CurveZMQ key pair (give the same pair to every node). "
+        "Without --env-file it prints a [miyamoto] section for the config file. Z85 keys hold "
+        "$ % < > { & and the like, so for a shell, docker compose or systemd use --env-file.")
+    keygen.add_argument("--env-file", metavar="PATH",
+                        help="write MIYAMOTO_CURVE_PUBLIC and MIYAMOTO_CURVE_SECRET, single-"
+                             "quoted, to a new file of mode 0600 (read as is by `set -a; . PATH`, "
+                             "compose's env_file, docker run --env-file and systemd's "
+                             "EnvironmentFile); print only the public key")
     keygen.set_defaults(func=_keygen)
     return parser
 
@@ -114,10 +135,31 @@ def _serve(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- keygen
 def _keygen(args: argparse.Namespace) -> int:
+    """A new key pair: a config file section on stdout, or an env file (--env-file).
+
+    The env file's values are single-quoted: a Z85 key never holds a quote, a backslash or
+    a space, so quoting makes every character literal for sh, compose's env_file and
+    systemd's EnvironmentFile (none of which then expands ``$`` or ``%``); docker run
+    --env-file keeps the quotes, which the key's parser strips (values.z85_key)."""
     import zmq  # only keygen needs it: the other commands start without loading libzmq
 
-    public, secret = zmq.curve_keypair()
-    print("[miyamoto]")
-    print(f"curve_public = {public.decode()}")
-    print(f"curve_secret = {secret.decode()}")
+    public, secret = (k.decode("ascii") for k in zmq.curve_keypair())
+    if args.env_file is None:
+        print("; the cluster key pair: the same on every node (for a shell, docker compose or "
+              "systemd: miyamoto keygen --env-file PATH)")
+        print("[miyamoto]")
+        print(f"curve_public = {public}")
+        print(f"curve_secret = {secret}")
+        return 0
+    text = f"MIYAMOTO_CURVE_PUBLIC='{public}'\nMIYAMOTO_CURVE_SECRET='{secret}'\n"
+    try:  # a new file only, made 0600 from the start: no window in which others may read it
+        fd = os.open(args.env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        print(f"miyamoto keygen: cannot create {args.env_file}: {e.strerror}"
+              + (" (it would replace a key pair; remove it first)" if e.errno == errno.EEXIST
+                 else ""), file=sys.stderr)
+        return 1
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(text)
+    print(f"wrote the key pair to {args.env_file} (mode 0600); its public key: {public}")
     return 0

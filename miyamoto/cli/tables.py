@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from miyamoto.cli.times import relative
+
 STATES = ("scheduled", "running", "succeeded", "failed", "cancelled")
 LAST_CHARS = 40  # an error message in the failed list's LAST column
 
@@ -76,7 +78,4 @@ def _seconds(value: Any, skewed: bool = False) -> str:
 
 def _when(at: Any, now: float) -> str:
     """``in 5.0 s`` / ``3.2 s ago``: relative, as an operator reads it."""
-    if not isinstance(at, (int, float)):
-        return "-"
-    delta = at - now
-    return f"in {delta:.1f} s" if delta >= 0 else f"{-delta:.1f} s ago"
+    return relative(at, now)

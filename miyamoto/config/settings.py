@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import configparser
 import dataclasses
+import difflib
 import ipaddress
 import os
 import socket
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from miyamoto.config import values as value
 
@@ -31,22 +33,47 @@ class Setting:
     parse: Callable[[str], Any]
     default: Any
     help: str
-    flag: bool = True  # exposed as --name on `miyamoto serve`
+    flag: bool = True  # exposed as --name on `miyamoto serve`; else config and environment only
     secret: bool = False
+    group: str = ""  # its section of `miyamoto serve --help` (GROUPS)
+    metavar: str = ""  # the form its flag takes; default: its parser's (values.shows)
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)"),
+# the sections of `miyamoto serve --help`, in order
+GROUPS = {"http": "HTTP API", "cluster": "cluster", "security": "security",
+          "delivery": "delivery", "storage": "storage", "logs": "logs"}
+
+
+def _group(group: str, *settings: Setting) -> tuple[Setting, ...]:
+    return tuple(dataclasses.replace(s, group=group) for s in settings)
+
+
+SETTINGS: tuple[Setting, ...] = (*_group(
+    "http",
     Setting("http", value.hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
-    Setting("cluster", value.zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
-    Setting("advertise", value.stripped, "", "cluster endpoint peers use to reach this node (default: cluster)"),
-    Setting("processes", value.int_ge(1), 1, "nodes to run on this host, sharing the HTTP port "
-            "(SO_REUSEPORT), on consecutive cluster ports"),
     Setting("reuse_port", value.boolean, False, "bind the HTTP port with SO_REUSEPORT (set by --processes)"),
+    Setting("http_header_timeout", value.float_ge(0.1), 10.0,
+            "seconds a client has to send a request's headers and body"),
+    Setting("http_idle_timeout", value.float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
+    Setting("max_header_bytes", value.int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
+    Setting("max_connections", value.int_ge(16), 10000, "HTTP connections open at once"),
+    Setting("max_body", value.int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
+    Setting("max_url", value.int_ge(16), 2083, "longest target URL"),
+    Setting("max_delay", value.float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
+    Setting("max_name", value.int_ge(1), 500, "longest task name"),
+    Setting("max_batch", value.int_ge(1), 1000, "most tasks in one batch request"),
+), *_group(
+    "cluster",
+    Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)",
+            metavar="ID"),
+    Setting("cluster", value.zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
+    Setting("advertise", value.stripped, "", "cluster endpoint peers use to reach this node (default: cluster)",
+            metavar="tcp://HOST:PORT"),
+    Setting("seeds", value.seeds, (), "comma-separated cluster endpoints of other nodes to join"),
     Setting("zone", value.node_id, "", "this node's failure domain: copies of a task go to distinct "
             "zones (default: the host name)"),
-    Setting("seeds", value.seeds, (), "comma-separated cluster endpoints of other nodes to join"),
-    Setting("data_dir", value.stripped, "./miyamoto-data", "journal directory, or :memory: for no disk"),
+    Setting("processes", value.int_ge(1), 1, "nodes to run on this host, sharing the HTTP port "
+            "(SO_REUSEPORT), on consecutive cluster ports"),
     Setting("replication", value.int_ge(1), 2, "copies of each task (replication_factor)"),
     Setting("min_replicas", value.int_ge(1), 1, "copies that must be stored before enqueue answers 200"),
     Setting("replica_offset", value.float_ge(0), 5.0, "seconds between the fire times of successive replicas"),
@@ -55,52 +82,53 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("failure_timeout", value.float_ge(0.05), 3.0, "a member silent this long is dropped"),
     Setting("election_timeout_min", value.float_ge(0.05), 1.5, "election timeout lower bound"),
     Setting("election_timeout_max", value.float_ge(0.05), 3.0, "election timeout upper bound"),
+    Setting("max_clock_skew", value.float_ge(0.001), 1.0,
+            "a member's clock further off than this, seconds, is logged as an error"),
+    Setting("claim_lease", value.float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
+), *_group(
+    "security",
     Setting("curve_public", value.z85_key, "", "cluster CurveZMQ public key (Z85)", flag=False),
     Setting("curve_secret", value.z85_key, "", "cluster CurveZMQ secret key (Z85)", flag=False, secret=True),
     Setting("insecure_cluster", value.boolean, False,
             "allow a cluster without CurveZMQ keys (plain TCP: anyone who reaches the port is a peer)"),
-    Setting("api_tokens", value.parse_tokens, (), "SCOPE:TOKEN,... bearer tokens (scopes admin, enqueue, read)",
+    Setting("api_tokens", value.parse_tokens, (), "bearer tokens SCOPE:TOKEN,... (scopes admin, enqueue, read)",
             flag=False, secret=True),
     Setting("insecure_http", value.boolean, False, "allow an HTTP address beyond loopback without api_tokens"),
     Setting("target_allow", value.cidrs, (), "CIDR blocks tasks may target even when denied (allow wins)"),
     Setting("target_deny", value.cidrs, (), "CIDR blocks tasks may not target, beyond the built-in list "
             "(link-local, cloud metadata, 0.0.0.0/8, multicast, broadcast, the cluster's endpoints)"),
-    Setting("http_header_timeout", value.float_ge(0.1), 10.0,
-            "seconds a client has to send a request's headers and body"),
-    Setting("http_idle_timeout", value.float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
-    Setting("max_header_bytes", value.int_ge(1024), 65536, "largest request header block, bytes (431 beyond)"),
-    Setting("max_connections", value.int_ge(16), 10000, "HTTP connections open at once"),
+    Setting("signing_secret", value.secret, (),
+            "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
+            "each delivery is signed with every one", flag=False, secret=True),
+), *_group(
+    "delivery",
+    Setting("concurrency", value.int_ge(1), 512, "deliveries in flight on this node, all queues"),
     Setting("max_per_host", value.int_ge(1), 128, "deliveries in flight to one target host"),
     Setting("breaker_failures", value.int_ge(0), 10, "consecutive failed attempts (connection "
             "errors, timeouts, 5xx, 429) that open a target origin's circuit breaker; 0: never"),
     Setting("breaker_cooldown", value.float_ge(0.01), 30.0, "seconds an open breaker waits before "
             "one probe delivery (doubled after each failed probe, up to 10x)"),
-    Setting("signing_secret", value.secret, (),
-            "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
-            "each delivery is signed with every one", flag=False, secret=True),
+    Setting("callback_timeout", value.float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
+    Setting("schedule_catch_up", lambda v: value.one_of(v, ("last", "none")), "last",
+            "a schedule's ticks missed while no leader existed: last (the newest fires once) "
+            "or none (skipped); a schedule's catch_up field overrides it", metavar="last|none"),
+    Setting("shutdown_timeout", value.float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
+), *_group(
+    "storage",
+    Setting("data_dir", value.stripped, "./miyamoto-data", "journal directory, or :memory: for no disk",
+            metavar="PATH"),
+    Setting("memory_window", value.float_ge(1), 60.0,
+            "seconds ahead whose tasks are held in memory; later ones live only in the journal"),
+    Setting("retention", value.float_ge(0), 86400.0, "seconds a finished task stays readable"),
+    Setting("dedup_window", value.float_ge(0), 3600.0, "seconds a task name stays reserved"),
+), *_group(
+    "logs",
     Setting("log_level", value.level, "INFO", "debug, info, warning, error"),
     Setting("log_format", value.log_format, "text",
             "text, or json: one JSON object a line (time, level, logger, message, exception)"),
     Setting("access_log", value.boolean, False, "log one line per HTTP request (no query string)"),
-    Setting("max_body", value.int_ge(1), 1024 * 1024, "largest enqueue request body, bytes"),
-    Setting("max_url", value.int_ge(16), 2083, "longest target URL"),
-    Setting("max_delay", value.float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
-    Setting("max_name", value.int_ge(1), 500, "longest task name"),
-    Setting("max_batch", value.int_ge(1), 1000, "most tasks in one batch request"),
-    Setting("dedup_window", value.float_ge(0), 3600.0, "seconds a task name stays reserved"),
-    Setting("schedule_catch_up", lambda v: value.one_of(v, ("last", "none")), "last",
-            "a schedule's ticks missed while no leader existed: last (the newest fires once) "
-            "or none (skipped); a schedule's catch_up field overrides it"),
-    Setting("retention", value.float_ge(0), 86400.0, "seconds a finished task stays readable"),
-    Setting("memory_window", value.float_ge(1), 60.0,
-            "seconds ahead whose tasks are held in memory; later ones live only in the journal"),
-    Setting("concurrency", value.int_ge(1), 512, "deliveries in flight on this node, all queues"),
-    Setting("shutdown_timeout", value.float_ge(0), 10.0, "seconds in-flight deliveries get on stop"),
-    Setting("max_clock_skew", value.float_ge(0.001), 1.0,
-            "a member's clock further off than this, seconds, is logged as an error"),
-    Setting("claim_lease", value.float_ge(0.1), 60.0, "extra seconds a claimed task is held off its siblings"),
-    Setting("callback_timeout", value.float_ge(0.1), 30.0, "dispatch deadline for callback tasks"),
-)
+))
+
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -262,32 +290,66 @@ def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueC
     return q
 
 
-def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
-         flags: Mapping[str, Any] | None = None) -> Config:
-    """Build the frozen Config; raise ConfigError naming the bad option."""
-    env = os.environ if env is None else env
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+# MIYAMOTO_* variables that are not serve options: the config file, the client commands'
+# node and token (MIYAMOTO_API_TOKEN: the token's older name), the tests' screenshots dir
+OTHER_VARIABLES = ("MIYAMOTO_CONFIG", "MIYAMOTO_SERVER", "MIYAMOTO_TOKEN", "MIYAMOTO_API_TOKEN",
+                   "MIYAMOTO_ARTIFACTS")
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """A MIYAMOTO_* variable that nothing reads is a typo to report, not to ignore (a
+    misspelt MIYAMOTO_REPLICATON would leave the default in force without a word)."""
+    known = {_env_name(s.name) for s in SETTINGS} | set(OTHER_VARIABLES)
+    for name in sorted(env):
+        if name.startswith("MIYAMOTO_") and name not in known:
+            raise ConfigError(f"{name}: no such option{_closest(name, sorted(known))} "
+                              "(`miyamoto serve --help` lists them)")
+
+
+def _closest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _gather(config_file: str | None, env: Mapping[str, str], flags: dict[str, Any]
+            ) -> tuple[dict[str, Any], dict[str, str], dict[str, dict[str, str]]]:
+    """Each option's raw text (INI <- environment <- flags), where it came from (for the
+    error message), and the raw [queue:NAME] sections."""
     config_file = flags.pop("config", None) or env.get("MIYAMOTO_CONFIG") or config_file
     node_hint = flags.get("node") or env.get(_env_name("node"))
     raw: dict[str, Any] = {}
     raw_queues: dict[str, dict[str, str]] = {}
     if config_file:
         raw, raw_queues = _read_ini(config_file, node_hint)
-    for s in SETTINGS:
-        if _env_name(s.name) in env:
-            raw[s.name] = env[_env_name(s.name)]
-    for key, v in flags.items():
-        raw[key] = v
-    values: dict[str, Any] = {}
+    source = {key: f"config file {config_file}" for key in raw}
     for key in raw:
         if key not in _BY_NAME:
+            raise ConfigError(f"{key}: unknown option in {config_file}"
+                              + _closest(key, sorted(_BY_NAME)))
+    for s in SETTINGS:
+        if _env_name(s.name) in env:
+            raw[s.name], source[s.name] = env[_env_name(s.name)], _env_name(s.name)
+    for key, v in flags.items():
+        if key not in _BY_NAME:
             raise ConfigError(f"{key}: unknown option")
+        raw[key], source[key] = v, "--" + key.replace("_", "-")
+    return raw, source, raw_queues
+
+
+def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> Config:
+    """Build the frozen Config; raise ConfigError naming the bad option."""
+    env = os.environ if env is None else env
+    check_environment(env)
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    raw, source, raw_queues = _gather(config_file, env, flags)
+    values: dict[str, Any] = {}
     for s in SETTINGS:
         if s.name in raw:
             try:
                 values[s.name] = s.parse(raw[s.name])
             except (ValueError, TypeError) as e:
-                raise ConfigError(f"{s.name}: {e}") from e
+                raise ConfigError(f"{s.name}: {e} (from {source[s.name]})") from e
         else:
             values[s.name] = s.default
     if not values["node"]:
@@ -300,7 +362,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         try:
             values["advertise"] = value.zmq_endpoint(values["advertise"])
         except ValueError as e:
-            raise ConfigError(f"advertise: {e}") from e
+            raise ConfigError(f"advertise: {e} (from {source['advertise']})") from e
     if values["election_timeout_max"] < values["election_timeout_min"]:
         raise ConfigError("election_timeout_max: must be >= election_timeout_min")
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
@@ -365,13 +427,52 @@ def _check_queue_name(name: str) -> None:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Add --config and one flag per Setting (dest = the setting's name)."""
-    parser.add_argument("--config", help="INI file (see cluster.example.ini)")
-    for s in SETTINGS:
-        if s.flag:
-            flag = "--" + s.name.replace("_", "-")
-            aliases = [flag]
-            if s.name == "replication":
-                aliases.append("--replication-factor")
-            parser.add_argument(*aliases, dest=s.name, default=None,
-                                help=f"{s.help} [env {_env_name(s.name)}; default {s.default!r}]")
+    """Add --config and one flag per Setting (dest = the setting's name), in the sections
+    of GROUPS; each section lists its options that have no flag (secrets: a flag would
+    show in the process list) with their environment variables."""
+    parser.add_argument("--config", metavar="PATH",
+                        help="INI file (see cluster.example.ini) [env MIYAMOTO_CONFIG]")
+    for key, title in GROUPS.items():
+        members = [s for s in SETTINGS if s.group == key]
+        group = parser.add_argument_group(title, _unflagged(m for m in members if not m.flag))
+        for s in members:
+            if s.flag:
+                _add_flag(group, s)
+
+
+def _add_flag(group: Any, s: Setting) -> None:
+    flags = ["--" + s.name.replace("_", "-")]
+    if s.name == "replication":
+        flags.append("--replication-factor")
+    kw: dict[str, Any] = {}
+    if s.parse is value.boolean:  # --access-log alone means true; --access-log false works
+        kw.update(nargs="?", const="true")
+    default = _shown(s.default)
+    where = f"env {_env_name(s.name)}" + (f"; default {default}" if default else "")
+    group.add_argument(*flags, dest=s.name, default=None, **kw,
+                       metavar=s.metavar or getattr(s.parse, "metavar", "VALUE"),
+                       help=f"{s.help} [{where}]".replace("%", "%%"))
+
+
+def _shown(default: Any) -> str:
+    """A default as a person would type it: 2, 0.5, true, tcp://..., "" for none."""
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    if isinstance(default, tuple):
+        return ",".join(map(str, default))
+    return str(default)
+
+
+def _unflagged(settings: Iterable[Setting]) -> str | None:
+    """The section's text for its options without a flag, one per line (the serve parser
+    keeps this text's lines: RawDescriptionHelpFormatter)."""
+    lines = []
+    for s in settings:
+        text = f"{s.name} or {_env_name(s.name)}{' (secret)' if s.secret else ''}: {s.help}"
+        lines.extend(textwrap.wrap(text, 76, initial_indent="  ", subsequent_indent="      "))
+    if not lines:
+        return None
+    return "\n".join(["no flag, config file or environment only (a flag would show a secret in",
+                      "the process list):", *lines])

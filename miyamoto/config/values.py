@@ -11,70 +11,103 @@ import ipaddress
 from typing import Callable
 
 
+def shows(metavar: str) -> Callable[[Callable], Callable]:
+    """Name the form a parser takes, as `miyamoto serve --help` shows it (``--http HOST:PORT``)."""
+    def mark(parse: Callable) -> Callable:
+        parse.metavar = metavar  # type: ignore[attr-defined]
+        return parse
+    return mark
+
+
+def _given(v: object) -> str:
+    """The text a person gave, quoted and cut short, for a number's error message (never
+    used for secrets, whose parsers have their own messages)."""
+    text = repr(str(v).strip())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def float_ge(lo: float) -> Callable[[str], float]:
+    @shows("SECONDS")
     def parse(v: str) -> float:
-        x = float(v)
-        if not x >= lo or x != x or x == float("inf"):
-            raise ValueError(f"must be a number >= {lo}")
+        try:
+            x = float(str(v).strip())
+        except ValueError:
+            x = float("nan")
+        if not x >= lo or x == float("inf"):
+            raise ValueError(f"must be a number >= {lo:g}, not {_given(v)}")
         return x
     return parse
 
 
 def int_ge(lo: int) -> Callable[[str], int]:
+    @shows("N")
     def parse(v: str) -> int:
-        x = int(str(v).strip())
+        try:
+            x = int(str(v).strip())
+        except ValueError:
+            raise ValueError(f"must be a whole number >= {lo}, not {_given(v)}") from None
         if x < lo:
-            raise ValueError(f"must be an integer >= {lo}")
+            raise ValueError(f"must be a whole number >= {lo}, not {x}")
         return x
     return parse
 
 
+@shows("BOOL")
 def boolean(v: str) -> bool:
     s = str(v).strip().lower()
     if s in ("1", "true", "yes", "on"):
         return True
     if s in ("0", "false", "no", "off"):
         return False
-    raise ValueError("must be true or false")
+    raise ValueError(f"must be true or false (or 1/0, yes/no, on/off), not {_given(v)}")
 
 
+@shows("HOST:PORT")
 def hostport(v: str) -> str:
     host, sep, port = str(v).strip().rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError("must be HOST:PORT")
+        raise ValueError(f"must be HOST:PORT, e.g. 127.0.0.1:8088, not {_given(v)}")
     return f"{host}:{int(port)}"
 
 
+@shows("tcp://HOST:PORT")
 def zmq_endpoint(v: str) -> str:
     s = str(v).strip()
-    if not s.startswith("tcp://"):
-        raise ValueError("must be tcp://HOST:PORT")
-    hostport(s[len("tcp://"):])
+    try:
+        if not s.startswith("tcp://"):
+            raise ValueError(s)
+        hostport(s[len("tcp://"):])
+    except ValueError:
+        raise ValueError(f"must be tcp://HOST:PORT, e.g. tcp://127.0.0.1:6000, not {_given(v)}"
+                         ) from None
     return s
 
 
+@shows("tcp://HOST:PORT,...")
 def seeds(v: str) -> tuple[str, ...]:
     return tuple(zmq_endpoint(s) for s in str(v).split(",") if s.strip())
 
 
+@shows("LEVEL")
 def level(v: str) -> str:
     s = str(v).strip().upper()
     if s not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise ValueError("must be debug, info, warning, error or critical")
+        raise ValueError(f"must be debug, info, warning, error or critical, not {_given(v)}")
     return s
 
 
 def one_of(v: str, choices: tuple[str, ...]) -> str:
     s = str(v).strip().lower()
     if s not in choices:
-        raise ValueError(f"must be {' or '.join(choices)}")
+        raise ValueError(f"must be {' or '.join(choices)}, not {_given(v)}")
     return s
 
 
+@shows("text|json")
 def log_format(v: str) -> str:
     s = str(v).strip().lower()
     if s not in ("text", "json"):
-        raise ValueError("must be text or json")
+        raise ValueError(f"must be text or json, not {_given(v)}")
     return s
 
 
@@ -82,6 +115,7 @@ def stripped(v: str) -> str:
     return str(v).strip()
 
 
+@shows("ID")
 def node_id(v: str) -> str:
     s = str(v).strip()
     if len(s.encode()) > 200 or not s.isprintable() or any(c in s for c in " ,/"):
@@ -112,12 +146,17 @@ def secret(v: str) -> tuple[str, ...]:
 
 
 def z85_key(v: str) -> str:
+    """A 40-character Z85 key; one pair of quotes around it is dropped (no Z85 key holds a
+    quote), as `docker run --env-file` passes a quoted value on with its quotes."""
     s = str(v).strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        s = s[1:-1]
     if s and len(s) != 40:
         raise ValueError("must be a 40-character Z85 CurveZMQ key (miyamoto keygen)")
     return s
 
 
+@shows("CIDR,...")
 def cidrs(v: str) -> tuple[str, ...]:
     """Comma-separated CIDR blocks (or single addresses), normalised: 10.0.0.0/8,fd00::/8."""
     out = []

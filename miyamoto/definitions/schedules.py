@@ -1,9 +1,17 @@
 """Recurring schedules: their validation, their ticks, their firing.
 
 A schedule is a cluster-wide definition (``miyamoto.definitions.machine``, kind "schedule"): a
-``cron`` expression (5 fields, or 6 with croniter's trailing seconds field) in a
-``timezone``, or ``every`` N seconds (ticks at the unix times that are multiples of N),
-and the ``task`` it enqueues, checked like an enqueue when the schedule is posted.
+``cron`` expression in a ``timezone``, or ``every`` N seconds (ticks at the unix times that
+are multiples of N), and the ``task`` it enqueues, checked like an enqueue when the schedule
+is posted.
+
+What ``cron`` takes, and why
+    5 fields, or croniter's aliases (``@hourly``, ``@daily``, ``@weekly``, ``@monthly``,
+    ``@yearly``), as Cloud Scheduler takes them. A bad field is a 400 that names it, with
+    croniter's own words; an expression no date matches (``0 0 31 2 *``) is a 400 too, as it
+    would be stored and never fire. A sixth field is croniter's seconds, *last*, where Quartz
+    and Spring put seconds first: ``*/5 * * * * *`` would tick every second of every fifth
+    minute, not every 5 s. So 6 fields are taken only with ``cron_seconds_last: true``.
 
 Who fires, and why a tick fires once
     Only the leader fires, and only once it holds a majority's definitions (``ready``)
@@ -38,7 +46,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import gevent
 import gevent.pool
-from croniter import croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Duplicate, Unavailable
@@ -55,7 +63,10 @@ MAX_SCHEDULES = 1000
 FIRE_PARALLEL = 32  # enqueues in flight at once when many ticks are due together
 NAME_CHARS = 100
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
-_FIELDS = {"name", "cron", "every", "timezone", "task", "catch_up", "paused"}
+_FIELDS = {"name", "cron", "cron_seconds_last", "every", "timezone", "task", "catch_up",
+           "paused"}
+_CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week", "second")
+_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
 
 def check_name(name: Any, field: str = "name") -> str:
@@ -75,26 +86,16 @@ def parse_schedule(data: Any, *, limits: Limits, now: float, catch_up: str) -> d
     value: dict[str, Any] = {"name": name, "created": math.floor(now)}
     if ("cron" in data) == ("every" in data):
         raise ValidationError("cron", "give exactly one of cron and every")
+    tz = check_timezone(data.get("timezone", "UTC"))
     if "cron" in data:
-        cron = data["cron"]
-        if not isinstance(cron, str) or len(cron.split()) not in (5, 6) \
-                or not croniter.is_valid(cron):
-            raise ValidationError("cron", "must be a cron expression of 5 fields (or 6, "
-                                          "seconds last)")
-        value["cron"] = " ".join(cron.split())
+        value.update(check_cron(data["cron"], data.get("cron_seconds_last", False), tz, now))
     else:
+        if "cron_seconds_last" in data:
+            raise ValidationError("cron_seconds_last", "goes with cron, not every")
         every = data["every"]
         if type(every) is not int or not 1 <= every <= MAX_EVERY:
             raise ValidationError("every", f"must be an integer of seconds, 1 to {MAX_EVERY}")
         value["every"] = every
-    tz = data.get("timezone", "UTC")
-    try:
-        if not isinstance(tz, str) or not tz or len(tz) > 64:
-            raise ValueError(tz)
-        ZoneInfo(tz)
-    except (ValueError, ZoneInfoNotFoundError):
-        raise ValidationError("timezone", "must be an IANA time zone, e.g. Europe/Paris") \
-            from None
     value["timezone"] = tz
     value["catch_up"] = data.get("catch_up", catch_up)
     if value["catch_up"] not in ("last", "none"):
@@ -114,6 +115,62 @@ def parse_schedule(data: Any, *, limits: Limits, now: float, catch_up: str) -> d
         raise ValidationError(f"task.{e.field}", e.message, e.status) from None
     value["task"] = task
     return value
+
+
+def check_timezone(tz: Any) -> str:
+    try:
+        if not isinstance(tz, str) or not tz or len(tz) > 64:
+            raise ValueError(tz)
+        ZoneInfo(tz)
+    except (ValueError, ZoneInfoNotFoundError):
+        raise ValidationError("timezone", "must be an IANA time zone, e.g. Europe/Paris") \
+            from None
+    return tz
+
+
+def check_cron(cron: Any, seconds_last: Any, tz: str, now: float) -> dict[str, Any]:
+    """The stored cron fields of a schedule (see "What cron takes" above), or
+    ValidationError naming ``cron`` (or ``cron_seconds_last``) in croniter's words."""
+    if not isinstance(seconds_last, bool):
+        raise ValidationError("cron_seconds_last", "must be true or false")
+    if not isinstance(cron, str) or not cron.strip():
+        raise ValidationError("cron", 'must be a cron expression of 5 fields, e.g. "0 3 * * *", '
+                                      "or an alias such as @daily")
+    parts = cron.split()
+    if len(parts) == 1 and parts[0].startswith("@"):
+        if parts[0].lower() not in _ALIASES:
+            raise ValidationError("cron", f"{parts[0]!r} is not one of " + ", ".join(_ALIASES))
+        parts = [parts[0].lower()]
+    elif len(parts) == 6 and not seconds_last:
+        raise ValidationError("cron", "has 6 fields: croniter reads the sixth as seconds, last "
+                              "(Quartz and Spring put seconds first), so */5 * * * * * would "
+                              "tick every second of every fifth minute; for ticks under a "
+                              'minute use "every", or send "cron_seconds_last": true to mean '
+                              "seconds last")
+    elif len(parts) not in (5, 6):
+        raise ValidationError("cron", f"has {len(parts)} fields: a cron expression has 5 "
+                              "(minute hour day-of-month month day-of-week)")
+    if seconds_last and len(parts) != 6:
+        raise ValidationError("cron_seconds_last", "needs a cron of 6 fields, seconds last")
+    expr = " ".join(parts)
+    try:
+        croniter(expr, datetime.fromtimestamp(now, ZoneInfo(tz))).get_next(float)
+    except CroniterBadDateError:
+        raise ValidationError("cron", f"{expr!r} matches no date, so it would never fire") \
+            from None
+    except (CroniterError, ValueError, KeyError) as e:  # croniter's words, and the field's name
+        raise ValidationError("cron", _bad_field(parts) + str(e)) from None
+    return {"cron": expr, **({"cron_seconds_last": True} if seconds_last else {})}
+
+
+def _bad_field(parts: list[str]) -> str:
+    """``has a bad minute field '61': `` for the first field croniter refuses alone."""
+    for i, part in enumerate(parts if len(parts) > 1 else []):
+        probe = ["*"] * len(parts)
+        probe[i] = part
+        if not croniter.is_valid(" ".join(probe)):
+            return f"has a bad {_CRON_FIELDS[i]} field {part!r}: "
+    return "is not a cron expression: "
 
 
 def latest(value: dict, now: float) -> float | None:
@@ -138,14 +195,25 @@ def upcoming(value: dict, now: float, n: int = 5) -> list[float]:
 
 
 def view(value: dict, cursor: dict | None, now: float) -> dict[str, Any]:
-    """A schedule as GET /schedules answers it."""
+    """A schedule as GET /schedules answers it: ``next`` in unix seconds, ``next_at`` the
+    same times in RFC 3339 in the schedule's time zone. A stored cron that matches no date
+    (taken before such a cron was refused, or from an older peer) shows, with its
+    ``error``, so it can be seen and deleted."""
     out: dict[str, Any] = {"name": value["name"]}
     if "cron" in value:
         out["cron"] = value["cron"]
+        if value.get("cron_seconds_last"):
+            out["cron_seconds_last"] = True
     else:
         out["every"] = value["every"]
+    try:
+        nxt = [] if value["paused"] else upcoming(value, now)
+    except CroniterBadDateError:
+        nxt, out["error"] = [], "the cron expression matches no date: it never fires"
+    zone = ZoneInfo(value["timezone"])
     out.update(timezone=value["timezone"], catch_up=value["catch_up"],
-               paused=value["paused"], next=[] if value["paused"] else upcoming(value, now),
+               paused=value["paused"], next=nxt,
+               next_at=[datetime.fromtimestamp(t, zone).isoformat() for t in nxt],
                last_tick=(cursor or {}).get("tick"),
                last_task_ids=list((cursor or {}).get("ids", [])), task=value["task"])
     return out
@@ -175,6 +243,7 @@ class Ticker:
         self.clock = clock
         self.fired = 0
         self._pool = gevent.pool.Pool(FIRE_PARALLEL)
+        self._unfit: dict[str, dict] = {}  # name -> a value that cannot fire, logged once
 
     def run(self) -> None:
         while True:
@@ -189,9 +258,11 @@ class Ticker:
         """Enqueue every due tick (in parallel: a thousand schedules must not take a
         thousand round trips), then record them all in one replicated write."""
         now = self.clock()
-        machine = self.defs.machine
-        cursors = [c for c in self._pool.imap(lambda item: self._fire(*item, now),
-                                              machine.items("schedule")) if c is not None]
+        items = self.defs.machine.items("schedule")
+        names = {name for name, _ in items}
+        self._unfit = {n: v for n, v in self._unfit.items() if n in names}
+        cursors = [c for c in self._pool.imap(lambda item: self._fire(*item, now), items)
+                   if c is not None]
         if cursors:
             try:
                 self.defs.write(cursors)
@@ -207,9 +278,13 @@ class Ticker:
             if tick is None:
                 return None
             task_id = self._enqueue(name, value, tick, now)
-        except (ValueError, KeyError, TypeError) as e:  # a bad value: skip, say so
-            log.warning("schedules: %s cannot fire: %s", name, e)
+        except (ValueError, KeyError, TypeError) as e:  # a bad value: skip, say so once
+            if self._unfit.get(name) != value:
+                self._unfit[name] = value
+                log.warning("schedules: %s cannot fire until it is replaced or deleted: %s",
+                            name, e)
             return None
+        self._unfit.pop(name, None)
         if task_id is None:
             return None
         ids = (list((cursor or {}).get("ids", [])) + [task_id])[-LAST_IDS:]

@@ -92,7 +92,11 @@ _DEFINITION_SCHEMAS: dict[str, Any] = {
         "description": "give cron or every, not both",
         "properties": {
             "name": {"type": "string", "pattern": _NAME_PATTERN},
-            "cron": {"type": "string", "description": "5 fields (or 6, seconds last)"},
+            "cron": {"type": "string", "description": "5 fields (minute hour day-of-month "
+                     "month day-of-week) or an alias (@hourly, @daily, @weekly, @monthly, "
+                     "@yearly); 6 fields (seconds last) only with cron_seconds_last"},
+            "cron_seconds_last": {"type": "boolean", "default": False, "description":
+                                  "cron has a sixth field, croniter's seconds, last"},
             "every": {"type": "integer", "minimum": 1, "maximum": MAX_EVERY,
                       "description": "seconds; ticks at unix times that are multiples"},
             "timezone": {"type": "string", "default": "UTC",
@@ -104,14 +108,18 @@ _DEFINITION_SCHEMAS: dict[str, Any] = {
             "task": {"type": "object", "description": "enqueue fields (as POST /queue "
                      "takes, without name and eta), checked when the schedule is posted"}}},
     "Schedule": {
-        "type": "object", "required": ["name", "timezone", "paused", "next", "last_task_ids",
-                                       "task"],
+        "type": "object", "required": ["name", "timezone", "paused", "next", "next_at",
+                                       "last_task_ids", "task"],
         "properties": {
             "name": {"type": "string"}, "cron": {"type": "string"},
+            "cron_seconds_last": {"type": "boolean"},
             "every": {"type": "integer"}, "timezone": {"type": "string"},
             "catch_up": {"enum": ["last", "none"]}, "paused": {"type": "boolean"},
             "next": {"type": "array", "items": {"type": "number"},
                      "description": "the next fire times (unix), none while paused"},
+            "next_at": {"type": "array", "items": {"type": "string", "format": "date-time"},
+                        "description": "the same times, RFC 3339 in the schedule's timezone"},
+            "error": {"type": "string", "description": "why a stored schedule cannot fire"},
             "last_tick": {"type": ["number", "null"]},
             "last_task_ids": {"type": "array", "items": {"type": "string"}},
             "task": {"type": "object"}}},
@@ -245,7 +253,9 @@ _SCHEMAS: dict[str, Any] = {
                         "type": "object", "required": ["id", "http", "cluster", "leader"],
                         "properties": {
                             "id": {"type": "string"}, "http": {"type": "string"},
-                            "cluster": {"type": "string"}, "zone": {"type": ["string", "null"]},
+                            "cluster": {"type": ["string", "null"], "description": "null: "
+                                        "a node without a cluster key binds no cluster port"},
+                            "zone": {"type": ["string", "null"]},
                             "leader": {"type": "boolean"},
                             "last_heard": {"type": ["number", "null"]},
                             "clock_offset": {"type": ["number", "null"]},

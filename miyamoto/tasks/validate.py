@@ -8,6 +8,7 @@ with a 4xx; nothing is stored for a rejected request.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -370,7 +371,24 @@ def json_fields(body: bytes) -> Any:
     try:
         return ujson.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValidationError("body", f"is not valid JSON ({e})") from None
+        raise ValidationError("body", f"is not valid JSON: {_where(body, e)}") from None
+
+
+def _where(body: bytes, error: Exception) -> str:
+    """What is wrong and where, by the standard library's parser: ujson's message has no
+    position ("Unexpected character in found when decoding object value"). Only on this
+    error path, so the fast parser still reads every good body."""
+    try:
+        json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 at byte {e.start + 1}"
+    except json.JSONDecodeError as e:
+        return f"{e.msg} at line {e.lineno} column {e.colno}"
+    except ValueError as e:  # e.g. a number the standard library refuses to convert
+        return str(e)
+    except RecursionError:
+        return "nested too deep"
+    return str(error)  # the standard library takes it, ujson does not (a huge number)
 
 
 def parse_enqueue(content_type: str, body: bytes, *, path_queue: str | None,

@@ -5,7 +5,9 @@ Exit codes: 0 done, 1 the node said no or cannot be reached, 2 bad usage.
 
 from __future__ import annotations
 
+import datetime
 import fcntl
+import http.server
 import json
 import os
 import pty
@@ -13,6 +15,8 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,7 +87,10 @@ def test_bad_usage_exits_2(node, sink, tmp_path):
                  ["enqueue", f"{sink.url}/x", "-H", "NoColon"],
                  ["enqueue", "--file", str(tmp_path / "missing.jsonl")],
                  ["enqueue", f"{sink.url}/x", "--file", jsonl(tmp_path / "a.jsonl", [{"url": "x"}])],
-                 ["tasks", "--state", "bogus"], ["nosuchcommand"]):
+                 ["tasks", "--state", "bogus"], ["nosuchcommand"],
+                 # params and a body: the node would refuse them (the README's line did this)
+                 ["enqueue", f"{sink.url}/x", "k=v", "--json", '{"a": 1}'],
+                 ["enqueue", f"{sink.url}/x", "--eta", "tomorrow"]):
         cp = run_cli(*args, env=env)
         assert cp.returncode == 2, (args, cp.stdout, cp.stderr)
         assert "Traceback" not in cp.stderr
@@ -345,3 +352,51 @@ def test_failed_table_layout_with_a_fake_clock():
     assert cell.startswith("ConnectTimeout: xxx") and cell.endswith("...")
     assert len(cell) == LAST_CHARS and "second" not in lines[2]
     assert lines[3].split() == ["c", "0", "-", "-", "-", "-"]
+
+
+class _NotANode(http.server.BaseHTTPRequestHandler):
+    """Another service on the port: a 200 with JSON that is no roster, or a 404 page."""
+
+    def do_GET(self):
+        found = self.path == "/cluster" and self.server.answer_cluster  # type: ignore[attr-defined]
+        body = b'{"hello": "world"}' if found else b"<!DOCTYPE html>\n<html>\n<p>Not Found</p>\n"
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("answer_cluster,says", [
+    (True, "GET /cluster answered without a roster"), (False, "GET /cluster answered 404")])
+def test_status_against_something_that_is_not_a_node_says_so(answer_cluster, says):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotANode)
+    server.answer_cluster = answer_cluster  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        cp = run_cli("status", "--server", url)
+    finally:
+        server.shutdown()
+    # was "node None (None), leader None" and exit 0
+    assert cp.returncode == 1 and cp.stdout == "", (cp.returncode, cp.stdout, cp.stderr)
+    assert cp.stderr.startswith(f"miyamoto: {url} is not a Miyamoto node: {says}"), cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_times_are_rfc3339_unless_raw_and_eta_takes_either(node, sink):
+    env = cli_env(node)
+    eta = int(time.time()) + 3 * 86400 + 600
+    text = datetime.datetime.fromtimestamp(eta, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = json.loads(ok(run_cli("enqueue", f"{sink.url}/t", "--eta", text, env=env)).stdout)
+    shown = json.loads(ok(run_cli("task", out["id"], env=env)).stdout)
+    assert shown["eta"] == text and shown["next_attempt"] == text, shown  # was 1796178233.03
+    assert shown["created"].endswith("Z") and "T" in shown["created"]
+    raw = json.loads(ok(run_cli("task", out["id"], "--raw", env=env)).stdout)
+    assert raw["eta"] == eta
+    table = ok(run_cli("tasks", env=env)).stdout.splitlines()
+    assert table[1].split()[3:7] == ["in", "3", "d", "0"], table  # WHEN: in 3 d 0 h

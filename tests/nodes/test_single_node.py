@@ -1013,6 +1013,10 @@ def test_memory_data_dir(node_factory, sink, tmp_path):
     ([], {"MIYAMOTO_HTTP": "nonsense"}, "http"),
     ([], {"MIYAMOTO_CLUSTER": "udp://x:1"}, "cluster"),
     (["--log-level", "loud"], {}, "log_level"),
+    # the option, the form it takes and where the value came from; not int()'s words
+    (["--replication", "two"], {},
+     "bad option replication: must be a whole number >= 1, not 'two' (from --replication)"),
+    ([], {"MIYAMOTO_REPLICATON": "3"}, "did you mean MIYAMOTO_REPLICATION?"),
 ])
 def test_bad_config_exits_2_naming_the_option(tmp_path, args, env, culprit):
     res = run_cli("serve", "--data-dir", str(tmp_path / "d"), *args, env=env, timeout=20,

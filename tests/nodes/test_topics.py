@@ -112,6 +112,11 @@ def test_client_and_cli_manage_topics(node: NodeProcess, sink: Sink) -> None:
     assert r.returncode == 0 and {t["name"] for t in json.loads(r.stdout)} == {"news", "cli"}
     r = run_cli("topic", "publish", "cli", "k=v", "--task-name", "once", env=env)
     assert r.returncode == 0 and len(json.loads(r.stdout)["ids"]) == 2, r.stderr
+    ids = json.loads(r.stdout)["ids"]
+    r = run_cli("topic", "publish", "cli", "k=v", "--task-name", "once", env=env)
+    # was "the name is taken by task None": a fan-out's 409 names one task per URL
+    assert r.returncode == 1 and r.stderr.strip() == \
+        f"miyamoto: duplicate: the names are taken by tasks {ids[0]}, {ids[1]}", r.stderr
     sink.wait_for(count=3, timeout=15)
     assert sorted(q.path for q in sink.requests()) == ["/c1", "/c2", "/n1"]
     assert run_cli("topic", "delete", "cli", env=env).returncode == 0

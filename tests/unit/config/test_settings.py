@@ -199,3 +199,66 @@ def test_config_every_setting_has_an_env_twin():
         value = str(s.default) if not isinstance(s.default, tuple) else ""
         c = config_mod.load(env={f"MIYAMOTO_{s.name.upper()}": value})
         assert getattr(c, s.name) == s.default, s.name
+
+
+@pytest.mark.parametrize("source,where", [
+    ("flag", "(from --replication)"), ("env", "(from MIYAMOTO_REPLICATION)"),
+    ("ini", "(from config file")])
+def test_a_bad_number_names_the_option_the_form_and_where_it_came_from(tmp_path, source, where):
+    kw: dict = {"flags": {"replication": "two"}} if source == "flag" else \
+        {"env": {"MIYAMOTO_REPLICATION": "two"}} if source == "env" else \
+        {"ini": "[miyamoto]\nreplication = two\n"}
+    with pytest.raises(ConfigError) as info:
+        load(tmp=tmp_path, **kw)
+    text = str(info.value)
+    assert text.startswith("replication: must be a whole number >= 1, not 'two'"), text
+    assert where in text and "invalid literal" not in text, text
+
+
+@pytest.mark.parametrize("name,value,words", [
+    ("replica_offset", "soon", "must be a number >= 0, not 'soon'"),
+    ("heartbeat_interval", "nan", "must be a number >= 0.01, not 'nan'"),
+    ("concurrency", "1.5", "must be a whole number >= 1, not '1.5'"),
+    ("max_body", "0", "must be a whole number >= 1, not 0"),
+    ("access_log", "maybe", "must be true or false"),
+    ("http", "nonsense", "must be HOST:PORT, e.g. 127.0.0.1:8088, not 'nonsense'"),
+    ("cluster", "tcp://x", "must be tcp://HOST:PORT"),
+])
+def test_bad_values_say_the_expected_form(name, value, words):
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={f"MIYAMOTO_{name.upper()}": value})
+    assert str(info.value).startswith(f"{name}: {words}"), str(info.value)
+
+
+@pytest.mark.parametrize("variable,closest", [
+    ("MIYAMOTO_REPLICATON", "MIYAMOTO_REPLICATION"), ("MIYAMOTO_ACCESSLOG", "MIYAMOTO_ACCESS_LOG"),
+    ("MIYAMOTO_SERVR", "MIYAMOTO_SERVER"), ("MIYAMOTO_CURVE_SECRETS", "MIYAMOTO_CURVE_SECRET"),
+])
+def test_an_unknown_variable_is_an_error_naming_the_closest(variable, closest):
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={variable: "3"})
+    assert str(info.value).startswith(f"{variable}: no such option; did you mean {closest}?")
+
+
+def test_an_unknown_variable_far_from_any_says_where_the_options_are():
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={"MIYAMOTO_ZZZZZZZZZZZZZZZZ": "1"})
+    assert "did you mean" not in str(info.value) and "--help" in str(info.value)
+
+
+def test_the_variables_that_are_not_options_are_known():
+    env = {name: "x" for name in config_mod.OTHER_VARIABLES if name != "MIYAMOTO_CONFIG"}
+    config_mod.load(env={**env, "OTHER_THING": "1", "MIYAMOTOFOO": "1"})
+
+
+def test_an_unknown_ini_key_names_the_closest(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load("[miyamoto]\nreplicaton = 2\n", tmp=tmp_path)
+    assert str(info.value).startswith("replicaton: unknown option in ")
+    assert str(info.value).endswith("did you mean replication?")
+
+
+def test_an_error_never_quotes_a_secret_of_a_flag_it_came_from():
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={}, flags={"signing_secret": "plainsecretvalue"})
+    assert "plainsecretvalue" not in str(info.value) and "(from --signing-secret)" in str(info.value)

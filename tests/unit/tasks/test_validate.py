@@ -658,6 +658,19 @@ def test_validate_bad_json_says_so():
             idempotency_key=None, limits=v.Limits(), now=NOW, message="not valid JSON")
 
 
+@pytest.mark.parametrize("body,where", [
+    # a trailing comma: ujson said "Unexpected character in found when decoding object value"
+    (b'{"url": "http://x/", "params": {"a": 1},}',
+     "Expecting property name enclosed in double quotes at line 1 column 41"),
+    (b'{\n  "url": "http://x/"\n  "countdown": 5\n}', "Expecting ',' delimiter at line 3 column 3"),
+    (b"", "Expecting value at line 1 column 1"),
+    (b'{"url": "\xc3"}', "not UTF-8 at byte 10"),
+    (b"[" * 100_000, "nested too deep"),  # deeper than the standard library's recursion
+])
+def test_validate_bad_json_gives_line_and_column(body, where):
+    refused("body", v.json_fields, body, message=f"is not valid JSON: {where}")
+
+
 def test_validate_batch_of_exactly_the_limit():
     one = json.dumps([{"url": SHORT_URL}]).encode()
     lim = v.Limits(max_body=len(one))
