@@ -17,9 +17,10 @@ Every delivery is acknowledged first
     A copy about to deliver sends ASK to each live sibling (one in the roster) and
     delivers only once every one has answered ``go`` or ``unknown``, within half an
     ``ask_lease`` of its ASK; a sibling answering ``go`` holds its own copy off for
-    ``ask_lease``, and the copy, as it delivers, sends CLAIM(lease) one way to extend
-    that to its attempt's deadline plus ``claim_lease`` (plus each sibling's distance in
-    offsets). One that has the task running, claimed or ended says so and the asker
+    ``ask_lease``, and the copy, if its attempt still runs a quarter of ``ask_lease``
+    later (no later than its clearance ends), sends CLAIM(lease) one way to extend that
+    to its attempt's deadline plus ``claim_lease`` (plus each sibling's distance in
+    offsets), noted by the sibling, not written. One that has the task running, claimed or ended says so and the asker
     stands down; two copies asking each other: the lower replica index goes first. A
     sibling that does not answer is asked again; the copy waits as long as that sibling
     is in the roster. Why: a link cut between two nodes while both run is not a pause,
@@ -33,7 +34,9 @@ Every delivery is acknowledged first
     repeat. The cost on the healthy path: one round trip before each delivery and one
     ANSWER per sibling (the outbox batches messages per peer); no journal write on
     either side for the exchange (the held copy is fired again by ``Fire``, the answerer
-    notes the claim). Times travel as durations (a lease, a delay), read against the
+    notes the claim). A new copy 0 due at once asks inside its siblings' STOREs
+    (``Folded``) and their STOREDs carry the answers, so a task due now costs STORE,
+    STORED and DONE per sibling, and a fast delivery no CLAIM. Times travel as durations (a lease, a delay), read against the
     receiver's clock. DONE / FAILED end the siblings' copies, RETRY moves them in step.
 
 Out of touch: must ask, and probe
@@ -98,6 +101,11 @@ HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks agai
 PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
 PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
 EVER = float("inf")
+# A delivery still running this fraction of ask_lease after it started sends its CLAIM
+# (at the latest when its clearance ends, ask_lease / 2 after its round's first ASK, so
+# the CLAIM still lands within the hold each ``go`` granted); most deliveries end first,
+# and their DONE makes the CLAIM needless. Ticks come every 0.1 s at most.
+CLAIM_AFTER = 0.25
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,8 @@ class Siblings:
         self.must_ask: set[str] = set()    # copies that ask before they deliver
         self.asking: dict[str, _Asking] = {}
         self.cleared: dict[str, float] = {}  # answered ``go`` by all: deliver until then
+        # our deliveries' CLAIMs not sent yet: id -> (send at, lease end, replica, replicas)
+        self.claiming: dict[str, tuple[float, float, int, tuple[str, ...]]] = {}
         self.stale_since: dict[str, float] = {}  # a must-ask copy no one knows: since
         self.away: set[str] = set()  # must-ask copies whose node may have been dropped
         self._out_since: float | None = None  # out of contact (or stalled) since
@@ -246,6 +256,7 @@ class Siblings:
             self.must_ask.intersection_update(live)  # copies that ended by other ways
             self.away.intersection_update(live)
             self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
+        effects += self._due_claims(now, live)
         self._expire(now)
         lost = self._take_lost()
         if lost:
@@ -307,7 +318,8 @@ class Siblings:
     # ------------------------------------------------------------ our copy fires
     def _fire(self, t: Task, now: float, deadline: float) -> tuple[bool, list[Effect]]:
         """Copy ``t`` is due (``deadline``: how long its attempt may take). (True,
-        effects): deliver it now, after sending the effects' CLAIMs; (False, effects):
+        effects): deliver it now (its CLAIM follows from a tick if the attempt still runs
+        then, ``_due_claims``); (False, effects):
         hold it, asking its siblings (their answers fire it again) or waiting."""
         if len(t.replicas) <= 1 and t.id not in self.must_ask:
             return True, []  # no sibling to collide with
@@ -324,12 +336,33 @@ class Siblings:
         if not siblings and t.id in self.must_ask and len(t.replicas) > 1:
             # its siblings all left while we were away: any member may hold it now
             siblings, wide = self._everyone_else(), True
-        if siblings and self.cleared.pop(t.id, -EVER) < now:  # no clearance, or a stale one
+        cleared = self.cleared.pop(t.id, -EVER)
+        if siblings and cleared < now:  # no clearance, or a stale one
             return False, self._ask(t, siblings, now, wide)
         self.must_ask.discard(t.id)
         self.claims.pop(t.id, None)
-        claim = m.Claim(t.id, t.replica, deadline + self.t.claim_lease)
-        return True, [Send(r, claim) for r in self._live_siblings(t)]
+        if self._live_siblings(t):
+            send_at = min(cleared, now + CLAIM_AFTER * self.t.ask_lease)
+            self.claiming[t.id] = (send_at, now + deadline + self.t.claim_lease, t.replica,
+                                   t.replicas)
+        return True, []
+
+    def _due_claims(self, now: float, live: Mapping[str, Task]) -> list[Effect]:
+        """The CLAIMs of our deliveries still running when their time came. One sent late
+        (our loop stalled) claims only what is left of its lease; the siblings that
+        answered ``go`` may have let their hold lapse by then, and their copies ask us
+        first, which we answer ``claimed`` while the attempt runs."""
+        effects: list[Effect] = []
+        for task_id, (at, until, replica, replicas) in list(self.claiming.items()):
+            if at > now:
+                continue
+            del self.claiming[task_id]
+            t = live.get(task_id) if live is not EMPTY else None
+            if (live is not EMPTY and (t is None or t.state != State.RUNNING)) or until <= now:
+                continue  # it ended meanwhile (a sibling's news, a cancel), or long ago
+            claim = m.Claim(task_id, replica, until - now)
+            effects += [Send(r, claim) for r in replicas if r != self.me and r in self.members]
+        return effects
 
     def _fold(self, t: Task, now: float) -> int:
         """Our new copy ``t`` is about to be stored on its siblings: if it is copy 0 and
@@ -349,7 +382,9 @@ class Siblings:
 
     # ------------------------------------------------------------ our attempt's outcome
     def _outcome(self, t: Task, now: float) -> list[Effect]:
-        """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry)."""
+        """Our attempt ended with ``t`` (succeeded, failed, or scheduled for a retry):
+        its news replaces the CLAIM it did not need to send."""
+        self.claiming.pop(t.id, None)
         siblings = [r for r in t.replicas if r != self.me]
         if not siblings:
             return []
@@ -445,6 +480,7 @@ class Siblings:
             self.claims.pop(next(iter(self.claims)))
 
     def _forget(self, task_id: str) -> None:
+        self.claiming.pop(task_id, None)
         self.must_ask.discard(task_id)
         self.away.discard(task_id)
         self.asking.pop(task_id, None)
@@ -464,8 +500,9 @@ class Siblings:
     #   on its way): the acknowledgement. The sibling notes the asker's claim, which holds
     #   its own copy off for ``ask_lease`` from when it read the ASK (noted, not written:
     #   on the healthy path the asker's DONE ends the copy before it is due). The asker,
-    #   once cleared, delivers and sends CLAIM(lease) one way, which extends the hold to
-    #   the attempt's deadline plus ``claim_lease``;
+    #   once cleared, delivers; if its attempt still runs ``CLAIM_AFTER * ask_lease``
+    #   later (at most until its clearance ends) it sends CLAIM(lease) one way, which
+    #   extends the hold to the attempt's deadline plus ``claim_lease``;
     # - ``claimed`` (a copy is running here, or another sibling holds a live claim) and
     #   ``wait`` (two copies asking each other: the lower replica index goes first):
     #   stand down, look again once the lease ends;

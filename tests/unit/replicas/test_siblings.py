@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 from miyamoto.replicas import effects as fx
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as m
-from miyamoto.replicas.siblings import Siblings, SiblingTiming, _Claim
+from miyamoto.replicas.siblings import CLAIM_AFTER, Siblings, SiblingTiming, _Claim
 from miyamoto.tasks.task import State, Task
 from miyamoto.wire.messages import Send
 
@@ -145,9 +145,34 @@ def test_answers_go_clear_the_copy_to_fire_now():
     assert recv(s, "b", ans(s, m.GO), None, 110.1) == []
     effects = recv(s, "c", ans(s, m.UNKNOWN), None, 110.2)
     assert effects == [fx.Fire("t1")]  # timed again, nothing written
-    # it goes, and tells them its attempt's lease (deadline plus claim_lease), one way
-    assert fire(s, task(fire_at=110.0), 110.2, 30.0) == \
-        (True, [Send(r, m.Claim("t1", 0, 90.0)) for r in ("b", "c")])
+    # it goes; its CLAIM waits a quarter of ask_lease (within the clearance): a delivery
+    # that ends first sends none, its DONE ends the held copies
+    assert fire(s, task(fire_at=110.0), 110.2, 30.0) == (True, [])
+    running = task(fire_at=110.0, state=State.RUNNING)
+    claim_at = 110.2 + CLAIM_AFTER * T.ask_lease
+    assert sends(tick(s, claim_at - 0.01, True, {"t1": running}), m.Claim) == {}
+    # one still running then tells them its attempt's lease (what is left of deadline
+    # plus claim_lease), one way
+    got = sends(tick(s, claim_at, True, {"t1": running}), m.Claim)
+    assert set(got) == {"b", "c"} and got["b"].lease == pytest.approx(90.0 - CLAIM_AFTER * T.ask_lease)
+
+
+def test_a_delivery_that_ends_before_its_claim_is_due_sends_none():
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    recv(s, "b", ans(s, m.GO), None, 110.1)
+    recv(s, "c", ans(s, m.GO), None, 110.2)
+    assert fire(s, task(), 110.2, 30.0) == (True, [])
+    done = task(state=State.SUCCEEDED, attempts=1)
+    assert set(sends(outcome(s, done, 110.3), m.Done)) == {"b", "c"}
+    assert sends(tick(s, 120.0, True, {}), m.Claim) == {}
+    # nor one whose copy ended by other news meanwhile
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    recv(s, "b", ans(s, m.GO), None, 110.1)
+    recv(s, "c", ans(s, m.GO), None, 110.2)
+    fire(s, task(), 110.2, 30.0)
+    assert sends(tick(s, 150.0, True, {"t1": task(state=State.SUCCEEDED)}), m.Claim) == {}
 
 
 def test_a_sibling_that_ended_the_task_stands_the_asking_copy_down():
@@ -463,7 +488,9 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
     cls, name, patch = BUGS[bug]
     monkeypatch.setattr(cls, name, patch(getattr(cls, name)))
     with pytest.raises(SafetyViolation):
-        for seed in range(300):
+        # "an ack holds nothing" needs 326 seeds since a fast delivery sends no CLAIM:
+        # the ack's hold is then all that covers a delivery's first quarter ask_lease
+        for seed in range(1000):
             random_run(seed)
 
 
@@ -586,7 +613,7 @@ def test_a_copy_waits_for_a_silent_sibling_while_it_is_in_the_roster():
     go, effects = due(s, task(fire_at=101.0), 112.0, 30.0)
     assert not go and effects == [Send("b", m.Ask("t1", 0, n=2))]
     assert recv(s, "b", ans(s, m.GO), task(fire_at=101.0), 112.1) == [fx.Fire("t1")]
-    assert due(s, task(fire_at=101.0), 112.1, 30.0) == (True, [Send("b", m.Claim("t1", 0, 90.0))])
+    assert due(s, task(fire_at=101.0), 112.1, 30.0) == (True, [])
 
 
 def test_contact_lost_on_the_first_tick_still_makes_every_copy_ask():
@@ -687,7 +714,10 @@ def test_a_cleared_copy_goes_while_the_clearance_lasts_then_asks_again():
     until = 110.0 + T.ask_lease / 2  # from the ASK: each go held its sibling from then on
     for now in (110.5, 111.0, 111.5, 112.0, until):  # the loop ticks in contact
         tick(s, now, True)  # the clearance runs until then, inclusive
-    assert due(s, task(fire_at=110.0), until, 30.0) == (True, [Send(r, m.Claim("t1", 0, 90.0)) for r in ("b", "c")])
+    assert due(s, task(fire_at=110.0), until, 30.0) == (True, [])
+    # at the clearance's end it went: its CLAIM is due at once (no later than that)
+    got = sends(tick(s, until, True, {"t1": task(state=State.RUNNING)}), m.Claim)
+    assert set(got) == {"b", "c"}
     s = machine()
     fire(s, task(), 110.0, 30.0)
     recv(s, "b", ans(s, m.GO), None, 110.1)
