@@ -28,7 +28,7 @@ import random
 import shutil
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Callable
 
 import gevent
@@ -81,6 +81,7 @@ class Network:
         self.held_in: dict[str, list[tuple[str, list[bytes]]]] = defaultdict(list)
         self._link_free: dict[tuple[str, str], float] = {}
         self.sent = self.lost = 0
+        self.verbs: Counter[str] | None = None  # set to a Counter: messages sent, by verb
 
     def register(self, node_id: str) -> None:
         self.by_address[_address(node_id)] = node_id
@@ -107,6 +108,8 @@ class Network:
     def _transmit(self, src: str, dst: str, frames: list[bytes]) -> None:
         now = self.sim.now()
         self.sent += 1
+        if self.verbs is not None:
+            self._count(frames)
         news = self.sim.checker.news_in(frames)
         if (src, dst) in self.cuts:
             for tid in news:
@@ -126,6 +129,14 @@ class Network:
                 at = max(at, self._link_free.get((src, dst), 0.0))
                 self._link_free[(src, dst)] = at
             self.sim.at(at - now, self._arrive, src, dst, frames)
+
+    def _count(self, frames: list[bytes]) -> None:
+        assert self.verbs is not None
+        verb, raw = frames
+        if verb == _BATCH:
+            self.verbs.update(v.value for v, _ in unbatch(ujson.loads(raw)))
+        else:
+            self.verbs[verb.decode()] += 1
 
     def _arrive(self, src: str, dst: str, frames: list[bytes]) -> None:
         port = self.ports.get(dst)

@@ -109,3 +109,40 @@ def test_each_stranger_is_logged_and_a_joiners_early_clocks_are_not(
     assert quiet == 0 and counted == 22
     assert sum("'chatty'" in line for line in lines) == 1
     assert sum("dropped CANCEL from 'stranger'" in line for line in lines) == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_task_due_now_costs_its_sibling_a_store_a_stored_and_a_done() -> None:
+    """The healthy path's messages, counted on the composed cluster: the ASK rides in the
+    STORE and its answer in the STORED, and only a delivery still running a quarter
+    ask_lease after it started sends a CLAIM (the simulated worker is slow one time in
+    ten). Six messages per task before: STORE, STORED, ASK, ANSWER, CLAIM, DONE."""
+    from collections import Counter
+
+    def main() -> tuple[Counter, int, int]:
+        cs.gevent.get_hub().threadpool = cs.InlinePool()
+        sim = cs.Sim(21, 3, fail=0.0)
+        try:
+            sim.start()
+            sim.run_until(cs.BOOT)
+            sim.network.verbs = Counter()
+            for i in range(90):
+                sim.enqueue(sim.ids[i % 3], 0.0)
+                sim.run_until(cs.BOOT + 0.02 * (i + 1))
+            for k in range(40):
+                if sim.checker.all_delivered():
+                    break
+                sim.run_until(cs.BOOT + 2.0 + 0.25 * k)
+            sim.run_until(sim.now() - cs.START + 3.0)  # the slow ones end, their DONE goes
+            starts = sim.checker.starts
+            return sim.network.verbs, len(sim.checker.acked), starts
+        finally:
+            sim.stop()
+    verbs, acked, starts = cs.run_virtual(main, start=cs.START)
+    assert acked >= 80 and starts == acked, (acked, starts)  # each delivered once
+    per_task = {v: verbs[v] / acked for v in ("STORE", "STORED", "DONE", "ASK", "ANSWER",
+                                              "CLAIM")}
+    for verb in ("STORE", "STORED", "DONE"):  # (a refused enqueue's STORE counts too)
+        assert per_task[verb] == pytest.approx(1.0, abs=0.05), per_task
+    assert per_task["ASK"] + per_task["ANSWER"] <= 0.05, per_task
+    assert per_task["CLAIM"] <= 0.25, per_task
