@@ -88,7 +88,8 @@ Terms: who may move ours, and how far
     (``config_dead``). A joiner (no roster) cannot check members: it takes a vote
     request's term (within a step) only when the request names its own incarnation
     (``to_inc``: the candidate's roster names it), a bootstrap vote request's within a
-    step, and a fellow joiner's JOIN term only up to a step.
+    step (or below its own, if it voted in no term as high), and a fellow joiner's JOIN
+    term, for its own bootstrap's, only up to a step.
     Admission: the cluster's term may be anything, so a leader's roster that names our
     incarnation and is newer than ours sets our term, however far up: for a joiner, and
     for a member that a member has just pointed (REDIRECT, with the leader's
