@@ -65,12 +65,40 @@ Election
     Raft's: a member that hears no leader for a random time in [election_timeout_min,
     election_timeout_max] asks for votes for term+1; a member votes once per term, only
     for a candidate whose roster is at least as new as its own; a quorum of the
-    candidate's roster elects. A higher term in any message makes the receiver adopt it
-    and step down. A node alone in its roster leads itself; a node not in its roster
-    never campaigns. Three refinements from the Raft thesis: a pre-vote round (§9.6)
-    and leader stickiness (§4.2.3), so that a node that was cut off or removed cannot
-    depose a healthy leader by bumping terms; and vote requests are resent every
+    candidate's roster elects. A higher term makes the receiver adopt it and step down,
+    as far as Terms below allows. A node alone in its roster leads itself; a node not in
+    its roster never campaigns. Three refinements from the Raft thesis: a pre-vote
+    round (§9.6) and leader stickiness (§4.2.3: no vote, nor pre-vote, while a leader
+    was heard within election_timeout_min), so that a node that was cut off or removed
+    cannot depose a healthy leader by bumping terms; and vote requests are resent every
     heartbeat interval, so that one lost message does not cost a whole election.
+
+Terms: who may move ours, and how far
+    Any holder of the cluster key can send us anything, so a term is evidence only from
+    a member. A node that holds a roster takes a higher term only from a member of it
+    (the id and the incarnation the roster names: a stranger, a joiner, a member that
+    left or was dropped, or one that restarted since, moves nothing), and only if it is
+    at most ``Timing.term_step`` above its own; a term further up is not believed at
+    all, not even in part. A step is what an honest member can miss (see there); a
+    member further behind has been dropped and comes back through an admission. So
+    no sender can walk a term up to the largest that decodes, which once wedged every
+    node (each candidate's term+1 then failed to decode). VOTEs are heard only while
+    campaigning, from the members asked; LEAVE moves no term; a stranger's REDIRECT is
+    ignored, and one from a member's newer incarnation is taken as news of its restart
+    (``config_dead``). A joiner (no roster) cannot check members: it takes a vote
+    request's term (within a step) only when the request names its own incarnation
+    (``to_inc``: the candidate's roster names it), a bootstrap vote request's within a
+    step (or below its own, if it voted in no term as high), and a fellow joiner's JOIN
+    term, for its own bootstrap's, only up to a step.
+    Admission: the cluster's term may be anything, so a leader's roster that names our
+    incarnation and is newer than ours sets our term, however far up: for a joiner, and
+    for a member that a member has just pointed (REDIRECT, with the leader's
+    incarnation) to that leader. A joiner admitted in a term below its own takes the
+    leader's when it voted in no term as high (an incarnation's votes are all that its
+    term protects), else it joins again as a new incarnation; it never pulls the leader
+    into its term. What this cannot stop, until each node has its own key: a key
+    holder that picks a member's routing id and knows its current incarnation (it was
+    admitted once) speaks as that member; and a joiner trusts whoever admits it.
 
 Leaving
     ``Leave()``: a follower sends LEAVE and the leader removes it at once. A leader whose
@@ -184,6 +212,9 @@ class Membership:
         self._role = JOINING
         self._term = 0
         self._voted_for: tuple[str, str] | None = None
+        self._cast_up_to = 0  # the highest term in which this incarnation cast a vote
+        self._admitter: tuple[str, str] | None = None  # a leader a member named (Terms)
+        self._admitter_until = float("-inf")
         self._roster = EMPTY
         self._had_roster = False
         self._leader: str | None = None
@@ -196,7 +227,7 @@ class Membership:
 
         if not self._seeds:  # a cluster of one: lead it at once
             self._term = 1
-            self._voted_for = (me.id, self._inc)
+            self._cast((me.id, self._inc))
             self._take_lead(now, Roster(1, 1, me.id, (me,), (self._inc,)))
 
     # ----------------------------------------------------------------- read-only
@@ -374,16 +405,25 @@ class Membership:
         if self._role == LEADER:
             return self._on_join_as_leader(m, now)
         if self._role == JOINING:
-            self._boot.heard_joiner(m.sender.cluster, m.boot, m.fresh, m.term, now)
+            # a fellow joiner's term sets our bootstrap's, so it is held to a step too
+            self._boot.heard_joiner(m.sender.cluster, m.boot, m.fresh,
+                                    min(m.term, self._term + self._t.term_step - 1), now)
             return []
         return self._redirect(m.sender)
 
     def _on_redirect(self, m: mm.Redirect, now: float) -> list[Send]:
         if m.leader is None or m.address is None or m.leader == self._me.id:
             return []
+        if self._role != JOINING and not self._member(m):
+            if self._roster.get(m.sender.id) is not None:
+                self._changes.saw_join(m.sender.id, m.inc)  # a member restarted since
+            return []  # only a member may point us to a leader that would admit us
         self._boot.evidence(now)
         if self._role == LEADER:
             return []
+        if self._role != JOINING and m.leader_inc is not None:  # we expect its answer
+            self._admitter = (m.leader, m.leader_inc)
+            self._admitter_until = now + self._t.failure_timeout + self._t.join_retry
         # A joiner is pointed at the leader; a member is told "you are not in my roster":
         # either way, ask the leader, which answers with the roster or admits us.
         if self._join_target == (m.leader, m.address) and self._role == JOINING:
@@ -392,14 +432,17 @@ class Membership:
         return [Send(m.leader, self._join_msg(), m.address)]
 
     def _on_leader(self, m: mm.Heartbeat | mm.RosterUpdate, now: float) -> list[Send]:
-        """ROSTER and HEARTBEAT: the leader of ``m.term`` speaking."""
+        """ROSTER and HEARTBEAT: the leader of ``m.term`` speaking (Terms: whom we hear)."""
         rleader = m.roster.leader
-        if m.term < self._term:  # a deposed leader: tell it the newer term
-            if self._role == JOINING and not m.roster.has(self._me.id, self._inc):
-                return []  # not ours to depose it; we JOIN whoever leads now
-            return [self._ack(m.sender, ok=False)]
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
+        admission = self._admits_us(m, now)
+        if not (admission or self._role == JOINING or self._member(m)):
+            return []  # a stranger to our roster: not a leader of ours
+        if m.term != self._term:
+            answer = self._leader_term(m, admission, now)
+            if answer is not None:
+                return answer
+        if admission:
+            self._admitter = None
         if self._role == LEADER:
             log.error("two leaders in term %d: %s and me", m.term, m.sender.id)
             return []
@@ -428,6 +471,28 @@ class Membership:
             out += self._start_election(now, transfer=True)
         return out
 
+    def _leader_term(self, m: mm.Heartbeat | mm.RosterUpdate, admission: bool,
+                     now: float) -> list[Send] | None:
+        """A leader of another term: None once we are in its term, else our answer."""
+        if m.term > self._term:
+            if admission:  # the cluster's term may be anything: take it
+                self._adopt_term(m.term, now)
+            elif self._role != JOINING and not self._raise(m.term, now):
+                return []
+            return None  # a joiner it does not name only learns where it is
+        if self._role != JOINING:  # a deposed leader: tell it the newer term
+            return [self._ack(m.sender, ok=False)]
+        if not admission:
+            return []  # not ours to depose it; we JOIN whoever leads now
+        if m.term > self._cast_up_to:
+            self._adopt_term(m.term, now)  # we voted in no term as high: take the leader's
+            return None
+        log.warning("term %d: admitted in term %d, below a term we voted in: joining "
+                    "again as a new incarnation", self._term, m.term)
+        self._take_incarnation()  # our votes in those terms count nowhere now
+        self._become_joining(now)
+        return []
+
     def _adopt_roster(self, new: Roster, now: float) -> None:
         if new.key <= self._roster.key:
             return
@@ -443,8 +508,13 @@ class Membership:
         if m.boot is not None:
             return self._on_boot_vote_request(m, now)
         # A joining node votes too: it may be in the candidate's roster without knowing
-        # it yet (admitted, but the roster was lost with the leader that made it).
-        member = self._roster.has(m.sender.id, m.inc)
+        # it yet (admitted, but the roster was lost with the leader that made it), which
+        # the request says by naming this incarnation (a stranger cannot know it).
+        member = self._member(m)
+        if self._role == JOINING and m.to_inc != self._inc:
+            return []
+        if self._role != JOINING and not member:
+            return self._redirect(m.sender)  # not in our roster: only a leader admits it
         sticky = self._role == LEADER or (
             self._leader is not None
             and now - self._leader_contact < self._t.election_timeout_min)
@@ -456,11 +526,11 @@ class Membership:
                                                fresh=self._fresh))]
         if m.term < self._term:
             return [self._vote(m.sender, False)]
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
+        if m.term > self._term and not self._raise(m.term, now):
+            return []
         grant = self._voted_for in (None, m.voter) and m.key >= self._roster.key
         if grant:
-            self._voted_for = m.voter
+            self._cast(m.voter)
             self._election.drop_pre()  # we back this candidate: no campaign of our own
             self._election.reset_timeout(now)
         return [self._vote(m.sender, grant)]
@@ -468,21 +538,31 @@ class Membership:
     def _on_boot_vote_request(self, m: mm.VoteRequest, now: float) -> list[Send]:
         if self._role != JOINING:
             return self._redirect(m.sender)  # a cluster exists: join it
-        if m.term < self._term:
+        if not self._boot.may_grant(m.boot, now):
             return [self._vote(m.sender, False)]
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-        grant = self._voted_for in (None, m.voter) and self._boot.may_grant(m.boot, now)
+        if self._cast_up_to < m.term < self._term:
+            self._adopt_term(m.term, now)  # we voted in no term as high: ours says nothing
+        elif m.term < self._term:
+            return [self._vote(m.sender, False)]
+        elif m.term > self._term and not self._raise(m.term, now):
+            return []
+        grant = self._voted_for in (None, m.voter)
         if grant:
-            self._voted_for = m.voter
+            self._cast(m.voter)
             self._boot.granted(now)
         return [self._vote(m.sender, grant)]
 
     def _on_vote(self, m: mm.Vote, now: float) -> list[Send]:
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-            return []
+        """An answer to our vote request: heard only while we ask, and from whom we ask."""
         e = self._election
+        if self._role == JOINING:
+            if not self._boot.running:
+                return []
+        elif not ((e.pre or self._role == CANDIDATE) and self._member(m)):
+            return []
+        if m.term > self._term:
+            self._raise(m.term, now)
+            return []
         if m.pre:  # the voter's term may be older than ours: that is why it would vote
             if (m.granted and e.pre and self._roster.has(m.sender.id, m.inc)
                     and e.add(m.sender.id, pre=True) >= self._roster.quorum()):
@@ -521,7 +601,7 @@ class Membership:
     def _campaign(self, now: float, transfer: bool = False) -> list[Send]:
         self._term += 1
         self._role, self._leader = CANDIDATE, None
-        self._voted_for = (self._me.id, self._inc)
+        self._cast((self._me.id, self._inc))
         votes = self._election.start(self._me.id, transfer)
         self._election.reset_timeout(now)
         if votes >= self._roster.quorum():
@@ -539,7 +619,8 @@ class Membership:
         if e.pre or self._role == CANDIDATE:
             req = mm.VoteRequest(**self._env(), rterm=r.term, version=r.version, pre=e.pre,
                                  transfer=e.transfer and not e.pre)
-            return [self._to(m, req) for m in e.unasked(r.members)]
+            return [self._to(m, replace(req, to_inc=r.incarnation(m.id)))
+                    for m in e.unasked(r.members)]
         if self._role == JOINING and self._boot.running:
             req = mm.VoteRequest(**self._env(), rterm=0, version=0, boot=self._boot.boot,
                                  fresh=self._fresh)
@@ -558,7 +639,7 @@ class Membership:
         if term is None:
             return []
         self._term = term
-        self._voted_for = (self._me.id, self._inc)
+        self._cast((self._me.id, self._inc))
         return self._solicit(now)
 
     # -------------------------------------------------------------------- leader
@@ -610,12 +691,12 @@ class Membership:
         return out
 
     def _on_ack(self, m: mm.HeartbeatAck, now: float) -> list[Send]:
+        if not self._member(m):
+            return []
         if m.term > self._term:
-            self._adopt_term(m.term, now)
+            self._raise(m.term, now)
             return []
         if self._role != LEADER or m.term != self._term or not m.ok:
-            return []
-        if not self._roster.has(m.sender.id, m.inc):
             return []
         self._changes.ack(m.voter, m.key)
         self._live.acked(m.voter, m.round, m.seq)
@@ -624,10 +705,7 @@ class Membership:
         return self._next_change(now)
 
     def _on_leave(self, m: mm.Leave, now: float) -> list[Send]:
-        if m.term > self._term:
-            self._adopt_term(m.term, now)
-            return []
-        if self._role == LEADER and self._roster.has(m.sender.id, m.inc):
+        if self._role == LEADER and self._member(m):  # its term moves nothing: it is going
             self._changes.leaving.add(m.sender.id)
             return self._next_change(now)
         return []
@@ -675,7 +753,7 @@ class Membership:
     def _abandon(self, now: float) -> list[Send]:
         log.warning("roster v%d can never reach quorum again: rejoining from scratch",
                     self._roster.version)
-        self._inc = self._new_incarnation()  # our old votes and acks count nowhere now
+        self._take_incarnation()  # our old votes and acks count nowhere now
         self._boot.forget_evidence()  # the cluster we knew is gone
         self._become_joining(now)
         return []
@@ -695,8 +773,40 @@ class Membership:
             self._role = FOLLOWER
             self._election.reset_timeout(now)
 
+    def _raise(self, term: int, now: float) -> bool:
+        """A higher ``term`` from a peer: taken if it is at most ``Timing.term_step``
+        above ours, else not believed (see Terms). Whether it was taken."""
+        if term > self._term + self._t.term_step:
+            return False
+        self._adopt_term(term, now)
+        return True
+
+    def _cast(self, voter: tuple[str, str]) -> None:
+        """Our vote in the current term (for ``voter``, maybe ourselves)."""
+        self._voted_for = voter
+        self._cast_up_to = max(self._cast_up_to, self._term)
+
+    def _member(self, m: mm.MembershipMessage) -> bool:
+        """Whether ``m`` comes from a member of our roster, as the roster names it."""
+        return self._roster.has(m.sender.id, m.inc)
+
+    def _admits_us(self, m: mm.Heartbeat | mm.RosterUpdate, now: float) -> bool:
+        """Whether ``m`` is our admission: a roster newer than ours naming this
+        incarnation, from its leader, which we asked for (we are joining, or a member
+        just pointed us to that leader's incarnation)."""
+        r = m.roster
+        return (r.leader == m.sender.id and r.has(self._me.id, self._inc)
+                and r.key > self._roster.key
+                and (self._role == JOINING
+                     or (m.voter == self._admitter and now <= self._admitter_until)))
+
+    def _take_incarnation(self) -> None:
+        self._inc = self._new_incarnation()
+        self._cast_up_to = 0  # this one has voted nowhere yet
+
     def _become_joining(self, now: float) -> None:
         self._role, self._leader = JOINING, None
+        self._admitter = None
         self._roster = EMPTY
         self._election.clear()
         self._join_at = now
@@ -729,7 +839,8 @@ class Membership:
         if leader is None or leader.id == to.id:
             return []
         return [self._to(to, mm.Redirect(**self._env(), leader=leader.id,
-                                         address=leader.cluster))]
+                                         address=leader.cluster,
+                                         leader_inc=self._roster.incarnation(leader.id)))]
 
     def _joins(self) -> list[Send]:
         join = self._join_msg()

@@ -66,17 +66,23 @@ class Join(_Membership):
 @message(Verb.REDIRECT)
 @dataclass(frozen=True, kw_only=True)
 class Redirect(_Membership):
-    """Ask the leader instead: its id and cluster address (None: I know of none)."""
+    """Ask the leader instead: its id and cluster address (None: I know of none), and
+    its incarnation (``leader_inc``), by which a member told so knows its admission."""
     leader: str | None
     address: str | None
+    leader_inc: str | None = None
 
     @classmethod
     def from_payload(cls, d: dict) -> Redirect:
         return cls(**cls._envelope(d), leader=c.opt_string(d, "leader"),
-                   address=c.opt_string(d, "address"))
+                   address=c.opt_string(d, "address"),
+                   leader_inc=c.opt_string(d, "leader_inc"))
 
     def payload(self) -> dict[str, Any]:
-        return dict(self._base(), leader=self.leader, address=self.address)
+        p = dict(self._base(), leader=self.leader, address=self.address)
+        if self.leader_inc is not None:
+            p["leader_inc"] = self.leader_inc
+        return p
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,7 +171,8 @@ class VoteRequest(_Membership):
     """Vote for me in ``term``; my roster is (``rterm``, ``version``).
 
     ``pre``: a pre-vote (would you?), ``transfer``: a leader handed over to me, ``boot``:
-    a bootstrap election among this seed set (``fresh`` as in JOIN).
+    a bootstrap election among this seed set (``fresh`` as in JOIN). ``to_inc``: the
+    incarnation my roster names you as, by which a joiner knows it is one of my voters.
     """
     rterm: int
     version: int
@@ -173,13 +180,14 @@ class VoteRequest(_Membership):
     transfer: bool = False
     boot: tuple[str, ...] | None = None
     fresh: bool = False
+    to_inc: str | None = None
 
     @classmethod
     def from_payload(cls, d: dict) -> VoteRequest:
         return cls(**cls._envelope(d), rterm=c.integer(d, "rterm"),
                    version=c.integer(d, "version"), pre=c.boolean(d, "pre", False),
                    transfer=c.boolean(d, "transfer", False), boot=_opt_str_list(d, "boot"),
-                   fresh=c.boolean(d, "fresh", False))
+                   fresh=c.boolean(d, "fresh", False), to_inc=c.opt_string(d, "to_inc"))
 
     @property
     def key(self) -> tuple[int, int]:
@@ -193,6 +201,8 @@ class VoteRequest(_Membership):
             p["transfer"] = True
         if self.boot is not None:
             p.update(boot=list(self.boot), fresh=self.fresh)
+        if self.to_inc is not None:
+            p["to_inc"] = self.to_inc
         return p
 
 

@@ -21,6 +21,11 @@ While it runs, the simulator checks after every event:
   *sent after its resume* from a quorum of its roster (itself counted), it makes no
   roster change (admission or removal), and it reports ``in_contact`` only once it has
   heard so from a quorum (a leader) or from its leader (a follower).
+
+A ``Byzantine`` sender can join the network (``attack_run``): a key holder that is not a
+current member, which replays what it heard, inflates terms and speaks for members. Its
+runs check that the honest nodes keep, or within a few election timeouts regain, a
+leader they all agree on (``Sim.agreed``), and that no term jumps.
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ import random
 from dataclasses import dataclass, field
 
 from miyamoto.membership import messages as mm
-from miyamoto.membership.machine import EMPTY, VERBS, Leave, Member, Membership, Received, \
-    Roster, Send, Tick, Timing
+from miyamoto.membership.machine import EMPTY, MAX_TERM, VERBS, Leave, Member, Membership, \
+    Received, Roster, Send, Tick, Timing
 from miyamoto.wire import messages as msgs
 from miyamoto.wire import verbs as protocol
-from miyamoto.wire.verbs import Verb
+from miyamoto.wire.verbs import DecodeError, Verb
 
 
 class SafetyViolation(AssertionError):
@@ -95,6 +100,10 @@ class Sim:
         self.votes: dict[tuple[int, str], set[tuple[str, int]]] = {}
         self.forgotten_terms: list[int] = []
         self.max_term_seen = 0
+        # with a Byzantine sender about: honest nodes answer it at addresses of its choice
+        self.hostile = False
+        self.undecodable = 0  # dropped as the cluster layer drops them (absurd terms, ...)
+        self.discarded = 0  # sent to an address no node has (the attacker's)
 
     # ------------------------------------------------------------- node control
     def start(self, node_id: str, *, first_start: bool | None = None) -> None:
@@ -182,6 +191,9 @@ class Sim:
             assert member is not None, f"{src} sent {s.msg.verb} to {s.to} without an address"
             address = member.cluster
         dst = self.by_address.get(address)
+        if self.hostile and (dst is None or s.to not in (None, dst)):
+            self.discarded += 1  # an answer to a forged sender, at the address it gave
+            return
         assert dst is not None, f"send to unknown address {address}"
         assert s.to in (None, dst), f"{s.to} is not at {address}"
         payload = s.msg.payload()
@@ -225,11 +237,23 @@ class Sim:
             return
         self._step(nd, msg, msg.at)
 
+    def inject(self, src: str, dst: str, verb: Verb, payload: dict) -> None:
+        """A message from outside the simulated nodes (``src``: its routing id)."""
+        self.seq += 1
+        frames = protocol.encode(verb, payload)
+        heapq.heappush(self.queue, _Msg(self.now + self.rng.uniform(*self.delay),
+                                        self.seq, src, dst, frames, self.now))
+
     def _step(self, nd: Node, msg: _Msg, now: float) -> None:
         assert nd.proc is not None
         verb, payload = protocol.decode(msg.frames)
         assert verb in VERBS
-        typed = msgs.decode(verb, payload)
+        try:
+            typed = msgs.decode(verb, payload)
+        except DecodeError:
+            assert self.hostile, f"an honest node sent what does not decode: {payload}"
+            self.undecodable += 1
+            return
         self.delivered += 1
         if nd.resumed_at is not None and msg.sent > nd.resumed_at:
             nd.fresh.add(msg.src)
@@ -307,6 +331,36 @@ class Sim:
                 if len(followers) >= len(live) // 2 + 1:
                     return nd
         return None
+
+    def agreed(self) -> Node | None:
+        """The leader every live, running node follows in its term, with a roster that
+        names each of them (by its current incarnation); None if there is none."""
+        live = [nd for nd in self.alive() if not nd.paused]
+        chiefs = [nd for nd in live if nd.proc is not None and nd.proc.is_leader]
+        if len(chiefs) != 1:
+            return None
+        chief = chiefs[0].proc
+        assert chief is not None
+        for nd in live:
+            p = nd.proc
+            assert p is not None
+            if (p.term != chief.term or p.leader != chief.me.id
+                    or not chief.roster.has(nd.id, p.incarnation)):
+                return None
+        return chiefs[0]
+
+    def current(self) -> set[tuple[str, str]]:
+        """(id, incarnation) of every live process and every member a live roster names:
+        what an attacker without a member's key cannot speak as (point 2's keys)."""
+        out = set()
+        for nd in self.alive():
+            assert nd.proc is not None
+            out.add((nd.id, nd.proc.incarnation))
+            out.update((m.id, i) for m, i in nd.proc.roster.pairs())
+        return out
+
+    def top_term(self) -> int:
+        return max((nd.proc.term for nd in self.alive() if nd.proc is not None), default=0)
 
     def converged(self) -> bool:
         """Every node alive, one leader, one roster that names every live process."""
@@ -506,3 +560,234 @@ def majority_run(seed: int, *, max_leader_wait: float = 15.0,
         f"seed {seed}: {lost} did not rejoin\n" + sim.describe())
     return {"n": n, "lost": len(lost), "leader_after": leader_after,
             "converge_after": converge_after}
+
+
+# ----------------------------------------------------------------------- attacks
+_ATTACK_VERBS = (Verb.VOTE_REQUEST, Verb.VOTE, Verb.HEARTBEAT, Verb.ROSTER,
+                 Verb.HEARTBEAT_ACK, Verb.LEAVE)
+
+
+class Byzantine:
+    """A Byzantine-lite sender: a key holder that is not a current member.
+
+    ``me`` is who it says it is: an outsider, or a member that left or was dropped (its
+    id and the incarnation it had). ``forge_routing``: it may send under any member's
+    routing id (a key holder can pick its DEALER identity), but never as a member's
+    *current* incarnation, which is what the per-node keys of point 2 of the trust issue
+    make unforgeable; without it, every frame goes under ``me.id``. ``recorded`` is what
+    it heard earlier, to replay. Each ``burst`` sends every live node ``k`` frames, a
+    random mix of: replays verbatim; replays with terms inflated (one above the cluster's,
+    a step, a step and one, 2**52 and beyond) and re-signed as itself or kept in the
+    sender's name; and forged VOTE_REQUEST (pre, transfer), VOTE, HEARTBEAT, ROSTER,
+    HEARTBEAT_ACK and LEAVE in its own name or a member's. JOIN and REDIRECT it leaves
+    alone: claiming to be a restarted member, or pointing a joiner at itself, needs an
+    identity that only point 2 can check (see the membership docstring, Terms).
+    """
+
+    def __init__(self, rng: random.Random, me: Member, inc: str,
+                 recorded: list[tuple[Verb, dict]], *, forge_routing: bool = False):
+        self.rng = rng
+        self.me = me
+        self.inc = inc
+        self.recorded = [(v, p) for v, p in recorded if v in _ATTACK_VERBS]
+        self.forge_routing = forge_routing
+        self.sent = 0
+
+    def burst(self, sim: Sim, k: int) -> None:
+        current = sim.current()
+        members = sorted({m for nd in sim.alive() if nd.proc is not None
+                          for m in nd.proc.roster.members}, key=lambda m: m.id)
+        for nd in sim.alive():
+            for _ in range(k):
+                verb, payload = self._frame(sim.top_term(), sim.timing.term_step, members)
+                sender = payload["from"]["id"]
+                src = self.me.id
+                if self.forge_routing and (sender, payload["inc"]) not in current:
+                    src = sender  # its routing id matches the payload: only the inc can tell
+                sim.inject(src, nd.id, verb, payload)
+                self.sent += 1
+
+    def _frame(self, top: int, step: int, members: list[Member]) -> tuple[Verb, dict]:
+        r = self.rng.random()
+        if r < 0.2 and self.recorded:
+            return self.rng.choice(self.recorded)
+        if r < 0.55 and self.recorded:
+            verb, p = self.rng.choice(self.recorded)
+            p = dict(p, term=self._term(top, step, p["term"]))
+            if self.rng.random() < 0.5:
+                p.update({"from": self.me.to_payload(), "inc": self.inc})
+                if "roster" in p:  # a roster must name its sender as leader
+                    return verb, dict(p, roster=self._roster(p["term"], members).to_payload())
+            if verb is Verb.VOTE_REQUEST and self.rng.random() < 0.5:
+                p.update(rterm=p["term"], version=self.rng.choice([1, 10**6, MAX_TERM]))
+            return verb, p
+        return self._forged(top, step, members)
+
+    def _term(self, top: int, step: int, was: int) -> int:
+        return self.rng.choice([was + 1, top + 1, top + 2, top + step, top + step + 1,
+                                top + 50, MAX_TERM - 1, MAX_TERM, MAX_TERM + 1])
+
+    def _forged(self, top: int, step: int, members: list[Member]) -> tuple[Verb, dict]:
+        term = self._term(top, step, top)
+        who, inc = self.me, self.inc
+        if members and self.rng.random() < 0.5:  # in a member's name, a guessed process
+            who, inc = self.rng.choice(members), f"{self.rng.getrandbits(64):016x}"
+        env = {"term": term, "inc": inc, "sender": who}
+        verb = self.rng.choice(_ATTACK_VERBS)
+        big = self.rng.choice([top, term, MAX_TERM])
+        msg: mm.MembershipMessage
+        if verb is Verb.VOTE_REQUEST:
+            msg = mm.VoteRequest(**env, rterm=min(big, term), version=big,
+                                 pre=self.rng.random() < 0.3,
+                                 transfer=self.rng.random() < 0.3)
+        elif verb is Verb.VOTE:
+            msg = mm.Vote(**env, granted=True, pre=self.rng.random() < 0.3)
+        elif verb in (Verb.HEARTBEAT, Verb.ROSTER):
+            cls = mm.Heartbeat if verb is Verb.HEARTBEAT else mm.RosterUpdate
+            roster = self._roster(term, members, leader=who, inc=inc)
+            msg = cls(**env, roster=roster, elect=self.rng.choice([None, who.id]))
+        elif verb is Verb.HEARTBEAT_ACK:
+            msg = mm.HeartbeatAck(**env, ok=self.rng.random() < 0.5, rterm=min(big, term),
+                                  version=big)
+        else:
+            msg = mm.Leave(**env)
+        return verb, msg.payload()
+
+    def _roster(self, term: int, members: list[Member], leader: Member | None = None,
+                inc: str | None = None) -> Roster:
+        """A roster led by ``leader`` (itself by default) naming members, with guessed
+        incarnations for all but itself, and a version far ahead."""
+        leader = leader or self.me
+        others = [m for m in members if m.id != leader.id]
+        return Roster(self.rng.choice([1, 10**6, MAX_TERM]), min(term, MAX_TERM), leader.id,
+                      (leader, *others),
+                      (inc or self.inc, *(f"{self.rng.getrandbits(64):016x}" for _ in others)))
+
+
+def _form(sim: Sim) -> None:
+    for nid in sim.nodes:
+        sim.start(nid)
+    assert sim.run(30.0, until=Sim.converged), f"seed {sim.seed}: no cluster\n" + sim.describe()
+
+
+def attack_run(seed: int, *, forge_routing: bool = False, former: bool = False,
+               faults: bool = False, duration: float = 15.0,
+               membership: type[Membership] = Membership) -> dict:
+    """A formed cluster under a ``Byzantine`` sender for ``duration`` seconds.
+
+    ``former``: the attacker is a member that left (or crashed and was dropped), with
+    its id and last incarnation; else an outsider, "mallory". ``faults``: meanwhile the
+    leader is killed (and restarted 2 s later) once, and a follower is cut off for 2 s.
+    Checked: safety at every event (the simulator's); no leaderless stretch (no
+    ``Sim.agreed`` leader) longer than three election timeouts; without faults, the
+    leader and its term never change; with them, no term beyond a few steps. Raises
+    AssertionError with the seed.
+    """
+    rng = random.Random(seed ^ 0xBAD)
+    n = rng.randint(4 if former else 3, 5)  # a quorum outlives the attacker and a fault
+    sim = Sim(seed, n, delay=rng.choice([(0.001, 0.01), (0.001, 0.05)]),
+              membership=membership)
+    sim.trace = []
+    _form(sim)
+    again = rng.choice(list(sim.nodes))  # history: an incarnation that is gone
+    sim.crash(again)
+    sim.start(again)
+    assert sim.run(30.0, until=Sim.converged), f"seed {seed}: no rejoin\n" + sim.describe()
+    recorded = [(verb, p) for _, _, verb, p in sim.trace]
+    sim.trace = None
+    sim.hostile = True
+    me, inc = Member("mallory", "tcp://mallory:6000", "mallory:8000"), "0badc0de0badc0de"
+    if former:  # a member goes (for good: the attacker speaks as it now)
+        gone = sim.nodes[rng.choice(list(sim.nodes))]
+        assert gone.proc is not None
+        me, inc = gone.proc.me, gone.proc.incarnation
+        sim.leave(gone.id) if rng.random() < 0.5 else sim.crash(gone.id)
+        assert sim.run(30.0, until=lambda s: s.agreed() is not None
+                       and (me.id, inc) not in s.current()), sim.describe()
+    attacker = Byzantine(random.Random(seed), me, inc, recorded, forge_routing=forge_routing)
+    start = sim.agreed()
+    assert start is not None and start.proc is not None
+    term0 = start.proc.term
+    budget = 3 * sim.timing.election_timeout_max
+    events = _faults(sim, rng, duration - budget) if faults else []
+    t0 = last_led = sim.now
+    worst = 0.0
+    while sim.now < t0 + duration:
+        while events and sim.now - t0 >= events[0][0]:
+            events.pop(0)[1]()
+        attacker.burst(sim, rng.randint(1, 4))
+        sim.run(rng.uniform(0.02, 0.3))
+        chief = sim.agreed()
+        if chief is not None:
+            last_led = sim.now
+        worst = max(worst, sim.now - last_led)
+        assert worst <= budget, (f"seed {seed}: no agreed leader for {worst:.1f}s under "
+                                 f"attack\n" + sim.describe())
+        if not faults:
+            assert chief is start and chief.proc is not None and chief.proc.term == term0, (
+                f"seed {seed}: the attack moved the leader or its term (was {start.id} "
+                f"in term {term0})\n" + sim.describe())
+    bound = term0 + (3 * sim.timing.term_step if faults else 0)
+    assert sim.max_term_seen <= bound, (f"seed {seed}: a term rose to {sim.max_term_seen} "
+                                        f"(from {term0})\n" + sim.describe())
+    return {"n": n, "sent": attacker.sent, "worst_leaderless": worst,
+            "undecodable": sim.undecodable, "terms": (term0, sim.max_term_seen)}
+
+
+def _faults(sim: Sim, rng: random.Random, within: float) -> list[tuple[float, object]]:
+    """(seconds into the attack, action): the leader killed and restarted 2 s later, and
+    a follower cut off for 2 s, at random times, apart."""
+    killed: list[str] = []
+
+    def kill() -> None:
+        chief = sim.agreed()
+        if chief is not None:
+            killed.append(chief.id)
+            sim.crash(chief.id)
+
+    def restart() -> None:
+        for x in killed:
+            sim.start(x)
+
+    def cut() -> None:
+        chief = sim.agreed()
+        victim = rng.choice([x for x in sim.alive() if chief is None or x is not chief])
+        sim.partition([x for x in sim.nodes if x != victim.id], [victim.id])
+
+    a = rng.uniform(0.5, within / 2 - 2.0)
+    b = rng.uniform(within / 2, within - 2.0)
+    first, second = ((kill, restart), (cut, sim.heal))[::rng.choice([1, -1])]
+    return [(a, first[0]), (a + 2.0, first[1]), (b, second[0]), (b + 2.0, second[1])]
+
+
+def glitch_run(seed: int, *, verb: Verb | None = None,
+               membership: type[Membership] = Membership) -> dict:
+    """One frame from a current member (its own id and incarnation: a bug or a corrupted
+    disk, not an attacker) with term 2**52, to every node: a VOTE_REQUEST, a VOTE or a
+    HEARTBEAT_ACK (``verb``, else one at random). The others must drop it: a leader
+    agreed by all within three election timeouts, and no term beyond a step."""
+    rng = random.Random(seed ^ 0x6117C4)
+    sim = Sim(seed, rng.randint(3, 5), membership=membership)
+    _form(sim)
+    sim.hostile = True
+    chief = sim.agreed()
+    assert chief is not None and chief.proc is not None
+    term0 = chief.proc.term
+    x = sim.nodes[rng.choice(list(sim.nodes))]
+    assert x.proc is not None
+    env = {"term": MAX_TERM, "inc": x.proc.incarnation, "sender": x.proc.me}
+    r = x.proc.roster
+    frames = [mm.VoteRequest(**env, rterm=r.term, version=r.version),
+              mm.Vote(**env, granted=False),
+              mm.HeartbeatAck(**env, ok=False, rterm=r.term, version=r.version)]
+    frame = rng.choice([f for f in frames if verb in (None, f.verb)])
+    for nd in sim.alive():
+        if nd is not x:
+            sim.inject(x.id, nd.id, frame.verb, frame.payload())
+    budget = 3 * sim.timing.election_timeout_max
+    sim.run(1.0)
+    assert sim.run(budget, until=lambda s: s.agreed() is not None), (
+        f"seed {seed}: no agreed leader after {frame.verb.value} with term 2**52 from "
+        f"member {x.id}\n" + sim.describe())
+    assert sim.max_term_seen <= term0 + sim.timing.term_step, sim.describe()
+    return {"verb": frame.verb, "terms": (term0, sim.max_term_seen)}

@@ -468,6 +468,147 @@ def test_health():
     assert {"a", "b"} <= set(b.health(now)) and b.health(now + 0.1)["a"] < 1.0
 
 
+# -------------------------------------------------------------------------- terms
+HUGE = 2**52  # the largest term that decodes
+
+
+def _flood(n: Membership, who: Membership | Member, inc: str, term: int, now: float,
+           sender: str | None = None) -> None:
+    """Every term-raising message, at ``term``, in ``who``'s name (a process or a
+    Member with a guessed ``inc``), sent under ``sender`` (default: who's id)."""
+    me = who.me if isinstance(who, Membership) else who
+    env = {"term": term, "inc": inc, "sender": me}
+    r = n.roster
+    for verb, fields in [(Verb.VOTE_REQUEST, {"rterm": term, "version": term}),
+                         (Verb.VOTE_REQUEST, {"rterm": r.term, "version": r.version,
+                                              "transfer": True}),
+                         (Verb.VOTE, {"granted": True}), (Verb.VOTE, {"granted": True,
+                                                                       "pre": True}),
+                         (Verb.HEARTBEAT_ACK, {"ok": False, "rterm": 0, "version": 0}),
+                         (Verb.LEAVE, {})]:
+        recv(n, sender or me.id, verb, _CLASSES[verb](**env, **fields).payload(), now)
+    rest = [(m, i) for m, i in r.pairs() if m.id != me.id]  # (naming the receiver too)
+    roster = Roster(r.version + 9, term, me.id, (me, *(m for m, _ in rest)),
+                    (inc, *(i for _, i in rest)))
+    for verb in (Verb.HEARTBEAT, Verb.ROSTER):
+        recv(n, sender or me.id, verb, _CLASSES[verb](**env, roster=roster).payload(), now)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("term", [HUGE, 3, 2])
+def test_a_stranger_moves_no_term(term):
+    """Nor a member's name with a guessed incarnation, nor a member that restarted since."""
+    wire, now = cluster_of("a", "b", "c")
+    a, b, c = (wire.nodes[x] for x in "abc")
+    before = {n.me.id: (n.role, n.term, n.roster, n.leader) for n in (a, b, c)}
+    for n in (a, b, c):
+        _flood(n, member("mallory"), "0badc0de", term, now)
+        _flood(n, member("c" if n is not c else "b"), "0badc0de", term, now)
+        _flood(n, node("b", seeds=["a"], seed=7), "5eed", term, now + 5.0)  # b reborn
+    assert {n.me.id: (n.role, n.term, n.roster, n.leader) for n in (a, b, c)} == before
+
+
+@pytest.mark.timeout(10)
+def test_a_stranger_at_our_term_does_not_drop_us_from_the_roster():
+    wire, now = cluster_of("a", "b", "c")
+    b = wire.nodes["b"]
+    mallory = member("mallory")
+    roster = Roster(b.roster.version + 1, b.term, "mallory", (mallory,), ("0badc0de",))
+    hb = mm.Heartbeat(term=b.term, inc="0badc0de", sender=mallory, roster=roster)
+    assert recv(b, "mallory", Verb.HEARTBEAT, hb.payload(), now) == []
+    assert b.role == "follower" and b.leader == "a" and b.roster.has("b", b.incarnation)
+
+
+@pytest.mark.timeout(10)
+def test_a_members_term_is_taken_a_step_at_most():
+    wire, now = cluster_of("a", "b", "c")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    step = T.term_step
+    assert step == 6
+    for jump in (HUGE - a.term, step + 1):  # not believed, not even in part
+        ack = payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0, term=a.term + jump)
+        assert recv(a, "b", Verb.HEARTBEAT_ACK, ack, now) == [] and a.is_leader
+    term = a.term
+    ack = payload(b, Verb.HEARTBEAT_ACK, ok=False, rterm=0, version=0, term=term + step)
+    recv(a, "b", Verb.HEARTBEAT_ACK, ack, now)
+    assert a.role == "follower" and a.term == term + step
+
+
+@pytest.mark.timeout(10)
+def test_a_vote_counts_only_while_campaigning():
+    wire, now = cluster_of("a", "b", "c")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    vote = payload(b, Verb.VOTE, granted=False, fresh=False, term=a.term + 1)
+    assert recv(a, "b", Verb.VOTE, vote, now) == [] and a.is_leader and a.term == 1
+
+
+@pytest.mark.timeout(10)
+def test_a_joiner_votes_only_for_a_candidate_whose_roster_names_it():
+    wire, now = cluster_of("a", "b", "c")
+    a = wire.nodes["a"]
+    j = node("d", seeds=["a"], now=now)
+    req = _request(a, a.term + 1, a.roster.key)
+    assert recv(j, "a", Verb.VOTE_REQUEST, req, now) == [] and j.term == 0
+    named = _request(a, a.term + 1, a.roster.key, to_inc=j.incarnation)
+    [vote] = recv(j, "a", Verb.VOTE_REQUEST, named, now)
+    assert vote.msg.granted and j.term == a.term + 1
+
+
+@pytest.mark.timeout(10)
+def test_a_joiner_takes_the_term_of_the_leader_that_admits_it_however_far():
+    wire, now = cluster_of("a", "b")
+    a = wire.nodes["a"]
+    a._term = 1000  # (a cluster that has been through many elections)
+    c = node("c", seeds=["a"], now=now)
+    wire.add(c)
+    wire.settle(c, tick(c, now), now)
+    now = wire.run(now, now + 1.0)
+    assert c.role == "follower" and c.term == a.term and a.roster.has("c", c.incarnation)
+
+
+@pytest.mark.timeout(10)
+def test_a_joiner_admitted_below_its_term_takes_it_or_joins_again():
+    wire, now = cluster_of("a", "b")
+    a = wire.nodes["a"]
+    c = node("c", seeds=["a"], now=now)
+    c._term = 40  # raised while joining, but no vote cast: the leader's term is taken
+    wire.add(c)
+    wire.settle(c, tick(c, now), now)
+    assert c.role == "follower" and c.term == a.term == 1
+    d = node("d", seeds=["a"], now=now)
+    d._term, d._cast_up_to = 40, 40  # it voted in term 40: it may not vote in 2..40 again
+    inc = d.incarnation
+    wire.add(d)
+    wire.settle(d, tick(d, now), now)
+    assert d.incarnation != inc and d.term == 40 and d.role == "joining"
+    now = wire.run(now, now + 3.0)  # the new incarnation is admitted, and takes term 1
+    assert d.role == "follower" and d.term == a.term == 1
+    assert a.roster.has("d", d.incarnation) and not a.roster.has("d", inc)
+
+
+@pytest.mark.timeout(10)
+def test_a_dropped_member_far_behind_comes_back_through_its_admission():
+    """c is cut off, dropped, and the others go through many terms; back, it is told by a
+    member that it is out, JOINs the leader, and takes the leader's term at once."""
+    wire, now = cluster_of("a", "b", "c")
+    a, c = wire.nodes["a"], wire.nodes["c"]
+    now = wire.run(now, now + 5.0, drop=cut_off("c"))
+    assert a.roster.ids() == ("a", "b")
+    a._term = a.term + 100  # (many elections while c was away)
+    now = wire.run(now, now + 5.0)
+    assert c.role == "follower" and c.term == a.term and a.roster.has("c", c.incarnation)
+
+
+@pytest.mark.timeout(10)
+def test_a_strangers_redirect_is_ignored_by_a_member():
+    wire, now = cluster_of("a", "b", "c")
+    b = wire.nodes["b"]
+    mallory = member("mallory")
+    redirect = mm.Redirect(term=b.term, inc="0badc0de", sender=mallory, leader="mallory",
+                           address=mallory.cluster, leader_inc="0badc0de")
+    assert recv(b, "mallory", Verb.REDIRECT, redirect.payload(), now) == []
+
+
 # ------------------------------------------- contact, stalls and CheckQuorum
 @pytest.mark.timeout(10)
 def test_in_contact_and_reachable():
@@ -520,7 +661,7 @@ def test_a_heartbeat_with_bad_new_fields_is_dropped(field, value):
 def test_every_membership_message_round_trips(verb):
     wire, now = cluster_of("a", "b")
     p = payload(wire.nodes["a"], verb, **{
-        Verb.REDIRECT: {"leader": "a", "address": "tcp://a:6000"},
+        Verb.REDIRECT: {"leader": "a", "address": "tcp://a:6000", "leader_inc": "x"},
         Verb.HEARTBEAT_ACK: {"ok": True, "rterm": 1, "version": 2, "round": 3, "seq": 4},
         Verb.VOTE_REQUEST: {"rterm": 1, "version": 2, "pre": True},
         Verb.VOTE: {"granted": True},
