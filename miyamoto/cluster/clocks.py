@@ -40,6 +40,7 @@ class PeerClocks:
     def __init__(self, max_skew: float):
         self.max_skew = max_skew
         self._samples: dict[str, collections.deque[Estimate]] = {}
+        self._best: dict[str, Estimate] = {}  # the narrowest of the recent samples
         self._flagged: set[str] = set()
 
     def sample(self, peer: str, t1: float, t: float, t4: float) -> Estimate | None:
@@ -48,11 +49,22 @@ class PeerClocks:
             return None  # not our probe's answer, or one from before a jump of our clock
         est = Estimate(t - (t1 + t4) / 2, (t4 - t1) / 2, t4)
         self._samples.setdefault(peer, collections.deque(maxlen=SAMPLES)).append(est)
+        self._best.pop(peer, None)  # chosen again at the next read
         return est
 
     def estimate(self, peer: str, now: float) -> Estimate | None:
+        """The narrowest sample of the last ``SAMPLES`` that is not stale. Kept until a
+        new sample or until it goes stale (every copy stored from a peer reads it; the
+        samples newer than it cannot be stale before it is)."""
+        best = self._best.get(peer)
+        if best is not None and now - best.at <= STALE:
+            return best
         samples = [e for e in self._samples.get(peer, ()) if now - e.at <= STALE]
-        return min(samples, key=lambda e: e.error) if samples else None
+        if not samples:
+            self._best.pop(peer, None)
+            return None
+        best = self._best[peer] = min(samples, key=lambda e: e.error)
+        return best
 
     def to_local(self, peer: str, t: float, now: float) -> float:
         """A time on ``peer``'s clock, on ours. Unchanged while we know no offset, or the
@@ -76,6 +88,7 @@ class PeerClocks:
 
     def forget(self, peer: str) -> None:
         self._samples.pop(peer, None)
+        self._best.pop(peer, None)
         self._flagged.discard(peer)
 
     def view(self, peer: str, now: float) -> dict:

@@ -66,6 +66,8 @@ class Roster:
     _index: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
     _payload: dict | None = field(init=False, repr=False, compare=False, hash=False,
                                   default=None)
+    _ids: tuple[str, ...] | None = field(init=False, repr=False, compare=False, hash=False,
+                                         default=None)
 
     def __post_init__(self) -> None:
         members = tuple(self.members)
@@ -90,7 +92,12 @@ class Roster:
         return (self.term, self.version)
 
     def ids(self) -> tuple[str, ...]:
-        return tuple(m.id for m in self.members)
+        """The member ids, sorted (made once: the cluster layer asks for every task)."""
+        ids = self._ids
+        if ids is None:
+            ids = tuple(m.id for m in self.members)
+            object.__setattr__(self, "_ids", ids)
+        return ids
 
     def get(self, member_id: str) -> Member | None:
         i = self._index.get(member_id)

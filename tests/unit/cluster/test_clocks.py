@@ -46,3 +46,17 @@ def test_within_the_error_is_not_skew():
     assert c.check("b", 101.0) is None
     c.sample("b", 102.0, 104.7, 102.4)  # offset 2.5 ± 0.2: 2.3 > 1 even at best
     assert c.check("b", 103.0)[0] is True
+
+
+def test_the_kept_estimate_goes_stale_and_a_wider_newer_one_takes_over():
+    c = PeerClocks(max_skew=1.0)
+    c.sample("b", 100.0, 105.0, 100.02)   # +4.99 +- 0.01
+    c.sample("b", 130.0, 135.5, 131.0)    # +5.0 +- 0.5, newer and wider
+    assert c.estimate("b", 131.0).error == pytest.approx(0.01)  # read: kept
+    assert c.estimate("b", 150.0).error == pytest.approx(0.01)
+    # the narrow one is 60 s old at 160.03: the newer one is all that is left
+    assert c.estimate("b", 160.1).error == pytest.approx(0.5)
+    assert c.estimate("b", 191.1) is None  # both stale
+    c.sample("b", 200.0, 205.0, 200.02)
+    c.forget("b")
+    assert c.estimate("b", 200.1) is None
