@@ -270,7 +270,8 @@ class Cluster:
         for mem in new.members:
             if mem.id != self.me:
                 self.transport.connect(mem.cluster)  # a first send to a new DEALER would fail
-        self._step(ev.Members(new.ids(), self.engine.live, self.zones))
+        self._step(ev.Members(new.ids(), self.engine.live, self.zones,
+                              dict(zip(new.ids(), new.incarnations))))
         if old is None:
             return
         log.info("cluster: roster v%d term %d leader %s members %s", new.version, new.term,

@@ -31,10 +31,13 @@ class Tick:
 @dataclass(frozen=True)
 class Members:
     """The roster changed: its ``members``, their ``zones`` (member -> failure domain,
-    where a restore puts new copies), ``live``: the ids of this node's live copies."""
+    where a restore puts new copies), ``live``: the ids of this node's live copies,
+    ``incarnations``: member -> the incarnation the roster names (a new one: it restarted,
+    and the claims of its earlier one are void)."""
     members: tuple[str, ...]
     live: Iterable[str] = ()
     zones: Mapping[str, str] = field(default_factory=dict)
+    incarnations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -67,11 +67,15 @@ Early news
     once the copy is stored: an ASK answered ``unknown`` is kept as the claim it is.
 
 Members lost, stale views
-    When the roster drops members, copies held off by a lost member's claim fire again
-    at their distance from now (the dead claimer's lease would hold them for no one),
-    asks stop waiting for lost members, and the first live replica of each task that lost
-    copies restores them (``Restore``). None of that happens while this node is out of
-    contact: a node back from a pause acts on nothing until it hears a majority. When this
+    When the roster drops members, asks stop waiting for lost members, and the first
+    live replica of each task that lost copies restores them (``Restore``). A lost
+    member's claims are honoured until their lease runs out: it may only be paused or cut
+    off, its attempt still running (a worker answering after 25 s while its node was
+    stopped for 10 s got every task twice when the claims went with the roster entry).
+    A member seen again under a new incarnation restarted: its earlier claims are void
+    and the copies they held fire again at their distance from now, so a kill -9 and a
+    restart cost no wait; one that never comes back costs at most one lease. None of that
+    happens while this node is out of contact: a node back from a pause acts on nothing until it hears a majority. When this
     node itself is dropped, every copy it holds must ask before it delivers, since the
     others re-home its tasks meanwhile.
 """
@@ -97,6 +101,7 @@ EARLY_MAX = 20_000   # sibling news held for copies not stored yet
 EARLY_TTL = 120.0
 EARLY_PER_TASK = 16
 CLAIMS_MAX = 100_000  # claims heard whose outcome has not come yet
+INCARNATIONS_MAX = 4096  # members' incarnations remembered (departed members' too)
 HOLD_RETRY = 0.5      # a copy held for want of contact or membership looks again after this
 PRUNE_MIN = 1024      # must-ask marks kept before the first pruning
 PROBE_MAX = 100_000   # copies probed at once when this node is back in touch
@@ -134,6 +139,7 @@ class _Claim:
     claimer: str
     theirs: int   # the claimer's replica index
     until: float  # our clock
+    inc: str = ""  # the claimer's incarnation when we noted it ("": not known)
 
 
 @dataclass
@@ -171,6 +177,8 @@ class Siblings:
         self.last_tick: float | None = None
         self.stalled = False
         self._lost: set[str] = set()  # members lost while we were out of contact
+        self.incarnations: dict[str, str] = {}  # member -> its latest incarnation seen
+        self._restarted: set[str] = set()  # members seen with a new incarnation
         self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
 
     # ------------------------------------------------------------ the door
@@ -179,8 +187,9 @@ class Siblings:
         match event:
             case Tick(contact, live):
                 return Ready(tuple(self._tick(now, contact, live)))
-            case Members(members, live, zones):
+            case Members(members, live, zones, incarnations):
                 self.zones = dict(zones)
+                self._note_incarnations(incarnations)
                 return Ready(tuple(self._set_members(members, now, live)))
             case Received(sender, msg, copy):
                 return Ready(tuple(self._on_news(sender, msg, copy, now)))
@@ -258,9 +267,11 @@ class Siblings:
             self._prune_at = max(PRUNE_MIN, 2 * len(self.must_ask))
         effects += self._due_claims(now, live)
         self._expire(now)
+        restarted = self._take_restarted()
+        if restarted:
+            effects += self._release_claims(restarted, live, now)
         lost = self._take_lost()
         if lost:
-            effects += self._release_claims(lost, live, now)
             effects.append(RestoreLost(frozenset(lost)))
         return effects
 
@@ -300,12 +311,38 @@ class Siblings:
         lost, self._lost = self._lost, set()
         return lost
 
-    def _release_claims(self, lost: set[str], copies: Mapping[str, Task],
+    def _note_incarnations(self, incarnations: Mapping[str, str]) -> None:
+        """A member named with another incarnation than before restarted: the attempts
+        its claims were for died with its earlier process. (Kept for members that left
+        too: a restart shows as a removal, then an admission. Bounded: member ids.)"""
+        for member, inc in incarnations.items():
+            was = self.incarnations.get(member)
+            if inc and was is not None and was != inc:
+                self._restarted.add(member)
+            if inc:
+                self.incarnations[member] = inc
+        while len(self.incarnations) > INCARNATIONS_MAX:
+            self.incarnations.pop(next(iter(self.incarnations)))
+
+    def _take_restarted(self) -> set[str]:
+        """Restarted members whose old claims are to be released: once in contact, as
+        for a loss, so a node back from a pause acts on no stale view."""
+        if not self.contact or not self._restarted:
+            return set()
+        restarted, self._restarted = self._restarted, set()
+        return restarted
+
+    def _release_claims(self, restarted: set[str], copies: Mapping[str, Task],
                         now: float) -> list[Effect]:
-        """Copies held off by a lost member's claim fire again at their distance from now."""
+        """Copies held off by a claim of a restarted member's earlier incarnation fire
+        again at their distance from now. A member only lost keeps its claims until their
+        lease ends: it may be paused or cut off with its attempt still running (a worker
+        that answers after 25 s, a SIGSTOP of 10 s in the middle), and a sibling that
+        went on its loss delivered the task twice; one that never comes back costs at
+        most one lease."""
         effects: list[Effect] = []
         for task_id, cl in list(self.claims.items()):
-            if cl.claimer not in lost:
+            if cl.claimer not in restarted or cl.inc == self.incarnations.get(cl.claimer):
                 continue
             del self.claims[task_id]
             t = copies.get(task_id)
@@ -474,6 +511,7 @@ class Siblings:
         return [Update(t.id, at=at, how=Move.LATER)]
 
     def _note_claim(self, task_id: str, claim: _Claim) -> None:
+        claim.inc = self.incarnations.get(claim.claimer, "")
         self.claims.pop(task_id, None)
         self.claims[task_id] = claim
         while len(self.claims) > CLAIMS_MAX:

@@ -1000,34 +1000,64 @@ def test_named_task_still_refused_after_the_roster_changes(cluster_factory, node
 # ================================================================ a claimer dies mid-delivery
 
 
-@pytest.mark.timeout(60)
-def test_copies_held_by_a_dead_claimers_lease_fire_once_it_leaves_the_roster(cluster_factory,
-                                                                            sink):
+def _claimed_by(victim: NodeProcess, sink: Sink, path: str, count: int = 5) -> list[str]:
+    """Tasks the victim took (and holds the first copy of) whose attempts hang at ``path``."""
+    ids = []
+    for i in range(40):
+        if len(ids) >= count:
+            break
+        got = enqueue(victim, url=sink.url_for(path), params={"i": str(i)})
+        if got["replicas"][0] == victim.node_id:
+            ids.append(got["id"])
+    assert len(ids) >= 3, "the victim never held the first copy of a task it took"
+    wait_until(lambda: len({r.task_id for r in sink.requests(path)} & set(ids)) == len(ids),
+               timeout=10, what="the victim's attempts reach the sink")
+    return ids
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_and_restarted_claimer_voids_its_claims_at_once(cluster_factory, sink):
     # the victim claims (CLAIM with a 60 s lease + the 5 s queue timeout) and is killed while
-    # its deliveries hang at the sink; the siblings must not wait out that lease
+    # its deliveries hang at the sink, then restarted: its new incarnation voids the old
+    # claims, so the siblings do not wait out that lease
     nodes = cluster_factory(3, options={"claim_lease": 60})
     view = wait_converged(nodes)
     victim = [n for n in nodes if n.node_id != view["leader"]][-1]
     sink.reply("/slow", Reply(200, delay=3.0))
-    ids = []
-    for i in range(40):
-        if len(ids) >= 5:
-            break
-        got = enqueue(victim, url=sink.url_for("/slow"), params={"i": str(i)})
-        if got["replicas"][0] == victim.node_id:
-            ids.append(got["id"])
-    assert len(ids) >= 3, "the victim never held the first copy of a task it took"
-    wait_until(lambda: len({r.task_id for r in sink.requests("/slow")} & set(ids)) == len(ids),
-               timeout=10, what="the victim's attempts reach the sink")
+    ids = _claimed_by(victim, sink, "/slow")
     sink.reply("/slow", Reply(200))
     killed_at = time.monotonic()
     victim.kill()
+    victim.start()
     survivor = others(nodes, victim)[0]
-    # re-delivered after the victim is dropped (failure_timeout 1 s) plus an offset, far
-    # sooner than the 65 s the dead claimer's lease would hold them
     for task_id in ids:
-        survivor.wait_task_state(task_id, "succeeded", timeout=20)
-    assert time.monotonic() - killed_at < 20
+        survivor.wait_task_state(task_id, "succeeded", timeout=30)
+    assert time.monotonic() - killed_at < 30  # far sooner than the 65 s lease
+
+
+@pytest.mark.timeout(90)
+def test_a_claimer_paused_past_the_failure_timeout_is_not_run_over(cluster_factory, sink):
+    """The trust issue's slow-worker case, in small: a worker answers after 4 s (under
+    the 5 s queue timeout) while the delivering node is stopped for 3 s (three failure
+    timeouts) in the middle; the roster drops it, but its claims stand until their lease
+    ends, so no task is delivered twice (every one was, before: the claim went with the
+    roster entry)."""
+    nodes = cluster_factory(3)
+    view = wait_converged(nodes)
+    victim = [n for n in nodes if n.node_id != view["leader"]][-1]
+    sink.reply("/slow", Reply(200, delay=4.0))
+    ids = _claimed_by(victim, sink, "/slow")
+    victim.pause()
+    survivor = others(nodes, victim)[0]
+    wait_until(lambda: victim.node_id not in member_ids(cluster_view(survivor)), 10,
+               what="the roster to drop the paused node")
+    time.sleep(2.0)  # the pause lasts 3 s or more in all: the fault itself, not a wait
+    victim.resume()
+    for task_id in ids:
+        survivor.wait_task_state(task_id, "succeeded", timeout=30)
+    sink.wait_idle(timeout=15)
+    counts = sink.by_task_id("/slow")
+    assert all(counts.get(t) == 1 for t in ids), {t: counts.get(t) for t in ids}
 
 
 # ================================================================ pause reaches late members

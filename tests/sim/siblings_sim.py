@@ -13,7 +13,8 @@ inbox, and on resume it runs its due copies, its inbox and its tick in a random 
 The checker watches every delivery start and raises ``SafetyViolation`` when
 - a node starts a delivery of a task after it applied a sibling's end of it (DONE...),
 - a node starts a delivery while it holds a sibling's unexpired claim on a delivery
-  that is still running,
+  that is still running (whether or not the claimer is still in the roster, paused or
+  cut off: a claim outlives its holder's roster entry until its lease ends),
 - a node out of contact (or out of the roster) starts a delivery of a task with siblings
   (two ticks after its lease ran out: the machine learns of contact at its tick),
 - a task is delivered again and no excuse holds. This is the strict rule ("no side of a
@@ -72,6 +73,7 @@ class SimNode:
     running: dict[str, float] = field(default_factory=dict)  # task id -> attempt start
     ended_by_news: set[str] = field(default_factory=set)
     claims_seen: dict[str, tuple[str, float]] = field(default_factory=dict)  # id -> (from, until)
+    incs_heard: dict[str, str] = field(default_factory=dict)  # the roster incarnations sent
     contact: bool = True
     cut_at: float | None = None
 
@@ -107,6 +109,7 @@ class Sim:
         self.fail_rate, self.slow_rate = fail_rate, slow_rate
         self.nodes = {i: self._new_node(i) for i in self.ids}
         self.roster: set[str] = set(self.ids)
+        self.incs: dict[str, int] = {i: 1 for i in self.ids}  # each node's process count
         self.groups: list[set[str]] | None = None  # a partition: the groups that can talk
         self.unreachable_since: dict[str, float] = {}
         self.reachable_since: dict[str, float] = {}
@@ -256,7 +259,8 @@ class Sim:
 
     def _receive(self, nd: SimNode, src: str, msg: Any) -> None:
         if isinstance(msg, tuple) and msg[0] == "members":
-            self._apply(nd, self._step(nd, ev.Members(tuple(msg[1]), tuple(self._live(nd)))).effects)
+            self._apply(nd, self._step(nd, ev.Members(tuple(msg[1]), tuple(self._live(nd)), {},
+                                                      msg[2])).effects)
             return
         if isinstance(msg, tuple) and msg[0] == "store":
             self._store(nd, msg[1])
@@ -314,7 +318,8 @@ class Sim:
         fresh = self._new_node(node_id)
         fresh.copies = {i: (t.evolve(state=State.SCHEDULED, fire_at=self.now)
                             if t.state == State.RUNNING else t) for i, t in nd.copies.items()}
-        self._step(fresh, ev.Members(tuple(sorted(self.roster))))
+        self.incs[node_id] += 1  # a new process: its siblings void its earlier claims
+        self._step(fresh, ev.Members(tuple(sorted(self.roster)), (), {}, self._incarnations()))
         fresh.contact = False
         self._step(fresh, ev.Reloaded(tuple(self._live(fresh))))
         self.nodes[node_id] = fresh
@@ -344,10 +349,17 @@ class Sim:
             new |= {i for i, t in self.reachable_since.items() if self.now - t > REJOIN}
         if new != self.roster:
             self.roster = new
+        incs = self._incarnations()
         for i in side:  # the leader's roster reaches the nodes it can hear
-            if self.nodes[i].machine.members != frozenset(self.roster):
-                self._on_msg(("leader", i, ("members", sorted(self.roster))))
+            nd = self.nodes[i]
+            if nd.machine.members != frozenset(self.roster) or nd.incs_heard != incs:
+                nd.incs_heard = incs
+                self._on_msg(("leader", i, ("members", sorted(self.roster), incs)))
         self._at(self.now + TICK, "oracle", None)
+
+    def _incarnations(self) -> dict[str, str]:
+        """The roster's incarnations, as the leader's roster names them."""
+        return {i: f"{i}.{self.incs[i]}" for i in sorted(self.roster)}
 
     # ------------------------------------------------------------ the node's engine
     def _live(self, nd: SimNode) -> dict[str, Task]:
@@ -478,9 +490,9 @@ class Sim:
         if out and len(t.replicas) > 1:  # a lone copy has no sibling to collide with
             raise SafetyViolation(f"{nd.id} starts {t.id} out of contact or out of the roster")
         claim = nd.claims_seen.get(t.id)
-        if claim is not None and claim[1] > self.now and claim[0] in nd.machine.members \
-                and (t.id, claim[0]) not in self.inflight_at_fault \
-                and (t.id, claim[0], nd.id) not in self.inflight_at_cut:
+        if claim is not None and claim[1] > self.now:
+            # a claim heard is honoured until its lease ends, whoever holds it: its holder
+            # paused, cut off or dropped from the roster may still be delivering
             claimer = self.nodes[claim[0]]
             if claimer.up and t.id in claimer.running:
                 raise SafetyViolation(f"{nd.id} starts {t.id} under {claim[0]}'s live claim")
