@@ -639,6 +639,12 @@ class Siblings:
             if not stale:
                 self._keep_early(sender, m.Claim(msg.id, msg.replica, self.t.ask_lease), now)
             return answer(m.UNKNOWN)
+        if sender not in t.replicas:
+            # the task's copies moved while the asker was away (its copy was restored
+            # elsewhere): it drops its copy, ended here or not. Told ENDED instead, it kept
+            # an ended copy 0 beside the one that replaced it, and /queues counted the
+            # task twice after a kill -9 and a restart
+            return answer(m.REHOMED, replicas=t.replicas)
         if t.state.ended and msg.reruns <= t.reruns:
             return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
         if t.state.ended:
@@ -650,8 +656,6 @@ class Siblings:
             if not stale:
                 self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
             return answer(m.GO)
-        if sender not in t.replicas:
-            return answer(m.REHOMED, replicas=t.replicas)
         if msg.probe:
             return []  # nothing the prober does not know
         if t.state == State.RUNNING:

@@ -1190,3 +1190,19 @@ def test_releasing_a_lost_claimers_claims_is_caught(monkeypatch):
     with pytest.raises(SafetyViolation, match="live claim"):
         for seed in range(20):
             _paused_mid_delivery(seed)
+
+
+def test_an_ended_copy_tells_an_asker_outside_its_replicas_that_the_task_moved():
+    """b's copy was restored on d while b was down; b, restarted, asks c, whose copy ended:
+    b drops its copy (told ENDED, it kept an ended copy 0 and /queues counted the task
+    twice)."""
+    c = machine(me="c", members=("b", "c", "d"))
+    ended = task(replica=1, replicas=("d", "c"), state=State.SUCCEEDED, attempts=1)
+    answer = sends(recv(c, "b", m.Ask("t1", 0, n=1), ended, 100.0), m.Answer)["b"]
+    assert answer.verdict == m.REHOMED and answer.replicas == ("d", "c")
+    b = machine(me="b", members=("b", "c", "d"))
+    old = task(replica=0, replicas=("b", "c"))
+    go, effects = fire(b, old, 100.0)
+    assert not go and set(sends(effects, m.Ask)) == {"c"}
+    assert recv(b, "c", dataclasses.replace(answer, n=b.asking["t1"].round), old, 100.1) == \
+        [fx.Drop("t1")]
