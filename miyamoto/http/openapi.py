@@ -222,8 +222,14 @@ _SCHEMAS: dict[str, Any] = {
                   "limit": {"type": ["number", "null"]},
                   "config": {"type": "object", "additionalProperties": {
                       "type": ["number", "null"]}},
-                  "counts": {"type": "object", "required": _STATES, "properties": {
-                      s: {"type": "integer", "minimum": 0} for s in _STATES}},
+                  "counts": {"type": "object", "required": _STATES, "description": "tasks "
+                             "by state, over the cluster, each counted once",
+                             "properties": {s: {"type": "integer", "minimum": 0}
+                                            for s in _STATES}},
+                  "copies": {"type": "object", "description": "copies by state, over the "
+                             "nodes that answered: a task has one per replica",
+                             "properties": {s: {"type": "integer", "minimum": 0}
+                                            for s in _STATES}},
                   "totals": {"type": "object", "description": "tasks enqueued, delivered and "
                              "failed (finally) since the nodes started, summed over the "
                              "cluster: the dashboard's rates", "properties": {
