@@ -254,13 +254,18 @@ class NodeCollector(Collector):
 
     def _tasks(self) -> Iterator[Metric]:
         s = self.node.engine.stats
-        yield _counter("miyamoto_tasks_stored", "copies of tasks this node stored", s.stored)
-        yield _counter("miyamoto_tasks_succeeded", "copies that ended with a 2xx", s.succeeded)
-        yield _counter("miyamoto_tasks_failed", "copies that ran out of attempts", s.failed)
+        yield _counter("miyamoto_tasks_stored", "copies of tasks this node stored (per copy: "
+                       "a sum over nodes counts each task once per replica)", s.stored)
+        yield _counter("miyamoto_tasks_succeeded", "tasks this node delivered with a 2xx (one "
+                       "copy delivers: a sum over nodes counts tasks)", s.succeeded)
+        yield _counter("miyamoto_tasks_failed", "tasks that ran out of attempts in a "
+                       "delivery by this node (a sum over nodes counts tasks)", s.failed)
         yield _counter("miyamoto_retries", "failed attempts scheduled again", s.retried)
-        yield _counter("miyamoto_tasks_cancelled", "copies cancelled here", s.cancelled)
+        yield _counter("miyamoto_tasks_cancelled", "copies cancelled here (per copy: each "
+                       "replica of a cancelled task counts)", s.cancelled)
         yield _counter("miyamoto_attempts_started", "delivery attempts started", s.attempts)
-        yield _gauge("miyamoto_tasks_live", "copies scheduled or running on this node",
+        yield _gauge("miyamoto_tasks_live", "copies scheduled or running on this node "
+                     "(per copy; GET /queues counts tasks)",
                      sum(self.node.engine.live_depth().values()))
         yield _gauge("miyamoto_tasks_in_memory", "live copies held in memory (those due "
                      "within memory_window, and running ones)", len(self.node.engine.live))
@@ -289,7 +294,8 @@ class NodeCollector(Collector):
         declared = [*self.node.config.queues, *states]  # a quiet queue shows its zeros
         names = {m.queue_label(q) for q in declared} | {q for q, _ in depth}
         fam = GaugeMetricFamily("miyamoto_queue_tasks", "this node's live copies by queue "
-                                "and state", labels=["queue", "state"])
+                                "and state (per copy: a sum over nodes counts each task once "
+                                "per replica; GET /queues counts tasks)", labels=["queue", "state"])
         for q in sorted(names):
             for state in LIVE_STATES:
                 fam.add_metric([q, state], depth.get((q, state), 0))

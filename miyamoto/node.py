@@ -24,7 +24,7 @@ import gevent.event
 import gevent.pool
 
 from miyamoto.cluster.layer import Cluster
-from miyamoto.cluster.queries import TOTAL_PREFIX
+from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
 from miyamoto.config.settings import Config
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.httpclient import HTTPClient
@@ -189,7 +189,9 @@ class Node:
                        "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
                        "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
                        "max_retry_duration": c.max_retry_duration, "timeout": c.timeout},
+            # tasks, each once; "copies" counts every replica of them
             "counts": {s.value: counts.get(s.value, 0) for s in State},
+            "copies": {s.value: counts.get(COPIES_PREFIX + s.value, 0) for s in State},
             # since the nodes started, summed over the cluster: rates for the dashboard
             "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
                        for k in ("enqueued", "delivered", "failed")},

@@ -33,9 +33,10 @@ def status_lines(cluster: Mapping[str, Any], queues: Sequence[Mapping[str, Any]]
                      _seconds(m.get("clock_offset"), skewed=bool(m.get("clock_skewed")))]
                     for m in cluster.get("members", [])))
     lines.append("")
-    lines += table(("QUEUE", "PAUSED", *(s.upper() for s in STATES)),
+    lines += table(("QUEUE", "PAUSED", *(s.upper() for s in STATES), "COPIES"),
                    ([q.get("name"), "yes" if q.get("paused") else "no",
-                     *((q.get("counts") or {}).get(s, 0) for s in STATES)] for q in queues))
+                     *((q.get("counts") or {}).get(s, 0) for s in STATES),
+                     sum((q.get("copies") or {}).values())] for q in queues))
     return lines
 
 

@@ -25,6 +25,15 @@ _ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "running": 
           "scheduled": 1}
 BULK_MAX = 10_000  # failed copies one node retries or deletes per request
 TOTAL_PREFIX = "total:"  # a queue's totals among its state counts (see counts_local)
+COPIES_PREFIX = "copies:"  # a queue's copies per state, every replica counted
+IDS_PREFIX = "ids:"  # the ids of a node's copies per state
+IDS_FLAG = "*ids"  # true if a node's counts carry the ids of all its copies (not a queue name)
+# A node sends the ids of up to this many copies with its counts (about 1 MB), so the
+# cluster counts tasks, not copies: a task's copies are one per replica, and a copy
+# restored while its holder was down makes two first copies once the holder is back.
+# Past it, the counts are sums of first copies, which such a copy counts twice.
+IDS_MAX = 20_000
+_STATES = tuple(s.value for s in State)
 
 
 def summary_ok(s: Any) -> bool:
@@ -152,27 +161,50 @@ class Queries:
         held = self.engine.name_holder(queue, name)  # memory's recent ones, else the journal's
         return held[0] if held is not None and held[1] > self.engine.clock() else None
 
-    def counts_local(self) -> dict[str, dict[str, int]]:
-        """This node's counts per queue and state (first copies), and its ``totals``
-        under TOTAL_PREFIX keys: a peer adds both up as it adds up states."""
-        counts = self.engine.queue_counts(primary_only=True)
+    def counts_local(self) -> dict[str, Any]:
+        """This node's counts per queue and state: its first copies, its ``totals``
+        under TOTAL_PREFIX keys and all its copies under COPIES_PREFIX (a peer adds these
+        up as it adds up states); and, up to IDS_MAX copies, their ids per state under
+        IDS_PREFIX, with IDS_FLAG true, so the cluster counts each task once."""
+        counts: dict[str, Any] = dict(self.engine.queue_counts(primary_only=True))
+        for q, states in self.engine.queue_counts().items():
+            mine = counts.setdefault(q, {})
+            for st, n in states.items():
+                mine[COPIES_PREFIX + st] = n
         for q, totals in self.engine.stats.totals.items():
             mine = counts.setdefault(q, {})
             for k, n in totals.items():
                 mine[TOTAL_PREFIX + k] = n
+        ids = self.engine.copy_states(IDS_MAX)
+        for q, states in (ids or {}).items():
+            mine = counts.setdefault(q, {})
+            for st, task_ids in states.items():
+                mine[IDS_PREFIX + st] = task_ids
+        counts[IDS_FLAG] = ids is not None
         return counts
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
-        total = self.counts_local()
-        for result in self.ask("counts", {}).values():
-            if not isinstance(result, dict):
-                continue
+        """Per queue: each state's tasks (each counted once, at its most advanced copy,
+        when every answering node sent its ids; else the sum of the first copies), the
+        totals (TOTAL_PREFIX) and every copy (COPIES_PREFIX), over the cluster. A node
+        that does not answer is left out; its tasks' other copies still count them."""
+        answers = [self.counts_local()]
+        answers += [r for r in self.ask("counts", {}).values() if isinstance(r, dict)]
+        total: dict[str, dict[str, int]] = {}
+        for result in answers:
             for q, states in result.items():
                 if isinstance(states, dict):
                     mine = total.setdefault(str(q), {})
-                    for s, n in states.items():
+                    for st, n in states.items():
                         if type(n) is int:
-                            mine[str(s)] = mine.get(str(s), 0) + n
+                            mine[str(st)] = mine.get(str(st), 0) + n
+        tasks = _tasks_by_id(answers)
+        if tasks is not None:
+            for q, states in total.items():
+                for st in _STATES:
+                    states[st] = 0
+                for st in tasks.get(q, {}).values():
+                    states[st] += 1
         return total
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
@@ -302,3 +334,27 @@ def merge_history(histories: Any) -> list[dict[str, Any]]:
                     and isinstance(a.get("node"), str):
                 seen.setdefault((a["start"], a["node"]), a)
     return sorted(seen.values(), key=lambda a: a["start"], reverse=True)[:HISTORY_MAX]
+
+
+def _tasks_by_id(answers: list[dict[str, Any]]) -> dict[str, dict[str, str]] | None:
+    """queue -> task id -> the state of its most advanced copy over ``answers``; None
+    unless every answer carried its ids (IDS_FLAG) and each list fits IDS_MAX."""
+    tasks: dict[str, dict[str, str]] = {}
+    for result in answers:
+        if result.get(IDS_FLAG) is not True:
+            return None
+        for q, states in result.items():
+            if not isinstance(states, dict):
+                continue
+            mine = tasks.setdefault(str(q), {})
+            for st in _STATES:
+                ids = states.get(IDS_PREFIX + st, [])
+                if not isinstance(ids, list) or len(ids) > IDS_MAX:
+                    return None
+                for task_id in ids:
+                    if type(task_id) is not str or len(task_id) > checks.MAX_NAME:
+                        return None
+                    had = mine.get(task_id)
+                    if had is None or _ORDER[st] > _ORDER[had]:
+                        mine[task_id] = st
+    return tasks

@@ -549,6 +549,20 @@ class Engine:
             counts.setdefault(name, {})
         return counts
 
+    def copy_states(self, limit: int) -> dict[str, dict[str, list[str]]] | None:
+        """queue -> state -> the ids of this node's copies (running ones as memory has
+        them), or None past ``limit`` copies: what a cluster de-duplicates by id."""
+        rows = self.journal.states(limit)
+        if rows is None:
+            return None
+        running = {t.id for t in self.live.values() if t.state == State.RUNNING}
+        out: dict[str, dict[str, list[str]]] = {}
+        for q, s, task_id in rows:
+            if s == State.SCHEDULED.value and task_id in running:
+                s = State.RUNNING.value
+            out.setdefault(q, {}).setdefault(s, []).append(task_id)
+        return out
+
     def live_depth(self) -> dict[tuple[str, str], int]:
         """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
         return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()

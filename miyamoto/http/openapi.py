@@ -159,12 +159,15 @@ _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False,
                     "description": "a task as JSON (Content-Type: application/json)"},
-    "TaskForm": {"type": "object", "anyOf": [{"required": ["task.url"]},
-                                             {"required": ["task.topic"]}],
-                 "properties": _FORM_FIELDS,
+    # One schema per media type, each an object or a union of objects: a code generator
+    # maps a schema of bare ``required`` alternatives to Any (and then fails on it)
+    "EnqueueRequest": {"anyOf": [_ref("TaskRequest"), _ref("TopicTaskRequest")],
+                       "description": "a task for one url, or one per URL of a topic"},
+    "TaskForm": {"type": "object", "properties": _FORM_FIELDS,
                  "additionalProperties": {"type": "string"},
-                 "description": "a task as a form: task.X keys configure it (task.header.X "
-                                "adds a header), every other key is a param"},
+                 "description": "a task as a form: task.url or task.topic is required; "
+                                "task.X keys configure it (task.header.X adds a header), "
+                                "every other key is a param"},
     "Batch": {"oneOf": [{"type": "array", "minItems": 1, "items": _ref("TaskRequest")},
                         {"type": "object", "required": ["tasks"], "additionalProperties": False,
                          "properties": {"tasks": {"type": "array", "minItems": 1,
@@ -222,8 +225,14 @@ _SCHEMAS: dict[str, Any] = {
                   "limit": {"type": ["number", "null"]},
                   "config": {"type": "object", "additionalProperties": {
                       "type": ["number", "null"]}},
-                  "counts": {"type": "object", "required": _STATES, "properties": {
-                      s: {"type": "integer", "minimum": 0} for s in _STATES}},
+                  "counts": {"type": "object", "required": _STATES, "description": "tasks "
+                             "by state, over the cluster, each counted once",
+                             "properties": {s: {"type": "integer", "minimum": 0}
+                                            for s in _STATES}},
+                  "copies": {"type": "object", "description": "copies by state, over the "
+                             "nodes that answered: a task has one per replica",
+                             "properties": {s: {"type": "integer", "minimum": 0}
+                                            for s in _STATES}},
                   "totals": {"type": "object", "description": "tasks enqueued, delivered and "
                              "failed (finally) since the nodes started, summed over the "
                              "cluster: the dashboard's rates", "properties": {
@@ -320,8 +329,7 @@ _ID = _path("id", _ID_PATTERN)
 _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                 "description": "the task's name when the body gives none",
                 "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_name}}
-_TASK_BODY = {"application/json": {"schema": {"anyOf": [_ref("TaskRequest"),
-                                                       _ref("TopicTaskRequest")]}},
+_TASK_BODY = {"application/json": {"schema": _ref("EnqueueRequest")},
               "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
 _ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
               "413": _answer("the body or a field is too large"),
@@ -441,6 +449,65 @@ _PATHS: dict[str, Any] = {
             "404": _answer("not a dashboard file")}}},
 }
 
+# (path, method) -> (operationId, tag): the names a code generator gives its functions
+# and the groups it files them in; tests/unit/http/test_openapi.py holds every operation
+# to one, each id used once.
+_TAGS = {"tasks": "enqueue, read, cancel and rerun tasks",
+         "queues": "queues: counts, lists and control, cluster-wide",
+         "schedules": "cron and interval schedules, cluster-wide",
+         "topics": "named lists of URLs a task fans out to",
+         "cluster": "the roster and this node's view of its targets",
+         "operations": "health, readiness, metrics, this description",
+         "dashboard": "the web console"}
+_OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("/queue", "post"): ("enqueue", "tasks"),
+    ("/queue/{queue}", "post"): ("enqueueInQueue", "tasks"),
+    ("/queue/{queue}/batch", "post"): ("enqueueBatch", "tasks"),
+    ("/tasks", "get"): ("findTaskByName", "tasks"),
+    ("/tasks/{id}", "get"): ("getTask", "tasks"),
+    ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
+    ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
+    ("/queues", "get"): ("listQueues", "queues"),
+    ("/queues/{queue}", "get"): ("getQueue", "queues"),
+    ("/queues/{queue}/tasks", "get"): ("listQueueTasks", "queues"),
+    ("/queues/{queue}/pause", "post"): ("pauseQueue", "queues"),
+    ("/queues/{queue}/resume", "post"): ("resumeQueue", "queues"),
+    ("/queues/{queue}/purge", "post"): ("purgeQueue", "queues"),
+    ("/queues/{queue}/failed/retry", "post"): ("retryFailedTasks", "queues"),
+    ("/queues/{queue}/failed/delete", "post"): ("deleteFailedTasks", "queues"),
+    ("/schedules", "get"): ("listSchedules", "schedules"),
+    ("/schedules", "post"): ("putSchedule", "schedules"),
+    ("/schedules/{sname}", "get"): ("getSchedule", "schedules"),
+    ("/schedules/{sname}", "delete"): ("deleteSchedule", "schedules"),
+    ("/schedules/{sname}/pause", "post"): ("pauseSchedule", "schedules"),
+    ("/schedules/{sname}/resume", "post"): ("resumeSchedule", "schedules"),
+    ("/topics", "get"): ("listTopics", "topics"),
+    ("/topics/{tname}", "get"): ("getTopic", "topics"),
+    ("/topics/{tname}", "put"): ("putTopic", "topics"),
+    ("/topics/{tname}", "delete"): ("deleteTopic", "topics"),
+    ("/cluster", "get"): ("getCluster", "cluster"),
+    ("/targets", "get"): ("listTargets", "cluster"),
+    ("/healthz", "get"): ("getHealth", "operations"),
+    ("/readyz", "get"): ("getReadiness", "operations"),
+    ("/metrics", "get"): ("getMetrics", "operations"),
+    ("/openapi.json", "get"): ("getOpenApi", "operations"),
+    ("/", "get"): ("getDashboard", "dashboard"),
+    ("/dashboard/{asset}", "get"): ("getDashboardAsset", "dashboard"),
+}
+
+
+def _named(paths: dict[str, Any]) -> dict[str, Any]:
+    """``paths`` with each operation's operationId and tag (those _OPERATIONS gives)."""
+    out: dict[str, Any] = {}
+    for path, ops in paths.items():
+        out[path] = {}
+        for method, op in ops.items():
+            name = _OPERATIONS.get((path, method))
+            out[path][method] = op if name is None else \
+                {"operationId": name[0], "tags": [name[1]], **op}
+    return out
+
+
 SPEC: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "Miyamoto", "version": __version__,
@@ -452,5 +519,6 @@ SPEC: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                        "description": "scopes admin, enqueue, read"}}},
     "security": [{"bearer": []}, {}],
-    "paths": _PATHS,
+    "tags": [{"name": k, "description": v} for k, v in _TAGS.items()],
+    "paths": _named(_PATHS),
 }

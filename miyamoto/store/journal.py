@@ -485,6 +485,18 @@ class Journal:
                 out.setdefault(q, {})[s] = n
         return out
 
+    def states(self, limit: int) -> list[tuple[str, str, str]] | None:
+        """(queue, state, id) of every copy, as the journal records them; None if there
+        are more than ``limit`` (one scan of the table: a cluster de-duplicates its copies
+        by id with it, so ``GET /queues`` counts tasks, not copies)."""
+        self._flush_for_read()
+        total = self._query("SELECT COALESCE(SUM(n), 0) FROM counts WHERE n > 0")[0][0]
+        if total > limit:
+            return None
+        rows = self._query("SELECT queue, state, id FROM tasks LIMIT ?", (limit + 1,))
+        return None if len(rows) > limit else [(q, s, i) for q, s, i in rows]
+
+
 def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:
     """The SQL parameters of one group: (rows, deletes, name_rows, name_dels, queue_rows)."""
     rows = []

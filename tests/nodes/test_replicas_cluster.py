@@ -155,6 +155,49 @@ def test_restored_copies_keep_one_offset_between_fire_times_with_replication_3(c
         assert all(abs(g - OFFSET) < 0.1 for g in gaps), (task_id, live, before)
 
 
+# ================================================================ counts of tasks, not copies
+
+
+def default_queue(node: NodeProcess) -> dict[str, Any]:
+    r = node.get("/queues", timeout=10)
+    assert r.status_code == 200, r.text
+    return next(q for q in r.json()["queues"] if q["name"] == "default")
+
+
+@pytest.mark.timeout(90)
+def test_queue_counts_count_tasks_not_copies_after_a_replica_is_killed_and_restarted(
+        cluster_factory, sink):
+    """A node killed after 15 tasks were delivered and before 15 more are due: the
+    first copies it holds are not there to count while it is down (the other copies
+    count those tasks), the survivors restore its live copies elsewhere, and its own
+    come back with it when it restarts (its first copies then beside their restored
+    twins, ended by the siblings' answers). GET /queues on every node says 30 tasks
+    throughout (25, then 35, if first copies were added up); copies are counted apart."""
+    nodes = cluster_factory(3, options={"replication": 2})
+    victim = nodes[1]
+    for i in range(15):  # through every node: the victim holds first copies too
+        nodes[i % 3].enqueue(url=sink.url_for("/w"))
+    sink.wait_for(count=15, path="/w", timeout=20)
+    wait_no_live_copies(nodes)
+    for i in range(15):
+        nodes[i % 3].enqueue(url=sink.url_for("/w"), countdown=4)
+    assert default_queue(nodes[0])["counts"]["scheduled"] == 15
+    victim.kill()
+    sink.wait_for(count=30, path="/w", timeout=40)
+    survivors = [n for n in nodes if n is not victim]
+    wait_no_live_copies(survivors)
+    for n in survivors:
+        assert default_queue(n)["counts"]["succeeded"] == 30, n.node_id
+    victim.restart().wait_ready()
+    wait_no_live_copies(nodes)  # the victim's stale copies asked and were told the end
+    for n in nodes:
+        q = default_queue(n)
+        assert q["counts"] == {"scheduled": 0, "running": 0, "succeeded": 30, "failed": 0,
+                               "cancelled": 0}, (n.node_id, q)
+        # two copies per task, and the victim's stale ones beside their restored twins
+        assert q["copies"]["succeeded"] > 60, (n.node_id, q)
+
+
 # ================================================================ min_replicas
 
 

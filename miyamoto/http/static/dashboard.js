@@ -272,12 +272,14 @@ function queueRates(name) {
 
 function renderQueues(queues) {
   const rows = queues.map((q) => {
-    const counts = q.counts || {};
+    const counts = q.counts || {};  // tasks, each once; q.copies counts every replica
+    const copies = q.copies || {};
     const r = queueRates(q.name);
     return el("tr", {"data-queue": q.name},
       el("td", {}, q.name),
       el("td", {class: q.paused ? "paused" : "running"}, q.paused ? "paused" : "running"),
-      ...STATES.map((s) => el("td", {class: `num count-${s}`}, counts[s] ?? 0)),
+      ...STATES.map((s) => el("td", {class: `num count-${s}`, title: `${counts[s] ?? 0} tasks, `
+        + `${copies[s] ?? 0} copies over the nodes`}, counts[s] ?? 0)),
       ...RATES.map((k) => el("td", {class: `num rate-${k}`}, rate(r ? r[k] : null))),
       el("td", {},
         q.paused ? el("button", {type: "button", class: "resume", onclick: () => control(q.name, "resume")}, "Resume")

@@ -22,7 +22,7 @@ from miyamoto.http import auth
 from miyamoto.http import dashboard
 from miyamoto.http.api import Api
 from miyamoto.engine.engine import Stats
-from miyamoto.cluster.queries import TOTAL_PREFIX, Queries
+from miyamoto.cluster.queries import COPIES_PREFIX, IDS_FLAG, TOTAL_PREFIX, Queries
 from miyamoto.tasks.validate import Limits
 
 pytestmark = pytest.mark.timeout(30)
@@ -202,7 +202,10 @@ class StubEngine:
         return self.names.get((queue, name))  # (the engine's: memory, else the journal)
 
     def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
-        return {"q": {"succeeded": 2}}
+        return {"q": {"succeeded": 2 if primary_only else 4}}
+
+    def copy_states(self, limit: int) -> None:
+        return None  # more copies than a node sends the ids of: the counts add up
 
 
 class StubRequests:
@@ -253,10 +256,13 @@ def test_totals_count_per_queue_and_add_up_over_the_cluster() -> None:
     q = queries({"counts": {"b": peer}})
     q.engine.stats = s
     local = q.counts_local()
-    assert local["q"] == {"succeeded": 2, TOTAL_PREFIX + "enqueued": 2,
-                          TOTAL_PREFIX + "delivered": 1, TOTAL_PREFIX + "failed": 1}
+    assert local["q"] == {"succeeded": 2, COPIES_PREFIX + "succeeded": 4,
+                          TOTAL_PREFIX + "enqueued": 2, TOTAL_PREFIX + "delivered": 1,
+                          TOTAL_PREFIX + "failed": 1}
+    assert local[IDS_FLAG] is False
     assert q.serve("counts", {}) == local
     merged = q.queue_counts()
-    assert merged["q"] == {"succeeded": 3, TOTAL_PREFIX + "enqueued": 7,
-                           TOTAL_PREFIX + "delivered": 5, TOTAL_PREFIX + "failed": 1}
+    assert merged["q"] == {"succeeded": 3, COPIES_PREFIX + "succeeded": 4,
+                           TOTAL_PREFIX + "enqueued": 7, TOTAL_PREFIX + "delivered": 5,
+                           TOTAL_PREFIX + "failed": 1}
     assert merged["z"] == {}

@@ -102,6 +102,15 @@ def test_journal_counts_and_list(journal_factory):
     assert len(j.list("other", "failed", 10)) == 2
 
 
+def test_journal_states_lists_every_copy_up_to_a_limit(journal_factory):
+    j = journal_factory()
+    j.put_many([jtask(i, state=State.SUCCEEDED, finished=float(i)) for i in range(3)]
+               + [jtask(10, queue="other")], wait=True)
+    assert sorted(j.states(4)) == [("other", "scheduled", "t00010"), ("q", "succeeded", "t00000"),
+                                   ("q", "succeeded", "t00001"), ("q", "succeeded", "t00002")]
+    assert j.states(3) is None  # more copies than asked for: none listed
+
+
 def test_journal_delete(journal_factory):
     j = journal_factory()
     j.put(jtask(1), wait=True)

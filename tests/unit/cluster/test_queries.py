@@ -1,0 +1,85 @@
+"""The cluster-wide queue counts (``miyamoto.cluster.queries``): each task counted once,
+at its most advanced copy, when every node sent its copies' ids; the sums of first
+copies otherwise. The engine and the peers are stubs; the merge is the real one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miyamoto.cluster.queries import COPIES_PREFIX, IDS_FLAG, IDS_PREFIX, Queries
+from miyamoto.engine.engine import Stats
+
+
+class Engine:
+    """A node holding the first copy of t1 (succeeded) and of t2 (scheduled)."""
+
+    def __init__(self, ids: bool = True) -> None:
+        self.stats = Stats()
+        self.ids = ids
+
+    def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
+        return {"q": {"succeeded": 1, "scheduled": 1}}
+
+    def copy_states(self, limit: int) -> dict[str, dict[str, list[str]]] | None:
+        return {"q": {"succeeded": ["t1"], "scheduled": ["t2"]}} if self.ids else None
+
+
+class Requests:
+    def __init__(self, answers: dict[str, Any]):
+        self.answers = answers
+
+    def ask_all(self, members: list[str], op: str, args: dict, timeout: float) -> dict:
+        return self.answers
+
+
+class Peers:
+    def others(self) -> list[str]:
+        return ["b", "c"]
+
+    def replay(self, task_id: str) -> None:
+        pass
+
+
+def counts(answers: dict[str, Any], ids: bool = True) -> dict[str, dict[str, int]]:
+    q = Queries("a", Engine(ids), Requests(answers), Peers(),  # type: ignore[arg-type]
+                timeout=1.0, offset=1.0, clock=lambda: 1000.0)
+    return q.queue_counts()
+
+
+def peer(first: dict[str, int], ids: dict[str, Any] | None) -> dict[str, Any]:
+    """A peer's answer to "counts": its first copies, its copies, and maybe their ids."""
+    q: dict[str, Any] = dict(first)
+    q.update({COPIES_PREFIX + s: len(v) for s, v in (ids or {}).items()})
+    q.update({IDS_PREFIX + s: v for s, v in (ids or {}).items()})
+    return {"q": q, IDS_FLAG: ids is not None}
+
+
+# b: a restored first copy of t1 (succeeded) and the second copy of t2, which it ran;
+# c: the second copy of t1 and the first copy of t3 (failed)
+B = ({"succeeded": 1, "running": 0}, {"succeeded": ["t1"], "running": ["t2"]})
+C = ({"failed": 1}, {"succeeded": ["t1"], "failed": ["t3"]})
+
+
+def test_every_task_is_counted_once_at_its_most_advanced_copy() -> None:
+    got = counts({"b": peer(*B), "c": peer(*C)})["q"]
+    assert {s: got.get(s, 0) for s in ("scheduled", "running", "succeeded", "failed")} == \
+        {"scheduled": 0, "running": 1, "succeeded": 1, "failed": 1}, got
+    assert got[COPIES_PREFIX + "succeeded"] == 3  # t1 three times: a, b (restored), c
+    assert got["cancelled"] == 0
+
+
+def test_without_every_node_s_ids_the_first_copies_add_up() -> None:
+    # t1's first copy on a and its restored twin on b: counted twice, as before
+    for answers, ids in (({"b": peer(B[0], None), "c": peer(*C)}, True),
+                         ({"b": peer(*B), "c": peer(*C)}, False)):
+        got = counts(answers, ids)["q"]
+        assert (got["succeeded"], got["scheduled"], got["failed"]) == (2, 1, 1), got
+
+
+def test_a_peer_s_ill_typed_ids_are_not_believed() -> None:
+    for bad in ([7], "t1", [{"id": "t1"}], ["x" * 600]):
+        b = peer(B[0], {"succeeded": bad})
+        got = counts({"b": b, "c": peer(*C)})["q"]
+        assert got["succeeded"] == 2, (bad, got)  # the sums: no id list was taken
+    got = counts({"b": "junk", "c": peer(*C)})["q"]  # a peer's answer that is no dict
+    assert (got["succeeded"], got["scheduled"], got["failed"]) == (1, 1, 1), got
