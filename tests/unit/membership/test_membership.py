@@ -1116,3 +1116,19 @@ def test_random_pauses_catch_a_stale_leader():
         except AssertionError:
             pass  # a liveness failure of the broken machine: not what we look for
     assert caught, "a stale leader's roster change went unnoticed"
+
+
+@pytest.mark.timeout(10)
+def test_two_nodes_with_one_id_refuse_each_other_and_each_is_told():
+    one = Membership(Member("a", "tcp://h1:6000", "h1:8000"), ["tcp://h2:6000"], T,
+                     random.Random(1), 0.0)
+    two = Membership(Member("a", "tcp://h2:6000", "h2:8000"), ["tcp://h1:6000"], T,
+                     random.Random(2), 0.0)
+    join = msgs.decode(Verb.JOIN, payload(two, Verb.JOIN))
+    told = one.step(Received("a", join), 0.5)
+    assert [(s.to, s.msg.verb, s.address) for s in told] == [(None, Verb.JOIN, "tcp://h2:6000")]
+    assert one.step(Received("a", join), 0.6) == []  # once per join_retry: no echo storm
+    assert verbs(one.step(Received("a", join), 0.5 + T.join_retry)) == [Verb.JOIN]
+    back = msgs.decode(Verb.JOIN, told[0].msg.payload())
+    assert verbs(two.step(Received("a", back), 0.7)) == [Verb.JOIN]  # the other side sees it
+    assert one.role == two.role == "joining" and not one.roster.members
