@@ -421,7 +421,8 @@ class Cluster:
             elif verb in _MEMBERSHIP:
                 assert self.membership is not None
                 msg = m.decode(verb, payload)
-                self.joinlog.heard(sender, msg, self.membership.incarnation, self.monotonic())
+                self.joinlog.heard(sender, msg, self.membership.incarnation, self.monotonic(),
+                                   self.membership.live_namesake(msg, self.monotonic()))
                 self._send_membership(self.membership.step(Received(sender, msg),
                                                            self.monotonic()))
                 self._check_roster()

@@ -296,6 +296,22 @@ class Membership:
         """
         return self._live.reachable(self._roster, self._role, self._leader, now)
 
+    def live_namesake(self, msg: mm.MembershipMessage, now: float) -> Member | None:
+        """The live member whose id a JOIN takes from another address, if any.
+
+        A JOIN under a member's id with a new incarnation is that member restarted, and
+        replaces it; but when it comes from another cluster address while the member is
+        still heard (``reachable``), it is a second node with the same id, which would
+        otherwise push the live one out: refused (the layer logs it). A member that
+        really moved is admitted once its old process is no longer heard."""
+        if not isinstance(msg, mm.Join) or msg.sender.id == self._me.id:
+            return None
+        old = self._roster.get(msg.sender.id)
+        if old is None or old.cluster == msg.sender.cluster \
+                or self._roster.has(old.id, msg.inc) or old.id not in self.reachable(now):
+            return None
+        return old
+
     def next_deadline(self) -> float:
         """The earliest time at which a ``Tick`` has something to do (at most a heartbeat
         interval after the last ``now`` seen, so that a driven node never looks stalled)."""
@@ -368,6 +384,8 @@ class Membership:
                         msg.verb.value, sender, msg.sender.id)
             return []
         if isinstance(msg, mm.Join):
+            if self.live_namesake(msg, now) is not None:
+                return []  # not a restart: another node with a live member's id
             self._changes.saw_join(sender, msg.inc)
         if self._roster.has(sender, msg.inc):
             self._live.heard[sender] = now

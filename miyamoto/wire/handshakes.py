@@ -67,6 +67,8 @@ class HandshakeWatch:
                 self._peers.clear()
             self._peers[value] = peer_of(value)
         elif kind in (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
+            if len(self._failed) >= MAX_PEERS:
+                del self._failed[0]
             self._failed.append("key" if value in KEY_ERRORS else "protocol")
         elif kind == zmq.EVENT_DISCONNECTED:
             address = self._peers.pop(value, "?")

@@ -68,3 +68,20 @@ def test_a_healthy_join_warns_of_nothing(cluster_factory):
     for n in nodes:
         text = n.log_text()
         assert SILENCE not in text and "dropped" not in text and "refused" not in text, text
+
+
+@pytest.mark.timeout(40)
+def test_a_node_with_a_live_members_id_is_refused_and_the_member_stays(cluster_factory,
+                                                                        tmp_path: Path,
+                                                                        proc_registry):
+    a, b = cluster_factory(2, ids=["a", "b"])
+    twin = NodeProcess(tmp_path / "twin", "b", seeds=[a.cluster_addr], registry=proc_registry)
+    twin.start()
+    wait_until(lambda: "uses the id 'b' of the live member" in a.log_text(), timeout=loaded(15),
+               what="the leader's clash error")
+    line = next(ln for ln in a.log_text().splitlines() if "of the live member" in ln)
+    assert "ERROR" in line and twin.cluster_addr in line and b.cluster_addr in line, line
+    wait_until(lambda: SILENCE in twin.log_text(), timeout=loaded(15), what="the twin's warning")
+    view = a.get("/cluster").json()
+    assert sorted(m["id"] for m in view["members"]) == ["a", "b"], view
+    assert any(m["cluster"] == b.cluster_addr for m in view["members"] if m["id"] == "b"), view
