@@ -22,12 +22,13 @@ retries depends on whether it is safe to send twice (``retry_policy``):
 * a 503, a reset or a read timeout came after the request may have been acted on: only a
   *safe* call retries them. Safe: every read (GET), every control call (pause, resume,
   purge, cancel, retry, the failed-list calls: each leaves the same state when repeated;
-  a repeated cancel or retry of what the first one did answers Conflict), every schedule
+  a repeat of a cancel or retry that was done answers Conflict or NotFound), every schedule
   and topic write (a put replaces; a delete of what is gone is NotFound), and an enqueue
   whose every task is *named* (a ``name``, or ``dedupe="content"``, which the server turns
   into one): the server de-duplicates names, so a named task sent twice is stored once.
   An unnamed enqueue sent again after its answer was lost could be stored twice, so that
-  is left to the caller.
+  is left to the caller. (A named enqueue whose earlier try was stored, its answer lost,
+  answers ``DuplicateTask`` on the retry: its ``.id`` is that stored task.)
 
 A node that failed is left for the next one in the list (for later calls too: the client
 stays on the node that last answered). Switching to a node this call has not tried yet
