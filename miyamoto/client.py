@@ -11,16 +11,31 @@ name is ``DuplicateTask`` carrying the original ``.id``, a rejected field is
 ``NotFound``, another 409 ``Conflict``, and a 503 or a node that cannot be reached is
 ``Unavailable``.
 
-Retries: a 503 (too few replicas answered, or the node is stopping) or a refused
-connection is retried only for a call that is safe to send twice. That is an enqueue
-whose every task is *named* (a ``name``, or ``dedupe="content"``, which the server
-turns into one): the server de-duplicates names, so a named task sent twice is stored
-once, while an unnamed task sent again after an answer was lost could be stored twice,
-so that is left to the caller. It is also every schedule and topic write: a put
-replaces and a delete of what is gone is NotFound (a leader change answers 503 for a
-moment). Attempts are bounded (``retries``), spaced by exponential backoff with full
-jitter (AWS's "Exponential Backoff and Jitter": no herd of clients retrying in step),
-and all of them together fit in ``timeout``.
+Several nodes, failover and retries: ``Client(["http://a:8088", "http://b:8088"])``
+talks to one node at a time and moves to the next on a failure that says "this node
+cannot serve you now": a refused connection (or one that timed out while connecting),
+a 503 (the node is not (yet) a roster member, cannot hear a majority, is stopping, or
+too few replicas stored the task), a reset or a read timeout. Which of these a call
+retries depends on whether it is safe to send twice (``retry_policy``):
+
+* a refused connection, or a connect timeout, never reached a node: every call retries it;
+* a 503, a reset or a read timeout came after the request may have been acted on: only a
+  *safe* call retries them. Safe: every read (GET), every control call (pause, resume,
+  purge, cancel, retry, the failed-list calls: each leaves the same state when repeated;
+  a repeat of a cancel or retry that was done answers Conflict or NotFound), every schedule
+  and topic write (a put replaces; a delete of what is gone is NotFound), and an enqueue
+  whose every task is *named* (a ``name``, or ``dedupe="content"``, which the server turns
+  into one): the server de-duplicates names, so a named task sent twice is stored once.
+  An unnamed enqueue sent again after its answer was lost could be stored twice, so that
+  is left to the caller. (A named enqueue whose earlier try was stored, its answer lost,
+  answers ``DuplicateTask`` on the retry: its ``.id`` is that stored task.)
+
+A node that failed is left for the next one in the list (for later calls too: the client
+stays on the node that last answered). Switching to a node this call has not tried yet
+is immediate; going back to one that already failed waits an exponential backoff with
+full jitter (AWS's "Exponential Backoff and Jitter": no herd of clients retrying in
+step), a Retry-After as its floor. Attempts are bounded (``retries``) and all of them,
+waits included, fit in ``timeout``.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
 import requests
+from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
 from miyamoto.version import __version__
 
@@ -92,9 +108,18 @@ class Forbidden(MiyamotoError):
 class Unavailable(MiyamotoError):
     """503 (the node is stopping, or too few replicas stored the task), or the node
     could not be reached at all (``status`` None). ``retry_after``: the answer's
-    Retry-After in seconds, if it gave one."""
+    Retry-After in seconds, if it gave one; ``reached``: False when the request never
+    got to a node (connection refused, connect timeout), so it cannot have been acted on."""
 
     retry_after: float | None = None
+    reached: bool = True
+
+
+def retry_policy(safe: bool, error: Unavailable) -> bool:
+    """Whether a call may be sent again (to the next node) after ``error``: always when
+    the request never reached a node, else only for a call that is ``safe`` to repeat
+    (see the module docstring for which calls are)."""
+    return safe or not error.reached
 
 
 _BY_STATUS: dict[int, type[MiyamotoError]] = {
@@ -113,14 +138,20 @@ def error_for(status: int, body: Mapping[str, Any]) -> MiyamotoError:
 
 
 class Client:
-    """One node's API. ``base_url`` is e.g. ``http://127.0.0.1:8088``; ``token`` an API
+    """A cluster's API, through one or more of its nodes. ``base_url`` is one node, e.g.
+    ``http://127.0.0.1:8088``, or a list of them (a string of comma-separated URLs too):
+    the client fails over between them (see the module docstring). ``token`` is an API
     bearer token (see the server's ``api_tokens``); ``timeout`` bounds each call,
-    retries included; ``retries`` is the most attempts a named enqueue makes."""
+    retries included; ``retries`` is the most attempts a call makes."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8088", token: str | None = None,
-                 timeout: float = 30.0, retries: int = 5, session: requests.Session | None = None,
-                 rng: random.Random | None = None):
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, base_url: str | Sequence[str] = "http://127.0.0.1:8088",
+                 token: str | None = None, timeout: float = 30.0, retries: int = 10,
+                 session: requests.Session | None = None, rng: random.Random | None = None):
+        urls = base_url.split(",") if isinstance(base_url, str) else list(base_url)
+        self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
+        if not self.urls:
+            raise ValueError("Client needs at least one node URL")
+        self._at = 0  # the node the next call goes to
         self.timeout = float(timeout)
         self.retries = max(1, int(retries))
         self.session = session or requests.Session()
@@ -128,6 +159,11 @@ class Client:
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self._rng = rng or random.Random()
+
+    @property
+    def base_url(self) -> str:
+        """The node the next call goes to."""
+        return self.urls[self._at % len(self.urls)]
 
     # ------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -140,7 +176,7 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:  # never the token
-        return f"Client({self.base_url!r})"
+        return f"Client({self.urls[0] if len(self.urls) == 1 else self.urls!r})"
 
     # ------------------------------------------------------------ tasks
     def enqueue(self, url: str, params: Mapping[str, Any] | None = None,
@@ -155,7 +191,7 @@ class Client:
         like a named one: sent twice, it is stored once."""
         task = _task(url, params, fields)
         named = task.get("name") is not None or task.get("dedupe") == "content"
-        return self._call("POST", "/queue", json=task, retry=named)
+        return self._call("POST", "/queue", json=task, safe=named)
 
     def enqueue_batch(self, tasks: Iterable[Mapping[str, Any]],
                       queue: str = "default") -> list[dict[str, Any]]:
@@ -166,7 +202,7 @@ class Client:
         body = [{k: v for k, v in t.items() if v is not None} for t in tasks]
         named = bool(body) and all(t.get("name") is not None or t.get("dedupe") == "content"
                                    for t in body)
-        answer = self._call("POST", f"/queue/{_seg(queue)}/batch", json=body, retry=named)
+        answer = self._call("POST", f"/queue/{_seg(queue)}/batch", json=body, safe=named)
         return list(answer.get("tasks", []))
 
     def get(self, task_id: str) -> dict[str, Any]:
@@ -181,11 +217,11 @@ class Client:
     def cancel(self, task_id: str) -> dict[str, Any]:
         """Cancel a scheduled task on every replica, or delete a failed one (state
         "deleted"); Conflict if it succeeded."""
-        return self._call("DELETE", f"/tasks/{_seg(task_id)}")
+        return self._call("DELETE", f"/tasks/{_seg(task_id)}", safe=True)
 
     def retry(self, task_id: str) -> dict[str, Any]:
         """Run a failed (or cancelled) task again."""
-        return self._call("POST", f"/tasks/{_seg(task_id)}/retry")
+        return self._call("POST", f"/tasks/{_seg(task_id)}/retry", safe=True)
 
     def tasks(self, queue: str = "default", state: str = "scheduled",
               limit: int = 100) -> list[dict[str, Any]]:
@@ -204,23 +240,23 @@ class Client:
 
     def pause(self, queue: str) -> dict[str, Any]:
         """Stop starting deliveries of a queue, on every node."""
-        return self._call("POST", f"/queues/{_seg(queue)}/pause")
+        return self._call("POST", f"/queues/{_seg(queue)}/pause", safe=True)
 
     def resume(self, queue: str) -> dict[str, Any]:
-        return self._call("POST", f"/queues/{_seg(queue)}/resume")
+        return self._call("POST", f"/queues/{_seg(queue)}/resume", safe=True)
 
     def purge(self, queue: str) -> dict[str, Any]:
         """Drop every scheduled task of a queue; the answer's ``purged`` counts them."""
-        return self._call("POST", f"/queues/{_seg(queue)}/purge")
+        return self._call("POST", f"/queues/{_seg(queue)}/purge", safe=True)
 
     def retry_failed(self, queue: str) -> dict[str, Any]:
         """Run every failed task of a queue again: ``count`` tasks, ``more`` if some
         node held more than one request does (call again)."""
-        return self._call("POST", f"/queues/{_seg(queue)}/failed/retry")
+        return self._call("POST", f"/queues/{_seg(queue)}/failed/retry", safe=True)
 
     def delete_failed(self, queue: str) -> dict[str, Any]:
         """Delete every failed task of a queue (``count``, ``more`` as retry_failed)."""
-        return self._call("POST", f"/queues/{_seg(queue)}/failed/delete")
+        return self._call("POST", f"/queues/{_seg(queue)}/failed/delete", safe=True)
 
     # ------------------------------------------------------------ schedules
     def schedule(self, name: str, task: Mapping[str, Any], *, cron: str | None = None,
@@ -237,7 +273,7 @@ class Client:
                            ("cron_seconds_last", cron_seconds_last)):
             if value is not None:
                 body[key] = value
-        return self._call("POST", "/schedules", json=body, retry=True)
+        return self._call("POST", "/schedules", json=body, safe=True)
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule with its next fire times and last task ids."""
@@ -248,19 +284,19 @@ class Client:
 
     def unschedule(self, name: str) -> dict[str, Any]:
         """Delete a schedule (NotFound if there is none)."""
-        return self._call("DELETE", f"/schedules/{_seg(name)}", retry=True)
+        return self._call("DELETE", f"/schedules/{_seg(name)}", safe=True)
 
     def pause_schedule(self, name: str) -> dict[str, Any]:
-        return self._call("POST", f"/schedules/{_seg(name)}/pause", retry=True)
+        return self._call("POST", f"/schedules/{_seg(name)}/pause", safe=True)
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
-        return self._call("POST", f"/schedules/{_seg(name)}/resume", retry=True)
+        return self._call("POST", f"/schedules/{_seg(name)}/resume", safe=True)
 
     # ------------------------------------------------------------ topics
     def put_topic(self, name: str, urls: Sequence[str]) -> dict[str, Any]:
         """Create or replace a fan-out topic: enqueueing with it makes one task per URL."""
         return self._call("PUT", f"/topics/{_seg(name)}", json={"urls": list(urls)},
-                          retry=True)
+                          safe=True)
 
     def topics(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/topics").get("topics", []))
@@ -269,7 +305,7 @@ class Client:
         return self._call("GET", f"/topics/{_seg(name)}")
 
     def delete_topic(self, name: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/topics/{_seg(name)}", retry=True)
+        return self._call("DELETE", f"/topics/{_seg(name)}", safe=True)
 
     def publish(self, topic: str, params: Mapping[str, Any] | None = None,
                 **fields: Any) -> dict[str, Any]:
@@ -279,7 +315,7 @@ class Client:
         if params:
             body["params"] = dict(params)
         body.update({k: v for k, v in fields.items() if v is not None})
-        return self._call("POST", "/queue", json=body, retry=body.get("name") is not None)
+        return self._call("POST", "/queue", json=body, safe=body.get("name") is not None)
 
     # ------------------------------------------------------------ operations
     def cluster(self) -> dict[str, Any]:
@@ -292,22 +328,31 @@ class Client:
         return list(self._call("GET", "/targets").get("targets", []))
 
     # ------------------------------------------------------------ the wire
-    def _call(self, method: str, path: str, *, retry: bool = False, **kw: Any) -> dict[str, Any]:
-        """One API call; with ``retry``, 503s and refused connections are tried again
-        with backoff while attempts and the deadline last."""
+    def _call(self, method: str, path: str, *, safe: bool | None = None,
+              **kw: Any) -> dict[str, Any]:
+        """One API call, failing over between the nodes as ``retry_policy`` allows while
+        attempts and the deadline last. ``safe``: the call may be sent twice (default:
+        a GET is, nothing else)."""
+        safe = method == "GET" if safe is None else safe
         deadline = time.monotonic() + self.timeout
+        failed: set[int] = set()  # nodes that failed during this call
         attempt = 0
         while True:
             attempt += 1
-            left = deadline - time.monotonic()
+            at = self._at % len(self.urls)
             try:
-                return self._once(method, path, max(left, 0.001), **kw)
+                return self._once(method, self.urls[at], path,
+                                  max(deadline - time.monotonic(), 0.001), **kw)
             except Unavailable as e:
-                wait = self._backoff(attempt, e)
-                if not retry or attempt >= self.retries or time.monotonic() + wait >= deadline:
+                failed.add(at)
+                self._at = at + 1  # this node failed: the next call starts elsewhere
+                wait = 0.0 if self._at % len(self.urls) not in failed else \
+                    self._backoff(attempt, e)
+                if (not retry_policy(safe, e) or attempt >= self.retries
+                        or time.monotonic() + wait >= deadline):
                     raise
-                log.info("miyamoto client: %s %s: %s; retry %d in %.2f s", method, path,
-                         e.message, attempt, wait)
+                log.info("miyamoto client: %s %s: %s; attempt %d to %s in %.2f s", method,
+                         path, e.message, attempt + 1, self.base_url, wait)
                 time.sleep(wait)
 
     def _backoff(self, attempt: int, error: "Unavailable") -> float:
@@ -316,14 +361,19 @@ class Client:
         after = error.retry_after
         return wait if after is None else max(wait, min(after, BACKOFF_CAP))
 
-    def _once(self, method: str, path: str, timeout: float, **kw: Any) -> dict[str, Any]:
-        url = self.base_url + path
+    def _once(self, method: str, base: str, path: str, timeout: float,
+              **kw: Any) -> dict[str, Any]:
+        url = base + path
         try:
             resp = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kw)
+        except requests.ConnectTimeout:
+            raise _unreached(f"cannot reach {base}: no connection within {timeout:.3g} s") from None
         except requests.ConnectionError as e:
-            raise Unavailable(f"cannot reach {self.base_url}: {_reason(e)}") from None
+            error = Unavailable(f"cannot reach {base}: {_reason(e)}")
+            error.reached = not _never_sent(e)
+            raise error from None
         except requests.Timeout:
-            raise Unavailable(f"{self.base_url} did not answer within {timeout:.3g} s") from None
+            raise Unavailable(f"{base} did not answer within {timeout:.3g} s") from None
         except requests.RequestException as e:
             raise MiyamotoError(f"{method} {url}: {e}") from None
         body = _json(resp)
@@ -333,6 +383,32 @@ class Client:
         if isinstance(error, Unavailable):
             error.retry_after = _retry_after(resp.headers.get("Retry-After"))
         raise error
+
+
+def _unreached(message: str) -> Unavailable:
+    error = Unavailable(message)
+    error.reached = False
+    return error
+
+
+def _never_sent(e: BaseException) -> bool:
+    """Whether a connection error happened before a byte of the request left: urllib3's
+    NewConnectionError (refused, unreachable, no such host) is raised while connecting;
+    a reset or a closed connection after that may follow a request the node acted on."""
+    seen: BaseException | None = e
+    for _ in range(10):  # requests wraps urllib3's MaxRetryError, whose reason is the cause
+        if seen is None:
+            return False
+        if isinstance(seen, (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError)):
+            return True
+        if isinstance(seen, MaxRetryError):
+            seen = seen.reason
+            continue
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None and seen.args and isinstance(seen.args[0], BaseException):
+            nxt = seen.args[0]
+        seen = nxt
+    return False
 
 
 def _task(url: str, params: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:

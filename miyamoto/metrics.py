@@ -362,7 +362,11 @@ class NodeCollector(Collector):
         yield fam
         yield _counter("miyamoto_cluster_handler_errors", "received messages whose handling "
                        "raised", stats.handler_errors)
-        yield _counter("miyamoto_cluster_zap_denied", "peers refused by the CURVE key check",
-                       stats.zap_denied)
+        yield _counter("miyamoto_cluster_auth_refused", "peers refused at the cluster port "
+                       "for their key: a CURVE handshake with another key pair, or a key the "
+                       "ZAP check does not admit", stats.auth_refused)
+        yield _counter("miyamoto_cluster_zap_denied", "peers refused by the ZAP key check "
+                       "(a part of miyamoto_cluster_auth_refused_total, kept for dashboards "
+                       "that use it)", stats.zap_denied)
         yield _counter("miyamoto_cluster_strangers", "messages dropped: the sender is not a "
                        "member", strangers)

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/chaos.py pause [--seed 1] [--pauses leader,leader,follower,follower]
     .venv/bin/python scripts/chaos.py kill [--seed 1] [--duration 120]
+    .venv/bin/python scripts/chaos.py kill --client one-node --unnamed   (a naive client)
 
 pause: SIGSTOP a node for --pause-s (10 s), SIGCONT, wait until the cluster agrees again
        and --gap-s more, once per role in --pauses (the leader twice, then a follower
@@ -11,7 +12,11 @@ kill:  kill -9 a random node every 4-8 s and start it again 2-5 s later, for --d
 
 Nodes run with the server's default timings (replica_offset 5 s, heartbeat 0.5 s,
 failure timeout 3 s), replication --replication (2). The stream is --rate (100)
-enqueues/s round-robin over all nodes, bounded in count and time; the sink counts
+enqueues/s round-robin over all nodes, bounded in count and time, of named tasks sent
+through miyamoto.Client with every node's URL (--client failover: a refused connection
+or a 503 moves the enqueue to another node), or with plain requests to one node each
+(--client one-node), and --unnamed for tasks without names (not retried after a 503);
+enqueue_errors counts the enqueues that failed at the client. The sink counts
 deliveries by X-Task-Id. After the faults every acknowledged task gets --drain-s to be
 delivered and --grace-s more for late duplicates; then ONE JSON line on stdout:
 acknowledged, delivered, lost, duplicates (extra deliveries), duplicated_tasks,
@@ -33,6 +38,8 @@ import time
 from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# this checkout's miyamoto (the stream's Client), not an installed one
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import HarnessError  # noqa: E402  (scripts/ is not a package)
 from harness.chaos import Options, Scenario  # noqa: E402
 
@@ -66,6 +73,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, bool]:
     p.add_argument("--grace-s", type=float, default=6.0, help="seconds to catch late duplicates")
     p.add_argument("--node-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--log-level", default="info", help="nodes' --log-level")
+    p.add_argument("--client", choices=["failover", "one-node"], default="failover",
+                   help="the stream's client (default failover: miyamoto.Client, all nodes)")
+    p.add_argument("--unnamed", action="store_true", help="tasks without names")
     p.add_argument("--keep-dir", action="store_true", help="keep the node logs and data")
     a = p.parse_args(argv)
     roles = [r for r in a.pauses.split(",") if r]
@@ -78,7 +88,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, bool]:
                    duration_s=a.duration, kill_every=a.kill_every,
                    restart_after=a.restart_after, drain_s=a.drain_s, grace_s=a.grace_s,
                    node_env=dict(kv.split("=", 1) for kv in a.node_env),
-                   log_level=a.log_level)
+                   log_level=a.log_level, client=a.client, named=not a.unnamed)
     return opts, a.keep_dir
 
 

@@ -29,8 +29,10 @@ class UsageError(Exception):
 def add_commands(sub: Any) -> None:
     """Add every client command to the ``miyamoto`` subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", help=f"node to talk to (default $MIYAMOTO_SERVER or "
-                                         f"{DEFAULT_SERVER})")
+    common.add_argument("--server", help=f"node to talk to, or several (a,b,c: a call that is "
+                                         f"safe to repeat moves to the next on a refused "
+                                         f"connection or a 503); default $MIYAMOTO_SERVER "
+                                         f"or {DEFAULT_SERVER}")
     common.add_argument("--token", help="API bearer token (default $MIYAMOTO_TOKEN; never put "
                                         "one in shell history)")
     common.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -204,10 +206,9 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
         token = args.token or os.environ.get("MIYAMOTO_TOKEN") or \
             os.environ.get("MIYAMOTO_API_TOKEN")  # the older name, kept as an alias
         server = args.server or os.environ.get("MIYAMOTO_SERVER") or DEFAULT_SERVER
-        if "://" not in server:  # 127.0.0.1:8088, as the node's own --http option is given
-            server = "http://" + server
+        servers = _servers(server)
         try:
-            with Client(server, token=token, timeout=args.request_timeout) as client:
+            with Client(servers, token=token, timeout=args.request_timeout) as client:
                 return fn(client, args)
         except UsageError as e:
             print(f"miyamoto {args.command}: {e}", file=sys.stderr)
@@ -225,6 +226,13 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
             return 1
 
     return run
+
+
+def _servers(text: str) -> list[str]:
+    """``a,b,c`` -> one URL each; 127.0.0.1:8088, as the node's own --http option is
+    given, gets http://."""
+    urls = [s.strip() for s in text.split(",") if s.strip()]
+    return [u if "://" in u else "http://" + u for u in urls] or [DEFAULT_SERVER]
 
 
 def _holders(task_id: Any, body: dict[str, Any]) -> str:

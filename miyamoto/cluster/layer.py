@@ -28,6 +28,7 @@ import gevent.pool
 from miyamoto.cluster import clockmessages as cm
 from miyamoto.cluster.clocks import PeerClocks
 from miyamoto.cluster.coordinator import Coordinator
+from miyamoto.cluster.joinlog import JoinLog
 from miyamoto.cluster.queries import Queries
 from miyamoto.cluster.requests import Requests
 from miyamoto.config.settings import Config
@@ -37,6 +38,7 @@ from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.membership.machine import Leave, Member, Membership, Received, Roster, Tick, \
                                         Timing
+from miyamoto.membership.roster import JOINING
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
@@ -131,6 +133,7 @@ class Cluster:
                                cfg.replication_timeout, cfg.replica_offset, clock)
         self._next_probe = 0.0
         self.membership: Membership | None = None
+        self.joinlog = JoinLog(self.me, (), monotonic())  # start() gives it the seeds
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
@@ -155,6 +158,7 @@ class Cluster:
         self.membership = Membership(me, seeds, timing,
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
+        self.joinlog = JoinLog(self.me, seeds, self.monotonic())
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
             self._step(ev.Reloaded(tuple(self.engine.live)))  # (those paged in later: _Hooks)
         else:  # none asks: nothing went on without this node
@@ -205,6 +209,7 @@ class Cluster:
         mono = self.monotonic()
         self._send_membership(self.membership.step(Tick(), mono))
         self._check_roster()
+        self.joinlog.tick(self.membership.role == JOINING, mono)
         if mono >= self._next_probe:
             self._next_probe = mono + self.config.heartbeat_interval
             for mem in self.others():
@@ -417,6 +422,8 @@ class Cluster:
             elif verb in _MEMBERSHIP:
                 assert self.membership is not None
                 msg = m.decode(verb, payload)
+                self.joinlog.heard(sender, msg, self.membership.incarnation, self.monotonic(),
+                                   self.membership.live_namesake(msg, self.monotonic()))
                 self._send_membership(self.membership.step(Received(sender, msg),
                                                            self.monotonic()))
                 self._check_roster()

@@ -64,7 +64,8 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("max_batch", value.int_ge(1), 1000, "most tasks in one batch request"),
 ), *_group(
     "cluster",
-    Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT)",
+    Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT, "
+            "HOSTNAME-HTTPHOST-HTTPPORT when the HTTP host is not 127.0.0.1, localhost or 0.0.0.0)",
             metavar="ID"),
     Setting("cluster", value.zmq_endpoint, "tcp://127.0.0.1:6000", "cluster (ZeroMQ) endpoint"),
     Setting("advertise", value.stripped, "", "cluster endpoint peers use to reach this node (default: cluster)",
@@ -353,7 +354,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         else:
             values[s.name] = s.default
     if not values["node"]:
-        values["node"] = f"{socket.gethostname()}-{values['http'].rpartition(':')[2]}"
+        values["node"] = default_node_id(socket.gethostname(), values["http"])
     if not values["zone"]:
         values["zone"] = socket.gethostname() or values["node"]
     if not values["advertise"]:
@@ -383,6 +384,27 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
             _check_queue_name(name)
             queues[name] = _parse_queue(name, items, default_q)
     return Config(queues=queues, **values)
+
+
+PLAIN_HTTP_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0")
+
+
+def default_node_id(hostname: str, http: str) -> str:
+    """A node's id when ``node`` is not set: ``HOSTNAME-PORT``, with the HTTP host in it
+    (``HOSTNAME-HOST-PORT``) unless it is one of ``PLAIN_HTTP_HOSTS``.
+
+    Why the HTTP address: an id must be unique among the live nodes and stable across
+    restarts. Two live nodes on one host never listen on the same HTTP host and port (the
+    second bind fails), and those three hosts cannot be bound together on one port, so
+    this is unique per host; the cluster port is not (a keyless node binds none), nor is
+    the data dir (a relative path). Nodes on 127.0.0.2-4:8088 used to all take
+    ``HOSTNAME-8088`` and never formed a cluster; a node on 127.0.0.1 keeps its old id.
+    """
+    host, _, port = http.rpartition(":")
+    host = host.strip("[]")
+    if not host or host in PLAIN_HTTP_HOSTS:
+        return f"{hostname}-{port}"
+    return f"{hostname}-{host.replace(':', '.')}-{port}"
 
 
 def _check_cluster_keys(values: Mapping[str, Any]) -> None:

@@ -144,6 +144,8 @@ __all__ = ["VERBS", "MAX_TERM", "Event", "Leave", "Member", "Membership", "Recei
 
 log = logging.getLogger(__name__)
 
+MAX_CLASHES = 64  # addresses of nodes with our id remembered at once
+
 VERBS = frozenset({Verb.JOIN, Verb.REDIRECT, Verb.ROSTER, Verb.HEARTBEAT,
                    Verb.HEARTBEAT_ACK, Verb.VOTE_REQUEST, Verb.VOTE, Verb.LEAVE})
 
@@ -224,6 +226,7 @@ class Membership:
         self._join_target: tuple[str | None, str] | None = None  # (leader id, address)
         # leader
         self._heartbeat_at = float("inf")
+        self._clash_told: dict[str, float] = {}  # address of a node with our id -> next
 
         if not self._seeds:  # a cluster of one: lead it at once
             self._term = 1
@@ -293,6 +296,22 @@ class Membership:
         """
         return self._live.reachable(self._roster, self._role, self._leader, now)
 
+    def live_namesake(self, msg: mm.MembershipMessage, now: float) -> Member | None:
+        """The live member whose id a JOIN takes from another address, if any.
+
+        A JOIN under a member's id with a new incarnation is that member restarted, and
+        replaces it; but when it comes from another cluster address while the member is
+        still heard (``reachable``), it is a second node with the same id, which would
+        otherwise push the live one out: refused (the layer logs it). A member that
+        really moved is admitted once its old process is no longer heard."""
+        if not isinstance(msg, mm.Join) or msg.sender.id == self._me.id:
+            return None
+        old = self._roster.get(msg.sender.id)
+        if old is None or old.cluster == msg.sender.cluster \
+                or self._roster.has(old.id, msg.inc) or old.id not in self.reachable(now):
+            return None
+        return old
+
     def next_deadline(self) -> float:
         """The earliest time at which a ``Tick`` has something to do (at most a heartbeat
         interval after the last ``now`` seen, so that a driven node never looks stalled)."""
@@ -358,15 +377,33 @@ class Membership:
         if self._role == LEFT or handler is None:
             return []
         self._observe(now)
-        if msg.sender.id != sender or sender == self._me.id:
+        if sender == self._me.id and msg.sender.id == sender:
+            return self._clash(msg, now)
+        if msg.sender.id != sender:
             log.warning("dropped %s from %.80r: the payload names sender %.80r",
                         msg.verb.value, sender, msg.sender.id)
             return []
         if isinstance(msg, mm.Join):
+            if self.live_namesake(msg, now) is not None:
+                return []  # not a restart: another node with a live member's id
             self._changes.saw_join(sender, msg.inc)
         if self._roster.has(sender, msg.inc):
             self._live.heard[sender] = now
         return getattr(self, handler)(msg, now)
+
+    def _clash(self, msg: mm.MembershipMessage, now: float) -> list[Send]:
+        """Another live node uses our id (our own message, echoed, has our incarnation).
+        Nothing it says is taken; it is told, by a JOIN of ours to its address (at most
+        once per ``join_retry``, so two such nodes do not echo each other forever),
+        which it drops the same way: each side sees the clash (the layer logs it)."""
+        address = msg.sender.cluster
+        if msg.inc == self._inc or address == self._me.cluster \
+                or now < self._clash_told.get(address, float("-inf")):
+            return []
+        if len(self._clash_told) >= MAX_CLASHES:
+            self._clash_told.clear()
+        self._clash_told[address] = now + self._t.join_retry
+        return [Send(None, self._join_msg(), address)]
 
     def _leave(self, now: float) -> list[Send]:
         role, self._role = self._role, LEFT

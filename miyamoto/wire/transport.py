@@ -45,6 +45,7 @@ from gevent.pool import Group
 from zmq.utils import z85
 
 from miyamoto.wire import verbs as protocol
+from miyamoto.wire.handshakes import EVENTS, HandshakeWatch
 from miyamoto.wire.verbs import DecodeError, Verb
 from miyamoto.wire.zmqio import NOBLOCK, Readable, send_frames
 
@@ -117,6 +118,8 @@ class TransportStats:
     sent: int = 0
     send_failed: int = 0  # peer not connected, HWM reached, bad address
     zap_denied: int = 0  # CURVE clients refused by the ZAP handler
+    # refused keys: ZAP denials and CURVE handshakes that failed (another key pair)
+    auth_refused: int = 0
     # (verb, "sent" | "received" | "dropped") -> messages; verb "invalid" if undecodable
     messages: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -216,6 +219,7 @@ class Transport:
         self._router: zmq.Socket | None = None
         self._zap: zmq.Socket | None = None
         self._zap_greenlet: gevent.Greenlet | None = None
+        self._monitor: zmq.Socket | None = None
         self._dealers: dict[str, zmq.Socket] = {}
         self._group = Group()
         self._started = False
@@ -252,6 +256,12 @@ class Transport:
                 router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
             router.bind(self.bind)
             self._address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+            if self.curve is not None:
+                self._monitor = router.get_monitor_socket(EVENTS)
+                self._monitor.setsockopt(zmq.LINGER, 0)
+                watch = HandshakeWatch(self._monitor, self._handshake_refused,
+                                       lambda: self._stopped)
+                self._group.spawn(watch.serve)
         except BaseException:
             self.stop()
             raise
@@ -274,7 +284,7 @@ class Transport:
         for sock in list(self._dealers.values()):
             sock.close(linger=0)
         self._dealers.clear()
-        for sock in (self._router, self._zap):
+        for sock in (self._monitor, self._router, self._zap):
             if sock is not None:
                 sock.close(linger=0)
         if self._ctx is not None:
@@ -485,11 +495,22 @@ class Transport:
                                b"500", b"Internal error", b"", b""], False
         if not admitted:
             self.stats.zap_denied += 1
+            self.stats.auth_refused += 1
             address = request[3].decode("utf-8", "replace") if len(request) > 3 else "?"
             mechanism = request[5][:16] if len(request) > 5 else b"?"
             self._warn.warning("refused %s client from %s: not the cluster key",
                                mechanism.decode("ascii", "replace"), address[:64])
         return reply
+
+
+    def _handshake_refused(self, kind: str, address: str) -> None:
+        if kind == "key":
+            self.stats.auth_refused += 1
+            self._warn.warning("refused CURVE client from %s: not the cluster key (it holds "
+                               "another key pair, or uses no CURVE)", address[:64])
+        else:
+            self._warn.warning("dropped a connection from %s to %s: not a ZeroMQ peer (an "
+                               "HTTP client at the cluster port?)", address[:64], self._address)
 
 
 def _peer_address(frame: zmq.Frame) -> str:

@@ -56,6 +56,8 @@ class Options:
     node_env: dict[str, str] = field(default_factory=dict)
     log_level: str = "info"
     workdir: str | None = None
+    client: str = "one-node"  # the stream's: "one-node" (plain requests) or "failover"
+    named: bool = False  # the stream's tasks carry names (safe to repeat after a 503)
 
 
 @dataclass
@@ -142,7 +144,7 @@ class Scenario:
                    else o.duration_s + max(o.restart_after) + o.gap_s) + 60.0
         self.stream = Stream(self.nodes, self.sink.url_for(HOOK), rate=o.rate,
                              max_tasks=int(o.rate * longest), max_seconds=longest,
-                             run=uuid.uuid4().hex[:12])
+                             run=uuid.uuid4().hex[:12], client=o.client, named=o.named)
         load0 = os.getloadavg()[0]
         self.t0 = time.time()
         self.stream.start()

@@ -4,6 +4,15 @@ Each node has its own lane (a thread pool), so a paused node's requests, which h
 until their timeout, do not hold back the others'. What was acknowledged (200 with an
 id) is what a client may expect to be delivered; a request that timed out may still
 have been stored, so its delivery is "unacknowledged", not a duplicate or a loss.
+
+``client="one-node"`` posts with plain requests to the lane's node and nothing else, as a
+client that knows one node does; ``client="failover"`` goes through ``miyamoto.Client``
+with every node's URL, the lane's first, so a refused connection or a 503 moves the
+request to another node as the client's retry policy allows. ``named`` gives each task
+a name (run and seq), which makes an enqueue safe to repeat after a 503. A failover's
+409 duplicate is an acknowledgement: an earlier try of the same name was stored (its
+answer was lost), and the 409 names that task's id. ``enqueue_errors`` is what failed at
+the client, after its retries.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from typing import Sequence
 
 import requests
 
+from miyamoto.client import Client, DuplicateTask, MiyamotoError
+
 from .nodes import NodeProcess
 
 ERROR_SAMPLES = 5
@@ -27,8 +38,14 @@ class Stream:
 
     def __init__(self, nodes: Sequence[NodeProcess], target_url: str, *, rate: float = 100.0,
                  max_tasks: int = 100_000, max_seconds: float = 600.0,
-                 request_timeout: float = 5.0, run: str = "") -> None:
+                 request_timeout: float = 5.0, run: str = "", client: str = "one-node",
+                 named: bool = False) -> None:
+        if client not in ("one-node", "failover"):
+            raise ValueError(f"client must be one-node or failover, not {client!r}")
         self.nodes = list(nodes)
+        self.client = client
+        self.named = named
+        self.duplicate_acks = 0  # failover: a retry's 409 naming the stored try
         self.target_url = target_url
         self.rate = rate
         self.max_tasks = max_tasks
@@ -79,17 +96,40 @@ class Stream:
             s = self._local.session = requests.Session()
         return s
 
+    def _client(self, lane: int) -> Client:
+        """This thread's Client: every node, the lane's first (a thread serves one lane)."""
+        c = getattr(self._local, "client", None)
+        if c is None:
+            urls = [n.url for n in self.nodes[lane:] + self.nodes[:lane]]
+            c = self._local.client = Client(urls, timeout=self.request_timeout)
+        return c
+
     def _send(self, node: NodeProcess, seq: int) -> None:
-        body = {"url": self.target_url, "params": {"seq": str(seq), "run": self.run}}
-        try:
-            r = self._session().post(node.url + "/queue", json=body,
-                                     timeout=self.request_timeout)
-            task_id = r.json().get("id") if r.status_code == 200 else None
-            kind = None if task_id else f"HTTP {r.status_code}: {r.text[:80]}"
-        except (requests.RequestException, ValueError) as e:
-            task_id, kind = None, type(e).__name__
+        body: dict = {"url": self.target_url, "params": {"seq": str(seq), "run": self.run}}
+        if self.named:
+            body["name"] = f"{self.run}-{seq}"
+        dup = False
+        if self.client == "failover":
+            try:
+                task_id, kind = self._client(self.nodes.index(node)).enqueue(**body)["id"], None
+            except DuplicateTask as e:
+                task_id, kind, dup = e.id, None if e.id else "409 without an id", True
+            except MiyamotoError as e:
+                task_id, kind = None, f"{type(e).__name__} {e.status}: {e.message[:60]}"
+        else:
+            try:
+                r = self._session().post(node.url + "/queue", json=body,
+                                         timeout=self.request_timeout)
+                task_id = r.json().get("id") if r.status_code == 200 else None
+                kind = None if task_id else f"HTTP {r.status_code}: {r.text[:80]}"
+            except (requests.RequestException, ValueError) as e:
+                task_id, kind = None, type(e).__name__
+        self._count(seq, task_id, kind, dup)
+
+    def _count(self, seq: int, task_id: str | None, kind: str | None, dup: bool) -> None:
         with self._lock:
             self.sent += 1
+            self.duplicate_acks += dup
             if task_id:
                 self.acked[str(task_id)] = seq
             else:
@@ -98,8 +138,10 @@ class Stream:
 
     def summary(self) -> dict[str, object]:
         with self._lock:
-            out: dict[str, object] = {"sent": self.sent, "acknowledged": len(self.acked),
-                                      "enqueue_errors": self.errors}
+            out: dict[str, object] = {"client": self.client, "named": self.named,
+                                      "sent": self.sent, "acknowledged": len(self.acked),
+                                      "enqueue_errors": self.errors,
+                                      "duplicate_acks": self.duplicate_acks}
             if self.error_kinds:
                 out["enqueue_error_samples"] = dict(self.error_kinds.most_common(ERROR_SAMPLES))
         return out

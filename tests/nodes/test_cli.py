@@ -77,6 +77,11 @@ def test_enqueue_with_every_task_field(node, sink):
     assert cp.returncode == 1 and "max_attempts" in cp.stderr, cp.stderr
     cp = run_cli("enqueue", f"{sink.url}/x", "--server", "http://127.0.0.1:9")
     assert cp.returncode == 1 and "cannot reach" in cp.stderr and "Traceback" not in cp.stderr
+    # several nodes: a refused connection moves on to the next (here, the live node)
+    servers = f"127.0.0.1:9,{node.url}"
+    cp = ok(run_cli("enqueue", f"{sink.url}/y", "--server", servers, "--request-timeout", "5"))
+    assert json.loads(cp.stdout)["status"] == "scheduled"
+    ok(run_cli("status", "--server", servers, "--request-timeout", "5"))
 
 
 @pytest.mark.timeout(60)

@@ -254,3 +254,20 @@ def test_503_retries_are_bounded_in_count_and_time(scripted):
         c.enqueue("http://127.0.0.1:9/w", name="n")
     took = time.monotonic() - start
     assert took < 1.6 and s.calls == 2, (took, s.calls)
+
+
+@pytest.mark.timeout(60)
+def test_a_client_of_three_nodes_fails_over_when_one_is_killed(cluster_factory, sink):
+    nodes = cluster_factory(3)
+    with Client([n.url for n in nodes], timeout=10) as c:
+        c.enqueue(f"{sink.url}/before", name="before")
+        nodes[0].kill()
+        c._at = 0  # start at the dead node: a refused connection, for named and unnamed
+        ids = [c.enqueue(f"{sink.url}/named", name=f"t{i}")["id"] for i in range(10)]
+        c._at = 0
+        ids.append(c.enqueue(f"{sink.url}/unnamed")["id"])
+        assert c.base_url != nodes[0].url
+        c._at = 0
+        assert c.get(ids[0])["id"] == ids[0] and c.cluster()["leader"]
+    sink.wait_for(count=10, path="/named", timeout=20)
+    sink.wait_for(count=1, path="/unnamed", timeout=20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
+import socket
 
 import pytest
 
@@ -262,3 +263,13 @@ def test_an_error_never_quotes_a_secret_of_a_flag_it_came_from():
     with pytest.raises(ConfigError) as info:
         config_mod.load(env={}, flags={"signing_secret": "plainsecretvalue"})
     assert "plainsecretvalue" not in str(info.value) and "(from --signing-secret)" in str(info.value)
+
+
+def test_the_default_node_id_is_unique_per_host_and_http_address():
+    host = socket.gethostname()
+    ids = {config_mod.load(env={}, flags={"http": f"127.0.0.{i}:8088"}).node for i in (2, 3, 4)}
+    assert ids == {f"{host}-127.0.0.{i}-8088" for i in (2, 3, 4)}
+    assert config_mod.load(env={}, flags={"http": "127.0.0.1:8089"}).node == f"{host}-8089"
+    assert config_mod.default_node_id("h", "0.0.0.0:80") == "h-80"
+    assert config_mod.default_node_id("h", "[::1]:8088") == "h-..1-8088"
+    assert config_mod.load(env={}, flags={"http": "127.0.0.2:8088", "node": "a"}).node == "a"

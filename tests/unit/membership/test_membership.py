@@ -1116,3 +1116,37 @@ def test_random_pauses_catch_a_stale_leader():
         except AssertionError:
             pass  # a liveness failure of the broken machine: not what we look for
     assert caught, "a stale leader's roster change went unnoticed"
+
+
+@pytest.mark.timeout(10)
+def test_two_nodes_with_one_id_refuse_each_other_and_each_is_told():
+    one = Membership(Member("a", "tcp://h1:6000", "h1:8000"), ["tcp://h2:6000"], T,
+                     random.Random(1), 0.0)
+    two = Membership(Member("a", "tcp://h2:6000", "h2:8000"), ["tcp://h1:6000"], T,
+                     random.Random(2), 0.0)
+    join = msgs.decode(Verb.JOIN, payload(two, Verb.JOIN))
+    told = one.step(Received("a", join), 0.5)
+    assert [(s.to, s.msg.verb, s.address) for s in told] == [(None, Verb.JOIN, "tcp://h2:6000")]
+    assert one.step(Received("a", join), 0.6) == []  # once per join_retry: no echo storm
+    assert verbs(one.step(Received("a", join), 0.5 + T.join_retry)) == [Verb.JOIN]
+    back = msgs.decode(Verb.JOIN, told[0].msg.payload())
+    assert verbs(two.step(Received("a", back), 0.7)) == [Verb.JOIN]  # the other side sees it
+    assert one.role == two.role == "joining" and not one.roster.members
+
+
+@pytest.mark.timeout(10)
+def test_a_second_node_with_a_live_members_id_does_not_push_it_out():
+    wire, now = cluster_of("a", "b", "c")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    v = a.roster.version
+    impostor = Membership(Member("b", "tcp://elsewhere:6000", "elsewhere:8000"), ["tcp://a:6000"],
+                          T, random.Random(9), now)
+    join = msgs.decode(Verb.JOIN, payload(impostor, Verb.JOIN))
+    assert a.live_namesake(join, now) == b.me
+    for t in (0.0, 0.5, 1.0):  # its JOINs, while b is heard: refused, nothing changes
+        assert a.step(Received("b", join), now + t) == []
+        now = wire.run(now + t, now + t + 0.01)
+    assert a.roster.version == v and a.roster.has("b", b.incarnation)
+    # b itself, restarted at its own address, is a restart as before (not a namesake)
+    again = node("b", seeds=["a"], now=now, seed=3, first_start=False)
+    assert a.live_namesake(msgs.decode(Verb.JOIN, payload(again, Verb.JOIN)), now) is None

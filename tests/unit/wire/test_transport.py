@@ -451,6 +451,12 @@ def test_curve_admits_the_cluster_and_refuses_everyone_else(make, raw, caplog):
         stranger_sent.append(stranger.send("a", a.address, Verb.JOIN, {"intruder": "stranger"}))
         gevent.sleep(0.05)
     assert zmq.EVENT_HANDSHAKE_SUCCEEDED not in set().union(*(d() for d in events.values()))
+    # every refusal counts, the handshakes that never reach ZAP too (another key pair),
+    # and is logged with the peer's address
+    wait_until(lambda: a.stats.auth_refused >= a.stats.zap_denied + 3,
+               what="the failed CURVE handshakes counted as refused keys")
+    refusals = [r.getMessage() for r in caplog.records if "refused CURVE client" in r.getMessage()]
+    assert any("from 127.0.0.1:" in m for m in refusals), refusals
 
     # a control: a raw peer with the cluster keys gets in the same way
     friend = raw(b"friend", curve=(server, keys.secret.encode(), server))
