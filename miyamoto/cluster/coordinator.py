@@ -47,9 +47,9 @@ class Members(Protocol):
     def replay(self, task_id: str) -> None:
         """Our copy was just stored: apply the siblings' news that came before it."""
 
-    def fold(self, copy: Task) -> int:
+    def fold(self, copy: Task) -> tuple[int, float]:
         """Our new copy is about to be sent to its siblings: the round of the ASK its
-        STOREs carry (0: none; ``events.Folded``)."""
+        STOREs carry (0: none; ``events.Folded``) and the lease that ASK names."""
 
     def to_local(self, peer: str, t: float) -> float:
         """A peer's wall time on our clock."""
@@ -131,9 +131,10 @@ class Coordinator:
         remote = [c for c in copies if c.replicas[c.replica] != self.me]
         local = [c for c in copies if c.replicas[c.replica] == self.me]
         first = next((c for c in local if c.replica == 0), None) if remote else None
-        ask = self.members.fold(first) if first is not None else 0
+        ask, lease = self.members.fold(first) if first is not None else (0, 0.0)
         q, reqs = self.requests.send({
-            i: (c.replicas[c.replica], lambda req, to, c=c: m.Store(req, to, c.encode(), ask))
+            i: (c.replicas[c.replica],
+                lambda req, to, c=c: m.Store(req, to, c.encode(), ask, lease))
             for i, c in enumerate(remote)})
         stored: list[Task] = []
         duplicate: str | None = None

@@ -364,9 +364,12 @@ class Cluster:
         """Our copy was just stored (or rerun): apply the news that came before it."""
         self._step(ev.Stored(task_id))
 
-    def fold(self, copy: Task) -> int:
-        """The round of the ASK our new copy sends with its siblings' STOREs (0: none)."""
-        return self.siblings.step(ev.Folded(copy), self.clock()).n
+    def fold(self, copy: Task) -> tuple[int, float]:
+        """The round of the ASK our new copy sends with its siblings' STOREs (0: none),
+        and the lease it names (its attempt's deadline plus claim_lease)."""
+        deadline = self._deadline(copy)
+        n = self.siblings.step(ev.Folded(copy, deadline), self.clock()).n
+        return n, deadline + self.siblings.t.claim_lease
 
     def _deadline(self, t: Task | None) -> float:
         """How long an attempt of ``t`` may take (its dispatch deadline)."""
@@ -481,15 +484,15 @@ class Cluster:
         if isinstance(got, Task):
             admitted.append((msg, got))
             if msg.ask and got.replicas[0] == sender:
-                self._answer_folded(sender, msg.ask, got)
+                self._answer_folded(sender, msg.ask, msg.lease, got)
         elif got is not None:  # refused at once
             self.send(sender, got, address=msg.reply_to)
 
-    def _answer_folded(self, sender: str, n: int, copy: Task) -> None:
+    def _answer_folded(self, sender: str, n: int, lease: float, copy: Task) -> None:
         """The ASK a STORE carried, stepped as any ASK once the copy is admitted; its
         answer waits for the STORED (``_settle``), the rest is carried out now."""
-        ready = self.siblings.step(ev.Received(sender, rm.Ask(copy.id, 0, n=n), copy),
-                                   self.clock())
+        ask = rm.Ask(copy.id, 0, n=n, lease=lease)
+        ready = self.siblings.step(ev.Received(sender, ask, copy), self.clock())
         rest = []
         for e in ready.effects:
             if isinstance(e, Send) and isinstance(e.msg, rm.Answer) and e.to == sender \

@@ -67,8 +67,10 @@ class Due:
 @dataclass(frozen=True)
 class Folded:
     """Our new ``copy`` is about to be sent to its siblings in STOREs: if it is copy 0
-    and due at once, its ASK rides in them (``Ready.n``: the round; 0: it asks when due)."""
+    and due at once, its ASK rides in them (``Ready.n``: the round; 0: it asks when due).
+    ``deadline``: how long its attempt may take (the ASK's lease, with claim_lease)."""
     copy: Task
+    deadline: float
 
 
 @dataclass(frozen=True)

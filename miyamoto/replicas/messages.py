@@ -166,6 +166,7 @@ class Ask:
     probe: bool = False  # only tell me if it ended or moved; I am not about to deliver
     n: int = 0  # the asker's round, echoed in the answer
     reruns: int = 0  # the asker's copy's Task.reruns: an end of an older run is not its end
+    lease: float = 0.0  # the attempt's deadline plus claim_lease, if it goes (0: not said)
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
@@ -176,13 +177,16 @@ class Ask:
             d["n"] = self.n
         if self.reruns:
             d["reruns"] = self.reruns
+        if self.lease:
+            d["lease"] = self.lease
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Ask":
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
                    c.boolean(d, "probe", False), _round(d),
-                   c.integer(d, "reruns") if "reruns" in d else 0)
+                   c.integer(d, "reruns") if "reruns" in d else 0,
+                   _seconds(d, "lease") if "lease" in d else 0.0)
 
 
 def _round(d: dict) -> int:
@@ -254,18 +258,21 @@ class Store:
     reply_to: str
     task: dict
     ask: int = 0
+    lease: float = 0.0  # the folded ASK's lease (``Ask.lease``)
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d = {"req": self.req, "reply_to": self.reply_to, "task": self.task}
         if self.ask:
             d["ask"] = self.ask
+            d["lease"] = self.lease
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Store":
-        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"),
-                   c.integer(d, "ask") if "ask" in d else 0)
+        ask = c.integer(d, "ask") if "ask" in d else 0
+        return cls(c.string(d, "req"), _address(d), c.obj(d, "task"), ask,
+                   _seconds(d, "lease") if ask and "lease" in d else 0.0)
 
 
 @message(Verb.STORED)

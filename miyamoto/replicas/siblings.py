@@ -140,6 +140,7 @@ class _Claim:
     theirs: int   # the claimer's replica index
     until: float  # our clock
     inc: str = ""  # the claimer's incarnation when we noted it ("": not known)
+    full: float = 0.0  # an ack's hold: its attempt's whole lease, should the asker be lost
 
 
 @dataclass
@@ -153,6 +154,7 @@ class _Asking:
     started: float = 0.0  # the round's first ASK: every answer's hold began after it
     round: int = 0
     reruns: int = 0  # the copy's Task.reruns, sent with every ASK
+    lease: float = 0.0  # our attempt's deadline plus claim_lease, sent with every ASK
 
 
 class Siblings:
@@ -198,8 +200,8 @@ class Siblings:
             case Due(copy, deadline):
                 go, effects = self._fire(copy, now, deadline)
                 return Ready(tuple(effects), go)
-            case Folded(copy):
-                return Ready(n=self._fold(copy, now))
+            case Folded(copy, deadline):
+                return Ready(n=self._fold(copy, now, deadline + self.t.claim_lease))
             case Outcome(copy):
                 return Ready(tuple(self._outcome(copy, now)))
             case Reloaded(task_ids):
@@ -296,12 +298,21 @@ class Siblings:
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
+        if lost:
+            self._extend_holds(lost, now)
         effects: list[Effect] = []
         for task_id, a in list(self.asking.items()):
             a.waiting &= new
             if not a.waiting:
                 effects += self._decide(task_id, a, now)
         return effects
+
+    def _extend_holds(self, lost: set[str], now: float) -> None:
+        """A lost member's acknowledged asks hold for the whole lease they named: the
+        roster dropped it, but it may be delivering still (its CLAIM unsent)."""
+        for cl in self.claims.values():
+            if cl.claimer in lost and cl.full > max(cl.until, now):
+                cl.until = cl.full
 
     def _take_lost(self) -> set[str]:
         """Members lost whose consequences (released claims, restores) are due now:
@@ -375,7 +386,7 @@ class Siblings:
             siblings, wide = self._everyone_else(), True
         cleared = self.cleared.pop(t.id, -EVER)
         if siblings and cleared < now:  # no clearance, or a stale one
-            return False, self._ask(t, siblings, now, wide)
+            return False, self._ask(t, siblings, now, wide, deadline + self.t.claim_lease)
         self.must_ask.discard(t.id)
         self.claims.pop(t.id, None)
         if self._live_siblings(t):
@@ -401,7 +412,7 @@ class Siblings:
             effects += [Send(r, claim) for r in replicas if r != self.me and r in self.members]
         return effects
 
-    def _fold(self, t: Task, now: float) -> int:
+    def _fold(self, t: Task, now: float, lease: float) -> int:
         """Our new copy ``t`` is about to be stored on its siblings: if it is copy 0 and
         due at once, it asks now, in those STOREs (the round; 0: it asks when due, as
         any copy), and their STOREDs carry the answers. A round is a round: unanswered
@@ -411,7 +422,7 @@ class Siblings:
                 or t.fire_at > now + self.t.ask_lease / 4 or not self.contact
                 or self._stalled(now) or t.id in self.asking or t.id in self.must_ask):
             return 0
-        self._ask(t, siblings, now)  # its ASKs are not sent: the STOREs carry them
+        self._ask(t, siblings, now, lease=lease)  # not sent: the STOREs carry the ASK
         return self.asking[t.id].round
 
     def _live_siblings(self, t: Task) -> list[str]:
@@ -550,15 +561,16 @@ class Siblings:
     # the copy starts, and its CLAIM arrives, while they all last; a round decided later
     # (a sibling kept silent until the roster dropped it) is asked again. Answers to an
     # older round are ignored (but for an end or a move, which are facts).
-    def _ask(self, t: Task, siblings: list[str], now: float, wide: bool = False) -> list[Effect]:
+    def _ask(self, t: Task, siblings: list[str], now: float, wide: bool = False,
+             lease: float = 0.0) -> list[Effect]:
         """Ask. The held copy is not rescheduled (nothing is written): it waits, out of
         the engine's schedule, until the last answer fires it (``Fire``) or holds it
         off; an unanswered ask is sent again at its deadline (a tick)."""
         self.rounds += 1
         a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
-                    started=now, round=self.rounds, reruns=t.reruns)
+                    started=now, round=self.rounds, reruns=t.reruns, lease=lease)
         self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns)
+        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease)
         return [Send(r, ask) for r in siblings]
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -566,7 +578,7 @@ class Siblings:
         if not a.waiting:
             return self._decide(task_id, a, now)
         a.deadline = now + self.t.ask_timeout
-        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns)
+        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease)
         return [Send(r, ask) for r in sorted(a.waiting)]
 
     def _decide(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -583,7 +595,8 @@ class Siblings:
             others = self._everyone_else()  # its siblings left the roster, none answered
             if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
-                return [Send(r, m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns)) for r in others]
+                ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+                return [Send(r, ask) for r in others]
         if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
             if now - since < self.t.claim_lease:
@@ -654,7 +667,7 @@ class Siblings:
             if msg.probe:
                 return []
             if not stale:
-                self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+                self._note_claim(t.id, self._ack_hold(sender, msg, now))
             return answer(m.GO)
         if msg.probe:
             return []  # nothing the prober does not know
@@ -670,9 +683,16 @@ class Siblings:
         # looks at the claims, so the healthy path, whose DONE comes long before our
         # copy is due, costs no journal write here
         if 0 <= msg.replica < len(t.replicas) and not stale:
-            self._note_claim(t.id, _Claim(sender, msg.replica, now + self.t.ask_lease))
+            self._note_claim(t.id, self._ack_hold(sender, msg, now))
         self.cleared.pop(t.id, None)
         return answer(m.GO)
+
+    def _ack_hold(self, sender: str, msg: m.Ask, now: float) -> _Claim:
+        """The hold a ``go`` grants: ``ask_lease``, or, should the asker be lost from the
+        roster meanwhile, the whole lease its ASK named (it may be delivering, paused or
+        cut off before its CLAIM went, which a fast attempt never sends)."""
+        return _Claim(sender, msg.replica, now + self.t.ask_lease,
+                      full=now + msg.lease if msg.lease else 0.0)
 
     def _on_answer(self, sender: str, msg: m.Answer, t: Task | None,
                    now: float) -> list[Effect]:

@@ -124,7 +124,7 @@ def test_an_on_time_copy_asks_every_live_sibling_with_its_claims_lease_and_holds
     go, effects = due(s, task(fire_at=100.0), 100.2, deadline=30.0)
     assert not go
     # the deadline plus claim_lease; the copy is not rescheduled (nothing written)
-    assert effects == [Send(r, m.Ask("t1", 0, n=1)) for r in ("b", "c")]
+    assert effects == [Send(r, m.Ask("t1", 0, n=1, lease=90.0)) for r in ("b", "c")]
     assert "t1" in s.asking
 
 
@@ -136,7 +136,7 @@ def test_single_copy_on_a_single_node_just_goes():
 def test_a_late_copy_asks_the_same_way():
     s = machine()
     go, effects = fire(s, task(fire_at=100.0), 130.0, 30.0)
-    assert not go and effects == [Send(r, m.Ask("t1", 0, n=1)) for r in ("b", "c")]
+    assert not go and effects == [Send(r, m.Ask("t1", 0, n=1, lease=90.0)) for r in ("b", "c")]
 
 
 def test_answers_go_clear_the_copy_to_fire_now():
@@ -205,9 +205,9 @@ def test_an_unanswered_ask_is_sent_again_while_the_sibling_is_a_member():
     fire(s, task(), 110.0, 30.0)
     recv(s, "b", ans(s, m.GO), None, 110.1)
     effects = tick(s, 110.0 + T.ask_timeout + 0.01, True)
-    assert effects == [Send("c", m.Ask("t1", 0, n=1))]
+    assert effects == [Send("c", m.Ask("t1", 0, n=1, lease=90.0))]
     effects = tick(s, 110.0 + 5 * T.ask_timeout, True)  # and again: c is still a member
-    assert effects == [Send("c", m.Ask("t1", 0, n=1))]
+    assert effects == [Send("c", m.Ask("t1", 0, n=1, lease=90.0))]
     # c leaves the roster (the majority dropped it): nobody left to wait for, the copy goes
     effects = members(s, ("a", "b"), 112.5)
     assert effects == [fx.Fire("t1")]
@@ -656,7 +656,7 @@ def test_a_copy_waits_for_a_silent_sibling_while_it_is_in_the_roster():
     assert effects == [fx.Fire("t1")]
     # b's go is old by now (it held its copy off for ask_lease from 101.1): ask it again
     go, effects = due(s, task(fire_at=101.0), 112.0, 30.0)
-    assert not go and effects == [Send("b", m.Ask("t1", 0, n=2))]
+    assert not go and effects == [Send("b", m.Ask("t1", 0, n=2, lease=90.0))]
     assert recv(s, "b", ans(s, m.GO), task(fire_at=101.0), 112.1) == [fx.Fire("t1")]
     assert due(s, task(fire_at=101.0), 112.1, 30.0) == (True, [])
 
@@ -702,7 +702,7 @@ def test_a_two_node_cluster_out_of_contact_makes_copies_ask():
     tick(s, 100.1, False, {"t1": t})
     assert "t1" in s.must_ask
     go, effects = fire(s, t, 100.5)
-    assert not go and sends(effects, m.Ask) == {"b": m.Ask("t1", 0, n=1)}
+    assert not go and sends(effects, m.Ask) == {"b": m.Ask("t1", 0, n=1, lease=90.0)}
 
 
 def test_a_node_alone_in_its_roster_has_no_news_to_miss():
@@ -812,8 +812,8 @@ def test_a_two_node_cluster_out_of_contact_holds_its_copies():
 def test_a_copy_fired_again_while_it_asks_waits_for_the_answers():
     s = machine()
     go, effects = fire(s, task(), 110.0, 30.0)
-    assert effects == [Send("b", m.Ask("t1", 0, n=1)),
-                       Send("c", m.Ask("t1", 0, n=1))]
+    assert effects == [Send("b", m.Ask("t1", 0, n=1, lease=90.0)),
+                       Send("c", m.Ask("t1", 0, n=1, lease=90.0))]
     assert fire(s, task(), 111.0, 30.0) == (False, [])  # the answers fire it
 
 
@@ -830,7 +830,7 @@ def test_a_copy_back_from_away_whose_siblings_all_left_asks_every_member():
     s = machine(members=("a", "d", "e"))  # b and c, its siblings, left while a was away
     reloaded(s, ["t1"])
     go, effects = fire(s, task(), 100.0)
-    assert not go and effects == [Send(r, m.Ask("t1", 0, n=1)) for r in ("d", "e")]
+    assert not go and effects == [Send(r, m.Ask("t1", 0, n=1, lease=90.0)) for r in ("d", "e")]
     recv(s, "d", ans(s, m.UNKNOWN), None, 100.1)
     effects = recv(s, "e", ans(s, m.REHOMED, replicas=("d", "e")), None, 100.2)
     assert effects == [fx.Drop("t1")]
@@ -843,7 +843,7 @@ def test_a_copy_back_from_away_whose_siblings_stay_away_waits_for_them():
     reloaded(s, ["t1"])
     for now in (100.0, 130.0, 160.0):
         go, effects = fire(s, task(), now)
-        assert not go and effects == [Send("d", m.Ask("t1", 0, n=s.rounds))]
+        assert not go and effects == [Send("d", m.Ask("t1", 0, n=s.rounds, lease=90.0))]
         effects = recv(s, "d", ans(s, m.UNKNOWN), None, now + 0.3)
         if now + 0.3 - 100.3 < T.claim_lease:
             assert effects == [fx.Update("t1", at=now + 0.3 + T.ask_timeout, how=fx.Move.LATER)]
@@ -855,7 +855,7 @@ def test_a_copy_back_from_away_whose_siblings_stay_away_waits_for_them():
     recv(s, "d", ans(s, m.UNKNOWN), None, 100.1)
     members(s, ("a", "b", "d"), 101.0)
     go, effects = fire(s, task(), 102.1)
-    assert not go and effects == [Send("b", m.Ask("t1", 0, n=s.rounds))]
+    assert not go and effects == [Send("b", m.Ask("t1", 0, n=s.rounds, lease=90.0))]
     assert recv(s, "b", ans(s, m.UNKNOWN), None, 102.2) == [fx.Fire("t1")]
 
 
@@ -885,7 +885,7 @@ def test_an_unanswered_ask_sent_again_moves_its_deadline():
     fire(s, task(), 110.0, 30.0)
     recv(s, "b", ans(s, m.GO), None, 110.1)
     at = 110.0 + T.ask_timeout
-    assert tick(s, at, True) == [Send("c", m.Ask("t1", 0, n=1))]
+    assert tick(s, at, True) == [Send("c", m.Ask("t1", 0, n=1, lease=90.0))]
     assert s.asking["t1"].deadline == at + T.ask_timeout
     assert tick(s, at + T.ask_timeout - 0.01, True) == []
 
@@ -1206,3 +1206,21 @@ def test_an_ended_copy_tells_an_asker_outside_its_replicas_that_the_task_moved()
     assert not go and set(sends(effects, m.Ask)) == {"c"}
     assert recv(b, "c", dataclasses.replace(answer, n=b.asking["t1"].round), old, 100.1) == \
         [fx.Drop("t1")]
+
+
+def test_a_lost_askers_acknowledged_hold_lasts_the_lease_its_ask_named():
+    """An asker whose node stops before its CLAIM goes (a fast attempt sends none, a slow
+    one after a quarter ask_lease): the roster drops it, but it may be delivering, so
+    the go it was given holds for the whole lease its ASK named."""
+    s = machine(me="b")
+    t = task(replica=1, fire_at=101.0)
+    recv(s, "a", m.Ask("t1", 0, n=1, lease=90.0), t, 100.0)  # go: held to 105 (ask_lease)
+    members(s, ("b", "c"), 101.0)  # a is lost within the hold: to 190 now
+    assert fire(s, t, 102.0) == (False, [fx.Update("t1", at=190.0 + T.offset,
+                                                   how=fx.Move.LATER)])
+    # a member still in the roster keeps the short hold: it can be asked
+    s = machine(me="b")
+    recv(s, "a", m.Ask("t1", 0, n=1, lease=90.0), t, 100.0)
+    members(s, ("a", "b"), 101.0)  # c is lost, not the asker
+    assert fire(s, t, 102.0) == (False, [fx.Update("t1", at=105.0 + T.offset,
+                                                   how=fx.Move.LATER)])
