@@ -30,6 +30,7 @@ from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.engine.engine import Engine
+from miyamoto.engine.queues import page
 from miyamoto.errors import Unavailable
 from miyamoto.http.api import Api
 from miyamoto.http.auth import Tokens
@@ -43,6 +44,7 @@ from miyamoto.tasks.validate import Limits
 
 log = logging.getLogger(__name__)
 
+_HOLDING = (State.SCHEDULED, State.RUNNING, State.FAILED)  # a queue with these is listed
 CLIENT_CONCURRENCY_MAX = 256  # the delivery client's bound, as the engine builds its own
 
 
@@ -145,12 +147,16 @@ class Node:
 
     def enqueue(self, task: Task) -> dict[str, Any]:
         self._check_open()
+        self.engine.queues.admit(task.queue, self.clock())  # 400 naming queue past the cap
         stored = self.cluster.enqueue(task)
         return {"status": "scheduled", "id": stored.id, "queue": stored.queue,
                 "eta": stored.eta, "name": stored.name, "replicas": list(stored.replicas)}
 
     def enqueue_many(self, tasks: list[Task]) -> list[dict[str, Any]]:
         self._check_open()
+        now = self.clock()
+        for task in tasks:  # all or none: a queue past the cap refuses the whole batch
+            self.engine.queues.admit(task.queue, now)
         return self.cluster.enqueue_many(tasks)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
@@ -172,13 +178,24 @@ class Node:
         return self.cluster.queries.rerun(task_id)
 
     # ------------------------------------------------------------ queues
-    def queues(self) -> list[dict[str, Any]]:
+    def queues(self, limit: int, cursor: str = "") -> dict[str, Any]:
+        """GET /queues: a page of the queues this node holds and those holding tasks on
+        any node, by name after ``cursor``; ``next_cursor`` names the next page."""
         counts = self.cluster.queries.queue_counts()
-        names = sorted(set(counts) | set(self.config.queues) | set(self.engine.dispatcher.queues))
-        return [self._queue_view(n, counts.get(n, {})) for n in names]
+        names, after = page(self._queue_names(counts), limit, cursor)
+        return {"queues": [self._queue_view(n, counts.get(n, {})) for n in names],
+                "next_cursor": after}
 
-    def queue(self, name: str) -> dict[str, Any]:
-        return self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}))
+    def _queue_names(self, counts: dict[str, dict[str, int]]) -> list[str]:
+        held = {q for q, c in counts.items() if any(c.get(s.value) for s in _HOLDING)}
+        return sorted(held.union(self.engine.queues.names()))
+
+    def queue(self, name: str) -> dict[str, Any] | None:
+        """GET /queues/<name>; None if no node holds such a queue."""
+        counts = self.cluster.queries.queue_counts()
+        if name not in self.engine.queues and name not in counts:
+            return None
+        return self._queue_view(name, counts.get(name, {}))
 
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
         qs = self.engine.dispatcher.view(name)
@@ -198,7 +215,11 @@ class Node:
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
         return self.cluster.queries.list_tasks(queue, state, limit)
 
-    def control(self, queue: str, action: str) -> dict[str, Any]:
+    def control(self, queue: str, action: str) -> dict[str, Any] | None:
+        """Pause, resume or purge a queue, cluster-wide; None (404) if no node holds it:
+        a control creates no queue."""
+        if queue not in self.engine.queues and queue not in self.cluster.queries.queue_counts():
+            return None
         result = self.cluster.queries.control(queue, action)
         return {"status": "ok", "queue": queue, "action": action, **result}
 

@@ -98,6 +98,12 @@ class Dispatcher:
                             config.max_concurrent, self.concurrency, q.limit)
         return q
 
+    def forget(self, name: str) -> None:
+        """Drop an expired queue's state, unless it still has a task waiting or running."""
+        q = self.queues.get(name)
+        if q is not None and not q.inflight and not len(q.ready) and name not in self._active:
+            del self.queues[name]
+
     def view(self, name: str) -> QueueState:
         """The queue's state for reading; a look at an unknown queue creates nothing."""
         return self.queues.get(name) or QueueState(self._queue_config(name), self._clock(), 1,

@@ -34,6 +34,10 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
             413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
             503: "Service Unavailable"}
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+MAX_PAGE = 1000  # the most items one listing answers (limit=)
+QUEUES_PAGE = 1000  # GET /queues without limit: all of them at the default max_queues
+_NO_QUEUE = ("names no queue: queues come from the config or from an enqueue "
+             "(while auto_create_queues is on)")
 # what each route needs from a token (auth.py); any other GET needs read, anything else admin
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
@@ -72,10 +76,10 @@ class ApiService(Protocol):
     def find_task(self, queue: str, name: str) -> View | None: ...
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
-    def queues(self) -> list[View]: ...
-    def queue(self, name: str) -> View: ...
+    def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
+    def queue(self, name: str) -> View | None: ...
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
-    def control(self, queue: str, action: str) -> View: ...
+    def control(self, queue: str, action: str) -> View | None: ...
     def failed(self, queue: str, action: str) -> View: ...
     def cluster_info(self) -> View: ...
     def target_states(self) -> list[View]: ...
@@ -258,10 +262,20 @@ class Api:
 
     # ------------------------------------------------------------ queues
     def list_queues(self, environ: dict) -> tuple[int, Any]:
-        return 200, {"queues": self.service.queues()}
+        """GET /queues?limit=&cursor=: a page of queues by name; ``next_cursor`` (null on
+        the last page) is the next request's ``cursor``."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        limit = _limit(query, QUEUES_PAGE)
+        cursor = (query.get("cursor") or [""])[0]
+        if cursor and not QUEUE_NAME_RE.fullmatch(cursor):
+            raise HTTPError(400, "must be the next_cursor of a previous page", "cursor")
+        return 200, self.service.queues(limit, cursor)
 
     def get_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
-        return 200, self.service.queue(queue)
+        found = self.service.queue(queue)
+        if found is None:
+            raise HTTPError(404, _NO_QUEUE, "queue")
+        return 200, found
 
     def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
@@ -271,17 +285,15 @@ class Api:
         except ValueError:
             raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
                             "state") from None
-        try:
-            limit = int((query.get("limit") or ["100"])[0])
-        except ValueError:
-            raise HTTPError(400, "must be an integer", "limit") from None
-        if not 1 <= limit <= 1000:
-            raise HTTPError(400, "must be between 1 and 1000", "limit")
+        limit = _limit(query, 100)
         return 200, {"queue": queue, "state": state.value,
                      "tasks": self.service.list_tasks(queue, state, limit)}
 
     def control(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
-        return 200, self.service.control(queue, action)
+        found = self.service.control(queue, action)
+        if found is None:  # a control creates no queue
+            raise HTTPError(404, _NO_QUEUE, "queue")
+        return 200, found
 
     def failed(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
         return 200, self.service.failed(queue, action)
@@ -367,6 +379,20 @@ def _read(stream: Any, n: int) -> bytes:
         log.debug("api: body read failed: %r", e)
         raise HTTPError(400, "could not be read: it ended early or its chunked encoding "
                              "is broken", "body") from None
+
+
+def _limit(query: dict[str, list[str]], default: int) -> int:
+    """A page's ``limit``: 1 to MAX_PAGE; given empty or not a number, a 400 naming it."""
+    given = query.get("limit")
+    if given is None:
+        return default
+    try:
+        limit = int(given[0])
+    except ValueError:
+        raise HTTPError(400, f"must be an integer from 1 to {MAX_PAGE}", "limit") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise HTTPError(400, f"must be between 1 and {MAX_PAGE}", "limit")
+    return limit
 
 
 def _idempotency_key(environ: dict) -> str | None:

@@ -237,7 +237,9 @@ _SCHEMAS: dict[str, Any] = {
                                  k: {"type": "integer", "minimum": 0}
                                  for k in ("enqueued", "delivered", "failed")}}}},
     "Queues": {"type": "object", "required": ["queues"],
-               "properties": {"queues": {"type": "array", "items": _ref("Queue")}}},
+               "properties": {"queues": {"type": "array", "items": _ref("Queue")},
+                              "next_cursor": {"type": ["string", "null"], "description":
+                                              "the cursor of the next page; null: the last"}}},
     "TaskList": {"type": "object", "required": ["queue", "state", "tasks"], "properties": {
         "queue": {"type": "string"}, "state": {"enum": _STATES},
         "tasks": {"type": "array", "items": {"type": "object"}}}},
@@ -406,7 +408,12 @@ _PATHS: dict[str, Any] = {
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
                                       scope="admin")},
-    "/queues": {"get": _op("Queues with config and counts", "Queues")},
+    "/queues": {"get": _op("Queues with config and counts, a page at a time by name",
+                           "Queues", params=[
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                     "maximum": 1000, "default": 1000}},
+        {"name": "cursor", "in": "query", "description": "next_cursor of the previous page",
+         "schema": {"type": "string", "pattern": _QUEUE_PATTERN}}])},
     "/queues/{queue}": {"get": _op("One queue", "Queue", params=[_QUEUE])},
     "/queues/{queue}/tasks": {"get": _op("Tasks of a queue by state", "TaskList", params=[
         _QUEUE,
