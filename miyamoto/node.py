@@ -44,7 +44,8 @@ from miyamoto.tasks.validate import Limits
 
 log = logging.getLogger(__name__)
 
-_HOLDING = (State.SCHEDULED, State.RUNNING, State.FAILED)  # a queue with these is listed
+_HOLDING = (State.SCHEDULED.value, State.RUNNING.value, State.FAILED.value)  # listed
+_STATES = tuple(s.value for s in State)  # (an Enum's .value costs ~1 us: 8,000 a page)
 CLIENT_CONCURRENCY_MAX = 256  # the delivery client's bound, as the engine builds its own
 
 
@@ -187,7 +188,7 @@ class Node:
                 "next_cursor": after}
 
     def _queue_names(self, counts: dict[str, dict[str, int]]) -> list[str]:
-        held = {q for q, c in counts.items() if any(c.get(s.value) for s in _HOLDING)}
+        held = {q for q, c in counts.items() if any(c.get(s) for s in _HOLDING)}
         return sorted(held.union(self.engine.queues.names()))
 
     def queue(self, name: str) -> dict[str, Any] | None:
@@ -198,15 +199,14 @@ class Node:
         return self._queue_view(name, counts.get(name, {}))
 
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
-        qs = self.engine.dispatcher.view(name)
-        c = qs.config
+        c, paused, limit = self.engine.dispatcher.summary(name)
         return {
-            "name": name, "paused": qs.paused, "limit": qs.limit,
+            "name": name, "paused": paused, "limit": limit,
             "config": {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
                        "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
                        "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
                        "max_retry_duration": c.max_retry_duration, "timeout": c.timeout},
-            "counts": {s.value: counts.get(s.value, 0) for s in State},
+            "counts": {s: counts.get(s, 0) for s in _STATES},
             # since the nodes started, summed over the cluster: rates for the dashboard
             "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
                        for k in ("enqueued", "delivered", "failed")},

@@ -109,6 +109,15 @@ class Dispatcher:
         return self.queues.get(name) or QueueState(self._queue_config(name), self._clock(), 1,
                                                    self.concurrency)
 
+    def summary(self, name: str) -> tuple[QueueConfig, bool, int]:
+        """(config, paused, limit) of a queue for reading, creating nothing and building
+        no state: GET /queues reads a thousand of them."""
+        q = self.queues.get(name)
+        if q is not None:
+            return q.config, q.paused, q.limit
+        config = self._queue_config(name)
+        return config, config.paused, queue_limit(config, self.concurrency)
+
     def queue_config(self, name: str) -> QueueConfig:
         """The queue's config for reading: its state's when it has one (no lookup on the
         delivery path), else the config's; a look at an unknown queue creates nothing."""

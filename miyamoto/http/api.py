@@ -266,10 +266,10 @@ class Api:
         the last page) is the next request's ``cursor``."""
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         limit = _limit(query, QUEUES_PAGE)
-        cursor = (query.get("cursor") or [""])[0]
-        if cursor and not QUEUE_NAME_RE.fullmatch(cursor):
+        cursor = (query.get("cursor") or [None])[0]
+        if cursor is not None and not QUEUE_NAME_RE.fullmatch(cursor):
             raise HTTPError(400, "must be the next_cursor of a previous page", "cursor")
-        return 200, self.service.queues(limit, cursor)
+        return 200, self.service.queues(limit, cursor or "")
 
     def get_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
         found = self.service.queue(queue)

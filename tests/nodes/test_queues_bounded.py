@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import FAST_QUEUES
-from helpers import NodeProcess, run_cli, wait_until
+from helpers import NodeProcess, metric, run_cli, wait_until
 
 DECLARED = list(FAST_QUEUES)  # the test INI's queues: they count towards max_queues
 
@@ -39,6 +39,8 @@ def test_queues_are_bounded_paged_and_expire(node_factory, sink) -> None:
     assert _names(node, 1) == _names(node, 1000) == sorted([*DECLARED, "q1", "q2", "q3"])
     assert node.get("/queues?limit=").status_code == 400
     assert node.get("/queues").json()["next_cursor"] is None
+    assert metric(node, "miyamoto_queues") == 7
+    assert metric(node, "miyamoto_queues_unlabelled") == 0  # under 200: every one labelled
 
     # an unknown queue: looked at or controlled, a 404; nothing is created
     for action in ("pause", "resume", "purge"):

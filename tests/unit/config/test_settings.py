@@ -145,6 +145,11 @@ insecure_cluster = true
     ("env", "signing_secret", "whsec_"), ("env", "signing_secret", "whsec_" + "QUFB" * 2),
     ("flag", "signing_secret", SECRET + ",dGVzdA=="), ("env", "curve_public", "short"),
     ("env", "max_body", "0"), ("env", "concurrency", "1.5"), ("env", "advertise", "x"),
+    ("env", "auto_create_queues", "maybe"), ("flag", "auto_create_queues", "2"),
+    ("ini", "auto_create_queues", "sometimes"), ("env", "max_queues", "0"),
+    ("flag", "max_queues", "many"), ("ini", "max_queues", "1.5"),
+    ("env", "queue_idle_expiry", "-1"), ("flag", "queue_idle_expiry", "nan"),
+    ("ini", "queue_idle_expiry", "an hour"),
 ])
 def test_config_bad_values_name_the_option(tmp_path, source, name, value):
     kw: dict = {}
@@ -169,6 +174,7 @@ def test_config_bad_values_name_the_option(tmp_path, source, name, value):
     ("[queue:bad.name]\nrate = 1\n", "queue:bad.name"),
     ("[cluster]\nx = 1\n", "cluster"),
     ("[miyamoto]\nelection_timeout_min = 3\nelection_timeout_max = 1\n", "election_timeout_max"),
+    ("[miyamoto]\nmax_queues = 2\n[queue:a]\n[queue:b]\n", "max_queues"),
     ("[miyamoto]\ncurve_public = " + "a" * 40 + "\n", "curve_secret"),
     ("this is not an ini file", "config"),
 ])
@@ -262,3 +268,13 @@ def test_an_error_never_quotes_a_secret_of_a_flag_it_came_from():
     with pytest.raises(ConfigError) as info:
         config_mod.load(env={}, flags={"signing_secret": "plainsecretvalue"})
     assert "plainsecretvalue" not in str(info.value) and "(from --signing-secret)" in str(info.value)
+
+
+def test_the_queue_bounds_default_and_read_every_source(tmp_path):
+    c = load(tmp=tmp_path)
+    assert (c.auto_create_queues, c.max_queues, c.queue_idle_expiry) == (True, 1000, 3600.0)
+    c = load(tmp=tmp_path, env={"MIYAMOTO_AUTO_CREATE_QUEUES": "off",
+                                "MIYAMOTO_QUEUE_IDLE_EXPIRY": "0"}, flags={"max_queues": "5"})
+    assert (c.auto_create_queues, c.max_queues, c.queue_idle_expiry) == (False, 5, 0.0)
+    c = load(tmp=tmp_path, ini="[miyamoto]\nmax_queues = 2\n[queue:a]\n")  # a + default
+    assert c.max_queues == 2 and set(c.queues) == {"a", "default"}
