@@ -59,3 +59,12 @@ def test_queues_are_bounded_paged_and_expire(node_factory, sink) -> None:
     r = node.post("/queue/q4", json={"url": sink.url_for("/q4")})  # room again
     assert r.status_code == 200, r.text
     assert "Traceback" not in node.log_text()
+
+
+@pytest.mark.timeout(30)
+def test_a_bad_queue_bound_exits_2_naming_it(node_factory) -> None:
+    for option, value in (("max_queues", 0), ("queue_idle_expiry", -1),
+                          ("auto_create_queues", "sometimes"), ("max_queues", 3)):
+        n = node_factory(options={option: value}, ready=False)  # 3: below the 4 declared
+        assert n.wait_exit(15) == 2, n.log_text(20)
+        assert option in n.log_text(), n.log_text(20)
