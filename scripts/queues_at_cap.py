@@ -84,14 +84,18 @@ def main() -> None:
         try:
             s = requests.Session()
             refused: Counter[str] = Counter()
+            example = ""
             rss0 = _rss_mb(proc.pid)
             for i in range(a.queues):
                 r = s.post(f"{url}/queue/q{i:05d}", timeout=30,
                            json={"url": "http://127.0.0.1:9/w", "countdown": 3600})
                 if r.status_code != 200:
-                    refused[f"{r.status_code} {r.json().get('error', '')[:80]}"] += 1
+                    refused[f"{r.status_code} naming {r.json().get('field')}"] += 1
+                    example = example or r.json().get("error", "")
             print(f"repo {a.repo}: {a.queues} queue names enqueued, "
                   f"{sum(refused.values())} refused {dict(refused) or ''}")
+            if example:
+                print(f"  e.g. {example}")
             for path in ("/queues", "/queues?limit=100", "/queues/q00000", "/metrics"):
                 ms, size, status = _time(s, url + path, a.reads)
                 print(f"GET {path:20s} {status}  median {ms:7.1f} ms  {size / 1024:8.1f} KiB")

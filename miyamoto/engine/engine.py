@@ -44,6 +44,8 @@ from miyamoto.tasks.task import State, Task, add_attempt, new_id
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL = 60.0
+_SCHEDULED, _RUNNING = State.SCHEDULED.value, State.RUNNING.value  # an Enum's .value: ~1 us
+_LIVE = (_SCHEDULED, _RUNNING)
 NAMES_MAX = 100_000  # name reservations remembered in memory; the journal has them all
 PURGE_PAGE = 1000  # copies cancelled per journal read of a purge
 
@@ -569,13 +571,13 @@ class Engine:
         """The journal's counters, with its live rows split by memory into running (an
         attempt's start is not journaled) and scheduled."""
         counts = self.journal.counts(primary_only)
-        for q, c in counts.items():
-            pending = c.pop(State.SCHEDULED.value, 0) + c.pop(State.RUNNING.value, 0)
+        for q, c in counts.items():  # (the states' values read once: a queue each, 1000s)
+            pending = c.pop(_SCHEDULED, 0) + c.pop(_RUNNING, 0)
             running = min(pending, self.live.running_in(q, primary_only))
             if running:
-                c[State.RUNNING.value] = running
+                c[_RUNNING] = running
             if pending > running:
-                c[State.SCHEDULED.value] = pending - running
+                c[_SCHEDULED] = pending - running
         for name in self.dispatcher.queues:
             counts.setdefault(name, {})
         return counts
@@ -583,7 +585,7 @@ class Engine:
     def live_depth(self) -> dict[tuple[str, str], int]:
         """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
         return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
-                if s in (State.SCHEDULED.value, State.RUNNING.value)}
+                if s in _LIVE}
 
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory
