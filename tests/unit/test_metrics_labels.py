@@ -1,4 +1,6 @@
-"""The per-queue series are capped, and the scrape says how many queues it left out."""
+"""metrics.py's queue labels: the per-queue series are capped, and the scrape says how many
+queues it left out. (Named apart from tests/nodes/test_metrics.py: pytest needs distinct
+basenames.)"""
 
 from __future__ import annotations
 
