@@ -232,8 +232,16 @@ class Client:
 
     # ------------------------------------------------------------ queues
     def queues(self) -> list[dict[str, Any]]:
-        """Every queue's config, paused flag and counts per state."""
-        return list(self._call("GET", "/queues").get("queues", []))
+        """Every queue's config, paused flag and counts per state (every page of them)."""
+        out: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            path = "/queues" if cursor is None else f"/queues?cursor={_seg(cursor)}"
+            answer = self._call("GET", path)
+            out.extend(answer.get("queues", []))
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return out
 
     def queue(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/queues/{_seg(name)}")

@@ -15,7 +15,7 @@ them. Two kinds of series, both cheap on the per-task path:
   as ``HistogramMetricFamily`` gives the same exposition without either.
 
 Labels are bounded sets: ``queue`` (at most ``MAX_QUEUES`` of them, the rest are counted
-as ``OTHER``), ``verb`` (``protocol.Verb``, plus ``invalid`` for what did not decode),
+as ``OTHER``, and ``miyamoto_queues_unlabelled`` says how many queues that is), ``verb`` (``protocol.Verb``, plus ``invalid`` for what did not decode),
 ``direction``, ``state``, ``outcome``, ``status_class`` (``2xx``...``5xx``, ``error``
 for no response), ``role`` and ``peer`` (the roster), ``origin`` (at most
 ``MAX_TARGET_LABELS`` target origins, each ``scheme://host:port``: never a path or a
@@ -105,6 +105,13 @@ class TaskCounts(Protocol):
     attempts: int
 
 
+class QueueNames(Protocol):
+    """The queues the engine holds (``miyamoto.engine.queues.Queues``)."""
+
+    def __len__(self) -> int: ...
+    def names(self) -> list[str]: ...
+
+
 class EngineView(Protocol):
     """What the scrape reads of the engine (``miyamoto.engine.engine.Engine``), which
     reports into ``Metrics`` and so cannot be imported here."""
@@ -115,6 +122,8 @@ class EngineView(Protocol):
     def live(self) -> Sized: ...  # the live copies held in memory
     @property
     def dispatcher(self) -> Dispatcher: ...
+    @property
+    def queues(self) -> QueueNames: ...
     def live_depth(self) -> Mapping[tuple[str, str], int]: ...  # (queue, state) ->
 
 
@@ -300,6 +309,13 @@ class NodeCollector(Collector):
             for state in LIVE_STATES:
                 fam.add_metric([q, state], depth.get((q, state), 0))
         yield fam
+        held = engine.queues
+        yield _gauge("miyamoto_queues", "queues this node holds (declared, and those "
+                     "enqueues created: at most max_queues)", len(held))
+        omitted = sum(1 for q in held.names() if m.queue_label(q) == OTHER)
+        yield _gauge("miyamoto_queues_unlabelled", f"queues whose series are summed under "
+                     f"queue=\"{OTHER}\": the per-queue series stop at {MAX_QUEUES} queues",
+                     omitted)
         ready = GaugeMetricFamily("miyamoto_queue_ready", "due copies waiting for a "
                                   "delivery slot or a rate token", labels=["queue"])
         paused = GaugeMetricFamily("miyamoto_queue_paused", "1 if the queue is paused",

@@ -98,10 +98,25 @@ class Dispatcher:
                             config.max_concurrent, self.concurrency, q.limit)
         return q
 
+    def forget(self, name: str) -> None:
+        """Drop an expired queue's state, unless it still has a task waiting or running."""
+        q = self.queues.get(name)
+        if q is not None and not q.inflight and not len(q.ready) and name not in self._active:
+            del self.queues[name]
+
     def view(self, name: str) -> QueueState:
         """The queue's state for reading; a look at an unknown queue creates nothing."""
         return self.queues.get(name) or QueueState(self._queue_config(name), self._clock(), 1,
                                                    self.concurrency)
+
+    def summary(self, name: str) -> tuple[QueueConfig, bool, int]:
+        """(config, paused, limit) of a queue for reading, creating nothing and building
+        no state: GET /queues reads a thousand of them."""
+        q = self.queues.get(name)
+        if q is not None:
+            return q.config, q.paused, q.limit
+        config = self._queue_config(name)
+        return config, config.paused, queue_limit(config, self.concurrency)
 
     def queue_config(self, name: str) -> QueueConfig:
         """The queue's config for reading: its state's when it has one (no lookup on the

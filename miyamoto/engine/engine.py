@@ -33,6 +33,7 @@ from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.retry import Action, decide, is_success
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
+from miyamoto.engine.queues import Queues
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
 from miyamoto.errors import Conflict, Duplicate, Unavailable
@@ -43,6 +44,8 @@ from miyamoto.tasks.task import State, Task, add_attempt, new_id
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL = 60.0
+_SCHEDULED, _RUNNING = State.SCHEDULED.value, State.RUNNING.value  # an Enum's .value: ~1 us
+_LIVE = (_SCHEDULED, _RUNNING)
 NAMES_MAX = 100_000  # name reservations remembered in memory; the journal has them all
 PURGE_PAGE = 1000  # copies cancelled per journal read of a purge
 
@@ -115,6 +118,8 @@ class Engine:
                                      breaker_cooldown=config.breaker_cooldown,
                                      begin=self._begin)
         self.spawn_task: Callable[[Task], None] = spawn_task or self._spawn_local
+        self.queues = Queues(config.queues, config.max_queues, config.auto_create_queues,
+                             config.queue_idle_expiry)
         self.stats = Stats()
         self._group = gevent.pool.Group()
 
@@ -131,6 +136,9 @@ class Engine:
                 self.live[t.id] = t.evolve(state=State.SCHEDULED, fire_at=now)
         for queue, is_paused in paused.items():
             self.dispatcher.pause(queue, is_paused)
+            self.queues.note(queue, now)
+        for queue in self.journal.counts():  # what the journal holds keeps its queue
+            self.queues.note(queue, now)
         if self.live.mem:
             log.info("engine: reloaded %d tasks due within %g s", len(self.live.mem),
                      self.live.span)
@@ -147,9 +155,16 @@ class Engine:
         self.client.close()
 
     def _sweep_loop(self) -> None:
+        period = min(SWEEP_INTERVAL, max(1.0, self.config.retention))
+        if self.config.queue_idle_expiry > 0:
+            period = min(period, max(1.0, self.config.queue_idle_expiry / 2))
         while True:
-            gevent.sleep(min(SWEEP_INTERVAL, max(1.0, self.config.retention)))
+            gevent.sleep(period)
             now = self.clock()
+            try:
+                self.expire_queues(now)
+            except Exception:
+                log.exception("engine: queue expiry failed")
             try:
                 removed = self.journal.sweep(now, self.config.retention)
             except Exception:
@@ -160,6 +175,22 @@ class Engine:
             # Swept names: a lookup finds none in the journal
             if removed:
                 log.debug("engine: swept %d expired records", removed)
+
+    def expire_queues(self, now: float) -> list[str]:
+        """Forget the idle auto-created queues that hold nothing: no live or failed copy
+        here, not paused, no delivery waiting or in flight (``queues.Queues.expire``)."""
+        busy = {q for q, c in self.journal.counts().items()
+                if any(c.get(s.value) for s in (State.SCHEDULED, State.RUNNING, State.FAILED))}
+        busy.update(n for n, q in self.dispatcher.queues.items()
+                    if q.paused or q.inflight or len(q.ready))
+        gone = self.queues.expire(now, busy)
+        for name in gone:
+            self.dispatcher.forget(name)
+            self.stats.totals.pop(name, None)
+        if gone:
+            log.info("engine: %d idle queues expired (queue_idle_expiry %g s), e.g. %s",
+                     len(gone), self.config.queue_idle_expiry, gone[0])
+        return gone
 
     def queue_config(self, name: str) -> QueueConfig:
         """The queue's config; reading it creates no queue state (GET /queues lists
@@ -210,6 +241,7 @@ class Engine:
             existing = self.live.get(task.id)  # beyond the window: only the journal knows
         if existing is not None:
             return existing  # a repeated STORE of the same copy
+        self.queues.note(task.queue, self.clock())  # the enqueue's node judged the cap
         self.check_name(task)  # may read the journal: then look again at memory's names
         if task.name is not None and (task.queue, task.name) in self.names:
             self.check_name(task, self.names[(task.queue, task.name)])
@@ -525,6 +557,7 @@ class Engine:
                 return first
 
     def pause(self, queue: str, paused: bool) -> None:
+        self.queues.note(queue, self.clock())
         self.dispatcher.pause(queue, paused)
         self.journal.set_paused(queue, paused)
 
@@ -538,13 +571,13 @@ class Engine:
         """The journal's counters, with its live rows split by memory into running (an
         attempt's start is not journaled) and scheduled."""
         counts = self.journal.counts(primary_only)
-        for q, c in counts.items():
-            pending = c.pop(State.SCHEDULED.value, 0) + c.pop(State.RUNNING.value, 0)
+        for q, c in counts.items():  # (the states' values read once: a queue each, 1000s)
+            pending = c.pop(_SCHEDULED, 0) + c.pop(_RUNNING, 0)
             running = min(pending, self.live.running_in(q, primary_only))
             if running:
-                c[State.RUNNING.value] = running
+                c[_RUNNING] = running
             if pending > running:
-                c[State.SCHEDULED.value] = pending - running
+                c[_SCHEDULED] = pending - running
         for name in self.dispatcher.queues:
             counts.setdefault(name, {})
         return counts
@@ -566,7 +599,7 @@ class Engine:
     def live_depth(self) -> dict[tuple[str, str], int]:
         """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
         return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
-                if s in (State.SCHEDULED.value, State.RUNNING.value)}
+                if s in _LIVE}
 
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory

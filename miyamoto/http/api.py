@@ -34,11 +34,15 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
             413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
             503: "Service Unavailable"}
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+MAX_PAGE = 1000  # the most items one listing answers (limit=)
+QUEUES_PAGE = 1000  # GET /queues without limit: all of them at the default max_queues
+_NO_QUEUE = ("names no queue: queues come from the config or from an enqueue "
+             "(while auto_create_queues is on)")
 # what each route needs from a token (auth.py); any other GET needs read, anything else admin
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
-          # the dashboard's page and assets hold no data: it asks for a token itself
-          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN}
+          # the dashboard's page and assets, and this API's description, hold no data
+          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN}
 
 
 class HTTPError(Exception):
@@ -72,10 +76,10 @@ class ApiService(Protocol):
     def find_task(self, queue: str, name: str) -> View | None: ...
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
-    def queues(self) -> list[View]: ...
-    def queue(self, name: str) -> View: ...
+    def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
+    def queue(self, name: str) -> View | None: ...
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
-    def control(self, queue: str, action: str) -> View: ...
+    def control(self, queue: str, action: str) -> View | None: ...
     def failed(self, queue: str, action: str) -> View: ...
     def cluster_info(self) -> View: ...
     def target_states(self) -> list[View]: ...
@@ -169,11 +173,11 @@ class Api:
                 continue
             handler = handlers.get(method) or (handlers.get("GET") if method == "HEAD" else None)
             if handler is None:
+                # authenticate first: a route's methods are told only to who may use one
+                self.tokens.check(environ.get("HTTP_AUTHORIZATION"), _weakest(handlers))
                 raise HTTPError(405, f"{method} is not allowed on {path}",
                                 headers=[("Allow", _allow(handlers))])
-            need = _NEEDS.get(handler.__name__) or (auth.READ if method in ("GET", "HEAD")
-                                                    else auth.ADMIN)
-            self.tokens.check(environ.get("HTTP_AUTHORIZATION"), need)
+            self.tokens.check(environ.get("HTTP_AUTHORIZATION"), _need(handler, method))
             args = m.groupdict()
             if "queue" in args:
                 _check_queue(args["queue"])
@@ -208,7 +212,7 @@ class Api:
         body = self.body(environ)
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
         fields = enqueue_fields(kind, body, self.limits)
-        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        key = _idempotency_key(environ)
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
@@ -258,30 +262,38 @@ class Api:
 
     # ------------------------------------------------------------ queues
     def list_queues(self, environ: dict) -> tuple[int, Any]:
-        return 200, {"queues": self.service.queues()}
+        """GET /queues?limit=&cursor=: a page of queues by name; ``next_cursor`` (null on
+        the last page) is the next request's ``cursor``."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        limit = _limit(query, QUEUES_PAGE)
+        cursor = (query.get("cursor") or [None])[0]
+        if cursor is not None and not QUEUE_NAME_RE.fullmatch(cursor):
+            raise HTTPError(400, "must be the next_cursor of a previous page", "cursor")
+        return 200, self.service.queues(limit, cursor or "")
 
     def get_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
-        return 200, self.service.queue(queue)
+        found = self.service.queue(queue)
+        if found is None:
+            raise HTTPError(404, _NO_QUEUE, "queue")
+        return 200, found
 
     def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:
-        query = parse_qs(environ.get("QUERY_STRING", ""))
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         state_name = (query.get("state") or ["scheduled"])[0]
         try:
             state = State(state_name)
         except ValueError:
             raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
                             "state") from None
-        try:
-            limit = int((query.get("limit") or ["100"])[0])
-        except ValueError:
-            raise HTTPError(400, "must be an integer", "limit") from None
-        if not 1 <= limit <= 1000:
-            raise HTTPError(400, "must be between 1 and 1000", "limit")
+        limit = _limit(query, 100)
         return 200, {"queue": queue, "state": state.value,
                      "tasks": self.service.list_tasks(queue, state, limit)}
 
     def control(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
-        return 200, self.service.control(queue, action)
+        found = self.service.control(queue, action)
+        if found is None:  # a control creates no queue
+            raise HTTPError(404, _NO_QUEUE, "queue")
+        return 200, found
 
     def failed(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
         return 200, self.service.failed(queue, action)
@@ -334,6 +346,23 @@ def _error(message: str, field: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _need(handler: Handler, method: str) -> str:
+    """What a token must allow to use ``handler``: its entry in _NEEDS, else read for a
+    GET and admin for anything else."""
+    return _NEEDS.get(handler.__name__) or (auth.READ if method in ("GET", "HEAD")
+                                            else auth.ADMIN)
+
+
+def _weakest(handlers: dict[str, Handler]) -> str:
+    """The least a token must allow to be told a route's methods (a 405's Allow): that
+    of the route's most open method, so an admin route answers 401/403 before 405."""
+    needs = {_need(h, m) for m, h in handlers.items()}
+    for need in (auth.OPEN, auth.TASK, auth.READ, auth.ENQUEUE):
+        if need in needs:
+            return need
+    return auth.ADMIN
+
+
 def _allow(handlers: dict[str, Handler]) -> str:
     """The Allow header of a 405 (RFC 9110 15.5.6): the route's methods, and HEAD
     wherever GET is served (answered by the GET handler without a body)."""
@@ -350,6 +379,43 @@ def _read(stream: Any, n: int) -> bytes:
         log.debug("api: body read failed: %r", e)
         raise HTTPError(400, "could not be read: it ended early or its chunked encoding "
                              "is broken", "body") from None
+
+
+def _limit(query: dict[str, list[str]], default: int) -> int:
+    """A page's ``limit``: 1 to MAX_PAGE; given empty or not a number, a 400 naming it."""
+    given = query.get("limit")
+    if given is None:
+        return default
+    try:
+        limit = int(given[0])
+    except ValueError:
+        raise HTTPError(400, f"must be an integer from 1 to {MAX_PAGE}", "limit") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise HTTPError(400, f"must be between 1 and {MAX_PAGE}", "limit")
+    return limit
+
+
+def _idempotency_key(environ: dict) -> str | None:
+    """The Idempotency-Key header: absent is None; empty, or text a header cannot carry,
+    is refused naming the header (its value arrives as latin-1, the bytes as sent)."""
+    key = environ.get("HTTP_IDEMPOTENCY_KEY")
+    if key is None:
+        return None
+    if not key:
+        raise HTTPError(400, "is empty: give a name of 1 or more characters, or no header",
+                        IDEMPOTENCY_KEY)
+    if not key.isascii():
+        try:
+            key.encode("latin-1").decode("utf-8")
+        except UnicodeDecodeError:
+            return key  # latin-1 text; build_task checks it as a name
+        raise HTTPError(400, "holds UTF-8 (text beyond latin-1, such as an emoji), which an "
+                             "HTTP header cannot carry: give such a name in the body's name "
+                             "field", IDEMPOTENCY_KEY)
+    return key
+
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
 
 
 def _check_queue(name: str) -> None:

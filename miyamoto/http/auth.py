@@ -4,7 +4,8 @@ Scopes, widest first: ``admin`` may do everything; ``enqueue`` may enqueue and r
 task by its id (ids are random, so that is "its tasks": the ones it was answered);
 ``read`` may use every GET route and ``/metrics``. ``/healthz`` and ``/readyz`` stay
 open, so load balancers and probes need no secret; so do the dashboard's page and
-assets (``/``, ``/dashboard/<file>``), which hold no data: its script asks for a token.
+assets (``/``, ``/dashboard/<file>``) and ``/openapi.json``, which hold no data (the
+dashboard's script asks for a token).
 
 A presented token is compared with every configured one, each through
 ``hmac.compare_digest`` of SHA-256 digests: the time taken does not depend on how much

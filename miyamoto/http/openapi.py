@@ -89,7 +89,10 @@ _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
 _DEFINITION_SCHEMAS: dict[str, Any] = {
     "ScheduleRequest": {
         "type": "object", "required": ["name", "task"], "additionalProperties": False,
-        "description": "give cron or every, not both",
+        "description": "give cron or every, not both; cron_seconds_last only with cron",
+        "oneOf": [{"required": ["cron"], "not": {"required": ["every"]}},
+                  {"required": ["every"], "not": {"anyOf": [
+                      {"required": ["cron"]}, {"required": ["cron_seconds_last"]}]}}],
         "properties": {
             "name": {"type": "string", "pattern": _NAME_PATTERN},
             "cron": {"type": "string", "description": "5 fields (minute hour day-of-month "
@@ -145,19 +148,23 @@ _DEFINITION_SCHEMAS: dict[str, Any] = {
 }
 
 
+# json and body are exclusive (tasks.validate): the schema says so, as the server does
+_BOTH_BODIES = {"required": ["json", "body"]}
+
+
 def _topic_task(task_fields: dict[str, Any]) -> dict[str, Any]:
     """An enqueue naming a topic instead of a url: one task per URL of the topic."""
     props = {k: v for k, v in task_fields.items() if k != "url"}
     props["topic"] = {"type": "string", "pattern": _NAME_PATTERN,
                       "description": "a topic (PUT /topics/{name}) instead of url"}
     return {"type": "object", "required": ["topic"], "properties": props,
-            "additionalProperties": False,
+            "additionalProperties": False, "not": _BOTH_BODIES,
             "description": "one task per URL of the topic; a name is suffixed per URL"}
 
 
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
-                    "additionalProperties": False,
+                    "additionalProperties": False, "not": _BOTH_BODIES,
                     "description": "a task as JSON (Content-Type: application/json)"},
     # One schema per media type, each an object or a union of objects: a code generator
     # maps a schema of bare ``required`` alternatives to Any (and then fails on it)
@@ -239,7 +246,9 @@ _SCHEMAS: dict[str, Any] = {
                                  k: {"type": "integer", "minimum": 0}
                                  for k in ("enqueued", "delivered", "failed")}}}},
     "Queues": {"type": "object", "required": ["queues"],
-               "properties": {"queues": {"type": "array", "items": _ref("Queue")}}},
+               "properties": {"queues": {"type": "array", "items": _ref("Queue")},
+                              "next_cursor": {"type": ["string", "null"], "description":
+                                              "the cursor of the next page; null: the last"}}},
     "TaskList": {"type": "object", "required": ["queue", "state", "tasks"], "properties": {
         "queue": {"type": "string"}, "state": {"enum": _STATES},
         "tasks": {"type": "array", "items": {"type": "object"}}}},
@@ -407,7 +416,12 @@ _PATHS: dict[str, Any] = {
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
                                       scope="admin")},
-    "/queues": {"get": _op("Queues with config and counts", "Queues")},
+    "/queues": {"get": _op("Queues with config and counts, a page at a time by name",
+                           "Queues", params=[
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                     "maximum": 1000, "default": 1000}},
+        {"name": "cursor", "in": "query", "description": "next_cursor of the previous page",
+         "schema": {"type": "string", "pattern": _QUEUE_PATTERN}}])},
     "/queues/{queue}": {"get": _op("One queue", "Queue", params=[_QUEUE])},
     "/queues/{queue}/tasks": {"get": _op("Tasks of a queue by state", "TaskList", params=[
         _QUEUE,
@@ -434,7 +448,7 @@ _PATHS: dict[str, Any] = {
                          "responses": {"200": {"description": "Prometheus text exposition",
                                                "content": {"text/plain": {
                                                    "schema": {"type": "string"}}}}, **_AUTH}}},
-    "/openapi.json": {"get": _op("This description", "OpenAPI")},
+    "/openapi.json": {"get": {**_op("This description", "OpenAPI"), **_OPEN}},
     "/": {"get": {"summary": "The dashboard page (its script reads the API with a token)",
                   **_OPEN, "responses": {"200": {"description": "HTML", "content": {
                       "text/html": {"schema": {"type": "string"}}}}}}},

@@ -164,12 +164,16 @@ def _headers(field: str, value: Any) -> dict[str, str]:
             raise ValidationError(f"{field}.{k}", "is set by Miyamoto and cannot be overridden")
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             v = str(v)
-        if not isinstance(v, str) or not _HEADER_VALUE_RE.fullmatch(v):
+        if not isinstance(v, str):
+            raise ValidationError(f"{field}.{k}", "must be a string or a number")
+        if not v.isascii():  # the real reason first: an emoji is not a control character
+            try:
+                v.encode("latin-1")
+            except UnicodeEncodeError:
+                raise ValidationError(f"{field}.{k}", "must be latin-1 text: an HTTP header "
+                                      "cannot carry characters beyond it (an emoji, say)") from None
+        if not _HEADER_VALUE_RE.fullmatch(v):
             raise ValidationError(f"{field}.{k}", "must be a string without control characters")
-        try:
-            v.encode("latin-1")
-        except UnicodeEncodeError:
-            raise ValidationError(f"{field}.{k}", "must be latin-1 text") from None
         out[k] = v
     return out
 

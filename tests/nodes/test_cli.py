@@ -126,6 +126,10 @@ def test_task_cancel_retry_tasks_pause_resume_purge(node, sink):
     cp = run_cli("task", "no-such-task", env=env)
     assert cp.returncode == 1 and "(404)" in cp.stderr
 
+    cp = run_cli("pause", "held", env=env)  # a queue nobody made: a control creates none
+    assert cp.returncode == 1 and "names no queue" in cp.stderr and "(404)" in cp.stderr
+    with Client(node.url) as c:
+        c.enqueue(f"{sink.url}/later", queue="held", countdown=600)  # now it exists
     ok(run_cli("pause", "held", env=env))
     with Client(node.url) as c:
         assert c.queue("held")["paused"] is True

@@ -164,6 +164,7 @@ def test_retry_pause_resume_purge(client, node, sink):
     node.wait_task_state(failed, "succeeded")
     assert sink.count("/flaky") == 2
 
+    client.enqueue(f"{sink.url}/later", queue="held", countdown=600)  # a pause makes no queue
     assert client.pause("held")["action"] == "pause"
     assert client.queue("held")["paused"] is True
     held = client.enqueue(f"{sink.url}/held", queue="held")["id"]

@@ -805,7 +805,7 @@ def test_cancel_from_a_non_replica_cancels_every_copy(cluster_factory, sink):
 
 @pytest.mark.timeout(90)
 def test_pause_and_resume_on_one_node_act_cluster_wide(cluster_factory, sink):
-    nodes = cluster_factory(3)
+    nodes = cluster_factory(3, queues={"pq": {}})  # declared: a pause creates no queue
     r = nodes[0].post("/queues/pq/pause")
     assert r.status_code == 200 and r.json()["action"] == "pause", r.text
     for n in nodes:
@@ -1065,7 +1065,7 @@ def test_a_claimer_paused_past_the_failure_timeout_is_not_run_over(cluster_facto
 
 @pytest.mark.timeout(60)
 def test_a_node_that_was_away_takes_the_clusters_pauses(cluster_factory, sink):
-    nodes = cluster_factory(3)
+    nodes = cluster_factory(3, queues={"held": {}})  # declared: a pause creates no queue
     view = wait_converged(nodes)
     late = [n for n in nodes if n.node_id != view["leader"]][-1]
     assert late.stop() == 0

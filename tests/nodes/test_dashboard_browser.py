@@ -89,7 +89,7 @@ def wait_text(page: Any, selector: str, expected: str) -> None:
 @pytest.mark.timeout(90)
 def test_dashboard_retries_a_failed_task_and_resumes_a_queue(
         node_factory: Callable[..., NodeProcess], sink: Sink, page: Any) -> None:
-    node = node_factory()
+    node = node_factory(queues={"held": {}, "junk": {}})  # a pause creates no queue
     sink.reply("/fail", Reply(500, body=EVIL))
     failed = node.enqueue(url=sink.url_for("/fail"), max_attempts=1, name="nightly-report")["id"]
     node.wait_task_state(failed, "failed", timeout=15)

@@ -179,6 +179,7 @@ def test_a_journal_that_cannot_write_answers_503_and_recovers_by_itself(node_fac
     node = node_factory("n")
     acked = _acked(node, sink.url, 10)
     due = node.enqueue(url=f"{sink.url}/during", countdown=2)["id"]
+    node.enqueue("other", url=f"{sink.url}/other", countdown=3600)  # a pause makes no queue
     limit = _FileSizeLimit(node.pid)
     limit.choke()
     try:

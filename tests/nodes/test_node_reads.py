@@ -85,16 +85,19 @@ def test_engine_queue_config_of_a_queue_in_use_is_its_states(node):
 ])
 def test_reading_a_queue_through_the_api_creates_nothing(node, path, query):
     status, _ = get(node, path, query)
-    assert status.startswith("200")
+    assert status.startswith("404" if path == "/queues/made-up" else "200"), status
     assert "made-up" not in node.engine.dispatcher.queues
     _, body = get(node, "/queues")
     assert "made-up" not in {q["name"] for q in ujson.loads(body)["queues"]}
 
 
-def test_reading_an_unknown_queue_still_answers_its_config(node):
+def test_an_unknown_queue_is_a_404_and_an_unused_one_answers_its_config(node):
     status, body = get(node, "/queues/made-up")
+    assert status.startswith("404") and ujson.loads(body)["field"] == "queue"
+    node.engine.queues.admit("unused", 0.0)  # made by an enqueue whose task has gone
+    status, body = get(node, "/queues/unused")
     q = ujson.loads(body)
-    assert status.startswith("200") and q["name"] == "made-up" and q["paused"] is False
+    assert status.startswith("200") and q["name"] == "unused" and q["paused"] is False
     assert q["config"]["max_attempts"] == node.config.queue("default").max_attempts
     assert sum(q["counts"].values()) == 0
 

@@ -30,7 +30,8 @@ from schemathesis import GenerationMode  # noqa: E402
 from openapi_spec_validator import validate  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
-    content_type_conformance, response_schema_conformance, status_code_conformance)
+    content_type_conformance, negative_data_rejection, response_schema_conformance,
+    status_code_conformance)
 
 from miyamoto.http.api import Api  # noqa: E402
 from miyamoto.tasks.validate import Limits  # noqa: E402
@@ -118,6 +119,8 @@ def _fuzz(op: Any, mode: Any, node: NodeProcess, target: str, session: requests.
     checks = [not_a_server_error, response_schema_conformance, content_type_conformance]
     if mode == GenerationMode.POSITIVE:  # a negative case may be answered anything 4xx
         checks.append(status_code_conformance)
+    else:  # but it must be refused: what the spec forbids, the server refuses
+        checks.append(negative_data_rejection)
 
     @settings(max_examples=MAX_EXAMPLES[mode.value], deadline=None, database=None, derandomize=True,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))

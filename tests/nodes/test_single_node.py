@@ -463,7 +463,8 @@ def test_max_concurrent_caps_requests_in_flight(node, sink):
 
 
 @pytest.mark.timeout(30)
-def test_pause_and_resume(node, sink):
+def test_pause_and_resume(node_factory, sink):
+    node = node_factory(queues={"pq": {}})  # declared: a pause creates no queue
     r = node.post("/queues/pq/pause")
     assert r.status_code == 200, r.text
     assert node.get("/queues/pq").json()["paused"] is True
@@ -523,7 +524,8 @@ def test_cancel_a_task(node, sink):
 
 
 @pytest.mark.timeout(30)
-def test_purge_of_a_paused_queue_cancels_its_due_backlog(node, sink):
+def test_purge_of_a_paused_queue_cancels_its_due_backlog(node_factory, sink):
+    node = node_factory(queues={"held": {}})  # declared: a pause creates no queue
     assert node.post("/queues/held/pause").status_code == 200
     ids = [node.enqueue("held", url=f"{sink.url}/backlog", params={"i": i})["id"]
            for i in range(5)]
@@ -546,9 +548,10 @@ def test_purge_of_a_paused_queue_cancels_its_due_backlog(node, sink):
 
 
 @pytest.mark.timeout(30)
-def test_a_cancelled_due_task_is_not_delivered_and_a_sibling_task_is(node, sink):
+def test_a_cancelled_due_task_is_not_delivered_and_a_sibling_task_is(node_factory, sink):
     """Cancelled while its queue holds it (due, in the ready line): never delivered, and
     a task enqueued after it in the same queue is (the positive control)."""
+    node = node_factory(queues={"cq": {}})  # declared: a pause creates no queue
     assert node.post("/queues/cq/pause").status_code == 200
     doomed = node.enqueue("cq", url=f"{sink.url}/cancelled")["id"]
     kept = node.enqueue("cq", url=f"{sink.url}/kept")["id"]
@@ -661,10 +664,11 @@ def test_batch(node, sink):
 
 
 @pytest.mark.timeout(60)
-def test_kill_9_loses_nothing_and_duplicates_nothing(node, sink):
+def test_kill_9_loses_nothing_and_duplicates_nothing(node_factory, sink):
     """Four clients enqueue concurrently; the node is killed (-9) the moment the 200th
     200 arrives, with requests still in flight. Every acknowledged task is delivered
     exactly once after the restart; unacknowledged ones at most once."""
+    node = node_factory(queues={"frozen": {}})  # declared: a pause creates no queue
     named = node.enqueue(url=f"{sink.url}/later", name="kept-name", countdown=3600)["id"]
     assert node.post("/queues/frozen/pause").status_code == 200
     eta = time.time() + 5  # the same eta for all: none may be due before the kill

@@ -146,6 +146,11 @@ insecure_cluster = true
     ("env", "signing_secret", "whsec_"), ("env", "signing_secret", "whsec_" + "QUFB" * 2),
     ("flag", "signing_secret", SECRET + ",dGVzdA=="), ("env", "curve_public", "short"),
     ("env", "max_body", "0"), ("env", "concurrency", "1.5"), ("env", "advertise", "x"),
+    ("env", "auto_create_queues", "maybe"), ("flag", "auto_create_queues", "2"),
+    ("ini", "auto_create_queues", "sometimes"), ("env", "max_queues", "0"),
+    ("flag", "max_queues", "many"), ("ini", "max_queues", "1.5"),
+    ("env", "queue_idle_expiry", "-1"), ("flag", "queue_idle_expiry", "nan"),
+    ("ini", "queue_idle_expiry", "an hour"),
 ])
 def test_config_bad_values_name_the_option(tmp_path, source, name, value):
     kw: dict = {}
@@ -170,6 +175,7 @@ def test_config_bad_values_name_the_option(tmp_path, source, name, value):
     ("[queue:bad.name]\nrate = 1\n", "queue:bad.name"),
     ("[cluster]\nx = 1\n", "cluster"),
     ("[miyamoto]\nelection_timeout_min = 3\nelection_timeout_max = 1\n", "election_timeout_max"),
+    ("[miyamoto]\nmax_queues = 2\n[queue:a]\n[queue:b]\n", "max_queues"),
     ("[miyamoto]\ncurve_public = " + "a" * 40 + "\n", "curve_secret"),
     ("this is not an ini file", "config"),
 ])
@@ -273,3 +279,13 @@ def test_the_default_node_id_is_unique_per_host_and_http_address():
     assert config_mod.default_node_id("h", "0.0.0.0:80") == "h-80"
     assert config_mod.default_node_id("h", "[::1]:8088") == "h-..1-8088"
     assert config_mod.load(env={}, flags={"http": "127.0.0.2:8088", "node": "a"}).node == "a"
+
+
+def test_the_queue_bounds_default_and_read_every_source(tmp_path):
+    c = load(tmp=tmp_path)
+    assert (c.auto_create_queues, c.max_queues, c.queue_idle_expiry) == (True, 1000, 3600.0)
+    c = load(tmp=tmp_path, env={"MIYAMOTO_AUTO_CREATE_QUEUES": "off",
+                                "MIYAMOTO_QUEUE_IDLE_EXPIRY": "0"}, flags={"max_queues": "5"})
+    assert (c.auto_create_queues, c.max_queues, c.queue_idle_expiry) == (False, 5, 0.0)
+    c = load(tmp=tmp_path, ini="[miyamoto]\nmax_queues = 2\n[queue:a]\n")  # a + default
+    assert c.max_queues == 2 and set(c.queues) == {"a", "default"}

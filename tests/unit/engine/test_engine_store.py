@@ -76,3 +76,45 @@ def test_a_failed_settle_refuses_every_copy_and_commits_none_of_them_later(parts
     engine.add(_task(3))  # the next group commits, without the refused ones or their names
     journal.close()
     assert _reopened(path) == (["t3"], {})
+
+
+def test_a_stored_copy_keeps_its_queue_and_an_idle_empty_one_expires(tmp_path):
+    """Engine + a real journal: a copy's queue is held while the copy lives (even past
+    queue_idle_expiry), forgotten once idle and empty, and known again after a restart
+    from what the journal holds."""
+    now = [1000.0]
+    cfg = config_mod.load(env={}, flags={"data_dir": str(tmp_path), "queue_idle_expiry": "60"})
+    journal = Journal(str(tmp_path))
+    journal.open()
+    engine = Engine(cfg, journal, clock=lambda: now[0])
+    engine.add(_task(1))
+    engine.add(Task(id="t2", queue="gone", url="http://127.0.0.1:9/", eta=1e12, fire_at=1e12,
+                    created=1.0))
+    assert "q" in engine.queues and "gone" in engine.queues
+    now[0] += 61
+    assert engine.expire_queues(now[0]) == []  # both hold a scheduled copy
+    engine.purge("gone")
+    engine.pause("q", True)
+    engine.purge("q")
+    assert engine.expire_queues(now[0]) == ["gone"]  # q is paused: an admin's act stays
+    assert engine.queues.names() == ["default", "q"] and "gone" not in engine.dispatcher.queues
+    engine.pause("q", False)
+    now[0] += 61
+    assert engine.expire_queues(now[0]) == ["q"]
+    journal.close()
+    # a restart knows the queues whose copies the journal holds
+    journal = Journal(str(tmp_path))
+    journal.open()
+    engine = Engine(cfg, journal, clock=lambda: now[0])
+    engine.add(_task(3))
+    engine.stop(0)
+    journal.close()
+    journal = Journal(str(tmp_path))
+    journal.open()
+    engine = Engine(cfg, journal, clock=lambda: now[0])
+    engine.start()
+    try:
+        assert "q" in engine.queues
+    finally:
+        engine.stop(0)
+        journal.close()

@@ -41,8 +41,8 @@ class Service:
         self.lookups.append((queue, name))
         return {"id": "t-1", "queue": queue, "name": name} if name == "known" else None
 
-    def queues(self) -> list[dict[str, Any]]:
-        return []
+    def queues(self, limit: int, cursor: str) -> dict[str, Any]:
+        return {"queues": [], "next_cursor": None}
 
 
 def call(app: Api, path: str, method: str = "GET", query: str = "",
