@@ -532,10 +532,12 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
     """Each rule matters: switched off, the strict checker finds a duplicate (or worse)."""
     cls, name, patch = BUGS[bug]
     monkeypatch.setattr(cls, name, patch(getattr(cls, name)))
+    # "an ack holds nothing" shows first at seed 325 since a fast delivery sends no
+    # CLAIM (the ack's hold is then all that covers a delivery's first quarter
+    # ask_lease): its seeds start at 300, the others' at 0
+    first = 300 if bug == "an ack holds nothing" else 0
     with pytest.raises(SafetyViolation):
-        # "an ack holds nothing" needs 326 seeds since a fast delivery sends no CLAIM:
-        # the ack's hold is then all that covers a delivery's first quarter ask_lease
-        for seed in range(1000):
+        for seed in range(first, first + 700):
             random_run(seed)
 
 
