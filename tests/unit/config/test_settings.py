@@ -262,3 +262,85 @@ def test_an_error_never_quotes_a_secret_of_a_flag_it_came_from():
     with pytest.raises(ConfigError) as info:
         config_mod.load(env={}, flags={"signing_secret": "plainsecretvalue"})
     assert "plainsecretvalue" not in str(info.value) and "(from --signing-secret)" in str(info.value)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+
+
+def test_the_example_config_shows_the_defaults():
+    """cluster.example.ini says it shows the defaults: every option it sets (but the demo
+    cluster's own seeds and key pair) is the default, and so is [queue:default]."""
+    import configparser
+
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(os.path.join(REPO, "cluster.example.ini"))
+    shown = {k: v for k, v in ini.items("miyamoto")
+             if k not in ("seeds", "curve_public", "curve_secret")}
+    assert len(shown) > 30
+    by_name = {s.name: s for s in config_mod.SETTINGS}
+    for key, text in shown.items():
+        assert by_name[key].parse(text) == by_name[key].default, key
+    for key, text in ini.items("queue:default"):
+        assert config_mod.QUEUE_FIELDS[key](text) == getattr(QueueConfig(), key), key
+    c = config_mod.load(env={})
+    assert (c.max_clock_skew, c.processes, c.reuse_port, c.zone != "") == (1.0, 1, False, True)
+    assert (c.insecure_cluster, c.insecure_http, c.api_tokens, c.access_log) == \
+        (False, False, (), False)
+    assert (c.target_allow, c.target_deny, c.curve_public, c.log_format) == ((), (), "", "text")
+
+
+LOWEST = {  # option -> the lowest value it takes
+    "http_header_timeout": 0.1, "http_idle_timeout": 0.1, "max_header_bytes": 1024,
+    "max_connections": 16, "max_body": 1, "max_url": 16, "max_delay": 0, "max_name": 1,
+    "max_batch": 1, "processes": 1, "replication": 1, "min_replicas": 1,
+    "replica_offset": 0, "replication_timeout": 0.01, "heartbeat_interval": 0.01,
+    "failure_timeout": 0.05, "election_timeout_min": 0.05, "max_clock_skew": 0.001,
+    "claim_lease": 0.1, "concurrency": 1, "max_per_host": 1, "breaker_failures": 0,
+    "breaker_cooldown": 0.01, "callback_timeout": 0.1, "shutdown_timeout": 0,
+    "memory_window": 1, "retention": 0, "dedup_window": 0,
+}
+QUEUE_LOWEST = {"rate": 0, "burst": 1, "max_concurrent": 0, "max_attempts": 1,
+                "min_backoff": 0, "max_doublings": 0, "max_retry_duration": 0,
+                "timeout": 0.01}
+
+
+def _below(lo):
+    return lo - 1 if isinstance(lo, int) else lo * 0.9
+
+
+@pytest.mark.parametrize("name", sorted(LOWEST))
+def test_each_number_takes_its_lowest_value_and_nothing_below(name):
+    lo = LOWEST[name]
+    assert getattr(config_mod.load(env={_env(name): str(lo)}), name) == lo
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={_env(name): str(_below(lo))})
+    assert str(info.value).startswith(f"{name}: must be a "), str(info.value)
+
+
+def test_the_election_timeouts_may_be_equal_at_their_lowest():
+    c = config_mod.load(env={"MIYAMOTO_ELECTION_TIMEOUT_MIN": "0.05",
+                             "MIYAMOTO_ELECTION_TIMEOUT_MAX": "0.05"})
+    assert c.election_timeout_min == c.election_timeout_max == 0.05
+    with pytest.raises(ConfigError, match="^election_timeout_max: must be a number"):
+        config_mod.load(env={"MIYAMOTO_ELECTION_TIMEOUT_MAX": "0.04"})
+
+
+@pytest.mark.parametrize("key", sorted(QUEUE_LOWEST))
+def test_each_queue_number_takes_its_lowest_value_and_nothing_below(tmp_path, key):
+    lo = QUEUE_LOWEST[key]
+    c = load(f"[queue:q]\n{key} = {lo}\n", tmp=tmp_path)
+    assert getattr(c.queue("q"), key) == lo
+    with pytest.raises(ConfigError, match=f"^queue:q.{key}: must be a "):
+        load(f"[queue:q]\n{key} = {_below(lo)}\n", tmp=tmp_path)
+
+
+def test_max_backoff_may_equal_min_backoff(tmp_path):
+    q = load("[queue:q]\nmin_backoff = 2\nmax_backoff = 2\n", tmp=tmp_path).queue("q")
+    assert q.min_backoff == q.max_backoff == 2.0
+    assert load("[queue:q]\nmax_backoff = 0\nmin_backoff = 0\n", tmp=tmp_path).queue(
+        "q").max_backoff == 0
+
+
+def _env(name: str) -> str:
+    return "MIYAMOTO_" + name.upper()
