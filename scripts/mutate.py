@@ -113,7 +113,7 @@ MODULES: dict[str, list[list[str]]] = {
                                    ["tests/unit/tasks/test_validate.py"]],
     # membership/
     # (each module's own unit tests first: tests/unit/membership/test_<module>.py)
-    "miyamoto/membership/machine.py": _MEMBERSHIP,
+    "miyamoto/membership/machine.py": [["tests/unit/membership/test_machine.py"], *_MEMBERSHIP],
     **{f"miyamoto/membership/{name}.py": [[f"tests/unit/membership/test_{name}.py"],
                                           *_MEMBERSHIP]
        for name in ("election", "liveness", "changes", "bootstrap", "roster")},
