@@ -202,9 +202,11 @@ def test_serve_patches_gevent_then_runs_a_node_with_the_flags_until_a_signal(ser
     assert served["supervised"] == []
 
 
-def test_no_command_means_serve(served):
+def test_no_command_means_serve(served, monkeypatch):
     assert cli.main([]) == 0
-    assert [n.calls for n in FakeNode.made] == [["start", "serve_forever"]]
+    monkeypatch.setattr(cli.sys, "argv", ["miyamoto"])
+    assert cli.main() == 0  # as the console script calls it
+    assert [n.calls for n in FakeNode.made] == [["start", "serve_forever"]] * 2
     assert FakeNode.made[0].config.http == "127.0.0.1:8088"
 
 
@@ -231,7 +233,7 @@ def test_serve_with_processes_hands_the_flags_to_the_supervisor(served, capsys):
     assert "miyamoto: bad option cluster: too many" in capsys.readouterr().err
 
 
-def test_a_locked_data_dir_exits_2_and_another_os_error_1(served, capsys):
+def test_a_locked_data_dir_exits_2_and_another_os_error_1(served, capsys, caplog):
     from miyamoto.store.datadir import DataDirLocked
 
     FakeNode.fail = DataDirLocked("/d", 42)
@@ -239,7 +241,9 @@ def test_a_locked_data_dir_exits_2_and_another_os_error_1(served, capsys):
     assert capsys.readouterr().err == \
         "miyamoto: cannot start: data dir /d is in use by another node (pid 42)\n"
     FakeNode.fail = OSError(98, "Address already in use")
-    assert cli.main(["serve"]) == 1
+    with caplog.at_level("ERROR", logger="miyamoto"):
+        assert cli.main(["serve"]) == 1
+    assert "cannot start: [Errno 98] Address already in use" in caplog.text
     assert all(n.calls == ["start"] for n in FakeNode.made)  # never served
 
 
@@ -275,7 +279,9 @@ def test_a_reader_that_went_away_is_141_and_stdout_goes_nowhere_after(monkeypatc
     out = open(tmp_path / "out", "w")
     monkeypatch.setattr(cli.sys, "stdout", _GonePipe(out))
     monkeypatch.setattr(cli, "_keygen", lambda args: 0)
+    fds = len(os.listdir("/proc/self/fd"))
     assert cli.main(["keygen"]) == 141
+    assert len(os.listdir("/proc/self/fd")) == fds  # the /dev/null it opened is closed
     os.write(out.fileno(), b"after")  # the fd now points at /dev/null
     out.close()
     assert (tmp_path / "out").read_text() == ""
