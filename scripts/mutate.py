@@ -306,6 +306,20 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "other index holds me: the guard is true at (replica + k) and at (replica - k)",
 }
 
+# membership, config and cli (kept apart from the entries above)
+_STALL_MARK = ("the mark is read only while stalled (fresh acks, an echoed seq), and "
+               "every stall sets it first (Liveness.observe): its starting value is never read")
+EQUIVALENT.update({
+    ("miyamoto/membership/liveness.py", "self._stall_round = 0", "0 -> 1"): _STALL_MARK,
+    ("miyamoto/membership/liveness.py", "self._stall_seq = 0", "0 -> 1"): _STALL_MARK,
+    ("miyamoto/membership/machine.py",
+     "self._election.clear()  # (moot: a new round starts its own count)", "drop the call"):
+        "a candidate back from a stall is a follower with no pre-vote (drop_pre follows): "
+        "a follower counts no vote, and its next round starts its own count (start_pre, "
+        "or start for a vote), so the votes left from before the stall are never read",
+})
+
+
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}
 
 

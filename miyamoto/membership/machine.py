@@ -384,7 +384,7 @@ class Membership:
                         "is heard", gap)
         if self._role == CANDIDATE:  # the votes in our inbox may predate the stall
             self._role = FOLLOWER
-            self._election.clear()
+            self._election.clear()  # (moot: a new round starts its own count)
         self._election.drop_pre()
         if self._role == FOLLOWER:
             self._election.reset_timeout(now)  # read what came in before campaigning
