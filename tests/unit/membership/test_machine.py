@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from test_membership import T, cluster_of, tick, verbs
+from test_membership import T, cluster_of, node, payload, recv, tick, verbs
+from miyamoto.membership.machine import Roster
 from miyamoto.wire.verbs import Verb
 
 
@@ -23,3 +24,40 @@ def test_a_follower_campaigns_at_the_tick_that_reaches_its_election_timeout():
         assert Verb.VOTE_REQUEST not in verbs(tick(b, t))
     assert at - t <= T.heartbeat_interval
     assert Verb.VOTE_REQUEST in verbs(tick(b, at))
+
+
+@pytest.mark.timeout(10)
+def test_a_second_leader_of_our_term_changes_nothing():
+    """Two leaders in one term cannot be (one vote per term): a leader that hears one
+    anyway (a bug elsewhere, or a forgery by a key holder) keeps its roster and its lead."""
+    wire, now = cluster_of("a", "b", "c")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    roster = a.roster
+    theirs = Roster(roster.version + 1, a.term, "b", roster.members, roster.incarnations)
+    hb = payload(b, Verb.HEARTBEAT, roster=theirs, term=a.term)
+    assert recv(a, "b", Verb.HEARTBEAT, hb, now) == []
+    assert a.is_leader and a.leader == "a" and a.roster == roster
+
+
+def _seed_pair(redirected: bool) -> list:
+    """x joins with seeds y and z; y, a fellow fresh joiner, says so; z (maybe) points x
+    to a leader. What x sends over the next failure timeout."""
+    x, y, z = (node(n, seeds=[s for s in "xyz" if s != n]) for n in "xyz")
+    recv(x, "y", Verb.JOIN, payload(y, Verb.JOIN, boot=x._boot.boot, fresh=True), 0.0)
+    if redirected:
+        recv(x, "z", Verb.REDIRECT, payload(z, Verb.REDIRECT, leader="L",
+                                            address="tcp://L:6000"), 0.0)
+    sent = []
+    t = 0.0
+    while t < T.failure_timeout:
+        t = round(t + 0.1, 1)
+        sent += tick(x, t)
+    return sent
+
+
+@pytest.mark.timeout(10)
+def test_a_joiner_pointed_to_a_leader_does_not_bootstrap_another_cluster():
+    assert Verb.VOTE_REQUEST in verbs(_seed_pair(redirected=False))  # the bootstrap runs
+    sent = _seed_pair(redirected=True)
+    assert Verb.VOTE_REQUEST not in verbs(sent)
+    assert any(s.msg.verb is Verb.JOIN and s.address == "tcp://L:6000" for s in sent)
