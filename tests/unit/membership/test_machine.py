@@ -61,3 +61,37 @@ def test_a_joiner_pointed_to_a_leader_does_not_bootstrap_another_cluster():
     sent = _seed_pair(redirected=True)
     assert Verb.VOTE_REQUEST not in verbs(sent)
     assert any(s.msg.verb is Verb.JOIN and s.address == "tcp://L:6000" for s in sent)
+
+
+@pytest.mark.timeout(10)
+def test_a_joiner_that_backs_a_bootstrap_candidate_gives_it_an_election_timeout():
+    x, y = node("x", seeds=["y", "z"]), node("y", seeds=["x", "z"])
+    own = x._boot.at  # when x would try its own bootstrap
+    t = round(own - 0.1, 2)
+    recv(x, "y", Verb.JOIN, payload(y, Verb.JOIN, boot=x._boot.boot, fresh=True), t)
+    ask = payload(y, Verb.VOTE_REQUEST, rterm=0, version=0, boot=x._boot.boot, fresh=True,
+                  term=1)
+    (vote,) = recv(x, "y", Verb.VOTE_REQUEST, ask, t)
+    assert vote.msg.verb is Verb.VOTE and vote.msg.granted
+    sent = []
+    while t < own + T.election_timeout_min - 0.2:  # past its own time, short of a timeout
+        t = round(t + 0.05, 2)
+        sent += tick(x, t)
+    assert Verb.VOTE_REQUEST not in verbs(sent)
+
+
+@pytest.mark.timeout(10)
+def test_a_member_that_held_a_roster_joins_again_as_no_first_start():
+    """A node that was a member is no fresh seed when it joins again: its word must not
+    let a majority of the seed set bootstrap a second cluster beside the first."""
+    wire, now = cluster_of("a", "b", "c")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    r = a.roster
+    keep = [(m, i) for m, i in r.pairs() if m.id != "b"]
+    without_b = Roster(r.version + 1, r.term, "a", tuple(m for m, _ in keep),
+                       tuple(i for _, i in keep))
+    sent = recv(b, "a", Verb.ROSTER, payload(a, Verb.ROSTER, roster=without_b), now)
+    assert b.role == "joining"
+    sent += tick(b, now + 1.0) + tick(b, now + 2.0)
+    joins = [s.msg for s in sent if s.msg.verb is Verb.JOIN]
+    assert joins and not any(j.fresh for j in joins)
