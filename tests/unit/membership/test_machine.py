@@ -95,3 +95,20 @@ def test_a_member_that_held_a_roster_joins_again_as_no_first_start():
     sent += tick(b, now + 1.0) + tick(b, now + 2.0)
     joins = [s.msg for s in sent if s.msg.verb is Verb.JOIN]
     assert joins and not any(j.fresh for j in joins)
+
+
+@pytest.mark.timeout(10)
+def test_an_election_after_a_pre_vote_is_no_handover():
+    """Only a leaving leader's successor asks with ``transfer`` (which a voter that still
+    hears its leader grants anyway); an election won by a pre-vote never does."""
+    wire, now = cluster_of("a", "b", "c")
+    del wire.nodes["a"]
+    asked = []
+    while not any(n.is_leader for n in wire.nodes.values()):
+        now += 0.05
+        for n in list(wire.nodes.values()):
+            asked += [s.msg for s in wire.settle(n, tick(n, now), now)
+                      if s.msg.verb is Verb.VOTE_REQUEST]
+    real = [m for m in asked if not m.pre]
+    assert real and not any(m.transfer for m in real)
+    assert any(m.pre for m in asked)
