@@ -729,7 +729,7 @@ class Membership:
     def _on_join_as_leader(self, m: mm.Join, now: float) -> list[Send]:
         who = m.sender
         if who.id == self._me.id:
-            return []
+            return []  # (never reached: _receive drops a message in our own name)
         if self._roster.has(who.id, m.inc):  # already in: rejoin is idempotent
             return [self._to(who, self._leader_msg(mm.RosterUpdate, who, m.inc, now))]
         self._changes.ask_in(who, m.inc, now + max(3 * self._t.join_retry,
