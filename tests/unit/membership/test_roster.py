@@ -115,3 +115,12 @@ def test_timing_edges_that_are_allowed_and_what_they_derive():
     assert mb.Timing(heartbeat_interval=1.0, failure_timeout=3.0).stall == 2.0  # two beats
     assert mb.Timing().term_step == 6
     assert mb.Timing(failure_timeout=3.1).term_step == 7  # ceil(3.1 / 1.5) = 3
+
+
+def test_a_roster_is_a_value_whatever_it_has_cached():
+    fresh = mb.Roster(2, 1, "a", (A, B), ("ia", "ib"))
+    used = mb.Roster(2, 1, "a", (A, B), ("ia", "ib"))
+    used.ids(), used.to_payload()
+    assert used == fresh and hash(used) == hash(fresh) and {used, fresh} == {fresh}
+    assert repr(used) == repr(fresh) and "_payload" not in repr(used) and "_index" not in repr(used)
+    assert used != mb.Roster(2, 1, "a", (A, B), ("ia", "ix"))
