@@ -309,7 +309,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 # membership, config and cli (kept apart from the entries above)
 _STALL_MARK = ("the mark is read only while stalled (fresh acks, an echoed seq), and "
                "every stall sets it first (Liveness.observe): its starting value is never read")
+_NO_ACK = ("the default stands for no ack at all; a roster key (term, version) is never "
+           "negative, so (-1, -1), (-2, -1) and (-1, -2) are all below every one")
 EQUIVALENT.update({
+    ("miyamoto/membership/changes.py", "if key > self.acked.get(voter, (-1, -1)):", "1 -> 2"):
+        _NO_ACK,
+    ("miyamoto/membership/changes.py",
+     "if m.id == self._me or self.acked.get((m.id, inc), (-1, -1)) >= r.key)", "1 -> 2"):
+        _NO_ACK,
     ("miyamoto/membership/liveness.py", "self._stall_round = 0", "0 -> 1"): _STALL_MARK,
     ("miyamoto/membership/liveness.py", "self._stall_seq = 0", "0 -> 1"): _STALL_MARK,
     ("miyamoto/membership/machine.py",

@@ -191,3 +191,13 @@ def test_the_successor_is_the_best_acknowledged_then_the_latest_heard():
     assert ch.successor(r, {"b": 1.0, "c": 2.0}) == M["c"]
     assert RosterChanges("a").successor(r, {"d": 0.5}) == M["d"]
     assert RosterChanges("a").successor(roster("ab"), {}) == M["b"]  # never itself
+
+
+def test_an_expired_or_present_asker_does_not_hold_up_the_next_one():
+    r = roster("ab")
+    ch = acked("b", r=r)
+    ch.ask_in(M["b"], "ib", until=9.0)  # already in
+    ch.ask_in(M["c"], "ic", until=1.0)  # expired
+    ch.ask_in(M["d"], "id", until=9.0)
+    change = ch.next_change(r, 2, 2.0, NOBODY)
+    assert change.admitted == "d" and not ch.pending

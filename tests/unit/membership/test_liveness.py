@@ -133,9 +133,9 @@ def test_in_contact():
     assert not f.in_contact(R3, FOLLOWER, "a", 0.0)  # no beat yet
     f.beat(None, None, 0.5)  # an older leader's heartbeat lists no one: trusted
     assert f.in_contact(R3, FOLLOWER, "a", 1.0)
-    assert not f.in_contact(R3, FOLLOWER, None, 1.0)
-    assert not f.in_contact(R3, CANDIDATE, "a", 1.0)
-    assert not f.in_contact(R3, JOINING, "a", 1.0)
+    assert f.in_contact(R3, FOLLOWER, None, 1.0) is False
+    assert f.in_contact(R3, CANDIDATE, "a", 1.0) is False
+    assert f.in_contact(R3, JOINING, "a", 1.0) is False
     assert not f.in_contact(R3, FOLLOWER, "a", 3.51)
     f.beat(("a", "b"), None, 1.0)
     assert f.in_contact(R3, FOLLOWER, "a", 1.0)
@@ -162,3 +162,11 @@ def test_reachable():
     assert f.reachable(R3, FOLLOWER, "a", 4.01) == {"b"}
     assert f.reachable(R3, FOLLOWER, None, 1.0) == {"b"}
     assert f.reachable(R3, CANDIDATE, "a", 1.0) == {"b"}
+
+
+def test_a_new_leadership_starts_with_no_evidence():
+    live = leader()
+    live.acked(("b", "ib"), live.next_round(0.0), None)
+    live.lead(IDS, 1.0)  # leading again (a later term)
+    assert live.contact == {} and live.hears(IDS, 1.0) == {"a"}
+    assert not live.silent("b", 4.0) and live.silent("b", 4.01)  # counted from the new lead
