@@ -317,6 +317,9 @@ EQUIVALENT.update({
     ("miyamoto/membership/changes.py",
      "if m.id == self._me or self.acked.get((m.id, inc), (-1, -1)) >= r.key)", "1 -> 2"):
         _NO_ACK,
+    ("miyamoto/membership/changes.py", "return False", "return None"):
+        "config_dead is only used as a condition (the machine's two ifs): None and False "
+        "are both false",
     ("miyamoto/membership/liveness.py", "self._stall_round = 0", "0 -> 1"): _STALL_MARK,
     ("miyamoto/membership/liveness.py", "self._stall_seq = 0", "0 -> 1"): _STALL_MARK,
     ("miyamoto/membership/machine.py",
