@@ -128,7 +128,7 @@ def test_in_contact():
     assert live.in_contact(R3, LEADER, "a", 1.0)
     assert not live.in_contact(R3, LEADER, "a", 3.51)
     live.observe(3.4)
-    assert live.stalled and not live.in_contact(R3, LEADER, "a", 3.4)
+    assert live.stalled and live.in_contact(R3, LEADER, "a", 3.4) is False
     f = Liveness("b", T, 0.0)
     assert not f.in_contact(R3, FOLLOWER, "a", 0.0)  # no beat yet
     f.beat(None, None, 0.5)  # an older leader's heartbeat lists no one: trusted
