@@ -320,6 +320,10 @@ EQUIVALENT.update({
     ("miyamoto/membership/changes.py", "return False", "return None"):
         "config_dead is only used as a condition (the machine's two ifs): None and False "
         "are both false",
+    ("miyamoto/membership/roster.py", "compare=False)  # made from members: equal with them",
+     "False -> True"):
+        "a roster's id index is made from its members, so two rosters with equal members "
+        "have equal indexes: comparing it too changes no equality",
     ("miyamoto/membership/liveness.py", "self._stall_round = 0", "0 -> 1"): _STALL_MARK,
     ("miyamoto/membership/liveness.py", "self._stall_seq = 0", "0 -> 1"): _STALL_MARK,
     ("miyamoto/membership/machine.py",

@@ -100,7 +100,11 @@ def test_seeds_take_turns_lowest_address_first():
     assert b.start(1.0, True, "ic", 0) == 1
     b.cancel()
     assert not b.running
-    assert b.start(1.0, True, "ic", 0) is None  # its turn came: counting starts again
+    # its turn came: counting starts again, two turns let pass before the next
+    assert b.start(1.0, True, "ic", 0) is None and b.start(1.0, True, "ic", 0) is None
+    assert b.start(1.0, True, "ic", 0) == 1
+    b.cancel()
+    assert b.start(1.0, True, "ic", 0) is None
     b.granted(1.5)  # we backed another: our turn counts from zero, later
     assert b.at == 3.0
     assert b.start(1.5, True, "ic", 0) is None and b.start(1.5, True, "ic", 0) is None
