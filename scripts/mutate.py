@@ -317,6 +317,12 @@ EQUIVALENT.update({
     ("miyamoto/membership/changes.py",
      "if m.id == self._me or self.acked.get((m.id, inc), (-1, -1)) >= r.key)", "1 -> 2"):
         _NO_ACK,
+    ("miyamoto/membership/changes.py",
+     "return max(rest, key=lambda p: (self.acked.get((p[0].id, p[1]), (-1, -1)),",
+     "drop unary -"):
+        "the successor's no-ack default as (1, -1) or (-1, 1): still below every ack a "
+        "leader holds, as an ack carries the acker's roster key, at least (1, 1) (a first "
+        "roster is version 1 of a term >= 1)",
     ("miyamoto/membership/changes.py", "return False", "return None"):
         "config_dead is only used as a condition (the machine's two ifs): None and False "
         "are both false",
