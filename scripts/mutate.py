@@ -319,6 +319,9 @@ EQUIVALENT.update({
         _NO_ACK,
     ("miyamoto/membership/changes.py",
      "return max(rest, key=lambda p: (self.acked.get((p[0].id, p[1]), (-1, -1)),",
+     "1 -> 2"): _NO_ACK,
+    ("miyamoto/membership/changes.py",
+     "return max(rest, key=lambda p: (self.acked.get((p[0].id, p[1]), (-1, -1)),",
      "drop unary -"):
         "the successor's no-ack default as (1, -1) or (-1, 1): still below every ack a "
         "leader holds, as an ack carries the acker's roster key, at least (1, 1) (a first "
