@@ -421,7 +421,7 @@ class Membership:
                         "is heard", gap)
         if self._role == CANDIDATE:  # the votes in our inbox may predate the stall
             self._role = FOLLOWER
-            self._election.clear()
+            self._election.clear()  # (moot: a new round starts its own count)
         self._election.drop_pre()
         if self._role == FOLLOWER:
             self._election.reset_timeout(now)  # read what came in before campaigning
@@ -766,7 +766,7 @@ class Membership:
     def _on_join_as_leader(self, m: mm.Join, now: float) -> list[Send]:
         who = m.sender
         if who.id == self._me.id:
-            return []
+            return []  # (never reached: _receive drops a message in our own name)
         if self._roster.has(who.id, m.inc):  # already in: rejoin is idempotent
             return [self._to(who, self._leader_msg(mm.RosterUpdate, who, m.inc, now))]
         self._changes.ask_in(who, m.inc, now + max(3 * self._t.join_retry,

@@ -63,7 +63,8 @@ class Roster:
     members: tuple[Member, ...]
     incarnations: tuple[str, ...] = ()
     quorum_floor: int = 0
-    _index: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
+    _index: dict[str, int] = field(init=False, repr=False, hash=False,
+                                   compare=False)  # made from members: equal with them
     _payload: dict | None = field(init=False, repr=False, compare=False, hash=False,
                                   default=None)
     _ids: tuple[str, ...] | None = field(init=False, repr=False, compare=False, hash=False,

@@ -129,3 +129,184 @@ def test_keygen_section_reads_back_through_the_config_file(tmp_path, capsys, nas
     ini.write_text(capsys.readouterr().out)
     config = load(str(ini), env={})
     assert (config.curve_public.encode(), config.curve_secret.encode()) == nasty_keys
+
+
+# ------------------------------------------------------------------ serve, in process
+class FakeNode:
+    """Stands in for miyamoto.node.Node: records what serve does with it."""
+
+    made: list["FakeNode"] = []
+    fail: BaseException | None = None
+
+    def __init__(self, config):
+        self.config = config
+        self.calls: list[str] = []
+        FakeNode.made.append(self)
+
+    def start(self):
+        self.calls.append("start")
+        if FakeNode.fail is not None:
+            raise FakeNode.fail
+
+    def serve_forever(self):
+        self.calls.append("serve_forever")
+
+    def stop(self):
+        self.calls.append("stop")
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """serve without gevent's patching, logging setup, signal handlers or a real node."""
+    import gevent
+    from gevent import monkey
+
+    import miyamoto.cli.processes as processes
+    import miyamoto.logs as logs
+    import miyamoto.node as node_mod
+
+    seen: dict = {"patched": 0, "logs": [], "handlers": {}, "spawned": [], "supervised": []}
+    monkeypatch.setattr(monkey, "patch_all", lambda: seen.__setitem__("patched",
+                                                                      seen["patched"] + 1))
+    monkeypatch.setattr(logs, "configure", lambda *a: seen["logs"].append(a))
+    monkeypatch.setattr(node_mod, "Node", FakeNode)
+    monkeypatch.setattr(gevent, "signal_handler",
+                        lambda signum, fn: seen["handlers"].__setitem__(signum, fn))
+    monkeypatch.setattr(gevent, "spawn", lambda fn, *a: seen["spawned"].append(fn))
+
+    def supervise(config, flags):
+        seen["supervised"].append((config, dict(flags)))
+        if isinstance(seen.get("supervise_raises"), Exception):
+            raise seen["supervise_raises"]
+        return 7
+
+    monkeypatch.setattr(processes, "supervise", supervise)
+    for name in [n for n in os.environ if n.startswith("MIYAMOTO_")]:
+        monkeypatch.delenv(name)
+    FakeNode.made, FakeNode.fail = [], None
+    return seen
+
+
+def test_serve_patches_gevent_then_runs_a_node_with_the_flags_until_a_signal(served):
+    import signal
+
+    assert cli.main(["serve", "--http", "127.0.0.1:1234", "--access-log",
+                     "--log-format", "json"]) == 0
+    (node,) = FakeNode.made
+    assert served["patched"] == 1 and served["logs"] == [("INFO", "json")]
+    assert node.config.http == "127.0.0.1:1234" and node.config.access_log is True
+    assert node.calls == ["start", "serve_forever"]
+    assert set(served["handlers"]) == {signal.SIGTERM, signal.SIGINT}
+    served["handlers"][signal.SIGTERM]()
+    assert served["spawned"] == [node.stop]  # a signal stops the node, off the handler
+    assert served["supervised"] == []
+
+
+def test_no_command_means_serve(served, monkeypatch):
+    assert cli.main([]) == 0
+    monkeypatch.setattr(cli.sys, "argv", ["miyamoto"])
+    assert cli.main() == 0  # as the console script calls it
+    assert [n.calls for n in FakeNode.made] == [["start", "serve_forever"]] * 2
+    assert FakeNode.made[0].config.http == "127.0.0.1:8088"
+
+
+def test_serve_with_a_bad_option_exits_2_naming_it(served, capsys):
+    assert cli.main(["serve", "--replication", "0"]) == 2
+    assert capsys.readouterr().err.startswith("miyamoto: bad option replication: ")
+    assert FakeNode.made == []
+
+
+def test_serve_reads_the_config_file_flag(served, tmp_path):
+    ini = tmp_path / "m.ini"
+    ini.write_text("[miyamoto]\nreplication = 3\n")
+    assert cli.main(["serve", "--config", str(ini)]) == 0
+    assert FakeNode.made[0].config.replication == 3
+
+
+def test_serve_with_processes_hands_the_flags_to_the_supervisor(served, capsys):
+    assert cli.main(["serve", "--processes", "2", "--http", "127.0.0.1:1234"]) == 7
+    ((config, flags),) = served["supervised"]
+    assert config.processes == 2 and flags == {"processes": "2", "http": "127.0.0.1:1234"}
+    assert FakeNode.made == []
+    served["supervise_raises"] = cli.ConfigError("cluster: too many")
+    assert cli.main(["serve", "--processes", "2"]) == 2
+    assert "miyamoto: bad option cluster: too many" in capsys.readouterr().err
+
+
+def test_a_locked_data_dir_exits_2_and_another_os_error_1(served, capsys, caplog):
+    from miyamoto.store.datadir import DataDirLocked
+
+    FakeNode.fail = DataDirLocked("/d", 42)
+    assert cli.main(["serve"]) == 2
+    assert capsys.readouterr().err == \
+        "miyamoto: cannot start: data dir /d is in use by another node (pid 42)\n"
+    FakeNode.fail = OSError(98, "Address already in use")
+    with caplog.at_level("ERROR", logger="miyamoto"):
+        assert cli.main(["serve"]) == 1
+    assert "cannot start: [Errno 98] Address already in use" in caplog.text
+    assert all(n.calls == ["start"] for n in FakeNode.made)  # never served
+
+
+# ------------------------------------------------------------------ main's exits
+def test_a_commands_code_is_mains_and_ctrl_c_is_130(monkeypatch):
+    monkeypatch.setattr(cli, "_keygen", lambda args: 5)
+    assert cli.main(["keygen"]) == 5
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_keygen", interrupted)
+    assert cli.main(["keygen"]) == 130
+
+
+class _GonePipe:
+    """A stdout whose reader left: flushing it fails, as a closed pipe does."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, s):
+        return self.f.write(s)
+
+    def fileno(self):
+        return self.f.fileno()
+
+    def flush(self):
+        raise BrokenPipeError
+
+
+def test_a_reader_that_went_away_is_141_and_stdout_goes_nowhere_after(monkeypatch, tmp_path):
+    out = open(tmp_path / "out", "w")
+    monkeypatch.setattr(cli.sys, "stdout", _GonePipe(out))
+    monkeypatch.setattr(cli, "_keygen", lambda args: 0)
+    fds = len(os.listdir("/proc/self/fd"))
+    assert cli.main(["keygen"]) == 141
+    assert len(os.listdir("/proc/self/fd")) == fds  # the /dev/null it opened is closed
+    os.write(out.fileno(), b"after")  # the fd now points at /dev/null
+    out.close()
+    assert (tmp_path / "out").read_text() == ""
+
+
+def test_keygen_prints_a_config_section_with_a_fresh_pair(capsys):
+    assert cli.main(["keygen"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("; the cluster key pair") and lines[1] == "[miyamoto]"
+    keys = dict(line.split(" = ") for line in lines[2:])
+    assert sorted(keys) == ["curve_public", "curve_secret"]
+    assert all(len(k) == 40 for k in keys.values())
+
+
+def test_keygen_cannot_create_in_a_missing_dir_and_says_why(tmp_path, capsys):
+    path = tmp_path / "no" / "such.env"
+    assert cli.main(["keygen", "--env-file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot create {path}: No such file or directory" in err
+    assert "remove it first" not in err and not path.exists()
+
+
+def test_version(capsys):
+    from miyamoto.version import __version__
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"miyamoto {__version__}\n"

@@ -59,3 +59,28 @@ def test_eta_takes_unix_seconds_or_rfc3339(text, t):
 def test_a_bad_eta_says_what_it_takes():
     with pytest.raises(ValueError, match="neither unix seconds nor an RFC 3339 time"):
         parse_time("tomorrow")
+
+
+@pytest.mark.parametrize("span,text", [
+    (59.9, "59.9 s"), (60, "1 min 0 s"), (3599, "59 min 59 s"), (3600, "1 h 0 min"),
+    (86399, "23 h 59 min"), (86400, "1 d 0 h"),
+])
+def test_relative_moves_to_the_next_unit_exactly_at_it(span, text):
+    assert relative(NOW + span, NOW) == f"in {text}"
+    assert relative(NOW - span, NOW) == f"{text} ago"
+
+
+def test_relative_reads_the_clock_when_not_given_now():
+    import time
+
+    assert relative(time.time() + 7200.5) == "in 2 h 0 min"
+    assert relative(time.time() - 7199.5).endswith(" ago")
+
+
+def test_only_a_number_a_date_can_show_is_a_time():
+    last = 253402300799.0  # 9999-12-31T23:59:59Z
+    assert readable({"eta": last}) == {"eta": "9999-12-31T23:59:59Z"}
+    assert readable({"eta": 0}) == {"eta": "1970-01-01T00:00:00Z"}
+    for v in (last + 1, -1, -0.5, True, float("inf"), "1796178133"):
+        assert readable({"eta": v}) == {"eta": v}, v
+    assert relative(last + 1, NOW) == "-" and relative(-1, NOW) == "-"

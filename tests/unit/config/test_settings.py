@@ -289,3 +289,239 @@ def test_the_queue_bounds_default_and_read_every_source(tmp_path):
     assert (c.auto_create_queues, c.max_queues, c.queue_idle_expiry) == (False, 5, 0.0)
     c = load(tmp=tmp_path, ini="[miyamoto]\nmax_queues = 2\n[queue:a]\n")  # a + default
     assert c.max_queues == 2 and set(c.queues) == {"a", "default"}
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+
+
+def test_the_example_config_shows_the_defaults():
+    """cluster.example.ini says it shows the defaults: every option it sets (but the demo
+    cluster's own seeds and key pair) is the default, and so is [queue:default]."""
+    import configparser
+
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(os.path.join(REPO, "cluster.example.ini"))
+    shown = {k: v for k, v in ini.items("miyamoto")
+             if k not in ("seeds", "curve_public", "curve_secret")}
+    assert len(shown) > 30
+    by_name = {s.name: s for s in config_mod.SETTINGS}
+    for key, text in shown.items():
+        assert by_name[key].parse(text) == by_name[key].default, key
+    for key, text in ini.items("queue:default"):
+        assert config_mod.QUEUE_FIELDS[key](text) == getattr(QueueConfig(), key), key
+    c = config_mod.load(env={})
+    assert (c.max_clock_skew, c.processes, c.reuse_port, c.zone != "") == (1.0, 1, False, True)
+    assert (c.insecure_cluster, c.insecure_http, c.api_tokens, c.access_log) == \
+        (False, False, (), False)
+    assert (c.target_allow, c.target_deny, c.curve_public, c.log_format) == ((), (), "", "text")
+
+
+LOWEST = {  # option -> the lowest value it takes
+    "http_header_timeout": 0.1, "http_idle_timeout": 0.1, "max_header_bytes": 1024,
+    "max_connections": 16, "max_body": 1, "max_url": 16, "max_delay": 0, "max_name": 1,
+    "max_batch": 1, "processes": 1, "replication": 1, "min_replicas": 1,
+    "replica_offset": 0, "replication_timeout": 0.01, "heartbeat_interval": 0.01,
+    "failure_timeout": 0.05, "election_timeout_min": 0.05, "max_clock_skew": 0.001,
+    "claim_lease": 0.1, "concurrency": 1, "max_per_host": 1, "breaker_failures": 0,
+    "breaker_cooldown": 0.01, "callback_timeout": 0.1, "shutdown_timeout": 0,
+    "memory_window": 1, "retention": 0, "dedup_window": 0,
+}
+QUEUE_LOWEST = {"rate": 0, "burst": 1, "max_concurrent": 0, "max_attempts": 1,
+                "min_backoff": 0, "max_doublings": 0, "max_retry_duration": 0,
+                "timeout": 0.01}
+
+
+def _below(lo):
+    return lo - 1 if isinstance(lo, int) else lo * 0.9
+
+
+@pytest.mark.parametrize("name", sorted(LOWEST))
+def test_each_number_takes_its_lowest_value_and_nothing_below(name):
+    lo = LOWEST[name]
+    assert getattr(config_mod.load(env={_env(name): str(lo)}), name) == lo
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={_env(name): str(_below(lo))})
+    assert str(info.value).startswith(f"{name}: must be a "), str(info.value)
+
+
+def test_the_election_timeouts_may_be_equal_at_their_lowest():
+    c = config_mod.load(env={"MIYAMOTO_ELECTION_TIMEOUT_MIN": "0.05",
+                             "MIYAMOTO_ELECTION_TIMEOUT_MAX": "0.05"})
+    assert c.election_timeout_min == c.election_timeout_max == 0.05
+    with pytest.raises(ConfigError, match="^election_timeout_max: must be a number"):
+        config_mod.load(env={"MIYAMOTO_ELECTION_TIMEOUT_MAX": "0.04"})
+
+
+@pytest.mark.parametrize("key", sorted(QUEUE_LOWEST))
+def test_each_queue_number_takes_its_lowest_value_and_nothing_below(tmp_path, key):
+    lo = QUEUE_LOWEST[key]
+    c = load(f"[queue:q]\n{key} = {lo}\n", tmp=tmp_path)
+    assert getattr(c.queue("q"), key) == lo
+    with pytest.raises(ConfigError, match=f"^queue:q.{key}: must be a "):
+        load(f"[queue:q]\n{key} = {_below(lo)}\n", tmp=tmp_path)
+
+
+def test_max_backoff_may_equal_min_backoff(tmp_path):
+    q = load("[queue:q]\nmin_backoff = 2\nmax_backoff = 2\n", tmp=tmp_path).queue("q")
+    assert q.min_backoff == q.max_backoff == 2.0
+    assert load("[queue:q]\nmax_backoff = 0\nmin_backoff = 0\n", tmp=tmp_path).queue(
+        "q").max_backoff == 0
+
+
+def _env(name: str) -> str:
+    return "MIYAMOTO_" + name.upper()
+
+
+def test_a_node_section_overrides_the_shared_one_and_names_the_node(tmp_path):
+    ini = "[miyamoto]\nreplication = 3\nmax_batch = 7\n[node:a]\nreplication = 1\n"
+    c = load(ini, flags={"node": "a"}, tmp=tmp_path)
+    assert (c.node, c.replication, c.max_batch) == ("a", 1, 7)
+    c = load(ini, env={"MIYAMOTO_NODE": "a"}, tmp=tmp_path)  # the node from the environment
+    assert (c.node, c.replication) == ("a", 1)
+    c = load(ini, tmp=tmp_path)  # no node asked for: node sections are skipped
+    assert (c.replication, c.node.endswith("-8088")) == (3, True)
+    # a node asked for in a file without node sections: the shared section alone
+    c = load("[miyamoto]\nreplication = 3\n", flags={"node": "zz"}, tmp=tmp_path)
+    assert (c.node, c.replication) == ("zz", 3)
+
+
+def test_the_config_file_comes_from_the_flag_then_the_environment_then_the_argument(tmp_path):
+    files = {}
+    for n in (3, 4, 5):
+        files[n] = tmp_path / f"{n}.ini"
+        files[n].write_text(f"[miyamoto]\nreplication = {n}\n")
+    assert config_mod.load(str(files[3]), env={}).replication == 3
+    assert config_mod.load(str(files[3]), env={"MIYAMOTO_CONFIG": str(files[4])}).replication == 4
+    assert config_mod.load(str(files[3]), env={"MIYAMOTO_CONFIG": str(files[4])},
+                           flags={"config": str(files[5])}).replication == 5
+
+
+def test_an_unknown_flag_is_named():
+    with pytest.raises(ConfigError, match="^colour: unknown option$"):
+        config_mod.load(env={}, flags={"colour": "red"})
+
+
+def test_the_zone_defaults_to_the_host_name_and_advertise_to_the_cluster_endpoint():
+    import socket
+
+    c = config_mod.load(env={"MIYAMOTO_CLUSTER": "tcp://127.0.0.1:7000"})
+    assert c.zone == socket.gethostname() and c.advertise == "tcp://127.0.0.1:7000"
+    assert c.node == f"{socket.gethostname()}-8088"
+    c = config_mod.load(env={"MIYAMOTO_ZONE": "rack1", "MIYAMOTO_NODE": "n1",
+                             "MIYAMOTO_HTTP": "127.0.0.1:9"})
+    assert (c.zone, c.node, c.http_host, c.http_port) == ("rack1", "n1", "127.0.0.1", 9)
+    c = config_mod.load(env={"MIYAMOTO_ADVERTISE": " tcp://10.0.0.1:6000 "})
+    assert c.advertise == "tcp://10.0.0.1:6000"
+    with pytest.raises(ConfigError, match=r"^advertise: must be tcp://HOST:PORT.*\(from "
+                                          r"MIYAMOTO_ADVERTISE\)$"):
+        config_mod.load(env={"MIYAMOTO_ADVERTISE": "10.0.0.1:6000"})
+
+
+def test_the_curve_keys_go_together_and_must_be_a_pair():
+    import zmq
+
+    public, secret = (k.decode() for k in zmq.curve_keypair())
+    c = config_mod.load(env={"MIYAMOTO_CURVE_PUBLIC": public, "MIYAMOTO_CURVE_SECRET": secret})
+    assert (c.curve_public, c.curve_secret) == (public, secret)
+    with pytest.raises(ConfigError, match="^curve_secret: curve_public and curve_secret go"):
+        config_mod.load(env={"MIYAMOTO_CURVE_SECRET": secret})
+    with pytest.raises(ConfigError, match="^curve_secret: ") as info:
+        config_mod.load(env={"MIYAMOTO_CURVE_PUBLIC": public,
+                             "MIYAMOTO_CURVE_SECRET": "~" * 40})  # not Z85
+    assert "~" * 40 not in str(info.value)
+
+
+def test_seeds_other_than_itself_need_the_key_pair_or_insecure_cluster():
+    own = {"MIYAMOTO_CLUSTER": "tcp://127.0.0.1:6000", "MIYAMOTO_ADVERTISE": "tcp://10.0.0.9:6000"}
+    # itself, by either address, is no other node
+    config_mod.load(env={**own, "MIYAMOTO_SEEDS": "tcp://127.0.0.1:6000,tcp://10.0.0.9:6000"})
+    other = {**own, "MIYAMOTO_SEEDS": "tcp://127.0.0.1:6000,tcp://127.0.0.1:6001"}
+    with pytest.raises(ConfigError, match="^curve_secret: a node with seeds needs the cluster key"):
+        config_mod.load(env=other)
+    assert config_mod.load(env={**other, "MIYAMOTO_INSECURE_CLUSTER": "true"}).seeds
+    import zmq
+
+    public, secret = (k.decode() for k in zmq.curve_keypair())
+    assert config_mod.load(env={**other, "MIYAMOTO_CURVE_PUBLIC": public,
+                                "MIYAMOTO_CURVE_SECRET": secret}).seeds
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.9.9.9", "localhost", "LocalHost", "[::1]"])
+def test_a_loopback_http_address_needs_no_token(host):
+    assert config_mod.load(env={"MIYAMOTO_HTTP": f"{host}:8088"}).http_host == host
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.1", "[::]", "example.com", "localhost.evil"])
+def test_an_http_address_beyond_loopback_needs_tokens_or_insecure_http(host):
+    env = {"MIYAMOTO_HTTP": f"{host}:8088"}
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env=env)
+    assert str(info.value).startswith(f"api_tokens: http binds {host}, beyond loopback")
+    assert config_mod.load(env={**env, "MIYAMOTO_INSECURE_HTTP": "1"}).http_host == host
+    tokens = config_mod.load(env={**env, "MIYAMOTO_API_TOKENS": "admin:" + "t" * 16})
+    assert tokens.api_tokens == (("admin", "t" * 16),)
+    assert tokens.redacted()["api_tokens"] == "***"
+
+
+def test_a_queue_section_with_a_bad_name_is_refused_and_default_is_not_a_name_check(tmp_path):
+    with pytest.raises(ConfigError, match="^queue:a b: queue names are 1-100 of"):
+        load("[queue:a b]\nrate = 1\n", tmp=tmp_path)
+    c = load("[queue:default]\nrate = 2\n[queue:x-1_Y]\nburst = 3\n", tmp=tmp_path)
+    assert sorted(c.queues) == ["default", "x-1_Y"] and c.queue("x-1_Y").rate == 2.0
+
+
+def test_redacted_masks_only_the_secrets_that_are_set():
+    red = config_mod.load(env={}).redacted()
+    assert [s.name for s in config_mod.SETTINGS] == list(red)
+    assert (red["signing_secret"], red["api_tokens"], red["curve_secret"]) == ("", "", "")
+    assert red["http"] == "127.0.0.1:8088" and red["curve_public"] == ""
+
+
+def _help_of(setting_name: str) -> tuple[list[str], dict]:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    config_mod.add_flags(parser)
+    for action in parser._actions:
+        if action.dest == setting_name:
+            return action.option_strings, {"metavar": action.metavar, "help": action.help,
+                                           "nargs": action.nargs, "const": action.const,
+                                           "default": action.default}
+    raise AssertionError(setting_name)
+
+
+def test_each_flag_says_its_form_its_variable_and_its_default():
+    flags, a = _help_of("replication")
+    assert flags == ["--replication", "--replication-factor"]
+    assert a["metavar"] == "N" and a["default"] is None and a["nargs"] is None
+    assert a["help"].endswith("[env MIYAMOTO_REPLICATION; default 2]")
+    assert _help_of("heartbeat_interval")[1]["help"].endswith("; default 0.5]")
+    assert _help_of("http_idle_timeout")[1]["help"].endswith("; default 30]")
+    assert _help_of("seeds")[1]["help"].endswith("[env MIYAMOTO_SEEDS]")  # none: not shown
+    assert _help_of("node")[1]["metavar"] == "ID"
+    assert _help_of("log_level")[1]["metavar"] == "LEVEL"
+    flags, a = _help_of("access_log")
+    assert flags == ["--access-log"] and (a["nargs"], a["const"]) == ("?", "true")
+    assert a["help"].endswith("; default false]")
+    assert _help_of("http")[1]["help"].endswith("; default 127.0.0.1:8088]")
+
+
+def test_shown_defaults():
+    shown = config_mod._shown
+    assert (shown(True), shown(2.0), shown(2.5), shown(("a", "b")), shown(()), shown(3),
+            shown("x")) == ("true", "2", "2.5", "a,b", "", "3", "x")
+
+
+def test_the_flagless_options_are_listed_in_their_section():
+    assert config_mod._unflagged([]) is None
+    text = config_mod._unflagged(s for s in config_mod.SETTINGS if s.name == "curve_secret")
+    lines = text.split("\n")
+    assert lines[:2] == ["no flag, config file or environment only (a flag would show a "
+                         "secret in", "the process list):"]
+    assert lines[2].startswith("  curve_secret or MIYAMOTO_CURVE_SECRET (secret): ")
+    text = config_mod._unflagged(s for s in config_mod.SETTINGS if s.name == "curve_public")
+    assert "  curve_public or MIYAMOTO_CURVE_PUBLIC: " in text and "(secret)" not in text
+    long = config_mod._unflagged(s for s in config_mod.SETTINGS if s.name == "signing_secret")
+    assert all(len(line) <= 76 for line in long.split("\n")[2:])
+    assert long.split("\n")[3].startswith("      ")  # continued lines indented
