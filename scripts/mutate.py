@@ -74,7 +74,8 @@ _CLUSTER_SIM = [["tests/sim/test_cluster_sim.py", "-k", "not seeded_runs"],
 # checks, ~3 s), then the first 100 of the 1,000 random simulator runs (~3 s)
 _SIBLINGS = [["tests/unit/replicas/test_siblings.py"],
              ["tests/sim/test_siblings_random.py::test_random_runs_are_safe[0]"]]
-_DEFINITIONS = [["tests/unit/definitions/test_definitions.py"]]
+_DEFINITIONS = [["tests/unit/definitions/test_definitions.py"],
+                ["tests/unit/definitions/test_schedules.py"]]
 _JOURNAL = [["tests/unit/store/test_journal.py"], ["tests/unit/store/test_journal_failure.py"],
             ["tests/unit/engine/test_window.py"]]
 _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
@@ -115,10 +116,12 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/replicas/messages.py": _SIBLINGS,
     "miyamoto/replicas/events.py": _SIBLINGS,
     "miyamoto/replicas/effects.py": [*_SIBLINGS, *_CLUSTER_SIM],
-    # definitions/ (test_definitions.py also starts three real nodes for a few seconds)
+    # definitions/
     "miyamoto/definitions/machine.py": _DEFINITIONS,
     "miyamoto/definitions/messages.py": _DEFINITIONS,
     "miyamoto/definitions/sync.py": _DEFINITIONS,
+    "miyamoto/definitions/schedules.py": [["tests/unit/definitions/test_schedules.py"]],
+    "miyamoto/definitions/topics.py": [["tests/unit/definitions/test_topics.py"]],
     # store/
     "miyamoto/store/journal.py": _JOURNAL,
     "miyamoto/store/file.py": _JOURNAL,
@@ -190,8 +193,6 @@ UNCOVERED: dict[str, str] = {
     "miyamoto/cli/bulk.py": _NODES.format("tests/nodes/test_cli.py"),
     "miyamoto/cli/tables.py": _NODES.format("tests/nodes/test_cli.py"),
     "miyamoto/cli/processes.py": _NODES.format("tests/nodes/test_processes.py"),
-    "miyamoto/definitions/schedules.py": _NODES.format("tests/nodes/test_schedules.py"),
-    "miyamoto/definitions/topics.py": _NODES.format("tests/nodes/test_topics.py"),
     "miyamoto/http/openapi.py": _NODES.format("tests/nodes/test_openapi.py"),
     "miyamoto/http/mediatype.py": _NODES.format("tests/nodes/test_content_types.py"),
     "miyamoto/http/definitions.py": _NODES.format("tests/nodes/test_schedules.py, "

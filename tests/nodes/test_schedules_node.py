@@ -1,4 +1,5 @@
-"""Recurring schedules on real nodes, and their pure parts.
+"""Recurring schedules on real nodes (their pure parts: tests/unit/definitions/
+test_schedules.py).
 
 Real node processes, a real sink, OS ports, waits on conditions with deadlines. A tick
 shows up at the sink as a task named ``schedule:<name>:<tick>`` (``X-Task-Name``), so
@@ -14,8 +15,6 @@ from typing import Any
 import pytest
 
 from helpers import NodeProcess, Sink, cluster_view, wait_converged, wait_until
-from miyamoto.definitions import schedules as s
-from miyamoto.tasks.validate import Limits, ValidationError
 
 
 def ticks_of(sink: Sink, path: str) -> collections.Counter:
@@ -70,61 +69,6 @@ def leader_of(nodes: list[NodeProcess]) -> NodeProcess:
                     return next((p for p in nodes if p.node_id == view["leader"]), None)
         return None
     return wait_until(find, timeout=20)
-
-
-# ---------------------------------------------------------------- pure parts
-
-LIMITS = Limits()
-
-
-def test_parse_schedule_names_the_field() -> None:
-    ok = s.parse_schedule({"name": "n", "every": 5, "task": {"url": "http://127.0.0.1:9/w"}},
-                          limits=LIMITS, now=100.5, catch_up="last")
-    assert ok["every"] == 5 and ok["timezone"] == "UTC" and ok["created"] == 100
-    bad = [({"name": "n", "every": 5, "task": {"url": "ftp://x"}}, "task.url"),
-           ({"name": "n", "every": 5, "task": {"url": "http://x/", "nope": 1}}, "task.nope"),
-           ({"name": "n", "cron": "61 * * * *", "task": {"url": "http://x/"}}, "cron"),
-           ({"name": "n", "cron": "* * * * *", "every": 1, "task": {"url": "http://x/"}}, "cron"),
-           ({"name": "n", "every": 0, "task": {"url": "http://x/"}}, "every"),
-           ({"name": "n", "every": 1, "timezone": "Mars/Base", "task": {"url": "http://x/"}},
-            "timezone"),
-           ({"name": "a b", "every": 1, "task": {"url": "http://x/"}}, "name"),
-           ({"name": "n", "every": 1, "catch_up": "all", "task": {"url": "http://x/"}},
-            "catch_up"),
-           ({"name": "n", "every": 1, "task": {"url": "http://x/", "name": "x"}}, "task.name")]
-    for body, field in bad:
-        with pytest.raises(ValidationError) as e:
-            s.parse_schedule(body, limits=LIMITS, now=100.0, catch_up="last")
-        assert e.value.field == field, (body, e.value)
-
-
-def test_ticks_with_a_fake_clock() -> None:
-    every = {"every": 10, "created": 0, "paused": False, "catch_up": "last"}
-    assert s.latest(every, 1005.0) == 1000.0
-    assert s.upcoming(every, 1005.0, 3) == [1010.0, 1020.0, 1030.0]
-    # 03:00 in Paris is 02:00 UTC in winter: 2023-11-14 02:00 UTC = 1699927200
-    cron = {"cron": "0 3 * * *", "timezone": "Europe/Paris", "created": 0, "paused": False,
-            "catch_up": "last"}
-    assert s.latest(cron, 1700000000.0) == 1699927200.0
-    assert s.latest(cron, 1699927200.0) == 1699927200.0  # a tick is due at its own second
-    assert s.upcoming(cron, 1700000000.0, 1) == [1699927200.0 + 86400]
-    seconds = {"cron": "* * * * * */5", "timezone": "UTC", "created": 0}
-    assert s.latest(seconds, 1700000003.0) == 1700000000.0
-
-
-def test_due_follows_cursor_and_catch_up() -> None:
-    v = {"every": 1, "created": 100, "paused": False, "catch_up": "last"}
-    assert s.due(v, None, 100.2) == 100.0
-    assert s.due(v, {"tick": 100.0}, 100.9) is None     # fired already
-    assert s.due(v, {"tick": 100.0}, 150.5) == 150.0    # a gap: the newest tick, once
-    none = dict(v, catch_up="none")
-    assert s.due(none, {"tick": 100.0}, 150.5) == 150.0  # within GRACE of its time
-    cron_gap = {"cron": "0 3 * * *", "timezone": "UTC", "created": 0, "paused": False,
-                "catch_up": "none"}
-    assert s.due(cron_gap, None, 1699930800.0 + 3600) is None  # missed an hour ago: skipped
-    assert s.due(dict(cron_gap, catch_up="last"), None, 1699930800.0 + 3600) == 1699930800.0
-    assert s.due(dict(v, paused=True), None, 100.2) is None
-    assert s.due(v, None, 99.5) is None  # no tick before the schedule was made
 
 
 # ---------------------------------------------------------------- one node
