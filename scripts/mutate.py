@@ -94,13 +94,15 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/wire/zmqio.py": [["tests/unit/wire/test_transport.py"]],
     "miyamoto/wire/outbox.py": [["tests/unit/wire/test_outbox.py"], _CLUSTER_SIM[0]],
     # tasks/
-    "miyamoto/tasks/task.py": [["tests/unit/tasks/test_validate.py"],
+    "miyamoto/tasks/task.py": [["tests/unit/tasks/test_task.py"],
+                               ["tests/unit/tasks/test_validate.py"],
                                ["tests/unit/store/test_journal.py"],
                                ["tests/unit/delivery/test_flow.py"],
                                ["tests/unit/delivery/test_priorities.py"]],
     "miyamoto/tasks/validate.py": [["tests/unit/tasks/test_validate.py"]],
     "miyamoto/tasks/checks.py": [["tests/unit/tasks/test_validate.py"]],
     "miyamoto/tasks/fields.py": [["tests/unit/tasks/test_validate.py"],
+                                 ["tests/unit/tasks/test_task.py"],
                                  ["tests/unit/store/test_journal.py"]],
     "miyamoto/tasks/dedupe.py": [["tests/unit/tasks/test_dedupe.py"]],
     "miyamoto/tasks/formdata.py": [["tests/unit/tasks/test_formdata.py"],
@@ -126,7 +128,7 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/store/journal.py": _JOURNAL,
     "miyamoto/store/file.py": _JOURNAL,
     "miyamoto/store/rows.py": _JOURNAL,
-    "miyamoto/store/datadir.py": _JOURNAL,
+    "miyamoto/store/datadir.py": [["tests/unit/store/test_datadir.py"], *_JOURNAL],
     "miyamoto/store/dbthread.py": [["tests/unit/store/test_dbthread.py"], *_JOURNAL],
     # engine/
     "miyamoto/engine/scheduler.py": [["tests/unit/engine/test_scheduler.py"]],
@@ -167,6 +169,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/api.py": [["tests/unit/http/test_dashboard.py"]],
     "miyamoto/http/auth.py": [["tests/unit/http/test_dashboard.py"]],
     "miyamoto/http/dashboard.py": [["tests/unit/http/test_dashboard.py"]],
+    "miyamoto/http/mediatype.py": [["tests/unit/http/test_mediatype.py"]],
+    "miyamoto/http/fdlimit.py": [["tests/unit/http/test_fdlimit.py"]],
     # config/
     "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"]],
     "miyamoto/config/values.py": [["tests/unit/config/test_settings.py"]],
@@ -194,10 +198,8 @@ UNCOVERED: dict[str, str] = {
     "miyamoto/cli/tables.py": _NODES.format("tests/nodes/test_cli.py"),
     "miyamoto/cli/processes.py": _NODES.format("tests/nodes/test_processes.py"),
     "miyamoto/http/openapi.py": _NODES.format("tests/nodes/test_openapi.py"),
-    "miyamoto/http/mediatype.py": _NODES.format("tests/nodes/test_content_types.py"),
     "miyamoto/http/definitions.py": _NODES.format("tests/nodes/test_schedules.py, "
                                                   "tests/nodes/test_topics.py"),
-    "miyamoto/http/fdlimit.py": _NODES.format("a node's start-up"),
 }
 
 # (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from miyamoto.replicas import messages as m
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
 
@@ -23,3 +24,18 @@ def test_payload_string_lists():
     for bad in ("ab", ["a", ""], ["x" * 513], [1], None, ["a"] * (checks.MAX_MEMBERS + 1)):
         with pytest.raises(DecodeError):
             checks.str_list({"k": bad}, "k")
+
+
+def test_history_entries_are_checked_and_bounded():
+    entry = {"start": 1.5, "duration": 0.25, "node": "a", "status": 500, "error": None}
+    # a peer's extra keys are not kept; a long error, a bad status or node are refused
+    assert checks.opt_attempt({"a": dict(entry, junk="x" * 10_000)}, "a") == entry
+    for bad in ({"error": "e" * 201}, {"status": "500"}, {"status": 1000}, {"node": 5},
+                {"duration": -1.0}, {"start": float("nan")}):
+        with pytest.raises(DecodeError):
+            checks.opt_attempt({"a": dict(entry, **bad)}, "a")
+    msg = m.Retry.from_payload(m.Retry("t", 1, 0.5, 2, None, entry).payload())
+    assert msg.attempt == entry
+    assert m.Failed.from_payload({"id": "t", "attempts": 1}).attempt is None
+    with pytest.raises(DecodeError):
+        m.Done.from_payload({"id": "t", "attempts": 1, "attempt": dict(entry, status=True)})
