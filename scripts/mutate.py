@@ -166,8 +166,11 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
     "miyamoto/http/head.py": [["tests/unit/http/test_server.py"]],
     "miyamoto/http/connections.py": [["tests/unit/http/test_server.py"]],
-    "miyamoto/http/api.py": [["tests/unit/http/test_dashboard.py"]],
-    "miyamoto/http/auth.py": [["tests/unit/http/test_dashboard.py"]],
+    "miyamoto/http/api.py": [["tests/unit/http/test_api.py"],
+                             ["tests/unit/http/test_dashboard.py"]],
+    "miyamoto/http/definitions.py": [["tests/unit/http/test_api.py"]],
+    "miyamoto/http/auth.py": [["tests/unit/http/test_auth.py"], ["tests/unit/http/test_api.py"],
+                              ["tests/unit/http/test_dashboard.py"]],
     "miyamoto/http/dashboard.py": [["tests/unit/http/test_dashboard.py"]],
     "miyamoto/http/mediatype.py": [["tests/unit/http/test_mediatype.py"]],
     "miyamoto/http/fdlimit.py": [["tests/unit/http/test_fdlimit.py"]],
@@ -198,8 +201,6 @@ UNCOVERED: dict[str, str] = {
     "miyamoto/cli/tables.py": _NODES.format("tests/nodes/test_cli.py"),
     "miyamoto/cli/processes.py": _NODES.format("tests/nodes/test_processes.py"),
     "miyamoto/http/openapi.py": _NODES.format("tests/nodes/test_openapi.py"),
-    "miyamoto/http/definitions.py": _NODES.format("tests/nodes/test_schedules.py, "
-                                                  "tests/nodes/test_topics.py"),
 }
 
 # (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart
