@@ -181,6 +181,7 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/sockets.py": [["tests/unit/http/test_server.py"],
                             ["tests/unit/delivery/test_httpclient.py"]],
     "miyamoto/metrics.py": [["tests/unit/delivery/test_retry.py"], *_CLUSTER_SIM],
+    "miyamoto/client.py": [["tests/unit/test_client.py"]],
 }
 
 # never mutated: files without logic (a one-line __init__.py, __main__.py, version.py)
@@ -189,8 +190,7 @@ TRIVIAL = {"__init__.py", "__main__.py", "version.py"}
 _NODES = "only real-process tests cover it ({}): too slow per mutant"
 UNCOVERED: dict[str, str] = {
     "miyamoto/__init__.py": "the lazy `from miyamoto import Client` hook: " + _NODES.format(
-        "tests/nodes/test_client.py"),
-    "miyamoto/client.py": _NODES.format("tests/nodes/test_client.py"),
+        "tests/nodes/test_client_node.py"),
     "miyamoto/node.py": _NODES.format("tests/nodes/test_single_node.py"),
     "miyamoto/logs.py": _NODES.format("every node's log setup; no test reads it"),
     "miyamoto/errors.py": "three exception classes, no logic to mutate",
