@@ -215,3 +215,103 @@ def test_journal_memory(journal_factory):
     assert j.get("t00001") is not None
     assert len(j.load()[0]) == 1
     assert j.size_bytes() == 0
+
+
+def test_journal_reports_each_commits_time(tmp_path):
+    took: list[float] = []
+    j = Journal(str(tmp_path / "data"), on_commit=took.append)
+    j.open()
+    try:
+        j.put(jtask(1), wait=True)
+        j.put(jtask(2), wait=True)
+        assert len(took) == 2 == j.commits and all(0 <= t < 5 for t in took)
+    finally:
+        j.close()
+
+
+def test_journal_reads_past_the_recent_records_ask_the_file(journal_factory, monkeypatch):
+    from miyamoto.store import journal as jmod
+    monkeypatch.setattr(jmod, "RECENT_MAX", 3)
+    j = journal_factory()
+    for i in range(6):
+        j.put(jtask(i), wait=True)
+    assert len(j._recent) == 3
+    assert [j.get(f"t{i:05d}").id for i in range(6)] == [f"t{i:05d}" for i in range(6)]
+    assert j.live_copy("t00000") == jtask(0) and j.live_copy("nope") is None
+    j.put(jtask(0, state=State.SUCCEEDED, finished=5.0), wait=True)
+    assert j.live_copy("t00000") is None  # ended: pending or committed, not live
+    for i in range(1, 5):
+        j.put(jtask(i).evolve(attempts=1), wait=True)  # t00000 leaves the recent ones
+    assert "t00000" not in j._recent and j.live_copy("t00000") is None
+    assert j.get("t00000").state == State.SUCCEEDED
+
+
+def test_journal_size_counts_the_file_and_its_wal(journal_factory, tmp_path):
+    j = journal_factory()
+    j.put_many([jtask(i) for i in range(50)], wait=True)
+    base = tmp_path / "data" / "journal.sqlite3"
+    parts = sum(os.path.getsize(str(base) + s) for s in ("", "-wal", "-shm")
+                if os.path.exists(str(base) + s))
+    assert j.size_bytes() == parts > os.path.getsize(base)
+
+
+def test_journal_a_pending_name_is_read_before_the_file(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, name="n"), name_expires=50.0, wait=True)
+    assert j.name_holder("q", "n") == ("t00001", 50.0)
+    j.release_name("q", "n")  # pending: the file still holds it
+    assert j.name_holder("q", "n") is None
+    j.flush()
+    assert j.name_holder("q", "n") is None and j.name_holder("q", "other") is None
+
+
+def test_journal_reads_what_is_committed_while_it_cannot_write(journal_factory, monkeypatch):
+    import sqlite3 as sql
+    j = journal_factory()
+    j.put(jtask(1, state=State.FAILED, finished=1.0), wait=True)
+
+    def broken(*args):
+        raise sql.OperationalError("disk I/O error")
+    monkeypatch.setattr(j, "_commit", broken)
+    j.put(jtask(2, state=State.FAILED, finished=2.0))  # cannot be committed
+    # the list answers from the file (and what it holds), not with an error
+    assert [t.id for t in j.list("q", "failed", 10)] == ["t00001"]
+    assert j.counts() == {"q": {"failed": 1}}
+    assert not j.health.ok and j.health.problem == "cannot write"
+    monkeypatch.undo()
+    j.flush()
+    assert [t.id for t in j.list("q", "failed", 10)] == ["t00002", "t00001"]
+    assert j.health.ok
+
+
+def test_write_tasks_fills_a_journal_in_one_transaction(tmp_path):
+    from miyamoto.store.file import JournalFile
+    from miyamoto.store.journal import write_tasks
+    f = JournalFile(str(tmp_path), str(tmp_path / "journal.sqlite3"), sync_full=False)
+    f.open()
+    try:
+        assert write_tasks(f.db, [jtask(i) for i in range(3)]) == 3
+        with pytest.raises(sqlite3.IntegrityError):
+            write_tasks(f.db, [jtask(9), jtask(10, queue=None)])  # NOT NULL: all or none
+        assert not f.db.in_transaction
+    finally:
+        f.close()
+        f.release()
+    j = Journal(str(tmp_path))
+    j.open()
+    try:
+        assert sorted(t.id for t in j.load()[0]) == ["t00000", "t00001", "t00002"]
+    finally:
+        j.close()
+
+
+def test_a_row_whose_record_is_not_an_object_is_skipped(caplog):
+    from miyamoto.store.rows import decode_row, task_row
+    t = jtask(1)
+    row = task_row(t)
+    assert decode_row((1, row[0], row[1], row[2], row[5], row[6])) == t
+    assert decode_row((1, "t", "q", "scheduled", 5.0, "[1, 2]")) is None
+    assert "task is not an object" in caplog.text
+    ended = jtask(2, state=State.SUCCEEDED, finished=9.0)
+    r = task_row(ended)
+    assert r[5] == 9.0 and decode_row((1, r[0], r[1], r[2], r[5], r[6])) == ended

@@ -1,0 +1,285 @@
+"""The journal's file in process, on real SQLite files: noticed when it is deleted or
+replaced under the journal and rebuilt from the open copy (a file moved over ours is
+kept aside), a removed data dir made again with its lock, a lock taken by a rival
+stopping the writes until it is ours again, and the health the watcher reports. The
+same on real node processes: tests/nodes/test_journal_health.py."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import gevent
+import pytest
+
+from miyamoto.errors import Unavailable
+from miyamoto.store import journal as journal_mod
+from miyamoto.store.journal import Journal
+from miyamoto.tasks.task import Task
+
+JOURNAL = "journal.sqlite3"
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _jtask(i: int) -> Task:
+    return Task(id=f"t{i}", queue="q", url="http://127.0.0.1:9/", eta=1e12, fire_at=1e12,
+                created=1.0)
+
+
+def _wait_for(condition, timeout: float = 5.0) -> None:
+    """Yield to the hub until ``condition()`` holds; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        gevent.sleep(0.01)
+
+
+@pytest.fixture
+def fast_watch(monkeypatch):
+    monkeypatch.setattr(journal_mod, "WATCH_INTERVAL", 0.05)
+
+
+def _reopened_ids(data_dir: Path) -> list[str]:
+    again = Journal(str(data_dir))
+    again.open()
+    try:
+        return sorted(t.id for t in again.load()[0])
+    finally:
+        again.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_replaced_journal_is_kept_aside_and_ours_put_back(tmp_path, fast_watch):
+    journal = Journal(str(tmp_path))
+    journal.open()
+    for i in range(5):
+        journal.put(_jtask(i), wait=True)
+    path = tmp_path / JOURNAL
+    other = tmp_path / "other.sqlite3"
+    sqlite3.connect(other).executescript("CREATE TABLE mine (x); INSERT INTO mine VALUES (7);")
+    os.replace(other, path)
+    replaced_inode = _inode(path)
+    _wait_for(lambda: _inode(path) != replaced_inode and journal.health.ok)
+    journal.put(_jtask(5), wait=True)
+    journal.close()
+    (aside,) = tmp_path.glob(JOURNAL + ".replaced-*")
+    assert sqlite3.connect(aside).execute("SELECT x FROM mine").fetchall() == [(7,)]
+    assert _reopened_ids(tmp_path) == [f"t{i}" for i in range(6)]
+
+
+@pytest.mark.timeout(30)
+def test_a_removed_data_dir_is_made_again_with_its_lock(tmp_path, fast_watch):
+    data = tmp_path / "data"
+    journal = Journal(str(data))
+    journal.open()
+    journal.put(_jtask(1), wait=True)
+    shutil.rmtree(data)
+    _wait_for(lambda: (data / JOURNAL).exists() and journal.health.ok)
+    assert (data / "lock").read_text().strip() == str(os.getpid())
+    journal.put(_jtask(2), wait=True)
+    journal.close()
+    assert _reopened_ids(data) == ["t1", "t2"]
+
+
+@pytest.mark.timeout(30)
+def test_a_lock_taken_by_another_process_stops_the_writes(tmp_path, fast_watch):
+    """The lock file is replaced and someone else locks the new one (a second node
+    started while ours ran): writing on would mix two nodes in one journal."""
+    journal = Journal(str(tmp_path))
+    journal.open()
+    journal.put(_jtask(1), wait=True)
+    lock = tmp_path / "lock"
+    os.remove(lock)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)  # another open file description: a rival
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, b"4242\n")
+        _wait_for(lambda: journal.health.problem == journal_mod.LOCK_LOST)
+        with pytest.raises(Unavailable):
+            journal.put(_jtask(2), wait=True)
+    finally:
+        os.close(fd)  # the rival exits
+    _wait_for(lambda: journal.health.ok)
+    assert lock.read_text().strip() == str(os.getpid())
+    journal.put(_jtask(3), wait=True)
+    journal.close()
+    assert _reopened_ids(tmp_path) == ["t1", "t2", "t3"]  # t2 was kept queued, then written
+
+
+# ================================================================ the file alone
+
+from miyamoto.store import file as jfile  # noqa: E402
+from miyamoto.store.datadir import DataDirLock, DataDirLocked  # noqa: E402
+from miyamoto.store.file import JournalFile, JournalMoved, JournalUnavailable  # noqa: E402
+
+
+def opened(tmp_path: Path) -> JournalFile:
+    f = JournalFile(str(tmp_path), str(tmp_path / JOURNAL), sync_full=False)
+    f.open()
+    return f
+
+
+def test_a_file_that_is_not_sqlite_fails_the_open_and_frees_the_lock(tmp_path: Path) -> None:
+    (tmp_path / JOURNAL).write_bytes(b"this is not a database" * 100)
+    f = JournalFile(str(tmp_path), str(tmp_path / JOURNAL), sync_full=False)
+    with pytest.raises(sqlite3.DatabaseError):
+        f.open()
+    assert f.db is None
+    other = DataDirLock(str(tmp_path))
+    other.acquire()  # the failed open let go of the data dir
+    other.release()
+
+
+def test_a_second_file_on_the_data_dir_is_refused(tmp_path: Path) -> None:
+    f = opened(tmp_path)
+    with pytest.raises(DataDirLocked):
+        opened(tmp_path)
+    f.close()
+    f.release()
+
+
+def test_writes_are_refused_while_the_file_is_not_ours(tmp_path: Path) -> None:
+    f = opened(tmp_path)
+    assert f.writable() is f.db and not f.moved()
+    os.remove(tmp_path / JOURNAL)
+    assert f.moved()
+    with pytest.raises(JournalMoved):
+        f.writable()
+    f.rebuild()
+    assert not f.moved() and f.writable() is f.db
+    f.lock_lost = True
+    with pytest.raises(DataDirLocked):
+        f.writable()
+    f.close()
+    with pytest.raises(JournalUnavailable):
+        f.conn()
+    f.release()
+
+
+def test_sync_full_and_wal(tmp_path: Path) -> None:
+    f = JournalFile(str(tmp_path), str(tmp_path / JOURNAL), sync_full=True)
+    f.open()
+    assert f.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert f.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    f.close()
+    f.release()
+    g = opened(tmp_path)
+    assert g.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    g.close()
+    g.release()
+
+
+def test_close_checkpoints_the_wal_into_the_file(tmp_path: Path) -> None:
+    """After close the main file alone holds every commit, even while another process
+    (a backup, an operator's sqlite3 shell) keeps the WAL open."""
+    f = opened(tmp_path)
+    f.probe(5.0)
+    reader = sqlite3.connect(tmp_path / JOURNAL)
+    reader.execute("SELECT 1 FROM meta").fetchall()
+    assert (tmp_path / (JOURNAL + "-wal")).stat().st_size > 0
+    f.close()
+    f.release()
+    try:
+        assert (tmp_path / (JOURNAL + "-wal")).stat().st_size == 0
+        shutil.copy(tmp_path / JOURNAL, tmp_path / "copy.sqlite3")
+        copy = sqlite3.connect(tmp_path / "copy.sqlite3")
+        assert copy.execute("SELECT value FROM meta WHERE key = 'probe'").fetchone() == ("5.0",)
+        copy.close()
+    finally:
+        reader.close()
+
+
+class FailingDb:
+    """A connection whose INSERT fails (a full disk); the rest is the real one's."""
+
+    def __init__(self, db: sqlite3.Connection, rollback_fails: bool = False):
+        self.db = db
+        self.rollback_fails = rollback_fails
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.db.in_transaction
+
+    def execute(self, sql: str, *args: object) -> object:
+        if sql.startswith("INSERT"):
+            raise sqlite3.OperationalError("database or disk is full")
+        if sql == "ROLLBACK" and self.rollback_fails:
+            raise sqlite3.OperationalError("cannot rollback")
+        return self.db.execute(sql, *args)
+
+
+def test_a_failed_probe_rolls_back(tmp_path: Path) -> None:
+    f = opened(tmp_path)
+    real = f.db
+    f.db = FailingDb(real)  # type: ignore[assignment]
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        f.probe(1.0)
+    assert not real.in_transaction
+    f.db = FailingDb(real, rollback_fails=True)  # type: ignore[assignment]
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):  # not the rollback's
+        f.probe(1.0)
+    real.execute("ROLLBACK")
+    f.db = real
+    f.probe(2.0)
+    assert real.execute("SELECT value FROM meta WHERE key = 'probe'").fetchone() == ("2.0",)
+    jfile.rollback(real)  # no transaction: nothing to do
+    f.close()
+    f.release()
+
+
+def test_a_journal_of_an_earlier_version_is_migrated_once(tmp_path: Path) -> None:
+    """Before the ``replica`` and ``at`` columns and the ``counts`` table: the rows get
+    their ``at`` (a live copy's fire time, an ended one's end) and are counted."""
+    old = sqlite3.connect(tmp_path / JOURNAL)
+    old.executescript("""
+        CREATE TABLE tasks (id TEXT PRIMARY KEY, queue TEXT NOT NULL, state TEXT NOT NULL,
+                            finished REAL, data TEXT NOT NULL);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+        INSERT INTO tasks VALUES ('a', 'q', 'scheduled', NULL,
+            '{"url": "http://x/", "method": "POST", "eta": 1.0, "fire_at": 7.5}');
+        INSERT INTO tasks VALUES ('b', 'q', 'succeeded', 9.0,
+            '{"url": "http://x/", "method": "POST", "eta": 1.0, "fire_at": 2.0}');
+    """)
+    old.close()
+    f = opened(tmp_path)
+    assert dict(f.db.execute("SELECT id, at FROM tasks").fetchall()) == {"a": 7.5, "b": 9.0}
+    assert sorted(f.db.execute("SELECT queue, state, first, n FROM counts").fetchall()) == [
+        ("q", "scheduled", 1, 1), ("q", "succeeded", 1, 1)]
+    assert f.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (
+        jfile.SCHEMA_VERSION,)
+    columns = {row[1] for row in f.db.execute("PRAGMA table_info(tasks)")}
+    assert {"replica", "at"} <= columns
+    f.db.execute("UPDATE counts SET n = 5")  # a migrated journal is not counted again
+    f.close()
+    f.release()
+    g = opened(tmp_path)
+    assert {n for (n,) in g.db.execute("SELECT n FROM counts")} == {5}
+    g.close()
+    g.release()
+
+
+def test_health_reports_a_problem_once_and_its_end(caplog: pytest.LogCaptureFixture) -> None:
+    h = jfile.Health()
+    assert h.ok and h.failures == 0
+    h.failed("cannot write", OSError(28, "No space left"))
+    since = h.since
+    h.failed("cannot write")
+    assert not h.ok and h.problem == "cannot write" and h.failures == 2 and h.since == since
+    assert caplog.text.count("enqueues get 503") == 1
+    assert "OSError: [Errno 28] No space left" in caplog.text
+    h.failed("its file was deleted or replaced")
+    assert caplog.text.count("enqueues get 503") == 2 and h.since == since
+    h.recovered()
+    assert h.ok and h.failures == 0 and "3 failed attempts" in caplog.text
+    h.recovered()
+    assert caplog.text.count("writing again") == 1

@@ -1,0 +1,66 @@
+"""A task's dispatch fields (``miyamoto.tasks.fields``): priority and the flow-control key
+with its rate and parallelism, checked alike on an enqueue (ValidationError, a 400
+naming the field) and on a stored or replicated copy (DecodeError), so a copy one node
+took is never refused by its sibling. Their effect on delivery: tests/unit/delivery/
+test_priorities.py and test_flow.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from miyamoto.tasks import fields as f
+from miyamoto.tasks.validate import ValidationError
+from miyamoto.wire.verbs import DecodeError
+
+pytestmark = pytest.mark.timeout(10)
+
+EDGES_OK = [{"priority": 0}, {"priority": 9}, {"flow_key": "k" * f.MAX_FLOW_KEY},
+            {"flow_key": "k", "flow_rate": f.MAX_FLOW_RATE},
+            {"flow_key": "k", "flow_rate": 1e-9},
+            {"flow_key": "k", "flow_parallelism": 1},
+            {"flow_key": "k", "flow_parallelism": f.MAX_FLOW_PARALLELISM},
+            {"flow_key": "é ü"}]
+EDGES_BAD = [({"priority": 10}, "priority"), ({"priority": -1}, "priority"),
+             ({"flow_key": ""}, "flow_key"), ({"flow_key": "k" * (f.MAX_FLOW_KEY + 1)}, "flow_key"),
+             ({"flow_key": "a\x1fb"}, "flow_key"), ({"flow_key": "a\x7fb"}, "flow_key"),
+             ({"flow_key": "k", "flow_rate": 0}, "flow_rate"),
+             ({"flow_key": "k", "flow_rate": f.MAX_FLOW_RATE * 1.5}, "flow_rate"),
+             ({"flow_key": "k", "flow_parallelism": 0}, "flow_parallelism"),
+             ({"flow_key": "k", "flow_parallelism": f.MAX_FLOW_PARALLELISM + 1},
+              "flow_parallelism"),
+             ({"flow_rate": 1.0}, "flow_rate"), ({"flow_parallelism": 2}, "flow_parallelism")]
+
+
+@pytest.mark.parametrize("given", EDGES_OK)
+def test_the_edges_are_taken_on_both_sides(given: dict[str, Any]) -> None:
+    assert f.parse(given) == given
+    f.check_decoded(dict(given))
+
+
+@pytest.mark.parametrize("given,field", EDGES_BAD)
+def test_past_the_edges_both_sides_refuse(given: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        f.parse(given)
+    assert e.value.field == field and e.value.status == 400
+    with pytest.raises(DecodeError):
+        f.check_decoded(dict(given))
+
+
+def test_only_the_fields_given_and_form_strings_read_as_numbers() -> None:
+    assert f.parse({}) == {} and f.parse({"priority": None, "flow_key": None}) == {}
+    assert f.parse({"priority": "3", "flow_key": "k", "flow_rate": "2.5",
+                    "flow_parallelism": "4"}) == {"priority": 3, "flow_key": "k",
+                                                  "flow_rate": 2.5, "flow_parallelism": 4}
+    f.check_decoded({})  # the default priority is in range
+    with pytest.raises(ValidationError) as e:
+        f.parse({"flow_key": 7})
+    assert e.value.field == "flow_key"
+    assert "1-200 characters" in e.value.message
+    with pytest.raises(ValidationError) as e:
+        f.parse({"flow_key": "k", "flow_rate": -1})
+    assert e.value.message == "must be in (0, 1e+06] tasks/s"
+    with pytest.raises(ValidationError) as e:
+        f.parse({"flow_rate": 2})
+    assert e.value.message == "goes with flow_key"
