@@ -84,10 +84,12 @@ _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
                    ["tests/unit/delivery/test_breaker.py"], ["tests/unit/delivery/test_flow.py"]]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
-    "miyamoto/wire/verbs.py": [["tests/unit/wire/test_checks.py"],
+    "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],
+                               ["tests/unit/wire/test_checks.py"],
                                ["tests/unit/wire/test_outbox.py"],
                                ["tests/unit/wire/test_transport.py"]],
-    "miyamoto/wire/messages.py": [["tests/unit/definitions/test_definitions.py", "-k",
+    "miyamoto/wire/messages.py": [["tests/unit/wire/test_verbs.py"],
+                                  ["tests/unit/definitions/test_definitions.py", "-k",
                                    "messages"], _MEMBERSHIP[0], *_SIBLINGS],
     "miyamoto/wire/checks.py": [["tests/unit/wire/test_checks.py"], _MEMBERSHIP[0],
                                 ["tests/unit/replicas/test_siblings.py"]],
