@@ -219,6 +219,9 @@ _YIELD = ("the pump's yield between two passes that set a long line aside (PARK_
           "tasks each): only fairness to other greenlets; every task still starts")
 _LATIN1 = ("_HEADER_VALUE_RE already admits only latin-1 characters: the encode check "
            "after it can never fail")
+_UNQUOTED = ("which decoded form values formdata keeps (a cache of at most ~0.5 MB): every "
+             "answer is the same with or without it (test_agrees_with_parse_qsl asks each "
+             "input twice), and test_the_field_cap_and_the_cache_bound holds the bound")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/delivery/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
         "at n = max_doublings + 1 both branches give min_backoff * 2**max_doublings",
@@ -274,6 +277,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "order = [m for m in candidates if m > lost] + [m for m in candidates if m <= lost]",
         how): "the lost member holds a copy, so it is never among the candidates"
        for how in ("> -> >=", "<= -> <")},
+    **{("miyamoto/tasks/task.py", "raise NotImplementedError  # replaced at import",
+        "drop the raise"): "the body of Task.evolve and Task.encode is replaced at import "
+                           "by _compile_copiers; this line never runs"},
+    **{("miyamoto/tasks/formdata.py", line, how): _UNQUOTED for line, how in (
+        ("_MAX_UNQUOTED, _MAX_UNQUOTED_LEN = 1024, 512  # ~0.5 MB at most; once full, no "
+         "more are kept", "1024 -> 1025"),
+        ("_MAX_UNQUOTED, _MAX_UNQUOTED_LEN = 1024, 512  # ~0.5 MB at most; once full, no "
+         "more are kept", "512 -> 513"),
+        ("if len(s) <= _MAX_UNQUOTED_LEN and len(_UNQUOTED) < _MAX_UNQUOTED:", "<= -> <"),
+        ("if len(s) <= _MAX_UNQUOTED_LEN and len(_UNQUOTED) < _MAX_UNQUOTED:", "< -> >"))},
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

@@ -16,19 +16,22 @@ from miyamoto.wire.verbs import DecodeError
 
 pytestmark = pytest.mark.timeout(10)
 
-EDGES_OK = [{"priority": 0}, {"priority": 9}, {"flow_key": "k" * f.MAX_FLOW_KEY},
-            {"flow_key": "k", "flow_rate": f.MAX_FLOW_RATE},
+# the README's limits, spelled out: priority 0-9, a key of at most 200 characters; a rate
+# above 1e6 tasks/s or more than 100,000 in flight means nothing and is refused
+
+EDGES_OK = [{"priority": 0}, {"priority": 9}, {"flow_key": "k" * 200},
+            {"flow_key": "k", "flow_rate": 1_000_000.0},
             {"flow_key": "k", "flow_rate": 1e-9},
             {"flow_key": "k", "flow_parallelism": 1},
-            {"flow_key": "k", "flow_parallelism": f.MAX_FLOW_PARALLELISM},
+            {"flow_key": "k", "flow_parallelism": 100_000},
             {"flow_key": "é ü"}]
 EDGES_BAD = [({"priority": 10}, "priority"), ({"priority": -1}, "priority"),
-             ({"flow_key": ""}, "flow_key"), ({"flow_key": "k" * (f.MAX_FLOW_KEY + 1)}, "flow_key"),
+             ({"flow_key": ""}, "flow_key"), ({"flow_key": "k" * (200 + 1)}, "flow_key"),
              ({"flow_key": "a\x1fb"}, "flow_key"), ({"flow_key": "a\x7fb"}, "flow_key"),
              ({"flow_key": "k", "flow_rate": 0}, "flow_rate"),
-             ({"flow_key": "k", "flow_rate": f.MAX_FLOW_RATE * 1.5}, "flow_rate"),
+             ({"flow_key": "k", "flow_rate": 1_000_000.5}, "flow_rate"),
              ({"flow_key": "k", "flow_parallelism": 0}, "flow_parallelism"),
-             ({"flow_key": "k", "flow_parallelism": f.MAX_FLOW_PARALLELISM + 1},
+             ({"flow_key": "k", "flow_parallelism": 100_000 + 1},
               "flow_parallelism"),
              ({"flow_rate": 1.0}, "flow_rate"), ({"flow_parallelism": 2}, "flow_parallelism")]
 

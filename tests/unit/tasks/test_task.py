@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from miyamoto.tasks import fields
 from miyamoto.tasks.task import HISTORY_ERROR_CHARS, HISTORY_MAX, LAST_BODY_BYTES, State, Task, \
     add_attempt, new_id
 from miyamoto.wire import checks
@@ -60,7 +59,7 @@ def test_a_minimal_row_decodes_to_the_defaults() -> None:
     assert t == Task(id="t-1", queue="q", url="http://127.0.0.1/", eta=5.0, fire_at=5.0)
     assert (t.state, t.priority, t.attempts, t.executions, t.replica, t.reruns,
             t.created, t.params, t.headers, t.replicas, t.history) == (
-        State.SCHEDULED, fields.PRIORITY_DEFAULT, 0, 0, 0, 0, 0.0, {}, {}, (), ())
+        State.SCHEDULED, 5, 0, 0, 0, 0, 0.0, {}, {}, (), ())  # README: priority 5
     bare = Task(id="i", queue="q", url="u")
     assert (bare.eta, bare.fire_at, bare.created, bare.method) == (0.0, 0.0, 0.0, "POST")
     assert isinstance(Task.decode(dict(ROW, eta=0)).eta, float)
