@@ -169,8 +169,9 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/queries.py": [["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
     # http/
     "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
-    "miyamoto/http/head.py": [["tests/unit/http/test_server.py"]],
-    "miyamoto/http/connections.py": [["tests/unit/http/test_server.py"]],
+    "miyamoto/http/head.py": [["tests/unit/http/test_head.py"], ["tests/unit/http/test_server.py"]],
+    "miyamoto/http/connections.py": [["tests/unit/http/test_connections.py"],
+                                     ["tests/unit/http/test_server.py"]],
     "miyamoto/http/api.py": [["tests/unit/http/test_api.py"],
                              ["tests/unit/http/test_dashboard.py"]],
     "miyamoto/http/definitions.py": [["tests/unit/http/test_api.py"]],

@@ -1,8 +1,10 @@
 """The open-file limit a node raises for its HTTP connections, and the connection cap
 where the hard limit is still short; on a fake ``resource`` module, so no test changes
-this process's limits."""
+this process's limits, but for the last, which raises and restores its own."""
 
 from __future__ import annotations
+
+import resource
 
 import pytest
 
@@ -80,3 +82,16 @@ def test_connections_are_capped_below_the_limit(res) -> None:
     assert fdlimit.connection_cap(1000, 100) == 16
     res(300, 300)
     assert fdlimit.connection_cap(10, 100) == 10
+
+
+def test_raise_nofile_in_process() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard < 2048:
+        pytest.skip("needs a finite hard limit of at least 2048")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        assert fdlimit.raise_nofile(2000) == hard
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+        assert fdlimit.connection_cap(hard + 10, other_fds=100) == hard - 100 - fdlimit.RESERVE
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
