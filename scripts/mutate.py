@@ -76,6 +76,7 @@ _CLUSTER_SIM = [["tests/sim/test_cluster_sim.py", "-k", "not seeded_runs"],
 _SIBLINGS = [["tests/unit/replicas/test_siblings.py"],
              ["tests/sim/test_siblings_random.py::test_random_runs_are_safe[0]"]]
 _DEFINITIONS = [["tests/unit/definitions/test_definitions.py"],
+                ["tests/unit/definitions/test_sync.py"],
                 ["tests/unit/definitions/test_schedules.py"]]
 _JOURNAL = [["tests/unit/store/test_journal.py"], ["tests/unit/store/test_journal_failure.py"],
             ["tests/unit/engine/test_window.py"]]
@@ -125,8 +126,11 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/replicas/effects.py": [*_SIBLINGS, *_CLUSTER_SIM],
     # definitions/
     "miyamoto/definitions/machine.py": _DEFINITIONS,
-    "miyamoto/definitions/messages.py": _DEFINITIONS,
-    "miyamoto/definitions/sync.py": _DEFINITIONS,
+    "miyamoto/definitions/messages.py": [["tests/unit/definitions/test_messages.py"],
+                                         *_DEFINITIONS],
+    "miyamoto/definitions/sync.py": [["tests/unit/definitions/test_sync.py"],
+                                     ["tests/unit/definitions/test_definitions.py"],
+                                     ["tests/unit/http/test_api.py"]],
     "miyamoto/definitions/schedules.py": [["tests/unit/definitions/test_schedules.py"]],
     "miyamoto/definitions/topics.py": [["tests/unit/definitions/test_topics.py"]],
     # store/
