@@ -188,7 +188,7 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"]],
     "miyamoto/config/values.py": [["tests/unit/config/test_settings.py"]],
     # top
-    "miyamoto/sockets.py": [["tests/unit/http/test_server.py"],
+    "miyamoto/sockets.py": [["tests/unit/test_sockets.py"], ["tests/unit/http/test_server.py"],
                             ["tests/unit/delivery/test_httpclient.py"]],
     "miyamoto/metrics.py": [["tests/unit/test_metrics.py"], ["tests/unit/delivery/test_retry.py"],
                             *_CLUSTER_SIM],
