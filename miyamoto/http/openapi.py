@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 description served at /openapi.json (kept next to the routes in api.py).
 
 Every route of ``Api.routes`` is described, each answer with a component schema, so that
-``openapi-spec-validator`` accepts it and a schemathesis run (tests/nodes/test_openapi.py)
-can check every answer against it. The task fields and their limits are those of
+``openapi-spec-validator`` accepts it and a schemathesis run (tests/nodes/test_openapi_node.py)
+can check every answer against it; tests/unit/http/test_openapi.py holds each bound it
+states to what the validators do. The task fields and their limits are those of
 ``miyamoto.tasks.validate`` and ``miyamoto.tasks.fields``, the schedules' and topics'
 those of ``miyamoto.definitions``; the scopes are those of ``miyamoto.http.auth``.
 One module for the whole document, so a route and its schemas are read in one place.
