@@ -292,6 +292,25 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
          "more are kept", "512 -> 513"),
         ("if len(s) <= _MAX_UNQUOTED_LEN and len(_UNQUOTED) < _MAX_UNQUOTED:", "<= -> <"),
         ("if len(s) <= _MAX_UNQUOTED_LEN and len(_UNQUOTED) < _MAX_UNQUOTED:", "< -> >"))},
+    ("miyamoto/store/journal.py", "BUSY_WINDOW = 0.002  # a group that follows the last one "
+     "this closely means load", "0.002 -> 0.004"):
+        "when a group lingers LINGER s for more records: how many share a commit, never "
+        "whether one is committed (test_journal_group_commit bounds the commits)",
+    ("miyamoto/store/journal.py", "last_done = 0.0", "0.0 -> 1.0"):
+        "only whether the writer's first group lingers LINGER (0.5 ms) for more records",
+    ("miyamoto/store/rows.py", "data = ujson.dumps(d, escape_forward_slashes=False)",
+     "False -> True"):
+        "'\\/' and '/' decode alike: only the stored bytes differ, no reader can tell",
+    ("miyamoto/store/datadir.py", 'text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()',
+     "32 -> 33"): "a pid and its newline are far shorter than 32 bytes",
+    ("miyamoto/store/datadir.py", "os.ftruncate(fd, 0)", "0 -> 1"):
+        "the pid written next (at least two bytes, from offset 0) covers the one byte kept",
+    **{("miyamoto/store/datadir.py", "return False", "return None"):
+       "intact() is only used as a condition: None and False are both false"},
+    **{("miyamoto/store/dbthread.py", "self._async.close()", "drop the call"):
+       "the watcher is unreferenced by then (it keeps no hub alive, test_only_a_call_"
+       "outstanding_keeps_the_hub_alive) and the thread that sends to it has ended: an open "
+       "one is a few bytes, never an event"},
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

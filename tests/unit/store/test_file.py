@@ -123,6 +123,10 @@ from miyamoto.store.datadir import DataDirLock, DataDirLocked  # noqa: E402
 from miyamoto.store.file import JournalFile, JournalMoved, JournalUnavailable  # noqa: E402
 
 
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 def opened(tmp_path: Path) -> JournalFile:
     f = JournalFile(str(tmp_path), str(tmp_path / JOURNAL), sync_full=False)
     f.open()
@@ -132,9 +136,10 @@ def opened(tmp_path: Path) -> JournalFile:
 def test_a_file_that_is_not_sqlite_fails_the_open_and_frees_the_lock(tmp_path: Path) -> None:
     (tmp_path / JOURNAL).write_bytes(b"this is not a database" * 100)
     f = JournalFile(str(tmp_path), str(tmp_path / JOURNAL), sync_full=False)
+    before = open_fds()
     with pytest.raises(sqlite3.DatabaseError):
         f.open()
-    assert f.db is None
+    assert f.db is None and open_fds() == before  # neither the lock nor the file held
     other = DataDirLock(str(tmp_path))
     other.acquire()  # the failed open let go of the data dir
     other.release()
@@ -155,8 +160,10 @@ def test_writes_are_refused_while_the_file_is_not_ours(tmp_path: Path) -> None:
     assert f.moved()
     with pytest.raises(JournalMoved):
         f.writable()
+    before = open_fds()
     f.rebuild()
     assert not f.moved() and f.writable() is f.db
+    assert open_fds() == before  # the copy's connection closed, the lost file's too
     f.lock_lost = True
     with pytest.raises(DataDirLocked):
         f.writable()
@@ -205,6 +212,7 @@ class FailingDb:
     def __init__(self, db: sqlite3.Connection, rollback_fails: bool = False):
         self.db = db
         self.rollback_fails = rollback_fails
+        self.executescript = db.executescript
 
     @property
     def in_transaction(self) -> bool:
@@ -283,3 +291,20 @@ def test_health_reports_a_problem_once_and_its_end(caplog: pytest.LogCaptureFixt
     assert h.ok and h.failures == 0 and "3 failed attempts" in caplog.text
     h.recovered()
     assert caplog.text.count("writing again") == 1
+
+
+def test_a_migration_that_fails_is_done_again_at_the_next_open(tmp_path: Path) -> None:
+    old = sqlite3.connect(tmp_path / JOURNAL, isolation_level=None)
+    old.executescript("CREATE TABLE tasks (id TEXT PRIMARY KEY, queue TEXT NOT NULL, "
+                      "state TEXT NOT NULL, finished REAL, data TEXT NOT NULL);"
+                      "INSERT INTO tasks VALUES ('a', 'q', 'scheduled', NULL, '{}');")
+    old.executescript(jfile.SCHEMA)
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        jfile.migrate(FailingDb(old))  # type: ignore[arg-type]
+    assert not old.in_transaction
+    assert old.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() is None
+    old.close()
+    f = opened(tmp_path)
+    assert f.db.execute("SELECT n FROM counts").fetchall() == [(1,)]
+    f.close()
+    f.release()

@@ -315,3 +315,15 @@ def test_a_row_whose_record_is_not_an_object_is_skipped(caplog):
     ended = jtask(2, state=State.SUCCEEDED, finished=9.0)
     r = task_row(ended)
     assert r[5] == 9.0 and decode_row((1, r[0], r[1], r[2], r[5], r[6])) == ended
+
+
+def test_journal_syncs_normally_unless_asked_for_full(tmp_path):
+    """sync_full (fsync on every commit) is the option; the default is WAL's NORMAL."""
+    for kw, level in (({}, 1), ({"sync_full": True}, 2)):
+        j = Journal(str(tmp_path / str(level)), **kw)
+        j.open()
+        try:
+            assert j._run(lambda: j._file.conn().execute("PRAGMA synchronous").fetchone()[0]) \
+                == level
+        finally:
+            j.close()
