@@ -114,3 +114,47 @@ def test_batches_are_bounded_in_bytes_and_big_messages_travel_alone():
         else:
             assert ujson.loads(data)["body"] == big
     assert got == list(range(8))
+
+
+def test_a_single_message_that_cannot_leave_says_so():
+    box = Outbox(FakeSend(ok=False))
+    failed: list[str] = []
+    box.put("b", "tcp://b", Verb.ASK, {"id": "x"}, on_fail=lambda: failed.append("x"))
+    box.put("c", "tcp://c", Verb.ASK, {"id": "y"})  # no on_fail: nothing to call
+    _turn()
+    assert failed == ["x"]
+
+
+def test_a_failing_on_fail_is_logged_and_the_others_still_run(caplog):
+    box = Outbox(FakeSend(ok=False))
+    failed: list[int] = []
+
+    def boom() -> None:
+        raise RuntimeError("planted")
+    box.put("b", "tcp://b", Verb.ASK, {"i": 0}, on_fail=boom)
+    box.put("b", "tcp://b", Verb.ASK, {"i": 1}, on_fail=lambda: failed.append(1))
+    _turn()
+    assert failed == [1] and "on_fail callback failed" in caplog.text
+
+
+def test_a_batch_holds_at_most_max_batch_messages():
+    for n, batches in ((MAX_BATCH, 1), (MAX_BATCH + 1, 2), (2, 1)):
+        send = FakeSend()
+        box = Outbox(send)
+        for i in range(n):
+            box.put("b", "tcp://b", Verb.DONE, {"i": i})
+        _turn()
+        assert len(send.sent) == batches and {s[2] for s in send.sent} == {Verb.BATCH}
+        got = [p["i"] for s in send.sent for _, p in unbatch(ujson.loads(s[3]))]
+        assert got == list(range(n))
+    box = Outbox(FakeSend())
+    box.put("b", "tcp://b", Verb.DONE, {"i": 0})
+    _turn()
+    box.put("b", "tcp://b", Verb.DONE, {"i": 1})  # a later turn schedules its own flush
+    _turn()
+    assert len(box._send.sent) == 2
+
+
+def test_unbatch_reads_at_most_max_batch_entries():
+    items = [["DONE", {"i": i}] for i in range(MAX_BATCH + 5)]
+    assert [p["i"] for _, p in unbatch({"m": items})] == list(range(MAX_BATCH))
