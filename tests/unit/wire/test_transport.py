@@ -701,3 +701,60 @@ def test_readable_times_out_again_and_again():
     finally:
         sock.close(linger=0)
         ctx.destroy(linger=0)
+
+
+def test_every_socket_gets_the_options_the_design_states(make):
+    """DESIGN §2 and the module's constants, spelled out: linger 0 (a stop never waits),
+    the HWM handed in, 8 MiB frames at most (a garbage peer cannot make libzmq allocate
+    more), reconnects from 100 ms backing off to 1 s, a 5 s handshake, ZMTP heartbeats
+    every 1 s cutting a silent peer after 3 s; a DEALER with IMMEDIATE (a send to a peer
+    not connected fails at once) and a routing id of the node id, NUL, 8 random bytes."""
+    a, _ = make("a", hwm=77)
+    b, _ = make("b")
+    assert a.connect(b.address)
+    dealer = a._dealers[b.address]
+    for sock in (a._router, dealer):
+        assert sock.getsockopt(zmq.LINGER) == 0
+        assert sock.getsockopt(zmq.SNDHWM) == 77 and sock.getsockopt(zmq.RCVHWM) == 77
+        assert sock.getsockopt(zmq.MAXMSGSIZE) == 8 * 1024 * 1024
+        assert sock.getsockopt(zmq.RECONNECT_IVL) == 100
+        assert sock.getsockopt(zmq.RECONNECT_IVL_MAX) == 1000
+        assert sock.getsockopt(zmq.HANDSHAKE_IVL) == 5000
+        assert sock.getsockopt(zmq.HEARTBEAT_IVL) == 1000
+        assert sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 3000
+    assert dealer.getsockopt(zmq.IMMEDIATE) == 1
+    rid = dealer.getsockopt(zmq.ROUTING_ID)
+    assert rid[:2] == b"a\x00" and len(rid) == 2 + 8
+    assert a._dealers[b.address] is dealer and a.connect(b.address)  # made once
+    other = Transport("a", LOOPBACK, Inbox())
+    other.start()
+    try:
+        assert other.connect(b.address)
+        assert other._dealers[b.address].getsockopt(zmq.ROUTING_ID) != rid  # never shared
+    finally:
+        other.stop()
+
+
+def test_lifecycle_misuse_is_refused(make):
+    with pytest.raises(ValueError, match="hwm must be at least 1"):
+        Transport("a", LOOPBACK, Inbox(), hwm=0)
+    Transport("a", LOOPBACK, Inbox(), hwm=1)  # the least allowed
+    t = Transport("a", LOOPBACK, Inbox())
+    with pytest.raises(RuntimeError, match="not started"):
+        t.address
+    assert not t.running and not t.connect("tcp://127.0.0.1:9")
+    assert t.send("b", "tcp://127.0.0.1:9", Verb.ASK, {}) is False  # a cluster of one
+    with t:
+        assert t.running and t.address.startswith("tcp://127.0.0.1:")
+        with pytest.raises(RuntimeError, match="called twice"):
+            t.start()
+    assert not t.running and not t.connect("tcp://127.0.0.1:9")
+    assert t.send("b", "tcp://127.0.0.1:9", Verb.ASK, {}) is False
+
+
+def test_a_bad_address_is_a_failed_send_counted_as_dropped(make, caplog):
+    t, _ = make("a")
+    assert t.connect("not an address") is False
+    assert t.send("b", "nope://x", Verb.ASK, {}) is False
+    assert t.stats.send_failed == 1 and t.stats.messages[("ASK", "dropped")] == 1
+    assert "cannot connect to 'nope://x'" in caplog.text
