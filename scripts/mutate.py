@@ -227,6 +227,14 @@ _LATIN1 = ("_HEADER_VALUE_RE already admits only latin-1 characters: the encode 
 _UNQUOTED = ("which decoded form values formdata keeps (a cache of at most ~0.5 MB): every "
              "answer is the same with or without it (test_agrees_with_parse_qsl asks each "
              "input twice), and test_the_field_cap_and_the_cache_bound holds the bound")
+_TWO_FRAMES = ("every message the transport sends is two frames (verbs.encode): there "
+               "frames[:-1] is frames[:1] and frames[-1] is frames[1]")
+_BATCH_EDGE = ("a message exactly at the batch bound goes alone or closes the batch one "
+               "message earlier: the peer unpacks the same messages in the same order")
+_BATCH_SLACK = ("the batch bound is an estimate (16 bytes of framing counted per message, "
+                "more than a short verb needs): a byte or a KiB more moves where a batch "
+                "ends by at most one message; every frame stays far below MAX_FRAME and "
+                "test_a_batch_frame_stays_within_one_mib holds")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/delivery/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
         "at n = max_doublings + 1 both branches give min_backoff * 2**max_doublings",
@@ -311,6 +319,19 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
        "the watcher is unreferenced by then (it keeps no hub alive, test_only_a_call_"
        "outstanding_keeps_the_hub_alive) and the thread that sends to it has ended: an open "
        "one is a few bytes, never an event"},
+    ("miyamoto/wire/zmqio.py", "for frame in frames[:-1]:", "drop unary -"): _TWO_FRAMES,
+    ("miyamoto/wire/zmqio.py", "_raw_send(sock, frames[-1], NOBLOCK)", "drop unary -"):
+        _TWO_FRAMES,
+    ("miyamoto/wire/outbox.py", "self._scheduled = True", "True -> False"):
+        "a flush scheduled per put rather than per turn: the first one sends all that is "
+        "queued, in the same batches, and the others find nothing",
+    ("miyamoto/wire/outbox.py", "if len(data) > MAX_BATCH_BYTES:", "> -> >="): _BATCH_EDGE,
+    ("miyamoto/wire/outbox.py",
+     "if parts and (size + len(data) > MAX_BATCH_BYTES or len(parts) >= MAX_BATCH):",
+     "> -> >="): _BATCH_EDGE,
+    ("miyamoto/wire/outbox.py", "parts, fails, size = [], [], 0", "0 -> 1"): _BATCH_SLACK,
+    ("miyamoto/wire/outbox.py", "MAX_BATCH_BYTES = 1024 * 1024  # a larger message (a big "
+     "STORE) travels alone", "1024 -> 1025"): _BATCH_SLACK,
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

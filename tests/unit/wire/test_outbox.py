@@ -138,7 +138,8 @@ def test_a_failing_on_fail_is_logged_and_the_others_still_run(caplog):
 
 
 def test_a_batch_holds_at_most_max_batch_messages():
-    for n, batches in ((MAX_BATCH, 1), (MAX_BATCH + 1, 2), (2, 1)):
+    assert MAX_BATCH == 256
+    for n, batches in ((256, 1), (257, 2), (2, 1)):
         send = FakeSend()
         box = Outbox(send)
         for i in range(n):
@@ -156,5 +157,20 @@ def test_a_batch_holds_at_most_max_batch_messages():
 
 
 def test_unbatch_reads_at_most_max_batch_entries():
-    items = [["DONE", {"i": i}] for i in range(MAX_BATCH + 5)]
-    assert [p["i"] for _, p in unbatch({"m": items})] == list(range(MAX_BATCH))
+    items = [["DONE", {"i": i}] for i in range(261)]
+    assert [p["i"] for _, p in unbatch({"m": items})] == list(range(256))
+
+
+def test_a_batch_frame_stays_within_one_mib():
+    """Messages are packed until the next would pass 1 MiB (each counted with room for
+    its framing), so no BATCH frame is larger than 1 MiB and its wrapper."""
+    send = FakeSend()
+    box = Outbox(send)
+    for i in range(500):
+        box.put("b", "tcp://b", Verb.DONE, {"i": i, "pad": "p" * 4980})
+    _turn()
+    got = []
+    for _, _, verb, data in send.sent:
+        assert verb == Verb.BATCH and len(data) <= 1024 * 1024 + len(b'{"m":[]}')
+        got += [p["i"] for _, p in unbatch(ujson.loads(data))]
+    assert got == list(range(500)) and len(send.sent) == 3

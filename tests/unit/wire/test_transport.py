@@ -230,9 +230,12 @@ def test_throttle_limits_warnings(caplog):
 
 @pytest.mark.timeout(10)
 def test_node_id_is_validated():
-    for bad in ("", "\x00abc", "x" * 256):
+    for bad in ("", "\x00abc", "x" * 256, "x" * 247, "é" * 124):
         with pytest.raises(ValueError):
             Transport(bad, LOOPBACK, Inbox())
+    # a routing id is 1-255 bytes: the id, a NUL and 8 random bytes leave 246 for the id
+    Transport("x" * 246, LOOPBACK, Inbox())
+    Transport("é" * 123, LOOPBACK, Inbox())
 
 
 # -- 1. two transports, both ways ---------------------------------------------
@@ -696,7 +699,13 @@ def test_readable_times_out_again_and_again():
         for _ in range(4):
             started = time.monotonic()
             readable.wait()
-            assert time.monotonic() - started >= 0.04
+            assert 0.04 <= time.monotonic() - started < 0.4
+        readable.close()
+        # by default a missed edge stalls a socket half a second at most
+        readable = Readable(sock)
+        started = time.monotonic()
+        readable.wait()
+        assert 0.45 <= time.monotonic() - started < 0.95
         readable.close()
     finally:
         sock.close(linger=0)
@@ -711,6 +720,7 @@ def test_every_socket_gets_the_options_the_design_states(make):
     not connected fails at once) and a routing id of the node id, NUL, 8 random bytes."""
     a, _ = make("a", hwm=77)
     b, _ = make("b")
+    assert b._router.getsockopt(zmq.SNDHWM) == 10_000  # the default HWM
     assert a.connect(b.address)
     dealer = a._dealers[b.address]
     for sock in (a._router, dealer):
@@ -758,3 +768,21 @@ def test_a_bad_address_is_a_failed_send_counted_as_dropped(make, caplog):
     assert t.send("b", "nope://x", Verb.ASK, {}) is False
     assert t.stats.send_failed == 1 and t.stats.messages[("ASK", "dropped")] == 1
     assert "cannot connect to 'nope://x'" in caplog.text
+
+
+def test_sends_are_counted_and_a_socket_error_is_a_failed_send(make):
+    a, _ = make("a")
+    b, inbox = make("b")
+    send_until_ok(a, "b", b.address, Verb.ASK, {"i": 0})
+    sent = a.stats.sent
+    for i in range(1, 4):
+        assert a.send("b", b.address, Verb.ASK, {"i": i}) is True
+    assert a.stats.sent == sent + 3 and a.stats.messages[("ASK", "sent")] == sent + 3
+    inbox.wait_for(lambda m: m[2] == {"i": 3})
+    assert b.stats.received == 4 and b.stats.messages[("ASK", "received")] == 4
+    a._dealers[b.address].close(linger=0)  # the socket gone under the transport
+    failed = a.stats.send_failed
+    assert a.send("b", b.address, Verb.ASK, {"i": 9}) is False
+    assert a.stats.send_failed == failed + 1
+    a.forget(b.address)
+    a.forget(b.address)  # forgetting twice is harmless

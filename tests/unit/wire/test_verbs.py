@@ -26,15 +26,16 @@ def test_two_frames_each_way() -> None:
     ([b"NOPE", b"{}"], "unknown verb"), ([b"store", b"{}"], "unknown verb"),
     ([b"STORE", b"{no"], "not JSON"), ([b"STORE", b"\xff"], "not JSON"),
     ([b"STORE", b"[1]"], "not a JSON object"),
-    ([b"STORE", b" " * (verbs.MAX_FRAME + 1)], "too large")])
+    ([b"STORE", b" " * (7 * 1024 * 1024 + 1)], "too large")])
 def test_a_malformed_frame_is_a_decode_error(frames: list[bytes], why: str) -> None:
     with pytest.raises(DecodeError, match=why):
         verbs.decode(frames)
 
 
 def test_a_frame_of_exactly_the_limit_is_read() -> None:
-    body = b'{"k": "' + b"x" * (verbs.MAX_FRAME - 9) + b'"}'
-    assert len(body) == verbs.MAX_FRAME
+    """7 MiB: a 1 MiB body of control characters is ~6 MiB as JSON."""
+    body = b'{"k": "' + b"x" * (7 * 1024 * 1024 - 9) + b'"}'
+    assert len(body) == 7 * 1024 * 1024
     assert verbs.decode([b"STORE", body])[1]["k"].startswith("x")
 
 
