@@ -420,3 +420,41 @@ def test_accepted_sockets_send_at_once():
     g.join(5)
     for s in (accepted, listener):
         s.close()
+
+
+def test_a_body_read_by_lines_arms_the_request_deadline(serve):
+    seen: list[float] = []
+
+    def lines(environ: dict[str, Any], start_response: Any) -> Any:
+        stream = environ["wsgi.input"]
+        first = stream.readline()
+        seen.append(stream.conn.deadline)  # disarmed again once the read is done
+        start_response("200 OK", [])
+        return [first + stream.read()]
+    sock = serve(lines)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 8\r\n\r\nab\ncdefg")
+    assert _response(sock, bytearray())[2] == b"ab\ncdefg"
+    assert seen == [float("inf")]
+
+
+def test_a_client_that_closes_before_a_request_is_let_go_quietly(serve, caplog):
+    sock = serve(app)
+    sock.shutdown(pysocket.SHUT_WR)
+    assert _closed(sock)
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("how", ["read", "readline"])
+def test_a_body_that_stalls_is_cut_at_the_request_deadline(serve, how):
+    """The application reads the body, so only the stream knows the node waits for the
+    client: a body that stops coming is cut at the request's deadline, never waited on."""
+    def reader(environ: dict[str, Any], start_response: Any) -> Any:
+        try:
+            getattr(environ["wsgi.input"], how)()
+        except (OSError, ValueError):
+            pass
+        start_response("400 Bad Request", [])
+        return [b"cut"]
+    sock = serve(reader, header_timeout=0.3, idle_timeout=5)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nab")
+    assert _closed(sock)
