@@ -372,3 +372,12 @@ def test_a_spent_deadline_still_sends_with_a_tiny_timeout(clock: Clock) -> None:
     c, s = make(response(200, {}), timeout=0)
     c.cluster()
     assert s.sent[0]["timeout"] == 0.001
+
+
+def test_the_client_is_reached_from_the_package_lazily() -> None:
+    import miyamoto
+    for name in ("Client", "MiyamotoError", "DuplicateTask", "Unavailable"):
+        assert getattr(miyamoto, name) is getattr(mc, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        miyamoto.nope  # noqa: B018
+    assert "Client" in miyamoto.__all__ and "__version__" in miyamoto.__all__
