@@ -83,7 +83,8 @@ __all__ = ["Definitions", "Entry", "Event", "Finished", "Full", "NotLeader", "Pe
            "Received", "Tick", "View", "Write", "CHUNK",
            "MAX_ENTRIES"]
 
-CHUNK = 16           # entries per DEFS_PUT of a whole set (keeps a frame well under 7 MiB)
+CHUNK = 8            # entries per DEFS_PUT of a whole set: 8 of messages.MAX_VALUE (512 KiB)
+#                      are 4 MiB, a frame well under verbs.MAX_FRAME (7 MiB)
 MAX_ENTRIES = 10000  # definitions and tombstones a cluster holds
 
 

@@ -345,7 +345,9 @@ def _definition_paths() -> dict[str, Any]:
         "/schedules": {
             "get": _op("Every schedule, with its next fire times", "Schedules"),
             "post": _op("Create or replace a schedule, cluster-wide", "Schedule",
-                        body=_json("ScheduleRequest"), extra=write, scope="admin")},
+                        body=_json("ScheduleRequest"), scope="admin", extra={
+                            **write, "413": _answer("the schedule is larger than one "
+                                                    "definition may be (512 KiB as JSON)")})},
         "/schedules/{sname}": {
             "get": _op("One schedule, with its next fire times and last task ids", "Schedule",
                        params=[s]),

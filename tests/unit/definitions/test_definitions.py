@@ -293,3 +293,18 @@ def test_a_full_map_refuses_new_keys_rather_than_dropping_them(monkeypatch) -> N
         dwrite(d, [("topic", "z", {})], 0.0)
     dwrite(d, [("topic", "x", None)], 0.0)  # an existing key (a delete) still goes
     assert d.get("topic", "z") is None and d.get("topic", "x") is None
+
+
+def test_a_whole_set_of_the_largest_values_travels_in_frames_a_peer_reads() -> None:
+    """Each definition may be MAX_VALUE (512 KiB) as JSON; a whole set is offered in
+    chunks, and every chunk must still decode on the other side (7 MiB frames)."""
+    big = {"task": {"url": "http://x/", "body": "b" * (dm.MAX_VALUE - 64)}}
+    assert len(json.dumps(big)) <= dm.MAX_VALUE
+    entries = {("schedule", f"s{i}"): dm.Entry("schedule", f"s{i}", 1, i + 1, big)
+               for i in range(20)}
+    d = Definitions("a", entries=entries)
+    offers = sends(dview(d, "a", 1, ("a", "b"), 0.0))
+    assert sum(len(s.msg.entries) for s in offers) == 20
+    for s in offers:
+        verb, payload = protocol.decode(protocol.encode(s.msg.verb, s.msg.payload()))
+        assert len(m.decode(verb, payload).entries) == len(s.msg.entries)

@@ -278,3 +278,19 @@ def test_the_ticker_loop_fires_once_allowed_and_outlives_a_failed_round(monkeypa
         assert [x.name for x in enq.tasks] == ["schedule:a:1000"] and len(asked) >= 3
     finally:
         g.kill()
+
+
+def test_a_schedule_larger_than_a_definition_may_be_is_413() -> None:
+    """A peer refuses a definition above 512 KiB as JSON: one the leader took anyway
+    would never reach a majority (503 after the timeout) and never sync."""
+    from miyamoto.definitions.messages import MAX_VALUE
+    body = "x" * (MAX_VALUE - 200)
+    ok = parse(task={"url": "http://127.0.0.1:9/w", "body": body})
+    assert len(ok["task"]["body"]) == len(body)
+    with pytest.raises(ValidationError) as e:
+        parse(task={"url": "http://127.0.0.1:9/w", "body": body + "x" * 400})
+    assert e.value.field == "task" and e.value.status == 413
+    assert "512 KiB" in e.value.message
+    with pytest.raises(ValidationError) as e:  # non-ASCII is measured as a peer reads it
+        parse(task={"url": "http://127.0.0.1:9/w", "body": "é" * (MAX_VALUE // 5)})
+    assert e.value.status == 413
