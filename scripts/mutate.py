@@ -331,6 +331,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/wire/outbox.py", "parts, fails, size = [], [], 0", "0 -> 1"): _BATCH_SLACK,
     ("miyamoto/wire/outbox.py", "MAX_BATCH_BYTES = 1024 * 1024  # a larger message (a big "
      "STORE) travels alone", "1024 -> 1025"): _BATCH_SLACK,
+    ("miyamoto/definitions/machine.py", "if dterm > self.seen_term:", "> -> >="):
+        "a new round's term comes from _next_term, one above every term promised, so it "
+        "is always above seen_term",
+    ("miyamoto/definitions/machine.py", "if not self.leading or not self.dterm:", "or -> and"):
+        "dterm is non-zero exactly while this node leads (_view claims one on taking office "
+        "and zeroes it on losing it): the two halves are always equal",
+    ("miyamoto/definitions/machine.py", "return False", "return None"):
+        "_covers is only used as a condition: None and False are both false",
+    ("miyamoto/definitions/messages.py", 'kind = c.string(d, "kind", 16)', "16 -> 17"):
+        "every kind is at most 8 characters: a longer one is refused by the KINDS check next",
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

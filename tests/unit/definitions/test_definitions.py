@@ -308,3 +308,18 @@ def test_a_whole_set_of_the_largest_values_travels_in_frames_a_peer_reads() -> N
     for s in offers:
         verb, payload = protocol.decode(protocol.encode(s.msg.verb, s.msg.payload()))
         assert len(m.decode(verb, payload).entries) == len(s.msg.entries)
+
+
+def test_a_full_map_still_takes_newer_stamps_of_the_keys_it_holds(monkeypatch) -> None:
+    from miyamoto.definitions import machine as definitions
+
+    monkeypatch.setattr(definitions, "MAX_ENTRIES", 2)
+    b = Definitions("b")
+    dview(b, "a", 1, ("a", "b"), 0.0)
+    old = [dm.Entry("topic", "x", 1, 1, {"v": 1}), dm.Entry("topic", "y", 1, 2, {"v": 1})]
+    drecv(b, "a", dm.DefsPut(1, tuple(old), wid=1), 0.0)
+    put = (dm.Entry("topic", "new", 1, 3, {}), dm.Entry("topic", "x", 1, 4, {"v": 2}),
+           dm.Entry("topic", "y", 1, 5, {"v": 2}))
+    drecv(b, "a", dm.DefsPut(1, put, wid=2), 0.0)  # no room for "new": the rest still merge
+    assert b.get("topic", "new") is None
+    assert b.get("topic", "x") == {"v": 2} and b.get("topic", "y") == {"v": 2}

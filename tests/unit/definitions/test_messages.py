@@ -49,6 +49,7 @@ def big(n: int) -> dict:
 
 
 def test_a_value_may_be_max_value_bytes_and_no_more() -> None:
+    assert dm.MAX_VALUE == 512 * 1024
     assert dm.Entry.from_payload(dict(ENTRY, value=big(dm.MAX_VALUE))).value is not None
     with pytest.raises(DecodeError, match="value is too large"):
         dm.Entry.from_payload(dict(ENTRY, value=big(dm.MAX_VALUE + 1)))

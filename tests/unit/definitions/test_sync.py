@@ -252,3 +252,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path, monkeypa
         dsync._atomic_write(path, b'{"new": 2}')
     assert (tmp_path / FILE).read_bytes() == b'{"old": 1}'
     assert os.listdir(tmp_path) == [FILE]
+
+
+def test_the_bytes_are_in_the_file_when_it_is_synced(tmp_path: Path, monkeypatch) -> None:
+    """What fsync makes durable is what was written: the write is flushed before it."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real(fd)
+    monkeypatch.setattr(dsync.os, "fsync", fsync)
+    dsync._atomic_write(str(tmp_path / FILE), b'{"entries": []}')
+    assert synced[0] == len(b'{"entries": []}')  # the file's, then the directory's
+    assert len(synced) == 2
