@@ -223,3 +223,15 @@ def test_an_unhealthy_journal_and_no_members() -> None:
 def test_the_process_collector_is_registered() -> None:
     got = scrape(Node())
     assert any(name.startswith("process_") for name, _ in got)
+
+
+def test_the_bucket_bounds_are_part_of_the_api() -> None:
+    """Dashboards and alerts name the ``le`` labels (histogram_quantile, "le=1.0"): the
+    bounds change only on purpose."""
+    assert mm.LATENCY_BUCKETS == (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                  1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+    assert mm.DURATION_BUCKETS == (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                   1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+    assert mm.COMMIT_BUCKETS == (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+    assert (mm.MAX_QUEUES, mm.MAX_TARGET_LABELS, mm.OTHER) == (200, 100, "_other")
