@@ -103,7 +103,8 @@ MODULES: dict[str, list[list[str]]] = {
                                ["tests/unit/store/test_journal.py"],
                                ["tests/unit/delivery/test_flow.py"],
                                ["tests/unit/delivery/test_priorities.py"]],
-    "miyamoto/tasks/validate.py": [["tests/unit/tasks/test_validate.py"]],
+    "miyamoto/tasks/validate.py": [["tests/unit/tasks/test_validate.py"],
+                                   ["tests/unit/tasks/test_dedupe.py"]],
     "miyamoto/tasks/checks.py": [["tests/unit/tasks/test_validate.py"]],
     "miyamoto/tasks/fields.py": [["tests/unit/tasks/test_fields.py"],
                                  ["tests/unit/tasks/test_task.py"],
@@ -341,6 +342,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "_covers is only used as a condition: None and False are both false",
     ("miyamoto/definitions/messages.py", 'kind = c.string(d, "kind", 16)', "16 -> 17"):
         "every kind is at most 8 characters: a longer one is refused by the KINDS check next",
+    ("miyamoto/tasks/validate.py",
+     "if isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v)):",
+     "drop not"):
+        "build_task's _check_field_names has refused every non-finite number, in any field "
+        "at any depth, before params are read: no float here is NaN or infinite",
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

@@ -67,3 +67,9 @@ def test_only_the_fields_given_and_form_strings_read_as_numbers() -> None:
     with pytest.raises(ValidationError) as e:
         f.parse({"flow_rate": 2})
     assert e.value.message == "goes with flow_key"
+
+
+def test_the_default_priority_is_the_tasks() -> None:
+    """README: priority 5 unless given; the checks and the OpenAPI default read it here."""
+    from miyamoto.tasks.task import Task
+    assert f.PRIORITY_DEFAULT == 5 == Task(id="i", queue="q", url="u").priority
