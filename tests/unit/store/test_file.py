@@ -308,3 +308,94 @@ def test_a_migration_that_fails_is_done_again_at_the_next_open(tmp_path: Path) -
     assert f.db.execute("SELECT n FROM counts").fetchall() == [(1,)]
     f.close()
     f.release()
+
+
+def test_install_removes_a_stale_wal_so_sqlite_cannot_replay_it(tmp_path: Path) -> None:
+    """A -wal left at the path (another file's, moved in with it) would be replayed into
+    the rebuilt file at its first open: SQLite checks only that the WAL is well formed."""
+    path = str(tmp_path / JOURNAL)
+    ours = sqlite3.connect(path + ".rebuild")
+    ours.execute("CREATE TABLE mine (x)")
+    ours.execute("INSERT INTO mine VALUES (1)")
+    ours.commit()
+    ours.close()
+    other = sqlite3.connect(tmp_path / "other.sqlite3", isolation_level=None)
+    other.execute("PRAGMA journal_mode=WAL")
+    other.execute("PRAGMA wal_autocheckpoint=0")
+    other.execute("CREATE TABLE theirs (y)")
+    other.executemany("INSERT INTO theirs VALUES (?)", [(i,) for i in range(100)])
+    for suffix in ("-wal", "-shm"):
+        shutil.copy(str(tmp_path / "other.sqlite3") + suffix, path + suffix)
+    other.close()
+    (tmp_path / JOURNAL).write_bytes(b"an operator's file")
+    jfile.install(path + ".rebuild", path)
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("mine",)]
+        assert db.execute("SELECT x FROM mine").fetchall() == [(1,)]
+    finally:
+        db.close()
+    (aside,) = tmp_path.glob(JOURNAL + ".replaced-*")
+    assert aside.read_bytes() == b"an operator's file"
+    assert not os.path.exists(path + ".rebuild")
+
+
+def test_install_syncs_the_directory_after_the_rename(tmp_path: Path, monkeypatch) -> None:
+    path = str(tmp_path / "sub" / JOURNAL)
+    os.makedirs(tmp_path / "sub")
+    sqlite3.connect(path + ".rebuild").close()
+    opened: dict[int, str] = {}
+    synced: list[str] = []
+    real_open, real_fsync = os.open, os.fsync
+
+    def track_open(p: str, flags: int, *a: object) -> int:
+        fd = real_open(p, flags, *a)
+        opened[fd] = str(p)
+        return fd
+
+    def track_fsync(fd: int) -> None:
+        synced.append(opened.get(fd, "?"))
+        real_fsync(fd)
+    monkeypatch.setattr(jfile.os, "open", track_open)
+    monkeypatch.setattr(jfile.os, "fsync", track_fsync)
+    jfile.install(path + ".rebuild", path)
+    assert synced == [str(tmp_path / "sub")]
+    assert os.path.exists(path)
+
+
+def test_a_leftover_copy_from_a_failed_rebuild_is_replaced(tmp_path: Path) -> None:
+    f = opened(tmp_path)
+    f.probe(7.0)
+    (tmp_path / (JOURNAL + ".rebuild")).write_bytes(b"half a copy" * 100)
+    (tmp_path / (JOURNAL + ".rebuild-journal")).write_bytes(b"junk")
+    os.remove(tmp_path / JOURNAL)
+    f.rebuild()
+    assert f.db.execute("SELECT value FROM meta WHERE key = 'probe'").fetchone() == ("7.0",)
+    assert f.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert not (tmp_path / (JOURNAL + ".rebuild-journal")).exists()
+    f.close()
+    f.release()
+
+
+def test_a_file_open_and_closed_leaves_no_descriptor(tmp_path: Path) -> None:
+    before = open_fds()
+    f = opened(tmp_path)
+    f.probe(1.0)
+    f.close()
+    f.release()
+    assert open_fds() == before
+
+
+def test_a_counted_journal_whose_version_is_old_is_counted_afresh(tmp_path: Path) -> None:
+    f = opened(tmp_path)
+    f.db.execute("INSERT INTO tasks (id, queue, state, replica, at, data) "
+                 "VALUES ('a', 'q', 'scheduled', 0, 1.0, '{}')")
+    f.db.execute("UPDATE counts SET n = 9")  # stale, as a crash mid-migration may leave
+    f.db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
+    f.close()
+    f.release()
+    g = opened(tmp_path)
+    assert g.db.execute("SELECT queue, state, first, n FROM counts").fetchall() == [
+        ("q", "scheduled", 1, 1)]
+    g.close()
+    g.release()

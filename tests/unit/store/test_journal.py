@@ -1,14 +1,17 @@
 """miyamoto.store.journal on a real SQLite file under gevent: writes and reopening, reads
-that see pending writes, group commit, sweeps, and rows it cannot read or encode."""
+that see pending writes, group commit, lazy writes, sweeps, rows it cannot read or encode,
+and its lifecycle (what close waits for and ends)."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 import gevent
 import pytest
 
+from miyamoto.errors import Unavailable
 from miyamoto.store.journal import Journal, JournalClosed
 from miyamoto.tasks.task import State, Task
 
@@ -327,3 +330,147 @@ def test_journal_syncs_normally_unless_asked_for_full(tmp_path):
                 == level
         finally:
             j.close()
+
+
+def test_journal_counts_a_rewritten_task_once(journal_factory):
+    """A copy's row is replaced at every change of state: the counts follow the row."""
+    j = journal_factory()
+    t = jtask(1)
+    j.put(t, wait=True)
+    j.put(t.evolve(state=State.RUNNING), wait=True)
+    j.put(t.evolve(state=State.SUCCEEDED, finished=5.0), wait=True)
+    assert j.counts() == {"q": {"succeeded": 1}}
+    j.delete(t.id)
+    assert j.counts() == {}
+
+
+def test_journal_knows_whether_it_ran_here_before(tmp_path):
+    fresh = Journal(str(tmp_path / "d"))
+    assert fresh.existed is False
+    fresh.open()
+    assert fresh.existed is False
+    fresh.close()
+    again = Journal(str(tmp_path / "d"))
+    again.open()
+    assert again.existed is True
+    again.close()
+    memory = Journal(":memory:")
+    memory.open()
+    assert memory.existed is False and memory._watcher is None
+    memory.close()
+
+
+def test_journal_close_ends_its_greenlets_thread_and_files(tmp_path):
+    before_fds = len(os.listdir("/proc/self/fd"))
+    before_threads = set(os.listdir("/proc/self/task"))
+    j = Journal(str(tmp_path / "d"))
+    j.open()
+    j.put(jtask(1), wait=True)
+    mine = set(os.listdir("/proc/self/task")) - before_threads  # its database thread
+    assert len(mine) == 1
+    writer, watcher = j._writer, j._watcher
+    j.close()
+    assert writer.dead and watcher.dead
+    assert len(os.listdir("/proc/self/fd")) == before_fds  # the file and the lock closed
+    deadline = time.monotonic() + 5
+    while mine & set(os.listdir("/proc/self/task")):
+        assert time.monotonic() < deadline, "the database thread did not end"
+        gevent.sleep(0.005)
+    j.close()  # twice is harmless
+    for late in (lambda: j.put(jtask(2)), lambda: j.put_many([jtask(2)]),
+                 lambda: j.delete("t00001"), lambda: j.release_name("q", "n"),
+                 lambda: j.set_paused("q", True)):
+        with pytest.raises(JournalClosed):
+            late()
+
+
+def test_journal_close_waits_for_the_commit_in_flight(tmp_path, monkeypatch):
+    """The writer finishes the group it is committing: its waiter hears success."""
+    import threading
+    j = Journal(str(tmp_path / "d"))
+    j.open()
+    started, release = threading.Event(), threading.Event()
+    real = j._commit
+
+    def slow(*args):
+        started.set()
+        release.wait(10)
+        return real(*args)
+    monkeypatch.setattr(j, "_commit", slow)
+    waiter = gevent.spawn(j.put, jtask(1), wait=True)
+    deadline = time.monotonic() + 5
+    while not started.is_set():
+        assert time.monotonic() < deadline
+        gevent.sleep(0.005)
+    closer = gevent.spawn(j.close)
+    gevent.sleep(0.02)
+    release.set()
+    closer.join(10)
+    waiter.join(10)
+    assert waiter.successful(), waiter.exception
+    monkeypatch.undo()
+    again = Journal(str(tmp_path / "d"))
+    again.open()
+    assert [t.id for t in again.load()[0]] == ["t00001"]
+    again.close()
+
+
+def test_writes_nobody_waits_for_are_committed_soon_without_blocking(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, name="n"), name_expires=99.0, wait=True)
+    before = j.commits
+    j.put_many([jtask(2), jtask(3)])
+    j.delete("t00001")
+    j.release_name("q", "n")
+    assert j.commits == before  # none of them waited for its group
+    deadline = time.monotonic() + 5
+    while j.commits == before:
+        assert time.monotonic() < deadline, "the lazy group was never committed"
+        gevent.sleep(0.002)
+    assert j.commits == before + 1  # one group for all of them
+    assert sorted(t.id for t in j.load()[0]) == ["t00002", "t00003"]
+    assert j.load()[1] == {}
+    for lazy in (lambda: j.delete("t00002"), lambda: j.release_name("q", "m")):
+        before = j.commits
+        lazy()  # alone: it starts the lazy group itself
+        assert j.commits == before
+        while j.commits == before:
+            assert time.monotonic() < deadline + 5, "the lazy group was never committed"
+            gevent.sleep(0.002)
+
+
+def test_a_name_is_reserved_only_with_its_expiry(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, name="n"), wait=True)  # a copy's update: no reservation
+    assert j.name_holder("q", "n") is None and j.health.ok
+    j.put(jtask(2), name_expires=50.0, wait=True)  # no name: nothing to reserve
+    assert j.load()[1] == {}
+
+
+def test_withdraw_takes_back_only_its_own_record_and_name(journal_factory):
+    j = journal_factory()
+    mine, theirs = jtask(1, name="n"), jtask(2, name="n")
+    j.put(theirs, name_expires=50.0)
+    j.put(mine)  # pending, not the name's holder
+    j.withdraw(mine)
+    j.withdraw(jtask(3, name="other"))  # nothing of it is pending
+    j.flush()
+    assert j.get("t00001") is None and j.name_holder("q", "n") == ("t00002", 50.0)
+    newer = jtask(2, name="n").evolve(attempts=1)
+    j.put(newer)
+    j.withdraw(theirs)  # a newer record of the same task is not the one withdrawn
+    j.flush()
+    assert j.get("t00002") == newer
+
+
+def test_a_deleted_file_makes_the_next_commit_fail_as_moved(tmp_path):
+    j = Journal(str(tmp_path / "d"))  # the watcher looks once a second: the commit is first
+    j.open()
+    try:
+        j.put(jtask(1), wait=True)
+        os.remove(tmp_path / "d" / "journal.sqlite3")
+        with pytest.raises(Unavailable, match="its file was deleted or replaced"):
+            j.put(jtask(2), wait=True)
+        assert j.health.problem == "its file was deleted or replaced"
+    finally:
+        j.close()
