@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from miyamoto.definitions import messages as dm  # registers the DEFS_* messages
 from miyamoto.wire import messages, verbs
 from miyamoto.wire.verbs import DecodeError, Verb
 
@@ -48,6 +49,7 @@ def test_a_verb_without_a_message_type_or_a_payload_that_is_no_object() -> None:
     finally:
         messages._DECODERS.clear()
         messages._DECODERS.update(registered)
-    verb = next(iter(registered))
+    assert Verb.DEFS_ACK in registered  # registered by importing its module
     with pytest.raises(DecodeError, match="payload is not an object"):
-        messages.decode(verb, [])  # type: ignore[arg-type]
+        messages.decode(Verb.DEFS_ACK, [])  # type: ignore[arg-type]
+    assert messages.decode(Verb.DEFS_ACK, {"term": 1, "wid": 2}) == dm.DefsAck(1, 2)
