@@ -239,6 +239,8 @@ _WRITER_ENDS = ("close sets _closed and wakes the writer, which then ends by its
                 "the group it is committing (the database thread runs that commit before "
                 "the file's close: one FIFO queue); join's bound and the kill matter only for "
                 "a writer stuck past 30 s")
+_WATCHER = ("closing a watcher that is not started (an expired Timeout, or the Readable of a "
+            "socket whose loop ended) only frees it: it can never fire again")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/delivery/backoff.py", "if n <= q.max_doublings + 1:", "<= -> <"):
         "at n = max_doublings + 1 both branches give min_backoff * 2**max_doublings",
@@ -385,6 +387,21 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "copy_out's caller installs path + '.rebuild' by name and never reads the return",
     ("miyamoto/store/file.py", "self.since = 0.0", "0.0 -> 1.0"):
         "since is set when a problem starts and read only while there is one",
+    ("miyamoto/wire/transport.py", "YIELD_EVERY = 64", "64 -> 65"):
+        "how many messages one drain handles before it yields to the hub: fairness only "
+        "(test_a_burst_past_yield_every_arrives_whole_in_order_and_yields)",
+    ("miyamoto/wire/transport.py", 'sender = identity.split(b"\x00", 1)[0].decode("utf-8")',
+     "1 -> 2"): "split's first part is the same however many splits follow it",
+    **{("miyamoto/wire/transport.py", "self._zap.setsockopt(zmq.LINGER, 0)", how):
+       "stop closes the ZAP socket with linger=0 and destroys the context with linger 0: "
+       "the option set at bind never applies" for how in ("drop the call", "0 -> 1")},
+    ("miyamoto/wire/transport.py", "router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)", "1 -> 2"):
+        "a boolean option: libzmq reads any non-zero value as on",
+    ("miyamoto/wire/zmqio.py", "timeout.close()", "drop the call"): _WATCHER,
+    ("miyamoto/wire/zmqio.py", "self._timeout.close()", "drop the call"): _WATCHER,
+    ("miyamoto/wire/zmqio.py", "self._io.close()", "drop the call"): _WATCHER,
+    ("miyamoto/wire/outbox.py", "size = 0", "0 -> 1"): _BATCH_SLACK,
+    ("miyamoto/wire/outbox.py", "size += len(data) + 16", "16 -> 17"): _BATCH_SLACK,
     ("miyamoto/tasks/checks.py", 'raise ValidationError(field, "must be an integer") from None',
      "drop the raise"):
         "the value stays a str and the next check raises the same field and message",

@@ -98,3 +98,13 @@ def test_a_history_keeps_its_last_well_formed_entries():
     for bad in ({}, "x", None):
         with pytest.raises(DecodeError, match="history is not a list"):
             checks.attempt_list(bad, 3)
+
+
+def test_lists_at_their_bounds():
+    # a roster (or a task's replicas) of 1024 members is the most a peer may send
+    assert len(checks.str_list({"k": ["m"] * 1024}, "k")) == 1024
+    with pytest.raises(DecodeError):
+        checks.str_list({"k": ["m"] * 1025}, "k")
+    assert checks.str_list({"k": ["a", "b"]}, "k", max_items=2) == ("a", "b")
+    with pytest.raises(DecodeError):
+        checks.str_list({"k": ["a", "b", "c"]}, "k", max_items=2)

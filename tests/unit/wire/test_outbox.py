@@ -174,3 +174,20 @@ def test_a_batch_frame_stays_within_one_mib():
         assert verb == Verb.BATCH and len(data) <= 1024 * 1024 + len(b'{"m":[]}')
         got += [p["i"] for _, p in unbatch(ujson.loads(data))]
     assert got == list(range(500)) and len(send.sent) == 3
+
+
+def test_every_peer_gets_its_messages_whatever_the_order():
+    send = FakeSend()
+    box = Outbox(send)
+    box.put("c", "tcp://c", Verb.CLAIM, {"id": "x"})  # a single message first
+    for i in range(3):
+        box.put("b", "tcp://b", Verb.DONE, {"id": str(i)})
+    box.put("d", "tcp://d", Verb.ASK, {"id": "y"})
+    _turn()
+    assert [s[1] for s in send.sent] == ["tcp://c", "tcp://b", "tcp://d"]
+
+
+def test_unbatch_skips_an_unknown_verb_and_reads_on():
+    assert unbatch({"m": [["NOPE", {}], ["DONE", {"id": "a"}], ["BATCH", {}],
+                          ["CLAIM", {"id": "b"}]]}) == [(Verb.DONE, {"id": "a"}),
+                                                       (Verb.CLAIM, {"id": "b"})]

@@ -786,3 +786,64 @@ def test_sends_are_counted_and_a_socket_error_is_a_failed_send(make):
     assert a.stats.send_failed == failed + 1
     a.forget(b.address)
     a.forget(b.address)  # forgetting twice is harmless
+
+
+def test_the_default_throttle_logs_ten_warnings_per_ten_seconds(caplog):
+    now = [100.0]
+    throttle = _Throttle(clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="miyamoto.wire.transport"):
+        for _ in range(25):
+            throttle.warning("garbage")
+        assert [r.getMessage() for r in caplog.records] == ["garbage"] * 10
+        now[0] = 109.9
+        throttle.warning("garbage")
+        assert len(caplog.records) == 10
+        now[0] = 110.0  # the window ends at its own instant
+        throttle.warning("garbage")
+    assert caplog.records[10].getMessage().startswith("16 more such warnings suppressed")
+    assert caplog.records[11].getMessage() == "garbage"
+
+
+def test_zap_requests_at_their_shortest():
+    cluster = z85.decode(keygen().public.encode())
+    reply, ok = zap_reply([b"1.0"], cluster)  # no request id: answered with an empty one
+    assert not ok and reply == [b"1.0", b"", b"500", b"Malformed ZAP request", b"", b""]
+    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b"", b"NULL"], cluster)  # no credentials
+    assert not ok and reply[2] == b"400"  # well formed, just not the cluster's key
+    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b""], cluster)  # no mechanism
+    assert not ok and reply[2] == b"500"
+
+
+def test_curve_keys_of_the_wrong_length_or_type_say_so():
+    keys = keygen()
+    for bad in ("short", keys.public + "0" * 5, keys.public[:35], keys.public.encode(), None):
+        with pytest.raises(ValueError, match="must be 40 Z85 characters"):
+            CurveKeys(bad, keys.secret)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="must be 40 Z85 characters"):
+            CurveKeys(keys.public, bad)  # type: ignore[arg-type]
+
+
+def test_a_fresh_transport_has_counted_nothing():
+    from miyamoto.wire.transport import TransportStats
+    s = TransportStats()
+    assert (s.received, s.dropped, s.handler_errors, s.sent, s.send_failed, s.zap_denied,
+            s.messages) == (0, 0, 0, 0, 0, 0, {})
+
+
+def test_a_foreign_timeout_around_a_wait_still_fires():
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    try:
+        sock.bind(LOOPBACK)
+        with pytest.raises(zmq.Again):  # drained: the FD's edge is used up
+            sock.recv(zmq.NOBLOCK)
+        readable = Readable(sock, timeout=5.0)
+        started = time.monotonic()
+        with pytest.raises(gevent.Timeout):
+            with gevent.Timeout(0.05):
+                readable.wait()
+        assert time.monotonic() - started < 2.0
+        readable.close()
+    finally:
+        sock.close(linger=0)
+        ctx.destroy(linger=0)
