@@ -390,7 +390,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("miyamoto/wire/transport.py", "YIELD_EVERY = 64", "64 -> 65"):
         "how many messages one drain handles before it yields to the hub: fairness only "
         "(test_a_burst_past_yield_every_arrives_whole_in_order_and_yields)",
-    ("miyamoto/wire/transport.py", 'sender = identity.split(b"\x00", 1)[0].decode("utf-8")',
+    ("miyamoto/wire/transport.py", r'sender = identity.split(b"\x00", 1)[0].decode("utf-8")',
      "1 -> 2"): "split's first part is the same however many splits follow it",
     **{("miyamoto/wire/transport.py", "self._zap.setsockopt(zmq.LINGER, 0)", how):
        "stop closes the ZAP socket with linger=0 and destroys the context with linger 0: "
