@@ -34,8 +34,8 @@ setup(
             "pytest-timeout>=2.3",
             "hypothesis>=6.100",
             "pytest-xdist>=3.5",
-            "openapi-spec-validator>=0.7",  # tests/nodes/test_openapi.py: the spec is valid 3.1
-            "schemathesis>=4.0",  # tests/nodes/test_openapi.py: a bounded run against a node
+            "openapi-spec-validator>=0.7",  # tests/unit/http/test_openapi.py: the spec is valid 3.1
+            "schemathesis>=4.0",  # tests/nodes/test_openapi_node.py: a bounded run against a node
             # tests/nodes/test_openapi_generators.py: a generated client against a node
             "openapi-python-client>=0.29",
             "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot

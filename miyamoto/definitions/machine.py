@@ -83,7 +83,8 @@ __all__ = ["Definitions", "Entry", "Event", "Finished", "Full", "NotLeader", "Pe
            "Received", "Tick", "View", "Write", "CHUNK",
            "MAX_ENTRIES"]
 
-CHUNK = 16           # entries per DEFS_PUT of a whole set (keeps a frame well under 7 MiB)
+CHUNK = 8            # entries per DEFS_PUT of a whole set: 8 of messages.MAX_VALUE (512 KiB)
+#                      are 4 MiB, a frame well under verbs.MAX_FRAME (7 MiB)
 MAX_ENTRIES = 10000  # definitions and tombstones a cluster holds
 
 
@@ -147,13 +148,12 @@ class Full(Exception):
 
 
 class NotLeader(Exception):
-    """Writes go to the leader; ``leader`` is its id (None: none known), ``ready`` False
-    when this node leads but has not heard a majority's set yet."""
+    """Writes go to the leader; ``leader`` is its id (None: none known; this node's own
+    id when it leads but has not heard a majority's set yet)."""
 
-    def __init__(self, leader: str | None, ready: bool = True):
+    def __init__(self, leader: str | None):
         super().__init__(leader)
         self.leader = leader
-        self.ready = ready
 
 
 @dataclass
@@ -260,8 +260,7 @@ class Definitions:
         NotLeader unless ready. The write's ``Finished`` comes from a later step/tick
         (or at once, when this node is a majority alone)."""
         if not self.ready:
-            raise NotLeader(self.leader if not self.leading else self.me, ready=False
-                            if self.leading else True)
+            raise NotLeader(self.leader if not self.leading else self.me)
         new_keys = {(kind, name) for kind, name, _ in changes} - set(self.entries)
         if len(self.entries) + len(new_keys) > MAX_ENTRIES:
             raise Full(f"the cluster holds {MAX_ENTRIES} definitions and tombstones")

@@ -27,6 +27,11 @@ MAX_PER_MESSAGE = 64
 MAX_INDEX = 10000  # definitions.MAX_ENTRIES
 
 
+def fits(value: dict) -> bool:
+    """Is ``value`` within MAX_VALUE, measured as a peer measures it?"""
+    return len(ujson.dumps(value)) <= MAX_VALUE
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One definition: (kind, name), its stamp (term, seq) and value (None: deleted)."""
@@ -48,7 +53,7 @@ class Entry:
         if kind not in KINDS:
             raise DecodeError(f"kind must be one of {', '.join(sorted(KINDS))}")
         value = c.opt_obj(d, "value")
-        if value is not None and len(ujson.dumps(value)) > MAX_VALUE:
+        if value is not None and not fits(value):
             raise DecodeError("value is too large")
         return cls(kind, c.string(d, "name", 200), c.integer(d, "term"), c.integer(d, "seq"),
                    value)
@@ -163,7 +168,7 @@ class DefsWrite:
         if kind not in KINDS:
             raise DecodeError("unknown kind")
         value = c.opt_obj(d, "value")
-        if value is not None and len(ujson.dumps(value)) > MAX_VALUE:
+        if value is not None and not fits(value):
             raise DecodeError("value is too large")
         return cls(c.string(d, "req"), c.string(d, "reply_to"), op, kind,
                    c.string(d, "name", 200), value)

@@ -48,6 +48,7 @@ import gevent
 import gevent.pool
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from miyamoto.definitions.messages import MAX_VALUE, fits
 from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.tasks.task import Task
@@ -114,6 +115,9 @@ def parse_schedule(data: Any, *, limits: Limits, now: float, catch_up: str) -> d
     except ValidationError as e:
         raise ValidationError(f"task.{e.field}", e.message, e.status) from None
     value["task"] = task
+    if not fits(value):  # no peer would take it: it could never reach a majority
+        raise ValidationError("task", f"makes the schedule larger than {MAX_VALUE // 1024} KiB "
+                                      "as JSON, the most one definition may be", 413)
     return value
 
 

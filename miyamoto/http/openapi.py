@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 description served at /openapi.json (kept next to the routes in api.py).
 
 Every route of ``Api.routes`` is described, each answer with a component schema, so that
-``openapi-spec-validator`` accepts it and a schemathesis run (tests/nodes/test_openapi.py)
-can check every answer against it. The task fields and their limits are those of
+``openapi-spec-validator`` accepts it and a schemathesis run (tests/nodes/test_openapi_node.py)
+can check every answer against it; tests/unit/http/test_openapi.py holds each bound it
+states to what the validators do. The task fields and their limits are those of
 ``miyamoto.tasks.validate`` and ``miyamoto.tasks.fields``, the schedules' and topics'
 those of ``miyamoto.definitions``; the scopes are those of ``miyamoto.http.auth``.
 One module for the whole document, so a route and its schemas are read in one place.
@@ -371,7 +372,9 @@ def _definition_paths() -> dict[str, Any]:
         "/schedules": {
             "get": _op("Every schedule, with its next fire times", "Schedules"),
             "post": _op("Create or replace a schedule, cluster-wide", "Schedule",
-                        body=_json("ScheduleRequest"), extra=write, scope="admin")},
+                        body=_json("ScheduleRequest"), scope="admin", extra={
+                            **write, "413": _answer("the schedule is larger than one "
+                                                    "definition may be (512 KiB as JSON)")})},
         "/schedules/{sname}": {
             "get": _op("One schedule, with its next fire times and last task ids", "Schedule",
                        params=[s]),

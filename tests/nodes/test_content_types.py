@@ -4,7 +4,8 @@ JSON and form bodies are accepted; a JSON object without any Content-Type is tak
 JSON; anything else, including a misspelt JSON type and a form type carrying a JSON
 object (curl -d without -H), is answered 415 naming the accepted types, with the hint
 to send ``Content-Type: application/json`` when the body is a JSON object. The
-original README's example (typo included) ends in that hint.
+original README's example (typo included) ends in that hint. The decision table alone:
+tests/unit/http/test_mediatype.py.
 """
 
 from __future__ import annotations
@@ -113,24 +114,3 @@ def test_batch_type(node: NodeProcess, sink) -> None:
     assert post(node, body, None, "/queue/default/batch").status_code == 200
     assert post(node, body, "application/json", "/queue/default/batch").status_code == 200
     sink.wait_for(count=2, path="/b1")
-
-
-@pytest.mark.timeout(10)
-def test_enqueue_kind_rules() -> None:
-    """The decision table of miyamoto.http.mediatype, without a node."""
-    from miyamoto.http.mediatype import enqueue_kind
-    from miyamoto.tasks.validate import ValidationError
-
-    obj = b' {"url": "http://127.0.0.1:9/"}'
-    assert enqueue_kind("application/json", b"[1]") == "application/json"  # 400 later
-    assert enqueue_kind("application/cloudevents+json", obj) == "application/json"
-    assert enqueue_kind("", obj) == "application/json"
-    assert enqueue_kind("", b"task.url=x") == FORM
-    assert enqueue_kind("", b"[1, 2]") == FORM  # not an object: a form, as before
-    assert enqueue_kind(FORM, b"a={b}") == FORM
-    assert enqueue_kind(FORM, b"{not json") == FORM
-    for ctype, body, hint in [(FORM, obj, True), ("applicatoin/json", obj, True),
-                              ("text/plain", b"x", False), ("text/plain", b"", False)]:
-        with pytest.raises(ValidationError) as e:
-            enqueue_kind(ctype, body)
-        assert e.value.status == 415 and (HINT in e.value.message) == hint

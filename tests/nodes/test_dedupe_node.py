@@ -83,7 +83,7 @@ def test_batch_answers_duplicates_by_content(node: NodeProcess, sink: Sink) -> N
 def test_client_retries_a_content_named_task_on_503() -> None:
     """The server names it, so sending it again stores it once: retried like a named one."""
     from miyamoto import Client
-    from test_client import Scripted  # the scripted 503 server of the client's tests
+    from test_client_node import Scripted  # the scripted 503 server of the client's tests
 
     s = Scripted(503, 503, 200)
     try:

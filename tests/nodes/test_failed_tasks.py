@@ -151,39 +151,6 @@ def test_failed_tasks_in_a_cluster(cluster_factory: Callable[..., list[NodeProce
         assert [h["status"] for h in own["history"]] == [200, 500, 500], (n.node_id, own)
 
 
-# ------------------------------------------------------------ the record and its wire checks
-def test_history_entries_are_checked_and_bounded() -> None:
-    from miyamoto.wire import checks
-    from miyamoto.replicas import messages as m
-    from miyamoto.wire.verbs import DecodeError
-    from miyamoto.tasks.task import HISTORY_MAX, Task, add_attempt
-
-    entry = {"start": 1.5, "duration": 0.25, "node": "a", "status": 500, "error": None}
-    # a peer's extra keys are not kept; a long error, a bad status or node are refused
-    assert checks.opt_attempt({"a": dict(entry, junk="x" * 10_000)}, "a") == entry
-    for bad in ({"error": "e" * 201}, {"status": "500"}, {"status": 1000}, {"node": 5},
-                {"duration": -1.0}, {"start": float("nan")}):
-        with pytest.raises(DecodeError):
-            checks.opt_attempt({"a": dict(entry, **bad)}, "a")
-    msg = m.Retry.from_payload(m.Retry("t", 1, 0.5, 2, None, entry).payload())
-    assert msg.attempt == entry
-    assert m.Failed.from_payload({"id": "t", "attempts": 1}).attempt is None
-    with pytest.raises(DecodeError):
-        m.Done.from_payload({"id": "t", "attempts": 1, "attempt": dict(entry, status=True)})
-
-    history: tuple = ()
-    for i in range(HISTORY_MAX + 5):
-        history = add_attempt(history, dict(entry, start=float(i)))
-    assert len(history) == HISTORY_MAX and history[0]["start"] == 5.0
-    assert add_attempt(history, dict(history[-1])) is history  # a repeated report: once
-    # a task's record keeps its history through encode/decode; bad entries are dropped,
-    # the task is not
-    t = Task(id="t", queue="q", url="http://127.0.0.1/", history=history)
-    assert Task.decode(t.encode()).history == history
-    row = dict(t.encode(), history=[entry, {"start": "bad"}, 7])
-    assert Task.decode(row).history == (entry,)
-
-
 @pytest.mark.timeout(30)
 def test_bulk_routes_need_admin(node_factory: Callable[..., NodeProcess]) -> None:
     import secrets

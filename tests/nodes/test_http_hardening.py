@@ -6,7 +6,7 @@ a traceback; two Content-Lengths, or chunked plus Content-Length, were accepted.
 every malformed request must get a 4xx JSON answer or a quiet close, the node's log must
 show no traceback and no 500, and the node must go on serving. The parser
 (``miyamoto.http.head``) and the connection bookkeeping (``miyamoto.http.connections``) are
-also checked in-process, the parser with a fuzzer.
+checked in process too: tests/unit/http/test_head.py (with a fuzzer) and test_connections.py.
 
 Timing: deadlines are checked as "closed after at least the timeout and within the
 timeout plus slack", and every wait has a deadline; nothing sleeps to hope.
@@ -14,7 +14,6 @@ timeout plus slack", and every wait has a deadline; nothing sleeps to hope.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import resource
@@ -33,25 +32,12 @@ from hypothesis import strategies as st
 
 from conftest import write_node_config
 from helpers import NodeProcess, ProcessRegistry, wait_until
-from miyamoto.http import fdlimit
-from miyamoto.http.connections import INF, Connections
-from miyamoto.http.head import BadRequest, ClientGone, keep_alive, read_head, read_request_line
+from httpcases import BODY, HEAD, MALFORMED, SMUGGLED, VALID, chunked, mutate
 
 HEADER_TIMEOUT = 2.0  # the shared node's http_header_timeout and http_idle_timeout
 IDLE_TIMEOUT = 2.0
 SLACK = 1.5  # a sweep runs every quarter timeout; the box is shared and slow at times
 STATUS = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
-
-BODY = b'{"url": "http://127.0.0.1:9/hook", "countdown": 3600, "params": {"a": "b"}}'
-HEAD = (b"POST /queue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"User-Agent: hardening-test\r\n")
-VALID = HEAD + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
-SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-
-
-def chunked(body: bytes) -> bytes:
-    return b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
-
 
 # ================================================================ raw-socket helpers
 
@@ -213,49 +199,6 @@ def hnode(shared: tuple[NodeProcess, ProcessRegistry], request: pytest.FixtureRe
     return node
 
 
-MALFORMED: list[tuple[str, bytes, set[int | None]]] = [
-    ("two different Content-Lengths",
-     HEAD + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(BODY), len(BODY) + len(SMUGGLED))
-     + BODY + SMUGGLED, {400}),
-    ("Content-Length list that disagrees",
-     HEAD + b"Content-Length: %d, 7\r\n\r\n" % len(BODY) + BODY, {400}),
-    ("chunked and Content-Length",
-     HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunked(BODY), {400}),
-    ("Content-Length and then chunked",
-     HEAD + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(BODY) + BODY, {400}),
-    ("unknown Transfer-Encoding", HEAD + b"Transfer-Encoding: xchunked\r\n\r\n" + chunked(BODY),
-     {400}),
-    ("Content-Length larger than the body, then close",
-     HEAD + b"Content-Length: %d\r\n\r\n" % (len(BODY) + 100) + BODY, {400, None}),
-    ("bad chunk size", HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + BODY + b"\r\n0\r\n\r\n",
-     {400, None}),
-    ("chunk longer than its size", HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\n" + BODY
-     + b"\r\n0\r\n\r\n", {400, None}),
-    ("chunked body cut short", HEAD + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(BODY)
-     + BODY[:10], {400, None}),
-    ("negative Content-Length", HEAD + b"Content-Length: -5\r\n\r\n" + BODY, {400}),
-    ("non-numeric Content-Length", HEAD + b"Content-Length: abc\r\n\r\n" + BODY, {400}),
-    ("Content-Length with a sign", HEAD + b"Content-Length: +%d\r\n\r\n" % len(BODY) + BODY, {400}),
-    ("Content-Length with an underscore", HEAD + b"Content-Length: 7_5\r\n\r\n" + BODY, {400}),
-    ("huge Content-Length", HEAD + b"Content-Length: 99999999999999999999\r\n\r\n", {413}),
-    ("body over max_body, declared", HEAD + b"Content-Length: %d\r\n\r\n" % (2 << 20), {413}),
-    ("space before a field's colon", HEAD + b"Content-Length : %d\r\n\r\n" % len(BODY) + BODY,
-     {400}),
-    ("obsolete line folding", HEAD + b"X-Folded: a\r\n b\r\nContent-Length: %d\r\n\r\n" % len(BODY)
-     + BODY, {400}),
-    ("NUL in a field value", HEAD + b"X-Nul: a\x00b\r\nContent-Length: 0\r\n\r\n", {400}),
-    ("request line too long", b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n", {414}),
-    ("HTTP/0.9 request", b"GET /healthz\r\n\r\n", {400}),
-    ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", {400}),
-    ("bare LF junk", b"\n\n\n\nfoo\nbar\n\n", {400, None}),
-    ("blank lines only", b"\r\n" * 20, {400, None}),
-    ("non-HTTP bytes", bytes(range(256)) * 8, {400, None}),
-    ("TLS client hello", bytes.fromhex("16030100a5010000a10303") + b"\x00" * 64, {400, None}),
-    ("request line only, then close", b"GET /healthz HTTP/1.1\r\n", {None}),
-    ("close mid-headers", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1", {None}),
-]
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("what,data,allowed", MALFORMED, ids=[c[0] for c in MALFORMED])
 def test_malformed_request_is_4xx_or_quiet_close(hnode: NodeProcess, what: str, data: bytes,
@@ -402,23 +345,6 @@ def test_fuzz_mutated_requests(hnode: NodeProcess, edits: list[tuple[str, int, i
         codes = [int(c) for c in STATUS.findall(raw)]
         assert codes and all(100 <= c < 500 for c in codes), (data, raw[:600])
     assert_log_clean(hnode)
-
-
-def mutate(data: bytes, edits: list[tuple[str, int, int, bytes]]) -> bytes:
-    buf = bytearray(data)
-    for op, at, n, chunk in edits:
-        at = min(at, len(buf))
-        if op == "delete":
-            del buf[at:at + n]
-        elif op == "insert":
-            buf[at:at] = chunk
-        elif op == "replace":
-            buf[at:at + len(chunk)] = chunk
-        elif op == "repeat":  # e.g. a field line twice
-            buf[at:at] = buf[at:at + n]
-        else:
-            del buf[at:]
-    return bytes(buf)
 
 
 @pytest.mark.timeout(30)
@@ -581,131 +507,3 @@ def test_a_request_of_exactly_the_body_limit_is_taken(node, sink):
         assert r.status_code == 413, ("chunked", path, r.status_code, r.text[:300])
     reqs = sink.wait_for(count=len(ids), path="/big", timeout=20)
     assert sorted(r.task_id for r in reqs) == sorted(ids)
-
-
-# ================================================================ in-process: the parser
-
-
-def parse(data: bytes, max_bytes: int = 65536) -> Any:
-    rfile = io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
-    line = read_request_line(rfile)
-    if line is None:
-        return None
-    return line, read_head(rfile, max_bytes, line.version), rfile.read()
-
-
-def test_parser_reads_a_valid_head() -> None:
-    line, head, rest = parse(VALID)
-    assert (line.method, line.target, line.version) == ("POST", "/queue", "HTTP/1.1")
-    assert head.content_length == len(BODY) and not head.chunked and rest == BODY
-    assert head.get("content-type") == "application/json" and keep_alive(head, line.version)
-    line, head, _ = parse(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
-    assert keep_alive(head, "HTTP/1.0") and head.content_length is None
-    _, head, _ = parse(b"\r\nPOST / HTTP/1.1\nTransfer-Encoding: Chunked\n\n")
-    assert head.chunked
-
-
-@pytest.mark.parametrize("what,data,status", [
-    (c[0], c[1], next(iter(c[2]))) for c in MALFORMED
-    if c[2] <= {400, 413, 414, 431} and c[0] != "body over max_body, declared"])
-def test_parser_refuses(what: str, data: bytes, status: int) -> None:
-    with pytest.raises(BadRequest) as e:
-        parse(data)
-    assert e.value.status == status, (what, e.value.message)
-
-
-def test_parser_cuts_the_head_at_max_bytes() -> None:
-    head = b"GET / HTTP/1.1\r\n" + b"X: " + b"a" * 2000 + b"\r\n\r\n"
-    with pytest.raises(BadRequest) as e:
-        parse(head, max_bytes=1024)
-    assert e.value.status == 431
-    assert parse(head, max_bytes=2100)[1].get("x") == "a" * 2000
-
-
-@settings(max_examples=500, deadline=None)
-@given(data=st.one_of(st.binary(max_size=300),
-                      st.lists(st.tuples(st.sampled_from(["delete", "insert", "replace", "repeat",
-                                                          "cut"]),
-                                         st.integers(0, len(VALID)), st.integers(1, 40),
-                                         st.binary(min_size=1, max_size=12)), max_size=5)
-                      .map(lambda edits: mutate(VALID, edits))))
-def test_parser_fuzz(data: bytes) -> None:
-    """Any bytes: a head, a clean end, or BadRequest with a 4xx status; nothing else."""
-    try:
-        out = parse(data, max_bytes=1024)
-    except BadRequest as e:
-        assert e.status in (400, 413, 414, 431), e.status
-        return
-    except ClientGone:
-        return
-    if out is not None:
-        line, head, _ = out
-        assert not (head.chunked and head.content_length is not None)
-        assert head.content_length is None or head.content_length >= 0
-        assert line.version in ("HTTP/1.0", "HTTP/1.1")
-
-
-# ================================================================ in-process: the bookkeeping
-
-
-class FakeSock:
-    def __init__(self) -> None:
-        self.shut = False
-
-    def shutdown(self, how: int) -> None:
-        self.shut = True
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_connections_deadlines_and_eviction() -> None:
-    clock = Clock()
-    conns = Connections(cap=3, header_timeout=10, idle_timeout=30, clock=clock)
-    a, b, c = (conns.admit(FakeSock()) for _ in range(3))
-    assert a and b and c and len(conns) == 3
-    conns.busy(b)  # b's head arrived: the application has it
-    clock.now += 1
-    conns.busy(a)
-    assert conns.idle(a)  # a answered and waits for its next request (30 s from now)
-    d = conns.admit(FakeSock())  # at the cap: the longest waiter (c, since 100) goes
-    assert d is not None and c.sock.shut and not c.open and len(conns) == 3
-    clock.now = 111  # d's first request is late (10 s from 101), a idles until 131
-    assert conns.sweep() == 1 and d.sock.shut and not a.sock.shut
-    clock.now = 200
-    assert conns.sweep() == 1 and a.sock.shut  # idle timeout; b is busy: never swept
-    assert not b.sock.shut and b.deadline == INF
-
-
-def test_connections_refuse_when_all_busy_and_when_stopping() -> None:
-    conns = Connections(cap=2, header_timeout=10, idle_timeout=30, clock=Clock())
-    for _ in range(2):
-        conn = conns.admit(FakeSock())
-        assert conn is not None
-        conns.busy(conn)
-    assert conns.admit(FakeSock()) is None and conns.refused == 1
-    conns = Connections(cap=5, header_timeout=10, idle_timeout=30, clock=Clock())
-    waiting, busy = conns.admit(FakeSock()), conns.admit(FakeSock())
-    assert waiting and busy
-    conns.busy(busy)
-    conns.close_waiting()
-    assert waiting.sock.shut and not busy.sock.shut
-    assert not conns.idle(busy) and conns.admit(FakeSock()) is None
-
-
-def test_raise_nofile_in_process() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard < 2048:
-        pytest.skip("needs a finite hard limit of at least 2048")
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
-        assert fdlimit.raise_nofile(2000) == hard
-        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
-        assert fdlimit.connection_cap(hard + 10, other_fds=100) == hard - 100 - fdlimit.RESERVE
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

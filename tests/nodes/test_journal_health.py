@@ -9,26 +9,21 @@
   node (prlimit): every write past the first byte of any file fails with EFBIG, as on
   a full disk (CPython ignores SIGXFSZ), and raising the limit again is the disk
   getting space back.
+
+The journal's watcher on real files in this process (a replaced file, a removed data
+dir, a lock taken by a rival): tests/unit/store/test_file.py.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import resource
-import shutil
-import sqlite3
 import time
 from pathlib import Path
 
-import gevent
 import pytest
 
 from helpers import NodeProcess, wait_until
-from miyamoto.store import journal as journal_mod
-from miyamoto.errors import Unavailable
-from miyamoto.store.journal import Journal
-from miyamoto.tasks.task import Task
 
 JOURNAL = "journal.sqlite3"
 LATER = 3600  # tasks that stay scheduled for the whole test
@@ -206,91 +201,3 @@ def test_a_journal_that_cannot_write_answers_503_and_recovers_by_itself(node_fac
     assert _all_scheduled(node, acked) == []
     assert node.task(due)["state"] == "succeeded"  # written once the journal could write
     assert "Traceback" not in node.log_text(), node.log_text()
-
-
-# ================================================================ in-process, real SQLite files
-
-
-def _jtask(i: int) -> Task:
-    return Task(id=f"t{i}", queue="q", url="http://127.0.0.1:9/", eta=1e12, fire_at=1e12,
-                created=1.0)
-
-
-def _wait_for(condition, timeout: float = 5.0) -> None:
-    """Yield to the hub until ``condition()`` holds; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        gevent.sleep(0.01)
-
-
-@pytest.fixture
-def fast_watch(monkeypatch):
-    monkeypatch.setattr(journal_mod, "WATCH_INTERVAL", 0.05)
-
-
-def _reopened_ids(data_dir: Path) -> list[str]:
-    again = Journal(str(data_dir))
-    again.open()
-    try:
-        return sorted(t.id for t in again.load()[0])
-    finally:
-        again.close()
-
-
-@pytest.mark.timeout(30)
-def test_a_replaced_journal_is_kept_aside_and_ours_put_back(tmp_path, fast_watch):
-    journal = Journal(str(tmp_path))
-    journal.open()
-    for i in range(5):
-        journal.put(_jtask(i), wait=True)
-    path = tmp_path / JOURNAL
-    other = tmp_path / "other.sqlite3"
-    sqlite3.connect(other).executescript("CREATE TABLE mine (x); INSERT INTO mine VALUES (7);")
-    os.replace(other, path)
-    replaced_inode = _inode(path)
-    _wait_for(lambda: _inode(path) != replaced_inode and journal.health.ok)
-    journal.put(_jtask(5), wait=True)
-    journal.close()
-    (aside,) = tmp_path.glob(JOURNAL + ".replaced-*")
-    assert sqlite3.connect(aside).execute("SELECT x FROM mine").fetchall() == [(7,)]
-    assert _reopened_ids(tmp_path) == [f"t{i}" for i in range(6)]
-
-
-@pytest.mark.timeout(30)
-def test_a_removed_data_dir_is_made_again_with_its_lock(tmp_path, fast_watch):
-    data = tmp_path / "data"
-    journal = Journal(str(data))
-    journal.open()
-    journal.put(_jtask(1), wait=True)
-    shutil.rmtree(data)
-    _wait_for(lambda: (data / JOURNAL).exists() and journal.health.ok)
-    assert (data / "lock").read_text().strip() == str(os.getpid())
-    journal.put(_jtask(2), wait=True)
-    journal.close()
-    assert _reopened_ids(data) == ["t1", "t2"]
-
-
-@pytest.mark.timeout(30)
-def test_a_lock_taken_by_another_process_stops_the_writes(tmp_path, fast_watch):
-    """The lock file is replaced and someone else locks the new one (a second node
-    started while ours ran): writing on would mix two nodes in one journal."""
-    journal = Journal(str(tmp_path))
-    journal.open()
-    journal.put(_jtask(1), wait=True)
-    lock = tmp_path / "lock"
-    os.remove(lock)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT)  # another open file description: a rival
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, b"4242\n")
-        _wait_for(lambda: journal.health.problem == journal_mod.LOCK_LOST)
-        with pytest.raises(Unavailable):
-            journal.put(_jtask(2), wait=True)
-    finally:
-        os.close(fd)  # the rival exits
-    _wait_for(lambda: journal.health.ok)
-    assert lock.read_text().strip() == str(os.getpid())
-    journal.put(_jtask(3), wait=True)
-    journal.close()
-    assert _reopened_ids(tmp_path) == ["t1", "t2", "t3"]  # t2 was kept queued, then written

@@ -2,16 +2,19 @@
 with a small WSGI app: the parts of the WSGI contract that pywsgi used to provide and the
 loop now does itself (Content-Length and Date filled in, HTTP/1.0 keep-alive, HEAD,
 ``Expect: 100-continue``, an unread body discarded, ``close()`` on the result, an app
-error answered 500 without detail). The hostile-client cases, against a real node, are
-tests/nodes/test_http_hardening.py."""
+error answered 500 without detail), the environ built from the head, a bad head or body
+answered and closed, the cap, the deadlines and the stop. The hostile-client cases,
+against a real node, are tests/nodes/test_http_hardening.py."""
 
 from __future__ import annotations
 
 import json
 import logging
+import socket as pysocket
 from typing import Any, Iterator
 
 import gevent
+import gevent.event
 import gevent.socket
 import pytest
 
@@ -189,3 +192,269 @@ def test_send_all_finishes_what_one_send_cannot():
     assert bytes(got) == data
     for s in (sender, receiver, listener):
         s.close()
+
+
+# ---------------------------------------------------------------- the environ and the answer
+
+def seen_app(environ: dict[str, Any], start_response: Any) -> Any:
+    """Answers with what the server put in the environ (JSON)."""
+    keys = ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "SERVER_PROTOCOL", "CONTENT_TYPE",
+            "CONTENT_LENGTH", "REMOTE_ADDR", "HTTP_X_A", "HTTP_COOKIE", "HTTP_X_UNDER",
+            "SERVER_SOFTWARE", "wsgi.url_scheme")
+    body = json.dumps({k: environ.get(k) for k in keys}).encode()
+    environ["wsgi.input"].read()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body]
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """serve(app, **options) -> a connected socket to a server running ``app``."""
+    made: list[tuple[HTTPServer, Any]] = []
+
+    def start(application: Any, **kw: Any) -> Any:
+        srv = HTTPServer(("127.0.0.1", 0), application, **{"header_timeout": 5,
+                                                           "idle_timeout": 5, **kw})
+        srv.start()
+        sock = gevent.socket.create_connection(("127.0.0.1", srv.server_port), timeout=5)
+        made.append((srv, sock))
+        return sock
+    yield start
+    for srv, sock in made:
+        sock.close()
+        srv.stop(timeout=1)
+
+
+def test_the_environ_is_built_from_the_head(serve):
+    sock = serve(seen_app)
+    sock.sendall(b"POST /a%20b/%C3%A9?x=1&y HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nx-a: 2\r\n"
+                 b"Cookie: a=1\r\nCookie: b=2\r\nX_Under: no\r\nContent-Type: text/plain\r\n"
+                 b"Content-Length: 3\r\n\r\nabc")
+    status, _, body = _response(sock, bytearray())
+    env = json.loads(body)
+    assert env == {"REQUEST_METHOD": "POST", "PATH_INFO": "/a b/\xc3\xa9", "QUERY_STRING": "x=1&y",
+                   "SERVER_PROTOCOL": "HTTP/1.1", "CONTENT_TYPE": "text/plain",
+                   "CONTENT_LENGTH": "3", "REMOTE_ADDR": "127.0.0.1", "HTTP_X_A": "1,2",
+                   "HTTP_COOKIE": "a=1; b=2", "HTTP_X_UNDER": None,
+                   "SERVER_SOFTWARE": "miyamoto", "wsgi.url_scheme": "http"}
+    sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    env = json.loads(_response(sock, bytearray())[2])
+    assert env["CONTENT_TYPE"] is None and env["CONTENT_LENGTH"] is None
+    assert env["SERVER_PROTOCOL"] == "HTTP/1.0"
+
+
+def fixed(status: str, headers: list, body: bytes = b"") -> Any:
+    def application(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response(status, list(headers))
+        return [body]
+    return application
+
+
+def test_no_content_length_or_body_for_204_and_304(serve):
+    for status in ("204 No Content", "304 Not Modified"):
+        sock = serve(fixed(status, [("X-A", "1")], b""))
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        buf = bytearray()
+        line, headers, _ = _response(sock, buf, head_only=True)
+        assert line == f"HTTP/1.1 {status}" and "content-length" not in headers
+        line2, _, _ = _response(sock, buf, head_only=True)
+        assert line2 == line  # nothing between the two answers
+
+
+def test_the_apps_own_date_and_length_are_kept(serve):
+    sock = serve(fixed("200 OK", [("Date", "Thu, 01 Jan 1970 00:00:00 GMT"),
+                                  ("Content-Length", "2")], b"ok"))
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    buf = bytearray()
+    while b"ok" not in buf:
+        buf += sock.recv(65536)
+    text = bytes(buf).decode()
+    assert text.count("Date:") == 1 and "1970" in text and text.count("Content-Length") == 1
+
+
+def test_a_large_body_arrives_whole(serve):
+    big = bytes(range(256)) * 1024  # 256 KiB: more than one send
+    sock = serve(fixed("200 OK", [], big))
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    _, headers, body = _response(sock, bytearray())
+    assert headers["content-length"] == str(len(big)) and body == big
+
+
+@pytest.mark.parametrize("application", [
+    fixed("200 OK\r\nX-Injected: 1", []), fixed("200 OK", [("X-A", "a\r\nX-B: b")]),
+    fixed("200 OK", [("X-A\n", "a")])])
+def test_cr_or_lf_from_the_app_is_a_500_not_a_split_response(serve, application, caplog):
+    sock = serve(application)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    status, headers, body = _response(sock, bytearray())
+    assert status == "HTTP/1.1 500 Internal Server Error" and "x-injected" not in headers
+    assert "x-b" not in headers and _closed(sock)
+
+
+def test_an_app_that_writes_or_never_starts_is_a_500(serve, caplog):
+    def writes(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [])(b"x")
+        return []
+
+    def silent(environ: dict[str, Any], start_response: Any) -> Any:
+        return [b"x"]
+    for application in (writes, silent):
+        sock = serve(application)
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert _response(sock, bytearray())[0] == "HTTP/1.1 500 Internal Server Error"
+    assert "write() is not supported" in caplog.text
+    assert "did not call start_response" in caplog.text
+
+
+def test_a_bad_head_is_a_json_4xx_then_a_close(serve):
+    sock = serve(app)
+    sock.sendall(b"GET / HTTP/1.1\r\nX-A : 1\r\n\r\nGET /a HTTP/1.1\r\n\r\n")
+    status, headers, body = _response(sock, bytearray())
+    assert status == "HTTP/1.1 400 Bad Request" and headers["connection"] == "close"
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == {"status": "error", "error": "malformed request header field"}
+    assert _closed(sock)  # the pipelined request after it is not answered
+
+
+def test_a_client_that_leaves_mid_head_is_closed_quietly(serve, caplog):
+    sock = serve(app)
+    sock.sendall(b"GET /a HTTP/1.1\r\nHost: h")
+    sock.shutdown(pysocket.SHUT_WR)  # the head ends here
+    assert _closed(sock)
+    assert "Traceback" not in caplog.text
+
+
+def test_a_broken_body_is_answered_then_closed(serve):
+    def reads(environ: dict[str, Any], start_response: Any) -> Any:
+        try:
+            environ["wsgi.input"].read()
+        except (OSError, ValueError):
+            start_response("400 Bad Request", [])
+            return [b"bad body"]
+        start_response("200 OK", [])
+        return [b"ok"]
+    sock = serve(reads)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+                 b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    status, headers, body = _response(sock, bytearray())
+    assert (status, body) == ("HTTP/1.1 400 Bad Request", b"bad body")
+    assert headers["connection"] == "close" and _closed(sock)
+
+
+def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503(serve):
+    started, release = gevent.event.Event(), gevent.event.Event()
+
+    def slow(environ: dict[str, Any], start_response: Any) -> Any:
+        started.set()
+        release.wait(5)
+        start_response("200 OK", [])
+        return [b"done"]
+    first = serve(slow, max_connections=1)
+    first.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert started.wait(5)  # busy in the application: not a waiter to evict
+    port = first.getpeername()[1]
+    second = gevent.socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        status, headers, body = _response(second, bytearray())
+        assert status == "HTTP/1.1 503 Service Unavailable"
+        assert json.loads(body)["error"] == "too many connections" and _closed(second)
+    finally:
+        second.close()
+        release.set()
+    assert _response(first, bytearray())[2] == b"done"
+
+
+def test_a_silent_connection_is_closed_at_its_deadline(serve):
+    sock = serve(app, header_timeout=0.2, idle_timeout=0.2)
+    assert _closed(sock)  # no request within header_timeout (swept every 50 ms)
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_idle_timeout(serve):
+    sock = serve(app, header_timeout=5, idle_timeout=0.2)
+    sock.sendall(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert _response(sock, bytearray())[2] == b"hello"
+    assert _closed(sock)
+
+
+def test_stop_closes_waiting_connections_and_lets_busy_ones_finish():
+    release = gevent.event.Event()
+
+    def slow(environ: dict[str, Any], start_response: Any) -> Any:
+        release.wait(5)
+        start_response("200 OK", [])
+        return [b"done"]
+    srv = HTTPServer(("127.0.0.1", 0), slow, header_timeout=5, idle_timeout=5)
+    srv.start()
+    busy = gevent.socket.create_connection(("127.0.0.1", srv.server_port), timeout=5)
+    idle = gevent.socket.create_connection(("127.0.0.1", srv.server_port), timeout=5)
+    busy.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    deadline = 200
+    while srv.connections.waiting != 1 or len(srv.connections) != 2:
+        gevent.sleep(0.005)
+        deadline -= 1
+        assert deadline, "the two connections were not admitted"
+    stopper = gevent.spawn(srv.stop, 5)
+    assert _closed(idle)
+    release.set()
+    assert _response(busy, bytearray())[2] == b"done"
+    assert _closed(busy)  # answered, then closed: no next request while stopping
+    stopper.join(5)
+    for s in (busy, idle):
+        s.close()
+
+
+def test_accepted_sockets_send_at_once():
+    """TCP_NODELAY on every accepted socket: a keep-alive answer must not wait ~40 ms
+    for the client's delayed ACK."""
+    listener = gevent.socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = gevent.socket.create_connection(listener.getsockname(), timeout=5)
+    accepted, address = listener.accept()
+    srv = HTTPServer(("127.0.0.1", 0), app)
+    g = gevent.spawn(srv.handle, accepted, address)
+    client.sendall(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert _response(client, bytearray())[2] == b"hello"
+    assert accepted.getsockopt(pysocket.IPPROTO_TCP, pysocket.TCP_NODELAY) != 0
+    client.close()
+    g.join(5)
+    for s in (accepted, listener):
+        s.close()
+
+
+def test_a_body_read_by_lines_arms_the_request_deadline(serve):
+    seen: list[float] = []
+
+    def lines(environ: dict[str, Any], start_response: Any) -> Any:
+        stream = environ["wsgi.input"]
+        first = stream.readline()
+        seen.append(stream.conn.deadline)  # disarmed again once the read is done
+        start_response("200 OK", [])
+        return [first + stream.read()]
+    sock = serve(lines)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 8\r\n\r\nab\ncdefg")
+    assert _response(sock, bytearray())[2] == b"ab\ncdefg"
+    assert seen == [float("inf")]
+
+
+def test_a_client_that_closes_before_a_request_is_let_go_quietly(serve, caplog):
+    sock = serve(app)
+    sock.shutdown(pysocket.SHUT_WR)
+    assert _closed(sock)
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("how", ["read", "readline"])
+def test_a_body_that_stalls_is_cut_at_the_request_deadline(serve, how):
+    """The application reads the body, so only the stream knows the node waits for the
+    client: a body that stops coming is cut at the request's deadline, never waited on."""
+    def reader(environ: dict[str, Any], start_response: Any) -> Any:
+        try:
+            getattr(environ["wsgi.input"], how)()
+        except (OSError, ValueError):
+            pass
+        start_response("400 Bad Request", [])
+        return [b"cut"]
+    sock = serve(reader, header_timeout=0.3, idle_timeout=5)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nab")
+    assert _closed(sock)

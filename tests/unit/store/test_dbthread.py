@@ -96,3 +96,39 @@ def test_after_close_calls_are_refused_but_calls_already_made_finish():
         db.apply(lambda: 1)
     release.set()
     assert pending.get(timeout=5) is True
+
+
+def _os_threads() -> set[str]:
+    import os
+    return set(os.listdir("/proc/self/task"))
+
+
+def test_the_thread_ends_at_close():
+    before = _os_threads()
+    db = DbThread()
+    assert db.apply(lambda: 1) == 1
+    mine = _os_threads() - before
+    assert len(mine) == 1
+    db.close()
+    deadline = time.monotonic() + 5
+    while mine & _os_threads():
+        assert time.monotonic() < deadline, "the database thread did not end"
+        gevent.sleep(0.005)
+
+
+def test_only_a_call_outstanding_keeps_the_hub_alive():
+    """An idle database thread must not keep a process's hub running (gevent.wait()
+    would never return, a node could not exit); a call waiting for its answer must."""
+    db = DbThread()
+    assert gevent.wait(timeout=2) is True  # a new thread holds nothing
+    assert db.apply(lambda: 1) == 1
+    assert gevent.wait(timeout=2) is True  # nor does one whose calls all came back
+    release = threading.Event()
+    call, running = _blocking_call(release)
+    pending = gevent.spawn(db.apply, call)
+    running()
+    assert gevent.wait(timeout=0.2) is False  # its answer is still to come
+    release.set()
+    assert pending.get(timeout=5) is True
+    assert gevent.wait(timeout=2) is True
+    db.close()

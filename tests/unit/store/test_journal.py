@@ -1,14 +1,17 @@
 """miyamoto.store.journal on a real SQLite file under gevent: writes and reopening, reads
-that see pending writes, group commit, sweeps, and rows it cannot read or encode."""
+that see pending writes, group commit, lazy writes, sweeps, rows it cannot read or encode,
+and its lifecycle (what close waits for and ends)."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 import gevent
 import pytest
 
+from miyamoto.errors import Unavailable
 from miyamoto.store.journal import Journal, JournalClosed
 from miyamoto.tasks.task import State, Task
 
@@ -224,3 +227,259 @@ def test_journal_memory(journal_factory):
     assert j.get("t00001") is not None
     assert len(j.load()[0]) == 1
     assert j.size_bytes() == 0
+
+
+def test_journal_reports_each_commits_time(tmp_path):
+    took: list[float] = []
+    j = Journal(str(tmp_path / "data"), on_commit=took.append)
+    j.open()
+    try:
+        j.put(jtask(1), wait=True)
+        j.put(jtask(2), wait=True)
+        assert len(took) == 2 == j.commits and all(0 <= t < 5 for t in took)
+    finally:
+        j.close()
+
+
+def test_journal_reads_past_the_recent_records_ask_the_file(journal_factory, monkeypatch):
+    from miyamoto.store import journal as jmod
+    monkeypatch.setattr(jmod, "RECENT_MAX", 3)
+    j = journal_factory()
+    for i in range(6):
+        j.put(jtask(i), wait=True)
+    assert len(j._recent) == 3
+    assert [j.get(f"t{i:05d}").id for i in range(6)] == [f"t{i:05d}" for i in range(6)]
+    assert j.live_copy("t00000") == jtask(0) and j.live_copy("nope") is None
+    j.put(jtask(0, state=State.SUCCEEDED, finished=5.0), wait=True)
+    assert j.live_copy("t00000") is None  # ended: pending or committed, not live
+    for i in range(1, 5):
+        j.put(jtask(i).evolve(attempts=1), wait=True)  # t00000 leaves the recent ones
+    assert "t00000" not in j._recent and j.live_copy("t00000") is None
+    assert j.get("t00000").state == State.SUCCEEDED
+
+
+def test_journal_size_counts_the_file_and_its_wal(journal_factory, tmp_path):
+    j = journal_factory()
+    j.put_many([jtask(i) for i in range(50)], wait=True)
+    base = tmp_path / "data" / "journal.sqlite3"
+    parts = sum(os.path.getsize(str(base) + s) for s in ("", "-wal", "-shm")
+                if os.path.exists(str(base) + s))
+    assert j.size_bytes() == parts > os.path.getsize(base)
+
+
+def test_journal_a_pending_name_is_read_before_the_file(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, name="n"), name_expires=50.0, wait=True)
+    assert j.name_holder("q", "n") == ("t00001", 50.0)
+    j.release_name("q", "n")  # pending: the file still holds it
+    assert j.name_holder("q", "n") is None
+    j.flush()
+    assert j.name_holder("q", "n") is None and j.name_holder("q", "other") is None
+
+
+def test_journal_reads_what_is_committed_while_it_cannot_write(journal_factory, monkeypatch):
+    import sqlite3 as sql
+    j = journal_factory()
+    j.put(jtask(1, state=State.FAILED, finished=1.0), wait=True)
+
+    def broken(*args):
+        raise sql.OperationalError("disk I/O error")
+    monkeypatch.setattr(j, "_commit", broken)
+    j.put(jtask(2, state=State.FAILED, finished=2.0))  # cannot be committed
+    # the list answers from the file (and what it holds), not with an error
+    assert [t.id for t in j.list("q", "failed", 10)] == ["t00001"]
+    assert j.counts() == {"q": {"failed": 1}}
+    assert not j.health.ok and j.health.problem == "cannot write"
+    monkeypatch.undo()
+    j.flush()
+    assert [t.id for t in j.list("q", "failed", 10)] == ["t00002", "t00001"]
+    assert j.health.ok
+
+
+def test_write_tasks_fills_a_journal_in_one_transaction(tmp_path):
+    from miyamoto.store.file import JournalFile
+    from miyamoto.store.journal import write_tasks
+    f = JournalFile(str(tmp_path), str(tmp_path / "journal.sqlite3"), sync_full=False)
+    f.open()
+    try:
+        assert write_tasks(f.db, [jtask(i) for i in range(3)]) == 3
+        with pytest.raises(sqlite3.IntegrityError):
+            write_tasks(f.db, [jtask(9), jtask(10, queue=None)])  # NOT NULL: all or none
+        assert not f.db.in_transaction
+    finally:
+        f.close()
+        f.release()
+    j = Journal(str(tmp_path))
+    j.open()
+    try:
+        assert sorted(t.id for t in j.load()[0]) == ["t00000", "t00001", "t00002"]
+    finally:
+        j.close()
+
+
+def test_a_row_whose_record_is_not_an_object_is_skipped(caplog):
+    from miyamoto.store.rows import decode_row, task_row
+    t = jtask(1)
+    row = task_row(t)
+    assert decode_row((1, row[0], row[1], row[2], row[5], row[6])) == t
+    assert decode_row((1, "t", "q", "scheduled", 5.0, "[1, 2]")) is None
+    assert "task is not an object" in caplog.text
+    ended = jtask(2, state=State.SUCCEEDED, finished=9.0)
+    r = task_row(ended)
+    assert r[5] == 9.0 and decode_row((1, r[0], r[1], r[2], r[5], r[6])) == ended
+
+
+def test_journal_syncs_normally_unless_asked_for_full(tmp_path):
+    """sync_full (fsync on every commit) is the option; the default is WAL's NORMAL."""
+    for kw, level in (({}, 1), ({"sync_full": True}, 2)):
+        j = Journal(str(tmp_path / str(level)), **kw)
+        j.open()
+        try:
+            assert j._run(lambda: j._file.conn().execute("PRAGMA synchronous").fetchone()[0]) \
+                == level
+        finally:
+            j.close()
+
+
+def test_journal_counts_a_rewritten_task_once(journal_factory):
+    """A copy's row is replaced at every change of state: the counts follow the row."""
+    j = journal_factory()
+    t = jtask(1)
+    j.put(t, wait=True)
+    j.put(t.evolve(state=State.RUNNING), wait=True)
+    j.put(t.evolve(state=State.SUCCEEDED, finished=5.0), wait=True)
+    assert j.counts() == {"q": {"succeeded": 1}}
+    j.delete(t.id)
+    assert j.counts() == {}
+
+
+def test_journal_knows_whether_it_ran_here_before(tmp_path):
+    fresh = Journal(str(tmp_path / "d"))
+    assert fresh.existed is False
+    fresh.open()
+    assert fresh.existed is False
+    fresh.close()
+    again = Journal(str(tmp_path / "d"))
+    again.open()
+    assert again.existed is True
+    again.close()
+    memory = Journal(":memory:")
+    memory.open()
+    assert memory.existed is False and memory._watcher is None
+    memory.close()
+
+
+def test_journal_close_ends_its_greenlets_thread_and_files(tmp_path):
+    before_fds = len(os.listdir("/proc/self/fd"))
+    before_threads = set(os.listdir("/proc/self/task"))
+    j = Journal(str(tmp_path / "d"))
+    j.open()
+    j.put(jtask(1), wait=True)
+    mine = set(os.listdir("/proc/self/task")) - before_threads  # its database thread
+    assert len(mine) == 1
+    writer, watcher = j._writer, j._watcher
+    j.close()
+    assert writer.dead and watcher.dead
+    assert len(os.listdir("/proc/self/fd")) == before_fds  # the file and the lock closed
+    deadline = time.monotonic() + 5
+    while mine & set(os.listdir("/proc/self/task")):
+        assert time.monotonic() < deadline, "the database thread did not end"
+        gevent.sleep(0.005)
+    j.close()  # twice is harmless
+    for late in (lambda: j.put(jtask(2)), lambda: j.put_many([jtask(2)]),
+                 lambda: j.delete("t00001"), lambda: j.release_name("q", "n"),
+                 lambda: j.set_paused("q", True)):
+        with pytest.raises(JournalClosed):
+            late()
+
+
+def test_journal_close_waits_for_the_commit_in_flight(tmp_path, monkeypatch):
+    """The writer finishes the group it is committing: its waiter hears success."""
+    import threading
+    j = Journal(str(tmp_path / "d"))
+    j.open()
+    started, release = threading.Event(), threading.Event()
+    real = j._commit
+
+    def slow(*args):
+        started.set()
+        release.wait(10)
+        return real(*args)
+    monkeypatch.setattr(j, "_commit", slow)
+    waiter = gevent.spawn(j.put, jtask(1), wait=True)
+    deadline = time.monotonic() + 5
+    while not started.is_set():
+        assert time.monotonic() < deadline
+        gevent.sleep(0.005)
+    closer = gevent.spawn(j.close)
+    gevent.sleep(0.02)
+    release.set()
+    closer.join(10)
+    waiter.join(10)
+    assert waiter.successful(), waiter.exception
+    monkeypatch.undo()
+    again = Journal(str(tmp_path / "d"))
+    again.open()
+    assert [t.id for t in again.load()[0]] == ["t00001"]
+    again.close()
+
+
+def test_writes_nobody_waits_for_are_committed_soon_without_blocking(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, name="n"), name_expires=99.0, wait=True)
+    before = j.commits
+    j.put_many([jtask(2), jtask(3)])
+    j.delete("t00001")
+    j.release_name("q", "n")
+    assert j.commits == before  # none of them waited for its group
+    deadline = time.monotonic() + 5
+    while j.commits == before:
+        assert time.monotonic() < deadline, "the lazy group was never committed"
+        gevent.sleep(0.002)
+    assert j.commits == before + 1  # one group for all of them
+    assert sorted(t.id for t in j.load()[0]) == ["t00002", "t00003"]
+    assert j.load()[1] == {}
+    for lazy in (lambda: j.delete("t00002"), lambda: j.release_name("q", "m")):
+        before = j.commits
+        lazy()  # alone: it starts the lazy group itself
+        assert j.commits == before
+        while j.commits == before:
+            assert time.monotonic() < deadline + 5, "the lazy group was never committed"
+            gevent.sleep(0.002)
+
+
+def test_a_name_is_reserved_only_with_its_expiry(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, name="n"), wait=True)  # a copy's update: no reservation
+    assert j.name_holder("q", "n") is None and j.health.ok
+    j.put(jtask(2), name_expires=50.0, wait=True)  # no name: nothing to reserve
+    assert j.load()[1] == {}
+
+
+def test_withdraw_takes_back_only_its_own_record_and_name(journal_factory):
+    j = journal_factory()
+    mine, theirs = jtask(1, name="n"), jtask(2, name="n")
+    j.put(theirs, name_expires=50.0)
+    j.put(mine)  # pending, not the name's holder
+    j.withdraw(mine)
+    j.withdraw(jtask(3, name="other"))  # nothing of it is pending
+    j.flush()
+    assert j.get("t00001") is None and j.name_holder("q", "n") == ("t00002", 50.0)
+    newer = jtask(2, name="n").evolve(attempts=1)
+    j.put(newer)
+    j.withdraw(theirs)  # a newer record of the same task is not the one withdrawn
+    j.flush()
+    assert j.get("t00002") == newer
+
+
+def test_a_deleted_file_makes_the_next_commit_fail_as_moved(tmp_path):
+    j = Journal(str(tmp_path / "d"))  # the watcher looks once a second: the commit is first
+    j.open()
+    try:
+        j.put(jtask(1), wait=True)
+        os.remove(tmp_path / "d" / "journal.sqlite3")
+        with pytest.raises(Unavailable, match="its file was deleted or replaced"):
+            j.put(jtask(2), wait=True)
+        assert j.health.problem == "its file was deleted or replaced"
+    finally:
+        j.close()

@@ -125,3 +125,22 @@ def test_the_hashed_request_is_what_delivery_sends(fields):
     expected = sorted((k.lower(), v) for k, v in sent[2].items()
                       if not k.lower().startswith("x-task-") and k.lower() not in miyamotos)
     assert headers == expected
+
+
+@pytest.mark.timeout(10)
+def test_parts_that_run_together_the_same_way_are_still_two_requests():
+    """Each part is hashed with its length: a header value "bc" with an empty body and
+    "b" with the body "c" are two requests, never one name."""
+    one = {"url": URL, "headers": {"X-A": "bc"}, "body": "", "content_type": "t/p",
+           "dedupe": "content"}
+    two = {"url": URL, "headers": {"X-A": "b"}, "body": "c", "content_type": "t/p",
+           "dedupe": "content"}
+    assert name_of(one) != name_of(two)
+
+
+@pytest.mark.timeout(10)
+def test_a_content_name_is_the_same_on_every_version():
+    """Nodes of two versions share one cluster during an upgrade: a name one reserved must
+    be the name the other computes for the same request, so the hash is pinned."""
+    assert name_of(BASE) == ("content:"
+                             "95f002b598c8ace23f98bebfcda9d31c49b0d068793586d11246f50dc076af76")

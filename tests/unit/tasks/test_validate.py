@@ -680,3 +680,29 @@ def test_validate_batch_of_exactly_the_limit():
     lim = v.Limits(max_body=len(one) + 20)
     assert v.parse_enqueue("application/json", json.dumps({"url": SHORT_URL}).encode(),
                            path_queue=None, idempotency_key=None, limits=lim, now=NOW)
+
+
+def test_validate_urls_are_checked_against_the_target_rules():
+    """The SSRF guard sees the host and the port the delivery would use (the scheme's
+    default when the URL names none), and its rule is named in the answer."""
+    asked: list[tuple[str, int]] = []
+
+    def rules(host: str, port: int) -> str | None:
+        asked.append((host, port))
+        return "a private address" if host == "10.0.0.1" else None
+    lim = Limits(targets=rules)
+    for url, seen in [("http://a.example/x", ("a.example", 80)),
+                      ("https://a.example/x", ("a.example", 443)),
+                      ("http://a.example:8080/x", ("a.example", 8080)),
+                      ("https://a.example:80/x", ("a.example", 80))]:
+        assert v.check_url("url", url, lim) == url
+        assert asked[-1] == seen
+    e = rejects(v.check_url, "callback", "http://10.0.0.1/x", lim, field="callback")
+    assert e.message == "targets a denied address: a private address"
+
+
+def test_validate_a_topic_is_expanded_before_it_is_a_task():
+    e = rejects(js, {"topic": "t"}, field="topic")
+    assert "POST /queue only" in e.message
+    e = rejects(js, {"topic": "t", "url": URL}, field="topic")
+    assert e.message == "cannot be given with url"

@@ -125,3 +125,78 @@ def test_each_message_sent_inside_a_batch_is_counted_by_its_verb(ok: bool):
     box.put("c", "tcp://c", Verb.CLAIM, {"id": "3"})  # alone: the transport counts it
     _turn()
     assert counted == ([("DONE", "sent"), ("STORE", "sent")] if ok else [])
+def test_a_single_message_that_cannot_leave_says_so():
+    box = Outbox(FakeSend(ok=False))
+    failed: list[str] = []
+    box.put("b", "tcp://b", Verb.ASK, {"id": "x"}, on_fail=lambda: failed.append("x"))
+    box.put("c", "tcp://c", Verb.ASK, {"id": "y"})  # no on_fail: nothing to call
+    _turn()
+    assert failed == ["x"]
+
+
+def test_a_failing_on_fail_is_logged_and_the_others_still_run(caplog):
+    box = Outbox(FakeSend(ok=False))
+    failed: list[int] = []
+
+    def boom() -> None:
+        raise RuntimeError("planted")
+    box.put("b", "tcp://b", Verb.ASK, {"i": 0}, on_fail=boom)
+    box.put("b", "tcp://b", Verb.ASK, {"i": 1}, on_fail=lambda: failed.append(1))
+    _turn()
+    assert failed == [1] and "on_fail callback failed" in caplog.text
+
+
+def test_a_batch_holds_at_most_max_batch_messages():
+    assert MAX_BATCH == 256
+    for n, batches in ((256, 1), (257, 2), (2, 1)):
+        send = FakeSend()
+        box = Outbox(send)
+        for i in range(n):
+            box.put("b", "tcp://b", Verb.DONE, {"i": i})
+        _turn()
+        assert len(send.sent) == batches and {s[2] for s in send.sent} == {Verb.BATCH}
+        got = [p["i"] for s in send.sent for _, p in unbatch(ujson.loads(s[3]))]
+        assert got == list(range(n))
+    box = Outbox(FakeSend())
+    box.put("b", "tcp://b", Verb.DONE, {"i": 0})
+    _turn()
+    box.put("b", "tcp://b", Verb.DONE, {"i": 1})  # a later turn schedules its own flush
+    _turn()
+    assert len(box._send.sent) == 2
+
+
+def test_unbatch_reads_at_most_max_batch_entries():
+    items = [["DONE", {"i": i}] for i in range(261)]
+    assert [p["i"] for _, p in unbatch({"m": items})] == list(range(256))
+
+
+def test_a_batch_frame_stays_within_one_mib():
+    """Messages are packed until the next would pass 1 MiB (each counted with room for
+    its framing), so no BATCH frame is larger than 1 MiB and its wrapper."""
+    send = FakeSend()
+    box = Outbox(send)
+    for i in range(500):
+        box.put("b", "tcp://b", Verb.DONE, {"i": i, "pad": "p" * 4980})
+    _turn()
+    got = []
+    for _, _, verb, data in send.sent:
+        assert verb == Verb.BATCH and len(data) <= 1024 * 1024 + len(b'{"m":[]}')
+        got += [p["i"] for _, p in unbatch(ujson.loads(data))]
+    assert got == list(range(500)) and len(send.sent) == 3
+
+
+def test_every_peer_gets_its_messages_whatever_the_order():
+    send = FakeSend()
+    box = Outbox(send)
+    box.put("c", "tcp://c", Verb.CLAIM, {"id": "x"})  # a single message first
+    for i in range(3):
+        box.put("b", "tcp://b", Verb.DONE, {"id": str(i)})
+    box.put("d", "tcp://d", Verb.ASK, {"id": "y"})
+    _turn()
+    assert [s[1] for s in send.sent] == ["tcp://c", "tcp://b", "tcp://d"]
+
+
+def test_unbatch_skips_an_unknown_verb_and_reads_on():
+    assert unbatch({"m": [["NOPE", {}], ["DONE", {"id": "a"}], ["BATCH", {}],
+                          ["CLAIM", {"id": "b"}]]}) == [(Verb.DONE, {"id": "a"}),
+                                                       (Verb.CLAIM, {"id": "b"})]

@@ -230,9 +230,12 @@ def test_throttle_limits_warnings(caplog):
 
 @pytest.mark.timeout(10)
 def test_node_id_is_validated():
-    for bad in ("", "\x00abc", "x" * 256):
+    for bad in ("", "\x00abc", "x" * 256, "x" * 247, "é" * 124):
         with pytest.raises(ValueError):
             Transport(bad, LOOPBACK, Inbox())
+    # a routing id is 1-255 bytes: the id, a NUL and 8 random bytes leave 246 for the id
+    Transport("x" * 246, LOOPBACK, Inbox())
+    Transport("é" * 123, LOOPBACK, Inbox())
 
 
 # -- 1. two transports, both ways ---------------------------------------------
@@ -702,7 +705,150 @@ def test_readable_times_out_again_and_again():
         for _ in range(4):
             started = time.monotonic()
             readable.wait()
-            assert time.monotonic() - started >= 0.04
+            assert 0.04 <= time.monotonic() - started < 0.4
+        readable.close()
+        # by default a missed edge stalls a socket half a second at most
+        readable = Readable(sock)
+        started = time.monotonic()
+        readable.wait()
+        assert 0.45 <= time.monotonic() - started < 0.95
+        readable.close()
+    finally:
+        sock.close(linger=0)
+        ctx.destroy(linger=0)
+
+
+def test_every_socket_gets_the_options_the_design_states(make):
+    """DESIGN §2 and the module's constants, spelled out: linger 0 (a stop never waits),
+    the HWM handed in, 8 MiB frames at most (a garbage peer cannot make libzmq allocate
+    more), reconnects from 100 ms backing off to 1 s, a 5 s handshake, ZMTP heartbeats
+    every 1 s cutting a silent peer after 3 s; a DEALER with IMMEDIATE (a send to a peer
+    not connected fails at once) and a routing id of the node id, NUL, 8 random bytes."""
+    a, _ = make("a", hwm=77)
+    b, _ = make("b")
+    assert b._router.getsockopt(zmq.SNDHWM) == 10_000  # the default HWM
+    assert a.connect(b.address)
+    dealer = a._dealers[b.address]
+    for sock in (a._router, dealer):
+        assert sock.getsockopt(zmq.LINGER) == 0
+        assert sock.getsockopt(zmq.SNDHWM) == 77 and sock.getsockopt(zmq.RCVHWM) == 77
+        assert sock.getsockopt(zmq.MAXMSGSIZE) == 8 * 1024 * 1024
+        assert sock.getsockopt(zmq.RECONNECT_IVL) == 100
+        assert sock.getsockopt(zmq.RECONNECT_IVL_MAX) == 1000
+        assert sock.getsockopt(zmq.HANDSHAKE_IVL) == 5000
+        assert sock.getsockopt(zmq.HEARTBEAT_IVL) == 1000
+        assert sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 3000
+    assert dealer.getsockopt(zmq.IMMEDIATE) == 1
+    rid = dealer.getsockopt(zmq.ROUTING_ID)
+    assert rid[:2] == b"a\x00" and len(rid) == 2 + 8
+    assert a._dealers[b.address] is dealer and a.connect(b.address)  # made once
+    other = Transport("a", LOOPBACK, Inbox())
+    other.start()
+    try:
+        assert other.connect(b.address)
+        assert other._dealers[b.address].getsockopt(zmq.ROUTING_ID) != rid  # never shared
+    finally:
+        other.stop()
+
+
+def test_lifecycle_misuse_is_refused(make):
+    with pytest.raises(ValueError, match="hwm must be at least 1"):
+        Transport("a", LOOPBACK, Inbox(), hwm=0)
+    Transport("a", LOOPBACK, Inbox(), hwm=1)  # the least allowed
+    t = Transport("a", LOOPBACK, Inbox())
+    with pytest.raises(RuntimeError, match="not started"):
+        t.address
+    assert not t.running and not t.connect("tcp://127.0.0.1:9")
+    assert t.send("b", "tcp://127.0.0.1:9", Verb.ASK, {}) is False  # a cluster of one
+    with t:
+        assert t.running and t.address.startswith("tcp://127.0.0.1:")
+        with pytest.raises(RuntimeError, match="called twice"):
+            t.start()
+    assert not t.running and not t.connect("tcp://127.0.0.1:9")
+    assert t.send("b", "tcp://127.0.0.1:9", Verb.ASK, {}) is False
+
+
+def test_a_bad_address_is_a_failed_send_counted_as_dropped(make, caplog):
+    t, _ = make("a")
+    assert t.connect("not an address") is False
+    assert t.send("b", "nope://x", Verb.ASK, {}) is False
+    assert t.stats.send_failed == 1 and t.stats.messages[("ASK", "dropped")] == 1
+    assert "cannot connect to 'nope://x'" in caplog.text
+
+
+def test_sends_are_counted_and_a_socket_error_is_a_failed_send(make):
+    a, _ = make("a")
+    b, inbox = make("b")
+    send_until_ok(a, "b", b.address, Verb.ASK, {"i": 0})
+    sent = a.stats.sent
+    for i in range(1, 4):
+        assert a.send("b", b.address, Verb.ASK, {"i": i}) is True
+    assert a.stats.sent == sent + 3 and a.stats.messages[("ASK", "sent")] == sent + 3
+    inbox.wait_for(lambda m: m[2] == {"i": 3})
+    assert b.stats.received == 4 and b.stats.messages[("ASK", "received")] == 4
+    a._dealers[b.address].close(linger=0)  # the socket gone under the transport
+    failed = a.stats.send_failed
+    assert a.send("b", b.address, Verb.ASK, {"i": 9}) is False
+    assert a.stats.send_failed == failed + 1
+    a.forget(b.address)
+    a.forget(b.address)  # forgetting twice is harmless
+
+
+def test_the_default_throttle_logs_ten_warnings_per_ten_seconds(caplog):
+    now = [100.0]
+    throttle = _Throttle(clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="miyamoto.wire.transport"):
+        for _ in range(25):
+            throttle.warning("garbage")
+        assert [r.getMessage() for r in caplog.records] == ["garbage"] * 10
+        now[0] = 109.9
+        throttle.warning("garbage")
+        assert len(caplog.records) == 10
+        now[0] = 110.0  # the window ends at its own instant
+        throttle.warning("garbage")
+    assert caplog.records[10].getMessage().startswith("16 more such warnings suppressed")
+    assert caplog.records[11].getMessage() == "garbage"
+
+
+def test_zap_requests_at_their_shortest():
+    cluster = z85.decode(keygen().public.encode())
+    reply, ok = zap_reply([b"1.0"], cluster)  # no request id: answered with an empty one
+    assert not ok and reply == [b"1.0", b"", b"500", b"Malformed ZAP request", b"", b""]
+    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b"", b"NULL"], cluster)  # no credentials
+    assert not ok and reply[2] == b"400"  # well formed, just not the cluster's key
+    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b""], cluster)  # no mechanism
+    assert not ok and reply[2] == b"500"
+
+
+def test_curve_keys_of_the_wrong_length_or_type_say_so():
+    keys = keygen()
+    for bad in ("short", keys.public + "0" * 5, keys.public[:35], keys.public.encode(), None):
+        with pytest.raises(ValueError, match="must be 40 Z85 characters"):
+            CurveKeys(bad, keys.secret)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="must be 40 Z85 characters"):
+            CurveKeys(keys.public, bad)  # type: ignore[arg-type]
+
+
+def test_a_fresh_transport_has_counted_nothing():
+    from miyamoto.wire.transport import TransportStats
+    s = TransportStats()
+    assert (s.received, s.dropped, s.handler_errors, s.sent, s.send_failed, s.zap_denied,
+            s.messages) == (0, 0, 0, 0, 0, 0, {})
+
+
+def test_a_foreign_timeout_around_a_wait_still_fires():
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    try:
+        sock.bind(LOOPBACK)
+        with pytest.raises(zmq.Again):  # drained: the FD's edge is used up
+            sock.recv(zmq.NOBLOCK)
+        readable = Readable(sock, timeout=5.0)
+        started = time.monotonic()
+        with pytest.raises(gevent.Timeout):
+            with gevent.Timeout(0.05):
+                readable.wait()
+        assert time.monotonic() - started < 2.0
         readable.close()
     finally:
         sock.close(linger=0)

@@ -1,44 +1,13 @@
-"""Fan-out topics on a real node: one task per URL, real deliveries."""
+"""Fan-out topics on a real node: one task per URL, real deliveries (the parsing and
+the expansion alone: tests/unit/definitions/test_topics.py)."""
 
 from __future__ import annotations
-
-import hashlib
 
 import pytest
 
 from helpers import NodeProcess, Sink
-from miyamoto.definitions import topics
-from miyamoto.tasks.validate import Limits, ValidationError
 
 FORM = "application/x-www-form-urlencoded"
-
-
-def test_parse_topic_checks_each_url() -> None:
-    deny = Limits(targets=lambda host, port: "metadata" if host == "169.254.169.254" else None)
-    assert topics.parse_topic({"urls": ["http://a/1", "http://b/2"]}, deny)["urls"] == [
-        "http://a/1", "http://b/2"]
-    for body, field in [({"urls": []}, "urls"), ({"urls": ["http://a/", "ftp://b"]}, "urls[1]"),
-                        ({"urls": ["http://169.254.169.254/x"]}, "urls[0]"),
-                        ({"urls": ["http://a/"] * 2}, "urls"),
-                        ({"urls": ["http://a/%d" % i for i in range(101)]}, "urls"),
-                        ({"urls": ["http://a/"], "x": 1}, "x")]:
-        with pytest.raises(ValidationError) as e:
-            topics.parse_topic(body, deny)
-        assert e.value.field == field, body
-
-
-def test_expand_suffixes_the_name_per_url() -> None:
-    urls = ["http://a/1", "http://b/2"]
-    tasks = topics.expand({"topic": "t", "name": "n", "params": {"k": "v"}}, urls,
-                          path_queue=None, idempotency_key=None, limits=Limits(), now=1.0)
-    assert [t.url for t in tasks] == urls
-    assert [t.name for t in tasks] == [f"n:{hashlib.sha256(u.encode()).hexdigest()[:16]}"
-                                       for u in urls]
-    assert len({t.id for t in tasks}) == 2 and all(t.params == {"k": "v"} for t in tasks)
-    with pytest.raises(ValidationError) as e:
-        topics.expand({"topic": "t", "url": "http://a/"}, urls, path_queue=None,
-                      idempotency_key=None, limits=Limits(), now=1.0)
-    assert e.value.field == "topic"
 
 
 @pytest.mark.timeout(60)

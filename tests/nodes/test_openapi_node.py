@@ -1,7 +1,8 @@
 """The OpenAPI description: valid 3.1, complete, and true.
 
 * openapi-spec-validator accepts what a real node serves at /openapi.json;
-* it names every route of ``Api.routes`` with every method;
+* (that it names every route with every method, and is true at each edge of what it
+  states: tests/unit/http/test_openapi.py);
 * a bounded schemathesis run against a real node (no api tokens, so every route's body
   is reached rather than its 401) finds no 5xx and no answer outside its schema;
 * a 405 carries ``Allow`` with the route's methods.
@@ -13,7 +14,6 @@ refuses as not an http(s) URL, which is part of what is being checked).
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,8 +33,6 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance, negative_data_rejection, response_schema_conformance,
     status_code_conformance)
 
-from miyamoto.http.api import Api  # noqa: E402
-from miyamoto.tasks.validate import Limits  # noqa: E402
 
 # examples per operation and mode: ~450 calls, ~10 s on an idle 2-core machine
 MAX_EXAMPLES = {"positive": 20, "negative": 10}
@@ -54,33 +52,6 @@ def test_served_spec_is_valid_openapi_31(node: NodeProcess) -> None:
         assert name in schemas, name
     enqueue = spec["paths"]["/queue"]["post"]["requestBody"]["content"]
     assert set(enqueue) == {"application/json", "application/x-www-form-urlencoded"}
-
-
-def _template(pattern: re.Pattern[str]) -> str:
-    """``/queues/(?P<queue>[^/]+)/tasks`` -> ``/queues/{queue}/tasks`` (optional / dropped)."""
-    out = re.sub(r"\(\?P<task_id>[^)]*\)", "{id}", pattern.pattern)
-    out = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", out)
-    return out.rstrip("?").rstrip("/") or "/"
-
-
-@pytest.mark.timeout(30)
-def test_every_route_and_method_is_described() -> None:
-    from miyamoto.http.openapi import SPEC
-
-    api = Api(service=None, limits=Limits(), max_batch=10)
-    seen = set()
-    for pattern, handlers in api.routes:
-        path = _template(pattern)
-        if "{action}" in path:  # the alternatives the route's pattern names
-            names = re.search(r"\(\?P<action>([^)]*)\)", pattern.pattern).group(1)
-            paths = [path.replace("{action}", a) for a in names.split("|")]
-        else:
-            paths = [path]
-        for p in paths:
-            assert p in SPEC["paths"], p
-            assert {m.lower() for m in handlers} == set(SPEC["paths"][p]), p
-            seen.add(p)
-    assert seen == set(SPEC["paths"])
 
 
 def _local(value: Any, target: str) -> Any:

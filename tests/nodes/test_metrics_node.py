@@ -3,7 +3,8 @@
 Every family must carry HELP and TYPE and parse with prometheus_client's parser (and
 pass ``promtool check metrics`` where Debian's prometheus package is installed); the
 per-queue attempts and histograms must count what a real sink saw; a 3-node cluster's
-role, term, members and leader changes must follow a killed leader. The logs: with
+role, term, members and leader changes must follow a killed leader (each series off
+stand-in parts: tests/unit/test_metrics.py). The logs: with
 ``log_format = json`` every line is a JSON object; the access log names method, path
 and status but never the query string or the Authorization header.
 """
@@ -233,23 +234,3 @@ def test_json_logs_and_access_log_without_query_or_token(node_factory, sink):
     assert not [r for r in records if "exception" in r]  # no traceback for a client's fault
     text = node.log_text()
     assert "hunter2" not in text and token not in text  # no query string, no token
-
-
-@pytest.mark.timeout(10)
-def test_histogram_buckets_status_classes_and_queue_cap():
-    """The pieces /metrics is built of: Prometheus's "le" (a value on a bound counts in
-    that bucket), status classes, and a bounded queue label set."""
-    from miyamoto.metrics import MAX_QUEUES, OTHER, Histogram, Metrics, status_class
-
-    h = Histogram((0.1, 1.0))
-    for v in (0.05, 0.1, 0.5, 1.0, 7.0):
-        h.observe(v)
-    assert h.buckets() == [("0.1", 2), ("1.0", 4), ("+Inf", 5)]
-    assert h.total == pytest.approx(8.65)
-    assert [status_class(s) for s in (200, 204, 302, 404, 503, None, 0, 700)] == \
-        ["2xx", "2xx", "3xx", "4xx", "5xx", "error", "error", "error"]
-    m = Metrics()
-    for i in range(MAX_QUEUES + 50):
-        m.attempt(f"q{i}", 200, "succeeded", 0.01, 0.0)
-    assert len(m.duration) == MAX_QUEUES + 1 and OTHER in m.duration
-    assert m.attempts[(OTHER, "succeeded", "2xx")] == 50
