@@ -231,7 +231,8 @@ def test_a_node_that_cannot_be_reached_is_unavailable(clock: Clock) -> None:
     c, _ = make(requests.Timeout())
     with pytest.raises(Unavailable) as e:
         c.cluster()
-    assert e.value.message == f"{BASE} did not answer within 30 s"
+    # (within what is left of the call's timeout: a read is tried again meanwhile)
+    assert e.value.message.startswith(f"{BASE} did not answer within ")
     c, _ = make(requests.TooManyRedirects("loop"))
     with pytest.raises(MiyamotoError) as e:
         c.cluster()
@@ -287,17 +288,18 @@ def test_a_batch_is_retried_only_when_every_task_is_named(clock: Clock) -> None:
         assert len(s.sent) == 1, batch
 
 
-def test_definition_writes_are_retried_reads_and_task_ops_are_not(clock: Clock) -> None:
+def test_calls_safe_to_repeat_are_retried_on_a_503_an_unnamed_publish_is_not(
+        clock: Clock) -> None:
     ok = response(200, {})
     for write in (lambda c: c.schedule("s", {"url": "u"}, every=1), lambda c: c.unschedule("s"),
                   lambda c: c.pause_schedule("s"), lambda c: c.resume_schedule("s"),
                   lambda c: c.put_topic("t", ["u"]), lambda c: c.delete_topic("t"),
-                  lambda c: c.publish("t", name="n")):
+                  lambda c: c.publish("t", name="n"), lambda c: c.cluster(),
+                  lambda c: c.cancel("t"), lambda c: c.get_schedule("s")):
         c, s = make(UNAVAILABLE, ok)
         write(c)
         assert len(s.sent) == 2
-    for once in (lambda c: c.cluster(), lambda c: c.cancel("t"), lambda c: c.publish("t"),
-                 lambda c: c.get_schedule("s")):
+    for once in (lambda c: c.publish("t"),):
         c, s = make(UNAVAILABLE, ok)
         with pytest.raises(Unavailable):
             once(c)

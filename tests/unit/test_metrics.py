@@ -63,6 +63,13 @@ def test_an_attempt_is_counted_timed_and_its_first_delay_observed() -> None:
 
 # ---------------------------------------------------------------- the scrape
 
+
+class _Held(list):
+    """The engine's queue registry as metrics reads it: its size and names."""
+
+    def names(self) -> list[str]:
+        return list(self)
+
 class Node:
     """The parts of a node the collector reads, holding known values."""
 
@@ -79,13 +86,14 @@ class Node:
                                   attempts=12),
             live=[1, 2, 3, 4],
             dispatcher=SimpleNamespace(breakers=breakers, busy=2, queues=queues),
+            queues=_Held(["declared", "mail", "web"]),
             live_depth=lambda: {("mail", "scheduled"): 3, ("mail", "running"): 1,
                                 ("extra", "scheduled"): 2})
         self.journal = SimpleNamespace(commits=42, health=SimpleNamespace(ok=True))
         self.config = SimpleNamespace(queues={"declared": object()})
         transport = SimpleNamespace(stats=SimpleNamespace(
             messages={("STORE", "out"): 5, ("invalid", "dropped"): 1}, handler_errors=2,
-            zap_denied=3))
+            zap_denied=3, auth_refused=4))
         self.cluster = SimpleNamespace(
             info=lambda: {"members": [{"id": "n1", "clock_offset": 0.0},
                                       {"id": "n2", "clock_offset": 0.25},
