@@ -246,6 +246,18 @@ class Client:
     def queue(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/queues/{_seg(name)}")
 
+    def set_queue(self, name: str, **settings: Any) -> dict[str, Any]:
+        """Set a queue's settings on every node (``rate``, ``burst``, ``max_concurrent``,
+        ``max_attempts``, ``min_backoff``, ``max_backoff``, ``max_doublings``,
+        ``max_retry_duration``, ``timeout``, ``paused``); None drops the value set
+        before (back to the config's), a setting not given keeps it. Makes the queue.
+        Returns the queue with each setting's ``sources``; InvalidTask names a bad one."""
+        return self._call("PUT", f"/queues/{_seg(name)}", json=settings, safe=True)
+
+    def reset_queue(self, name: str) -> dict[str, Any]:
+        """Drop every setting made through set_queue (NotFound if none was)."""
+        return self._call("DELETE", f"/queues/{_seg(name)}", safe=True)
+
     def pause(self, queue: str) -> dict[str, Any]:
         """Stop starting deliveries of a queue, on every node."""
         return self._call("POST", f"/queues/{_seg(queue)}/pause", safe=True)

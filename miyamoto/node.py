@@ -25,13 +25,15 @@ import gevent.pool
 
 from miyamoto.cluster.layer import Cluster
 from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
-from miyamoto.config.settings import Config
+from miyamoto.config.settings import Config, QueueConfig
 from miyamoto.definitions.schedules import Ticker
+from miyamoto.delivery.fairness import queue_limit
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.engine.engine import Engine
 from miyamoto.engine.queues import page
-from miyamoto.errors import Unavailable
+from miyamoto.definitions import queues as queue_defs
+from miyamoto.errors import Conflict, Unavailable
 from miyamoto.http.api import Api
 from miyamoto.http.auth import Tokens
 from miyamoto.http.fdlimit import connection_cap
@@ -72,7 +74,7 @@ class Node:
                               metrics=self.metrics),
             clock=clock, monotonic=time.monotonic, rng=rng)
         self.engine = self.cluster.engine
-        self.definitions = self.cluster.defs  # schedules and topics, cluster-wide
+        self.definitions = self.cluster.defs  # schedules, topics, queue settings
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
@@ -86,6 +88,7 @@ class Node:
         self.journal.open()
         self.engine.start()
         self.definitions.load()  # before any peer can ask for it
+        self.definitions.settle()  # the queue settings it holds, in effect before any HTTP
         self.cluster.start()
         self.definitions.start()
         self._group.spawn(self.ticker.run)  # fires schedules while this node leads
@@ -192,20 +195,23 @@ class Node:
         return sorted(held.union(self.engine.queues.names()))
 
     def queue(self, name: str) -> dict[str, Any] | None:
-        """GET /queues/<name>; None if no node holds such a queue."""
+        """GET /queues/<name>; None if no node holds such a queue. ``sources`` says where
+        each setting comes from (``definitions.queues.sources``)."""
         counts = self.cluster.queries.queue_counts()
         if name not in self.engine.queues and name not in counts:
             return None
-        return self._queue_view(name, counts.get(name, {}))
+        view = self._queue_view(name, counts.get(name, {}))
+        sources = queue_defs.sources(self.config.queue(name), self.engine.api_settings(name))
+        if view["paused"] != self.engine.queue_config(name).paused:
+            sources["paused"] = "control"  # POST /queues/<name>/pause or resume
+        view["sources"] = sources
+        return view
 
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
         c, paused, limit = self.engine.dispatcher.summary(name)
         return {
             "name": name, "paused": paused, "limit": limit,
-            "config": {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
-                       "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
-                       "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
-                       "max_retry_duration": c.max_retry_duration, "timeout": c.timeout},
+            "config": _settings(c),
             # tasks, each once; "copies" counts every replica of them
             "counts": {s: counts.get(s, 0) for s in _STATES},
             "copies": {s: counts.get(COPIES_PREFIX + s, 0) for s in _STATES},
@@ -213,6 +219,44 @@ class Node:
             "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
                        for k in ("enqueued", "delivered", "failed")},
         }
+
+    # PUT and DELETE /queues/<name>: settings through the API, cluster-wide
+    def put_queue(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set (or, None, drop) the API's values of a queue's settings on every node, once
+        a majority has them on disk; the queue exists from then on. The answer shows
+        the settings as written (a follower may apply them a moment after)."""
+        base = self.config.queue(name)
+        queue_defs.check(base, queue_defs.merged(
+            self.definitions.machine.get(queue_defs.KIND, name), changes))
+        self.engine.queues.room_for(name)
+        status, body = self.definitions.op("merge", queue_defs.KIND, name, changes)
+        _definition_answer(status, body)
+        return self._settings_view(name, body.get("value") or {}, {})
+
+    def reset_queue(self, name: str) -> dict[str, Any] | None:
+        """Drop every value the API set for the queue (back to the config's); None if it
+        set none."""
+        status, body = self.definitions.op("delete", queue_defs.KIND, name)
+        if status == 404:
+            return None
+        _definition_answer(status, body)
+        return self._settings_view(name, None, body.get("value") or {})
+
+    def _settings_view(self, name: str, api: dict[str, Any] | None,
+                       before: dict[str, Any]) -> dict[str, Any]:
+        """The queue's view with the API's settings ``api`` as written (``before``: what
+        they were, when dropped)."""
+        self.definitions.settle()  # in effect here at once if this node has them already
+        view = self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}))
+        base = self.config.queue(name)
+        q = queue_defs.resolve(base, api)
+        view["config"], view["limit"] = _settings(q), queue_limit(q, self.config.concurrency)
+        if api and "paused" in api:
+            view["paused"] = api["paused"]
+        elif "paused" in before:
+            view["paused"] = base.paused
+        view["sources"] = queue_defs.sources(base, api)
+        return view
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
         return self.cluster.queries.list_tasks(queue, state, limit)
@@ -222,6 +266,11 @@ class Node:
         a control creates no queue."""
         if queue not in self.engine.queues and queue not in self.cluster.queries.queue_counts():
             return None
+        if action != "purge" and self.definitions.machine.get(queue_defs.KIND, queue) is not None:
+            # the API's settings of the queue say paused too: they must not say otherwise
+            status, body = self.definitions.op(action, queue_defs.KIND, queue)
+            if status != 404:  # (deleted meanwhile: nothing to keep in step)
+                _definition_answer(status, body)
         result = self.cluster.queries.control(queue, action)
         return {"status": "ok", "queue": queue, "action": action, **result}
 
@@ -256,6 +305,25 @@ class Node:
     def metrics_body(self) -> bytes:
         """GET /metrics: Prometheus text exposition (``miyamoto.metrics``)."""
         return self.metrics.render()
+
+
+def _settings(c: QueueConfig) -> dict[str, Any]:
+    """A queue's settings as GET /queues shows them (``paused`` apart: its state)."""
+    return {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
+            "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
+            "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
+            "max_retry_duration": c.max_retry_duration, "timeout": c.timeout}
+
+
+def _definition_answer(status: int, body: dict[str, Any]) -> None:
+    """A definitions write's (status, body) as the API's exceptions: 503 Unavailable,
+    409 Conflict (the cluster holds as many definitions as it may)."""
+    if status == 200:
+        return
+    message = str(body.get("error") or "the definitions could not be written")
+    if status == 409:
+        raise Conflict(message)
+    raise Unavailable(message)
 
 
 def _shared_listener(host: str, port: int) -> socket.socket:

@@ -83,6 +83,42 @@ def add_commands(sub: Any) -> None:
 
     _schedule_commands(sub, common)
     _topic_commands(sub, common)
+    _queue_commands(sub, common)
+
+
+def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto queue set|show|reset NAME``: a queue's settings, cluster-wide."""
+    queue = sub.add_parser("queue", help="set, show or reset a queue's settings, cluster-wide")
+    ops = queue.add_subparsers(dest="op", required=True, metavar="OP")
+    put = ops.add_parser("set", parents=[common], help="set settings (makes the queue)")
+    put.add_argument("name")
+    put.add_argument("settings", nargs="+", metavar="KEY=VALUE",
+                     help="rate=5 burst=10 max_concurrent=4 max_attempts=3 min_backoff=1 "
+                          "max_backoff=60 max_doublings=4 max_retry_duration=3600 "
+                          "timeout=30 paused=true; KEY=null goes back to the config's")
+    put.set_defaults(func=_command(lambda c, a: _show(c.set_queue(
+        a.name, **_settings(a.settings)), a)))
+    for op, fn, helptext in (("show", "queue", "a queue, each setting with its source"),
+                             ("reset", "reset_queue", "drop the settings set, back to the "
+                                                      "config's")):
+        q = ops.add_parser(op, parents=[common], help=helptext)
+        q.add_argument("name")
+        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name), a)))
+
+
+def _settings(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE arguments, each value read as JSON (5, 0.5, true, null); the node checks
+    what they mean and names a bad one."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not eq or not key:
+            raise UsageError(f"{pair!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            raise UsageError(f"{key}: {text!r} is not a number, true, false or null") from None
+    return out
 
 
 def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:

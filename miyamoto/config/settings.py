@@ -156,6 +156,9 @@ class QueueConfig:
     max_retry_duration: float = 0.0  # 0 = no limit
     timeout: float = 30.0
     paused: bool = False
+    # the options the INI set for it ([queue:NAME] or [queue:default]): GET /queues/<name>
+    # tells a value the config gave from a built-in default
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
@@ -302,7 +305,7 @@ def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueC
             values[key] = parse(text)
         except ValueError as e:
             raise ConfigError(f"queue:{name}.{key}: {e}") from e
-    q = dataclasses.replace(base, name=name, **values)
+    q = dataclasses.replace(base, name=name, given=base.given | frozenset(values), **values)
     if q.max_backoff < q.min_backoff:
         raise ConfigError(f"queue:{name}.max_backoff: must be >= min_backoff")
     return q

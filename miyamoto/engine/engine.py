@@ -14,11 +14,12 @@ nothing of the cluster: the replication layer hands it, when it is built,
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import gevent
 import gevent.pool
@@ -112,8 +113,11 @@ class Engine:
         # recent name reservations (a bounded cache of the journal's names table)
         self.names: collections.OrderedDict[tuple[str, str], tuple[str, float]] = \
             collections.OrderedDict()
-        self.dispatcher = Dispatcher(self._attempt, config.queue, config.concurrency, clock,
-                                     max_per_host=config.max_per_host,
+        # queue settings made through the API (checked), by queue: over the config's
+        self._api: dict[str, dict[str, Any]] = {}
+        self._resolved: dict[str, QueueConfig] = {}  # the queues with API settings, resolved
+        self.dispatcher = Dispatcher(self._attempt, self._queue_settings, config.concurrency,
+                                     clock, max_per_host=config.max_per_host,
                                      breaker_failures=config.breaker_failures,
                                      breaker_cooldown=config.breaker_cooldown,
                                      begin=self._begin)
@@ -196,6 +200,36 @@ class Engine:
         """The queue's config; reading it creates no queue state (GET /queues lists
         the queues that have state, so a read must not make one appear)."""
         return self.dispatcher.queue_config(name)
+
+    def api_settings(self, name: str) -> dict[str, Any] | None:
+        """What the API set for the queue (PUT /queues/<name>), as in effect here."""
+        return self._api.get(name)
+
+    def set_queue_settings(self, settings: dict[str, dict[str, Any]]) -> list[str]:
+        """The queue settings the API made, every queue's (checked), replacing the last
+        ones: each overrides its config's field by field, in effect at once (the
+        bucket, the limit, retries and timeouts of attempts that start from now), and
+        the queues they name exist. Returns the queues whose settings changed; pausing
+        is the caller's (a resume restaggers copies: ``cluster.queries``)."""
+        changed = sorted(n for n in set(settings) | set(self._api)
+                         if settings.get(n) != self._api.get(n))
+        self._api = {n: dict(v) for n, v in settings.items()}
+        self._resolved = {}
+        self.queues.define(self._api, self.clock())
+        for name in changed:
+            self.dispatcher.reconfigure(name)
+        return changed
+
+    def _queue_settings(self, name: str) -> QueueConfig:
+        """The config's settings of the queue, overridden by the API's (resolved once:
+        GET /queues reads a thousand, and dataclasses.replace costs ~20 us)."""
+        api = self._api.get(name)
+        if not api:
+            return self.config.queue(name)
+        q = self._resolved.get(name)
+        if q is None:
+            q = self._resolved[name] = dataclasses.replace(self.config.queue(name), **api)
+        return q
 
     # ------------------------------------------------------------ storing
     def name_holder(self, queue: str, name: str) -> tuple[str, float] | None:

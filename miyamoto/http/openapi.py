@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from miyamoto.definitions.queues import FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
@@ -85,6 +86,20 @@ _TASK_FIELDS: dict[str, Any] = {
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
     "callback", "failure_callback", "dedupe", "topic", *_DISPATCH_FIELDS)}
+
+def _queue_settings() -> dict[str, Any]:
+    """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
+    props: dict[str, Any] = {}
+    for name, (kind, lo, hi) in QUEUE_FIELDS.items():
+        if kind is bool:
+            props[name] = {"type": ["boolean", "null"]}
+        else:
+            props[name] = {"type": ["integer" if kind is int else "number", "null"],
+                           "minimum": lo, "maximum": hi}
+    return {"type": "object", "additionalProperties": False, "properties": props,
+            "description": "the settings to set; a field left out keeps what the API set "
+                           "before, null drops it (back to the config's value)"}
+
 
 # schedules and topics (miyamoto.http.definitions)
 _DEFINITION_SCHEMAS: dict[str, Any] = {
@@ -233,6 +248,11 @@ _SCHEMAS: dict[str, Any] = {
                   "limit": {"type": ["number", "null"]},
                   "config": {"type": "object", "additionalProperties": {
                       "type": ["number", "null"]}},
+                  "sources": {"type": "object", "description": "where each setting's "
+                              "value comes from (GET /queues/{queue}, PUT, DELETE): api "
+                              "(PUT), config (the INI), default (built in), control "
+                              "(paused by POST pause or resume, against the settings)",
+                              "additionalProperties": {"enum": list(SOURCES)}},
                   "counts": {"type": "object", "required": _STATES, "description": "tasks "
                              "by state, over the cluster, each counted once",
                              "properties": {s: {"type": "integer", "minimum": 0}
@@ -246,6 +266,7 @@ _SCHEMAS: dict[str, Any] = {
                              "cluster: the dashboard's rates", "properties": {
                                  k: {"type": "integer", "minimum": 0}
                                  for k in ("enqueued", "delivered", "failed")}}}},
+    "QueueSettings": _queue_settings(),
     "Queues": {"type": "object", "required": ["queues"],
                "properties": {"queues": {"type": "array", "items": _ref("Queue")},
                               "next_cursor": {"type": ["string", "null"], "description":
@@ -395,6 +416,21 @@ def _definition_paths() -> dict[str, Any]:
     }
 
 
+def _queue_paths() -> dict[str, Any]:
+    """GET, PUT and DELETE of one queue (PUT and DELETE: ``miyamoto.definitions.queues``)."""
+    write = {"503": _answer("no leader holds the definitions yet, or a majority did not "
+                            "confirm in time"),
+             "409": _answer("the cluster holds as many definitions as it may")}
+    return {
+        "get": _op("One queue, each setting with its source", "Queue", params=[_QUEUE]),
+        "put": _op("Set a queue's settings on every node (the fields given; null: back to "
+                   "the config's); makes the queue", "Queue", params=[_QUEUE],
+                   body=_json("QueueSettings"), extra=write, scope="admin"),
+        "delete": _op("Drop the settings the API made for a queue (back to the config's; "
+                      "its tasks stay)", "Queue", params=[_QUEUE], extra=write,
+                      scope="admin")}
+
+
 _OPEN = {"security": [], "description": "Open: needs no token."}
 
 _PATHS: dict[str, Any] = {
@@ -425,7 +461,7 @@ _PATHS: dict[str, Any] = {
                                                      "maximum": 1000, "default": 1000}},
         {"name": "cursor", "in": "query", "description": "next_cursor of the previous page",
          "schema": {"type": "string", "pattern": _QUEUE_PATTERN}}])},
-    "/queues/{queue}": {"get": _op("One queue", "Queue", params=[_QUEUE])},
+    "/queues/{queue}": _queue_paths(),
     "/queues/{queue}/tasks": {"get": _op("Tasks of a queue by state", "TaskList", params=[
         _QUEUE,
         {"name": "state", "in": "query", "schema": {"enum": _STATES, "default": "scheduled"}},
@@ -486,6 +522,8 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),
+    ("/queues/{queue}", "put"): ("putQueue", "queues"),
+    ("/queues/{queue}", "delete"): ("resetQueue", "queues"),
     ("/queues/{queue}/tasks", "get"): ("listQueueTasks", "queues"),
     ("/queues/{queue}/pause", "post"): ("pauseQueue", "queues"),
     ("/queues/{queue}/resume", "post"): ("resumeQueue", "queues"),
