@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         "[miyamoto], or [node:ID] for one node of a cluster file) and a MIYAMOTO_<NAME>\n"
         "environment variable: flags win over the environment, the environment over the\n"
         "file. Queues are [queue:NAME] sections of the file; cluster.example.ini shows\n"
-        "every option.")
+        "every option. The secrets and curve_public may also be read from a file named\n"
+        "by MIYAMOTO_<NAME>_FILE (MIYAMOTO_CURVE_SECRET_FILE=/run/secrets/curve_secret).")
     add_flags(serve)
     serve.set_defaults(func=_serve)
 

@@ -409,3 +409,12 @@ def test_times_are_rfc3339_unless_raw_and_eta_takes_either(node, sink):
     assert raw["eta"] == eta
     table = ok(run_cli("tasks", env=env)).stdout.splitlines()
     assert table[1].split()[3:7] == ["in", "3", "d", "0"], table  # WHEN: in 3 d 0 h
+
+
+@pytest.mark.timeout(60)
+def test_serve_with_a_secret_file_it_cannot_read_exits_2_naming_it(tmp_path):
+    missing = tmp_path / "no-such-secret"
+    cp = run_cli("serve", "--data-dir", ":memory:",
+                 env={"MIYAMOTO_CURVE_SECRET_FILE": str(missing)})
+    assert cp.returncode == 2, (cp.stdout, cp.stderr)
+    assert f"curve_secret_file: cannot read {missing}" in cp.stderr and "Traceback" not in cp.stderr
