@@ -95,9 +95,15 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     podman("rmi", "-f", tag, check=False)
 
 
+# as the Kubernetes manifests run it: a read-only root, no capabilities, no privilege gain
+LOCKED = ["--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+          "--security-opt", "no-new-privileges"]
+
+
 def _run(image: str, name: str, *args: str, env: dict[str, str]) -> None:
     flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
-    podman("run", "-d", "--name", name, "--network", "host", *LIMITS, *flags, *args, image)
+    podman("run", "-d", "--name", name, "--network", "host", *LIMITS, *LOCKED, *flags, *args,
+           image)
 
 
 @pytest.mark.timeout(900)
