@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Sequence
 
+from miyamoto.cli import sdnotify
 from miyamoto.cli.commands import add_commands
 from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, check_environment, load
 from miyamoto.version import __version__
@@ -125,7 +126,10 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("miyamoto").error("cannot start: %s", e)
         return 1
 
+    sdnotify.notify(f"READY=1\nSTATUS=serving http://{config.http}")
+
     def on_signal() -> None:
+        sdnotify.notify("STOPPING=1\nSTATUS=draining")
         gevent.spawn(node.stop)
 
     gevent.signal_handler(signal.SIGTERM, on_signal)

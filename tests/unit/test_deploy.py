@@ -71,7 +71,8 @@ def test_systemd_unit_verifies() -> None:
 
 def test_systemd_unit_limits_and_hardening() -> None:
     unit = _unit()
-    assert unit["Type"] == ["simple"] and unit["Restart"] == ["on-failure"]
+    assert unit["Type"] == ["notify"] and unit["NotifyAccess"] == ["main"]  # cli/sdnotify.py
+    assert unit["Restart"] == ["on-failure"]
     assert unit["KillSignal"] == ["SIGTERM"]
     assert _seconds(unit["TimeoutStopSec"][0]) > DEFAULTS["shutdown_timeout"]
     assert int(unit["LimitNOFILE"][0]) > DEFAULTS["max_connections"]
