@@ -113,6 +113,12 @@ def test_image_serves_checks_health_and_drains_on_sigterm(image: str, sink: Sink
                     image).stdout
     assert config.startswith("miyamoto:miyamoto [\"/opt/miyamoto/bin/miyamoto\"]"), config
     assert "/readyz" in config, config
+    # the final stage holds no compiler and the venv no pip
+    bare = podman("run", "--rm", "--network", "none", *LIMITS, "--entrypoint", "/bin/sh", image,
+                  "-c", "for c in gcc cc c++ pip pip3 /opt/miyamoto/bin/pip python3; do "
+                  "command -v $c || true; done")
+    found = bare.stdout.split()  # python3 alone: the check itself finds what is there
+    assert len(found) == 1 and found[0].endswith("/python3"), bare.stdout
     # the image's own address is 0.0.0.0: without tokens the node refuses to start
     refused = podman("run", "--rm", "--network", "none", *LIMITS, image, check=False)
     assert refused.returncode == 2 and "api_tokens" in refused.stderr, refused.stderr
