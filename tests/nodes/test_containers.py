@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from helpers import REPO, Reply, Sink, free_ports, wait_until
+from helpers import REPO, Reply, Sink, free_ports, loaded, wait_until
 
 BASE = "localhost/miyamoto-base:bookworm"
 BASE_RC = Path("/tmp/miyamoto-base-image.rc")  # .ci/base-image's exit code, when it ends
@@ -75,9 +75,10 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ctx = tmp_path_factory.mktemp("image")
     src = ctx / "src"
     for name in PACKAGE:
-        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
-        copy(REPO / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                         if (REPO / name).is_dir() else {}))
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
                     str(src), "-w", str(ctx / "wheels")], check=True, timeout=300,
                    capture_output=True)
@@ -128,7 +129,8 @@ def test_image_serves_checks_health_and_drains_on_sigterm(image: str, sink: Sink
         _run(image, name, "-v", f"{volume}:/data", env={
             "MIYAMOTO_HTTP": f"127.0.0.1:{http}", "MIYAMOTO_CLUSTER": f"tcp://127.0.0.1:{cluster}"})
         url = f"http://127.0.0.1:{http}"
-        wait_until(lambda: requests.get(url + "/readyz", timeout=2).ok, timeout=30, what="/readyz")
+        wait_until(lambda: requests.get(url + "/readyz", timeout=2).ok, timeout=loaded(30),
+                   what="/readyz")
         assert podman("healthcheck", "run", name, check=False).returncode == 0
         assert podman("exec", name, "id", "-u").stdout.strip() == "10001"
         sink.reply("/slow", Reply(200, delay=1.5))  # in flight at the SIGTERM
@@ -143,7 +145,8 @@ def test_image_serves_checks_health_and_drains_on_sigterm(image: str, sink: Sink
         podman("rm", name)
         _run(image, name, "-v", f"{volume}:/data", env={
             "MIYAMOTO_HTTP": f"127.0.0.1:{http}", "MIYAMOTO_CLUSTER": f"tcp://127.0.0.1:{cluster}"})
-        wait_until(lambda: requests.get(url + "/readyz", timeout=2).ok, timeout=30, what="/readyz")
+        wait_until(lambda: requests.get(url + "/readyz", timeout=2).ok, timeout=loaded(30),
+                   what="/readyz")
         task = requests.get(f"{url}/tasks/{r.json()['id']}", timeout=5).json()
         assert task["state"] == "succeeded" and sink.count("/slow") == 1, task
     finally:
@@ -195,7 +198,8 @@ def test_compose_cluster_delivers_every_task_once_with_a_node_stopped(
     try:
         _compose(env, files, "up", "-d")
         for n, url in urls.items():
-            wait_until(lambda: _members(url) == 3, timeout=60, what=f"node {n} in a cluster of 3")
+            wait_until(lambda: _members(url) == 3, timeout=loaded(60),
+                       what=f"node {n} in a cluster of 3")
         print(f"compose: 3 nodes up and joined in {time.monotonic() - started:.1f} s")
         auth = {"Authorization": f"Bearer {TOKEN}"}
         assert requests.post(urls["a"] + "/queue", json={"url": sink.url + "/w"},
@@ -210,11 +214,11 @@ def test_compose_cluster_delivers_every_task_once_with_a_node_stopped(
         podman("stop", "--time", "20", f"{project}_c_1", timeout=60)
         print(f"compose: node c stopped in {time.monotonic() - stopped:.1f} s")
         sink.wait_for(lambda reqs: {q.headers["X-Task-Id"] for q in reqs} >= ids, path="/w",
-                      timeout=60)
+                      timeout=loaded(60))
         for url in (urls["a"], urls["b"]):  # every copy knows its task is done
             wait_until(lambda: all(requests.get(f"{url}/tasks/{t}", headers=auth, timeout=5)
                                    .json()["state"] == "succeeded" for t in ids),
-                       timeout=30, interval=0.5, what="every task succeeded")
+                       timeout=loaded(30), interval=0.5, what="every task succeeded")
         got = [q.headers["X-Task-Id"] for q in sink.requests("/w")]
         assert sorted(got) == sorted(ids), f"{len(got)} deliveries of {len(ids)} tasks"
         print(f"compose: {len(ids)} tasks delivered once each, "
