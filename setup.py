@@ -40,6 +40,9 @@ setup(
             "openapi-python-client>=0.29",
             "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot
             "playwright>=1.40",  # tests/nodes/test_dashboard_browser.py drives Debian's chromium
+            "podman-compose>=1.1",  # tests/nodes/test_containers.py brings compose.yaml up
+            "kubernetes-validate>=1.30",  # tests/unit/test_deploy.py: the manifests' schema
+            "build>=1.0",  # tests/nodes/test_release.py: python -m build, wheel and sdist
         ],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests

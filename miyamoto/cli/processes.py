@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import zmq
 
+from miyamoto.cli import sdnotify
 from miyamoto.config.settings import Config, ConfigError
 
 log = logging.getLogger(__name__)
@@ -79,11 +80,16 @@ class Supervisor:
 
     def _start(self, i: int) -> None:
         argv, env = self.children[i]
-        self.procs[i] = subprocess.Popen(argv, env={**os.environ, **env})
+        # the supervisor speaks to systemd for all: a child's READY=1 would be refused
+        # (NotifyAccess=main) or would mark the whole service ready too early
+        inherited = {k: v for k, v in os.environ.items() if k != sdnotify.VARIABLE}
+        self.procs[i] = subprocess.Popen(argv, env={**inherited, **env})
         log.info("processes: started %s (pid %d)", argv[argv.index("--node") + 1],
                  self.procs[i].pid)
 
     def stop(self, *_: Any) -> None:
+        if not self.stopping:
+            sdnotify.notify("STOPPING=1")
         self.stopping = True
         for p in self.procs:
             if p is not None and p.poll() is None:
@@ -92,6 +98,7 @@ class Supervisor:
     def run(self) -> int:
         for i in range(len(self.children)):
             self._start(i)
+        sdnotify.notify(f"READY=1\nSTATUS={len(self.children)} nodes started")
         while True:
             if self.stopping:
                 codes = [p.wait() for p in self.procs if p is not None]

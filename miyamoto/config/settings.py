@@ -317,10 +317,18 @@ OTHER_VARIABLES = ("MIYAMOTO_CONFIG", "MIYAMOTO_SERVER", "MIYAMOTO_TOKEN", "MIYA
                    "MIYAMOTO_ARTIFACTS")
 
 
+# the options that MIYAMOTO_<NAME>_FILE may also give, as the file's text: the secrets and
+# the public key beside its secret, for keys and tokens mounted as files (a Kubernetes or
+# compose secret) rather than left in the environment, where child processes inherit them
+FILE_OPTIONS = tuple(s.name for s in SETTINGS if s.secret or s.name == "curve_public")
+MAX_SECRET_FILE = 65536  # bytes; a secret file is a few hundred
+
+
 def check_environment(env: Mapping[str, str]) -> None:
     """A MIYAMOTO_* variable that nothing reads is a typo to report, not to ignore (a
     misspelt MIYAMOTO_REPLICATON would leave the default in force without a word)."""
-    known = {_env_name(s.name) for s in SETTINGS} | set(OTHER_VARIABLES)
+    known = ({_env_name(s.name) for s in SETTINGS} | set(OTHER_VARIABLES)
+             | {_env_name(name) + "_FILE" for name in FILE_OPTIONS})
     for name in sorted(env):
         if name.startswith("MIYAMOTO_") and name not in known:
             raise ConfigError(f"{name}: no such option{_closest(name, sorted(known))} "
@@ -350,11 +358,37 @@ def _gather(config_file: str | None, env: Mapping[str, str], flags: dict[str, An
     for s in SETTINGS:
         if _env_name(s.name) in env:
             raw[s.name], source[s.name] = env[_env_name(s.name)], _env_name(s.name)
+    for name in FILE_OPTIONS:
+        variable = _env_name(name) + "_FILE"
+        if variable in env:
+            if _env_name(name) in env:
+                raise ConfigError(f"{name}_file: {variable} and {_env_name(name)} are both set; "
+                                  "give one of them")
+            raw[name], source[name] = _read_secret_file(name, env[variable]), variable
     for key, v in flags.items():
         if key not in _BY_NAME:
             raise ConfigError(f"{key}: unknown option")
         raw[key], source[key] = v, "--" + key.replace("_", "-")
     return raw, source, raw_queues
+
+
+def _read_secret_file(name: str, path: str) -> str:
+    """The text of the file MIYAMOTO_<NAME>_FILE names, surrounding white space dropped (a
+    mounted secret often ends in a newline); the error names the option, never the text."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SECRET_FILE + 1)
+    except OSError as e:
+        raise ConfigError(f"{name}_file: cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_SECRET_FILE:
+        raise ConfigError(f"{name}_file: {path} is larger than {MAX_SECRET_FILE} bytes")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}_file: {path} is not UTF-8 text") from None
+    if not text:
+        raise ConfigError(f"{name}_file: {path} is empty")
+    return text
 
 
 def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
