@@ -22,10 +22,12 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 import gevent.pool
+import gevent.ssl
 
 from miyamoto.cluster.layer import Cluster
 from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
 from miyamoto.config.settings import Config
+from miyamoto.config.tls import TLSFileError, server_context
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
@@ -98,11 +100,35 @@ class Node:
             address, app,
             max_connections=connection_cap(c.max_connections, other_fds=c.concurrency),
             header_timeout=c.http_header_timeout, idle_timeout=c.http_idle_timeout,
-            max_header_bytes=c.max_header_bytes)
+            max_header_bytes=c.max_header_bytes, tls=self._tls_context())
         self.server.start()
-        log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
-                 self.config.http, "none: no key" if self.cluster.solo else self.config.cluster,
+        log.info("node %s serving %s://%s (cluster %s, data %s)", self.node_id,
+                 "https" if c.tls_cert else "http", self.config.http,
+                 "none: no key" if self.cluster.solo else self.config.cluster,
                  self.config.data_dir)
+
+    def _tls_context(self) -> gevent.ssl.SSLContext | None:
+        c = self.config
+        if not c.tls_cert:
+            return None
+        return server_context(c.tls_cert, c.tls_key, c.tls_client_ca,
+                              factory=gevent.ssl.SSLContext)
+
+    def reload_tls(self) -> bool:
+        """SIGHUP: read tls_cert, tls_key and tls_client_ca again (a renewed certificate)
+        for the connections accepted from now on; the listener and the open connections
+        stay. Files that do not serve are logged and the old ones kept. True: reloaded."""
+        if self.server is None or not self.config.tls_cert:
+            return False
+        try:
+            ctx = self._tls_context()
+        except TLSFileError as e:
+            log.error("tls: reload failed, still serving the previous certificate: %s", e)
+            return False
+        assert ctx is not None
+        self.server.use_tls(ctx)
+        log.info("tls: reloaded %s", self.config.tls_cert)
+        return True
 
     @property
     def http_port(self) -> int:

@@ -127,8 +127,12 @@ def _serve(args: argparse.Namespace) -> int:
     def on_signal() -> None:
         gevent.spawn(node.stop)
 
+    def on_hangup() -> None:  # reload the TLS certificate and key
+        gevent.spawn(node.reload_tls)
+
     gevent.signal_handler(signal.SIGTERM, on_signal)
     gevent.signal_handler(signal.SIGINT, on_signal)
+    gevent.signal_handler(signal.SIGHUP, on_hangup)
     node.serve_forever()
     return 0
 
