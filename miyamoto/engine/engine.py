@@ -601,6 +601,20 @@ class Engine:
         return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
                 if s in _LIVE}
 
+    def oldest_due(self) -> dict[str, float]:
+        """queue -> seconds its oldest due copy that has not started has been due (/metrics:
+        a queue that stops delivering shows here). Due copies are all in memory (the
+        window pages them in ahead), so this is one pass over it: ~15 ms per 100,000."""
+        now = self.clock()
+        oldest: dict[str, float] = {}
+        scheduled = State.SCHEDULED
+        for t in self.live.values():
+            if t.fire_at <= now and t.state is scheduled:
+                q = t.queue
+                if t.fire_at < oldest.get(q, now):
+                    oldest[q] = t.fire_at
+        return {q: now - at for q, at in oldest.items()}
+
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory
             out = [t for t in self.live.values() if t.queue == queue and t.state == state]
