@@ -40,7 +40,12 @@ setup(
             "openapi-python-client>=0.29",
             "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot
             "playwright>=1.40",  # tests/nodes/test_dashboard_browser.py drives Debian's chromium
+            # tests/unit/test_tracing.py: the SDK's in-memory exporter
+            "opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",
         ],
+        # traces (miyamoto/tracing.py): tracing = true, or OTEL_EXPORTER_OTLP_ENDPOINT
+        "otel": ["opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",
+                 "opentelemetry-exporter-otlp-proto-http>=1.20"],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests
         "compare": ["celery>=5.3", "redis>=5.0"],

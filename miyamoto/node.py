@@ -43,6 +43,7 @@ from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
 from miyamoto.tasks.validate import Limits
+from miyamoto.tracing import traces, wanted
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Node:
         self.node_id = config.node
         self.server: HTTPServer | None = None  # built by start(): it may bind a socket
         self.draining = False
+        self._tracing = False  # this node started the process's tracing (miyamoto.tracing)
         self._stopped = gevent.event.Event()
         self._group = gevent.pool.Group()  # the ticker's greenlet
         self.metrics = Metrics()  # its own registry: several nodes may share a process
@@ -85,6 +87,10 @@ class Node:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        if wanted(self.config.tracing) and not traces.on:  # one provider per process
+            self._tracing = traces.start(self.node_id)
+            if self._tracing:
+                log.info("tracing: on, spans exported by OTLP/HTTP (the OTEL_* variables)")
         self.journal.open()
         self.engine.start()
         self.definitions.load()  # before any peer can ask for it
@@ -164,6 +170,8 @@ class Node:
         if self.server is not None:
             self.server.stop(timeout=1)
         self.journal.close()
+        if self._tracing:
+            traces.stop()  # what the exporter holds goes out
         log.info("node %s stopped", self.node_id)
         self._stopped.set()
 
@@ -175,7 +183,11 @@ class Node:
     def enqueue(self, task: Task) -> dict[str, Any]:
         self._check_open()
         self.engine.queues.admit(task.queue, self.clock())  # 400 naming queue past the cap
-        stored = self.cluster.enqueue(task)
+        if traces.on:
+            with traces.enqueue([task]) as traced:
+                stored = self.cluster.enqueue(traced[0])
+        else:
+            stored = self.cluster.enqueue(task)
         return {"status": "scheduled", "id": stored.id, "queue": stored.queue,
                 "eta": stored.eta, "name": stored.name, "replicas": list(stored.replicas)}
 
@@ -184,6 +196,9 @@ class Node:
         now = self.clock()
         for task in tasks:  # all or none: a queue past the cap refuses the whole batch
             self.engine.queues.admit(task.queue, now)
+        if traces.on:
+            with traces.enqueue(tasks) as traced:
+                return self.cluster.enqueue_many(traced)
         return self.cluster.enqueue_many(tasks)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ import configparser
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import ipaddress
 import os
 import socket
@@ -141,6 +142,9 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("log_format", value.log_format, "text",
             "text, or json: one JSON object a line (time, level, logger, message, exception)"),
     Setting("access_log", value.boolean, False, "log one line per HTTP request (no query string)"),
+    Setting("tracing", value.boolean, False, "OpenTelemetry traces of enqueues, stores and "
+            "attempts, exported by OTLP/HTTP as the OTEL_* variables say (needs the otel "
+            "extra: pip install miyamoto[otel]); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"),
 ))
 
 
@@ -215,6 +219,7 @@ class Config:
     log_level: str
     log_format: str
     access_log: bool
+    tracing: bool
     max_body: int
     max_url: int
     max_delay: float
@@ -399,6 +404,8 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
     _check_cluster_keys(values)
     _check_http_exposure(values)
     _check_tls(values)
+    if values["tracing"] and not _otel_installed():
+        raise ConfigError("tracing: needs the opentelemetry packages: pip install 'miyamoto[otel]'")
     if values["curve_public"]:
         from miyamoto.wire.transport import CurveKeys  # gevent, libzmq: only for a key pair
 
@@ -469,6 +476,14 @@ def _check_http_exposure(values: Mapping[str, Any]) -> None:
             f"api_tokens: http binds {host}, beyond loopback, so the API needs tokens "
             "(api_tokens = admin:TOKEN,... or MIYAMOTO_API_TOKENS), "
             "or insecure_http = true to serve it open")
+
+
+def _otel_installed() -> bool:
+    """Whether tracing could start (the SDK is found; nothing is imported)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ImportError:  # no opentelemetry package at all
+        return False
 
 
 def _check_tls(values: Mapping[str, Any]) -> None:

@@ -40,6 +40,7 @@ from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task, add_attempt, new_id
+from miyamoto.tracing import traces
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ class Engine:
     def settle(self, tasks: list[Task], hold: bool = False) -> None:
         """The second half: one commit for every copy ``admit`` took, then each is live.
         Unavailable (every one withdrawn) if the journal could not commit them."""
+        start = time.time_ns() if traces.on else 0
         try:
             self.journal.flush()
         except Exception as e:
@@ -266,6 +268,8 @@ class Engine:
             self._refused(tasks[0], e)
         for t in tasks:
             self._settled(t, hold)
+        if traces.on:
+            traces.stored(tasks, self.config.node, start)
 
     def _name_expiry(self, task: Task) -> float | None:
         return None if task.name is None else task.created + self.config.dedup_window
@@ -336,10 +340,13 @@ class Engine:
         """The HTTP attempt of a copy ``_begin`` marked running, and its outcome."""
         t, now, first_delay = begun
         started = time.monotonic()
+        span = trace = None
         try:
             q = self.queue_config(t.queue)
             timeout = t.timeout or q.timeout
-            method, url, headers, body = build_request(t, now, self.config.signing_secret)
+            if traces.on:  # the attempt's span; the target gets its traceparent
+                span, trace = traces.attempt(t, t.method, self.config.node)
+            method, url, headers, body = build_request(t, now, self.config.signing_secret, trace)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock(),
@@ -351,6 +358,8 @@ class Engine:
             log.exception("task %s: attempt failed unexpectedly", t.id)
             outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock(),
                               start=now, node=self.config.node)
+        if span is not None:
+            traces.attempted(span, outcome.status, outcome.error)
         self.dispatcher.outcome(origin(t.url), outcome.status)  # the target's breaker
         action = self.finish(t.id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
