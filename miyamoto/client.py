@@ -164,7 +164,7 @@ class Client:
             self.session.headers["Authorization"] = f"Bearer {token}"
         # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a
         # session's verify (psf/requests#3829), so a given CA is passed with each call
-        self._verify: str | bool = ca or True
+        self._verify: str | None = ca or None  # None: as requests decides without one
         if cert:
             self.session.cert = cert
         self._rng = rng or random.Random()
@@ -387,8 +387,9 @@ class Client:
         except requests.ConnectTimeout:
             raise _unreached(f"cannot reach {base}: no connection within {timeout:.3g} s") from None
         except requests.exceptions.SSLError as e:  # a setup to fix, not a node to skip
-            raise MiyamotoError(f"cannot talk TLS to {base}: {_reason(e)} (is the CA that "
-                                "signed its certificate given: ca=, --cacert?)") from None
+            raise MiyamotoError(f"cannot talk TLS to {base}: {_reason(e)} (the CA that signed "
+                                "its certificate: ca=, --cacert; for mutual TLS a client "
+                                "certificate: cert=, --cert)") from None
         except requests.ConnectionError as e:
             error = Unavailable(f"cannot reach {base}: {_reason(e)}")
             error.reached = not _never_sent(e)
