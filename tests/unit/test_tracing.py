@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from helpers import Sink
+from harness.waits import free_ports
+from helpers import CLUSTER_KEYS, Sink
 from miyamoto.config.settings import load
 from miyamoto.node import Node
 from miyamoto.tracing import traces, wanted
@@ -108,6 +109,44 @@ def test_a_producers_trace_goes_on_through_enqueue_store_and_every_attempt(
     assert not attempts[0].status.is_ok and attempts[1].status.is_ok
     sent = [r.headers["traceparent"] for r in sink.requests("/w")]  # each under its attempt
     assert sent == [f"00-{TRACE_ID}-{_hex(a.context.span_id, 16)}-01" for a in attempts]
+
+
+def _pair(tmp_path) -> list[Node]:
+    """Two nodes of one cluster in this process (real ZeroMQ, real journals)."""
+    ports = free_ports(2)
+    seeds = ",".join(f"tcp://127.0.0.1:{p}" for p in ports)
+    nodes = []
+    for i, port in enumerate(ports):
+        flags = {"data_dir": str(tmp_path / f"n{i}"), "http": "127.0.0.1:0", "node": f"n{i}",
+                 "cluster": f"tcp://127.0.0.1:{port}", "seeds": seeds,
+                 "curve_public": CLUSTER_KEYS[0], "curve_secret": CLUSTER_KEYS[1],
+                 "heartbeat_interval": "0.05", "election_timeout_min": "0.1",
+                 "election_timeout_max": "0.2", "replica_offset": "0.5"}
+        nodes.append(Node(load(env={}, flags=flags)))
+        nodes[-1].start()
+    _until(lambda: all(n.ready()[0] and len(n.cluster_info()["members"]) == 2 for n in nodes))
+    return nodes
+
+
+def test_the_store_message_carries_the_trace_to_the_other_replica(exporter, sink, tmp_path):
+    nodes = _pair(tmp_path)
+    try:
+        task = _post(nodes[0].http_port, {"url": sink.url_for("/two")},
+                     {"traceparent": PRODUCER})
+        stores = _until(lambda: len([s for s in exporter.get_finished_spans()
+                                     if s.name == "miyamoto store"]) == 2 and
+                        [s for s in exporter.get_finished_spans() if s.name == "miyamoto store"])
+        (enqueue,) = [s for s in exporter.get_finished_spans() if s.name == "miyamoto enqueue"]
+        assert sorted(s.attributes["miyamoto.node"] for s in stores) == ["n0", "n1"]
+        assert {s.parent.span_id for s in stores} == {enqueue.context.span_id}
+        assert {_hex(s.context.trace_id, 32) for s in stores} == {TRACE_ID}
+        held = [n.engine.get(task["id"]) for n in nodes]
+        assert {t.traceparent for t in held} == {
+            f"00-{TRACE_ID}-{_hex(enqueue.context.span_id, 16)}-01"}  # in both journals
+        _until(lambda: sink.count("/two") >= 1)
+    finally:
+        for n in nodes:
+            n.stop()
 
 
 def test_with_tracing_off_the_producers_traceparent_reaches_the_worker(node, sink):
