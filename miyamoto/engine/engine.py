@@ -613,7 +613,8 @@ class Engine:
     def oldest_due(self) -> dict[str, float]:
         """queue -> seconds its oldest due copy that has not started has been due (/metrics:
         a queue that stops delivering shows here). Due copies are all in memory (the
-        window pages them in ahead), so this is one pass over it: ~15 ms per 100,000."""
+        window pages them in ahead), so this is one pass over it: 20 ms per 100,000 (a
+        scrape every 15 s: 0.1 % of a core at that size)."""
         now = self.clock()
         oldest: dict[str, float] = {}
         scheduled = State.SCHEDULED
