@@ -22,10 +22,12 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 import gevent.pool
+import gevent.ssl
 
 from miyamoto.cluster.layer import Cluster
 from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
 from miyamoto.config.settings import Config, QueueConfig
+from miyamoto.config.tls import TLSFileError, server_context
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.fairness import queue_limit
 from miyamoto.delivery.httpclient import HTTPClient
@@ -43,6 +45,7 @@ from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
 from miyamoto.tasks.validate import Limits
+from miyamoto.tracing import traces, wanted
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class Node:
         self.node_id = config.node
         self.server: HTTPServer | None = None  # built by start(): it may bind a socket
         self.draining = False
+        self._tracing = False  # this node started the process's tracing (miyamoto.tracing)
         self._stopped = gevent.event.Event()
         self._group = gevent.pool.Group()  # the ticker's greenlet
         self.metrics = Metrics()  # its own registry: several nodes may share a process
@@ -85,6 +89,10 @@ class Node:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        if wanted(self.config.tracing) and not traces.on:  # one provider per process
+            self._tracing = traces.start(self.node_id)
+            if self._tracing:
+                log.info("tracing: on, spans exported by OTLP/HTTP (the OTEL_* variables)")
         self.journal.open()
         self.engine.start()
         self.definitions.load()  # before any peer can ask for it
@@ -101,11 +109,35 @@ class Node:
             address, app,
             max_connections=connection_cap(c.max_connections, other_fds=c.concurrency),
             header_timeout=c.http_header_timeout, idle_timeout=c.http_idle_timeout,
-            max_header_bytes=c.max_header_bytes)
+            max_header_bytes=c.max_header_bytes, tls=self._tls_context())
         self.server.start()
-        log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
-                 self.config.http, "none: no key" if self.cluster.solo else self.config.cluster,
+        log.info("node %s serving %s://%s (cluster %s, data %s)", self.node_id,
+                 "https" if c.tls_cert else "http", self.config.http,
+                 "none: no key" if self.cluster.solo else self.config.cluster,
                  self.config.data_dir)
+
+    def _tls_context(self) -> gevent.ssl.SSLContext | None:
+        c = self.config
+        if not c.tls_cert:
+            return None
+        return server_context(c.tls_cert, c.tls_key, c.tls_client_ca,
+                              factory=gevent.ssl.SSLContext)
+
+    def reload_tls(self) -> bool:
+        """SIGHUP: read tls_cert, tls_key and tls_client_ca again (a renewed certificate)
+        for the connections accepted from now on; the listener and the open connections
+        stay. Files that do not serve are logged and the old ones kept. True: reloaded."""
+        if self.server is None or not self.config.tls_cert:
+            return False
+        try:
+            ctx = self._tls_context()
+        except TLSFileError as e:
+            log.error("tls: reload failed, still serving the previous certificate: %s", e)
+            return False
+        assert ctx is not None
+        self.server.use_tls(ctx)
+        log.info("tls: reloaded %s", self.config.tls_cert)
+        return True
 
     @property
     def http_port(self) -> int:
@@ -141,6 +173,8 @@ class Node:
         if self.server is not None:
             self.server.stop(timeout=1)
         self.journal.close()
+        if self._tracing:
+            traces.stop()  # what the exporter holds goes out
         log.info("node %s stopped", self.node_id)
         self._stopped.set()
 
@@ -152,7 +186,11 @@ class Node:
     def enqueue(self, task: Task) -> dict[str, Any]:
         self._check_open()
         self.engine.queues.admit(task.queue, self.clock())  # 400 naming queue past the cap
-        stored = self.cluster.enqueue(task)
+        if traces.on:
+            with traces.enqueue([task]) as traced:
+                stored = self.cluster.enqueue(traced[0])
+        else:
+            stored = self.cluster.enqueue(task)
         return {"status": "scheduled", "id": stored.id, "queue": stored.queue,
                 "eta": stored.eta, "name": stored.name, "replicas": list(stored.replicas)}
 
@@ -161,6 +199,9 @@ class Node:
         now = self.clock()
         for task in tasks:  # all or none: a queue past the cap refuses the whole batch
             self.engine.queues.admit(task.queue, now)
+        if traces.on:
+            with traces.enqueue(tasks) as traced:
+                return self.cluster.enqueue_many(traced)
         return self.cluster.enqueue_many(tasks)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:

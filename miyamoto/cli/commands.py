@@ -26,8 +26,8 @@ class UsageError(Exception):
     """A bad argument the parser could not catch (exit 2)."""
 
 
-def add_commands(sub: Any) -> None:
-    """Add every client command to the ``miyamoto`` subparsers."""
+def _common() -> argparse.ArgumentParser:
+    """The arguments every client command takes: where the node is, how to reach it."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", help=f"node to talk to, or several (a,b,c: a call that is "
                                          f"safe to repeat moves to the next on a refused "
@@ -35,11 +35,24 @@ def add_commands(sub: Any) -> None:
                                          f"or {DEFAULT_SERVER}")
     common.add_argument("--token", help="API bearer token (default $MIYAMOTO_TOKEN; never put "
                                         "one in shell history)")
+    common.add_argument("--cacert", metavar="PEM",
+                        help="CA certificate to verify an https node with (default "
+                             "$MIYAMOTO_CACERT, else the system's CAs)")
+    common.add_argument("--cert", metavar="PEM", help="client certificate for a node that "
+                        "asks for one (mutual TLS; default $MIYAMOTO_CLIENT_CERT)")
+    common.add_argument("--key", metavar="PEM", help="its private key, if not in --cert's "
+                        "file (default $MIYAMOTO_CLIENT_KEY)")
     common.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on each call to the node, retries included (default 30)")
     common.add_argument("--raw", action="store_true",
                         help="print the node's answer as it is, times in unix seconds (by "
                              "default they are shown in RFC 3339, UTC)")
+    return common
+
+
+def add_commands(sub: Any) -> None:
+    """Add every client command to the ``miyamoto`` subparsers."""
+    common = _common()
 
     enq = sub.add_parser("enqueue", parents=[common], help="enqueue a task (or --file many)")
     _enqueue_args(enq)
@@ -244,7 +257,8 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
         server = args.server or os.environ.get("MIYAMOTO_SERVER") or DEFAULT_SERVER
         servers = _servers(server)
         try:
-            with Client(servers, token=token, timeout=args.request_timeout) as client:
+            with Client(servers, token=token, timeout=args.request_timeout,
+                        **_tls(args)) as client:
                 return fn(client, args)
         except UsageError as e:
             print(f"miyamoto {args.command}: {e}", file=sys.stderr)
@@ -262,6 +276,17 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
             return 1
 
     return run
+
+
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The Client's ``ca`` and ``cert`` from the flags or their variables."""
+    env = os.environ
+    ca = args.cacert or env.get("MIYAMOTO_CACERT") or None
+    cert = args.cert or env.get("MIYAMOTO_CLIENT_CERT") or None
+    key = args.key or env.get("MIYAMOTO_CLIENT_KEY") or None
+    if key and not cert:
+        raise UsageError("--key needs --cert")
+    return {"ca": ca, "cert": (cert, key) if cert and key else cert}
 
 
 def _servers(text: str) -> list[str]:

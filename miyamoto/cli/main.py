@@ -132,8 +132,12 @@ def _serve(args: argparse.Namespace) -> int:
         sdnotify.notify("STOPPING=1\nSTATUS=draining")
         gevent.spawn(node.stop)
 
+    def on_hangup() -> None:  # reload the TLS certificate and key
+        gevent.spawn(node.reload_tls)
+
     gevent.signal_handler(signal.SIGTERM, on_signal)
     gevent.signal_handler(signal.SIGINT, on_signal)
+    gevent.signal_handler(signal.SIGHUP, on_hangup)
     node.serve_forever()
     return 0
 

@@ -9,7 +9,7 @@ the kernel spreads connections among them: clients see one address.
 
 Without a cluster key pair the supervisor makes one for its children (it never leaves
 this host: it travels in their environment). It forwards SIGTERM/SIGINT to every child
-and waits for them; a child that dies otherwise is started again after a second, up to
+and waits for them, and SIGHUP (reload the TLS certificate) to every child; a child that dies otherwise is started again after a second, up to
 ``MAX_RESTARTS`` times a minute, after which everything stops (exit 1).
 """
 
@@ -95,6 +95,11 @@ class Supervisor:
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
+    def hangup(self, *_: Any) -> None:
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGHUP)
+
     def run(self) -> int:
         for i in range(len(self.children)):
             self._start(i)
@@ -130,4 +135,5 @@ def supervise(config: Config, flags: Mapping[str, Any]) -> int:
     sup = Supervisor(plan(config, flags))
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
+    signal.signal(signal.SIGHUP, sup.hangup)
     return sup.run()

@@ -14,6 +14,7 @@ import configparser
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import ipaddress
 import os
 import socket
@@ -63,6 +64,12 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("max_delay", value.float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
     Setting("max_name", value.int_ge(1), 500, "longest task name"),
     Setting("max_batch", value.int_ge(1), 1000, "most tasks in one batch request"),
+    Setting("tls_cert", value.stripped, "", "PEM certificate (chain after it) to serve the "
+            "HTTP API over https; reloaded with tls_key on SIGHUP", metavar="PATH"),
+    Setting("tls_key", value.stripped, "", "PEM private key of tls_cert (unencrypted)",
+            metavar="PATH"),
+    Setting("tls_client_ca", value.stripped, "", "PEM CA certificates: with them every HTTP "
+            "client must show a certificate one signed (mutual TLS)", metavar="PATH"),
 ), *_group(
     "cluster",
     Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT, "
@@ -135,6 +142,9 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("log_format", value.log_format, "text",
             "text, or json: one JSON object a line (time, level, logger, message, exception)"),
     Setting("access_log", value.boolean, False, "log one line per HTTP request (no query string)"),
+    Setting("tracing", value.boolean, False, "OpenTelemetry traces of enqueues, stores and "
+            "attempts, exported by OTLP/HTTP as the OTEL_* variables say (needs the otel "
+            "extra: pip install miyamoto[otel]); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"),
 ))
 
 
@@ -212,11 +222,15 @@ class Config:
     log_level: str
     log_format: str
     access_log: bool
+    tracing: bool
     max_body: int
     max_url: int
     max_delay: float
     max_name: int
     max_batch: int
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
     dedup_window: float
     schedule_catch_up: str
     retention: float
@@ -312,8 +326,10 @@ def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueC
 
 
 # MIYAMOTO_* variables that are not serve options: the config file, the client commands'
-# node and token (MIYAMOTO_API_TOKEN: the token's older name), the tests' screenshots dir
+# node, token (MIYAMOTO_API_TOKEN: the token's older name) and TLS files, the tests'
+# screenshots dir
 OTHER_VARIABLES = ("MIYAMOTO_CONFIG", "MIYAMOTO_SERVER", "MIYAMOTO_TOKEN", "MIYAMOTO_API_TOKEN",
+                   "MIYAMOTO_CACERT", "MIYAMOTO_CLIENT_CERT", "MIYAMOTO_CLIENT_KEY",
                    "MIYAMOTO_ARTIFACTS")
 
 
@@ -424,6 +440,9 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         raise ConfigError("curve_secret: curve_public and curve_secret go together")
     _check_cluster_keys(values)
     _check_http_exposure(values)
+    _check_tls(values)
+    if values["tracing"] and not _otel_installed():
+        raise ConfigError("tracing: needs the opentelemetry packages: pip install 'miyamoto[otel]'")
     if values["curve_public"]:
         from miyamoto.wire.transport import CurveKeys  # gevent, libzmq: only for a key pair
 
@@ -494,6 +513,33 @@ def _check_http_exposure(values: Mapping[str, Any]) -> None:
             f"api_tokens: http binds {host}, beyond loopback, so the API needs tokens "
             "(api_tokens = admin:TOKEN,... or MIYAMOTO_API_TOKENS), "
             "or insecure_http = true to serve it open")
+
+
+def _otel_installed() -> bool:
+    """Whether tracing could start (the SDK is found; nothing is imported)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ImportError:  # no opentelemetry package at all
+        return False
+
+
+def _check_tls(values: Mapping[str, Any]) -> None:
+    """Certificate and key go together, a client CA needs them, and the files must serve
+    (the same build as the server's, so a start that passes here serves)."""
+    cert, key, ca = values["tls_cert"], values["tls_key"], values["tls_client_ca"]
+    if bool(cert) != bool(key):
+        raise ConfigError(f"{'tls_key' if cert else 'tls_cert'}: tls_cert and tls_key go together")
+    if ca and not cert:
+        raise ConfigError("tls_client_ca: mutual TLS needs tls_cert and tls_key too")
+    if cert:
+        # imported here: ssl must load after serve's monkey-patching (an ssl imported
+        # before it recurses in SSLContext.minimum_version), and the CLI's parser before it
+        from miyamoto.config.tls import TLSFileError, server_context
+
+        try:
+            server_context(cert, key, ca)
+        except TLSFileError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_queue_name(name: str) -> None:

@@ -72,8 +72,10 @@ def signature_header(secrets: tuple[str, ...], msg_id: str, timestamp: int, body
     return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
 
 
-def build_request(task: Task, now: float,
-                  secrets: tuple[str, ...] = ()) -> tuple[str, str, dict[str, str], bytes]:
+def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
+                  traceparent: str | None = None) -> tuple[str, str, dict[str, str], bytes]:
+    """``traceparent``: the attempt's span (tracing on); else the task's own is sent, so a
+    worker's trace continues the producer's with or without tracing here."""
     url = task.url
     headers: dict[str, str] = {}  # the ones Miyamoto sets; the task's own are merged below
     if task.body is not None:
@@ -98,6 +100,9 @@ def build_request(task: Task, now: float,
     headers["X-Task-Eta"] = f"{task.eta:.6f}"
     if task.attempts and task.last and task.last.get("status") is not None:
         headers["X-Task-Previous-Response"] = str(task.last["status"])
+    trace = traceparent or task.traceparent
+    if trace is not None:
+        headers["traceparent"] = trace
     if secrets:
         ts = int(now)
         headers["webhook-id"] = task.id

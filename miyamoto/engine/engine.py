@@ -41,6 +41,7 @@ from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task, add_attempt, new_id
+from miyamoto.tracing import traces
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +293,7 @@ class Engine:
     def settle(self, tasks: list[Task], hold: bool = False) -> None:
         """The second half: one commit for every copy ``admit`` took, then each is live.
         Unavailable (every one withdrawn) if the journal could not commit them."""
+        start = time.time_ns() if traces.on else 0
         try:
             self.journal.flush()
         except Exception as e:
@@ -300,6 +302,8 @@ class Engine:
             self._refused(tasks[0], e)
         for t in tasks:
             self._settled(t, hold)
+        if traces.on:
+            traces.stored(tasks, self.config.node, start)
 
     def _name_expiry(self, task: Task) -> float | None:
         return None if task.name is None else task.created + self.config.dedup_window
@@ -370,10 +374,13 @@ class Engine:
         """The HTTP attempt of a copy ``_begin`` marked running, and its outcome."""
         t, now, first_delay = begun
         started = time.monotonic()
+        span = trace = None
         try:
             q = self.queue_config(t.queue)
             timeout = t.timeout or q.timeout
-            method, url, headers, body = build_request(t, now, self.config.signing_secret)
+            if traces.on:  # the attempt's span; the target gets its traceparent
+                span, trace = traces.attempt(t, t.method, self.config.node)
+            method, url, headers, body = build_request(t, now, self.config.signing_secret, trace)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock(),
@@ -385,6 +392,8 @@ class Engine:
             log.exception("task %s: attempt failed unexpectedly", t.id)
             outcome = Outcome(ok=False, error=f"{type(e).__name__}: {e}", at=self.clock(),
                               start=now, node=self.config.node)
+        if span is not None:
+            traces.attempted(span, outcome.status, outcome.error)
         self.dispatcher.outcome(origin(t.url), outcome.status)  # the target's breaker
         action = self.finish(t.id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
@@ -634,6 +643,21 @@ class Engine:
         """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
         return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
                 if s in _LIVE}
+
+    def oldest_due(self) -> dict[str, float]:
+        """queue -> seconds its oldest due copy that has not started has been due (/metrics:
+        a queue that stops delivering shows here). Due copies are all in memory (the
+        window pages them in ahead), so this is one pass over it: 20 ms per 100,000 (a
+        scrape every 15 s: 0.1 % of a core at that size)."""
+        now = self.clock()
+        oldest: dict[str, float] = {}
+        scheduled = State.SCHEDULED
+        for t in self.live.values():
+            if t.fire_at <= now and t.state is scheduled:
+                q = t.queue
+                if t.fire_at < oldest.get(q, now):
+                    oldest[q] = t.fire_at
+        return {q: now - at for q, at in oldest.items()}
 
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory

@@ -24,6 +24,7 @@ from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
+from miyamoto.tasks.checks import traceparent
 from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
     json_fields, parse_batch
@@ -218,6 +219,9 @@ class Api:
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
         fields = enqueue_fields(kind, body, self.limits)
         key = _idempotency_key(environ)
+        trace = environ.get("HTTP_TRACEPARENT")
+        if trace is not None and "traceparent" not in fields:  # the field wins
+            fields["traceparent"] = trace
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
@@ -229,6 +233,10 @@ class Api:
         body = self.body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
                             max_batch=self.max_batch)
+        trace = environ.get("HTTP_TRACEPARENT")
+        if trace is not None:  # for the tasks that bring none of their own
+            trace = traceparent("traceparent", trace)
+            tasks = [t if t.traceparent else t.evolve(traceparent=trace) for t in tasks]
         results = self.service.enqueue_many(tasks)
         return 200, {"status": "ok", "tasks": results}
 

@@ -55,6 +55,7 @@ _DISPATCH_FIELDS: dict[str, Any] = {
                          "maximum": MAX_FLOW_PARALLELISM,
                          "description": "deliveries in flight for the key (with flow_key)"},
 }
+_TRACEPARENT_PATTERN = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TASK_FIELDS: dict[str, Any] = {
     "url": _URL,
     "method": {"type": "string", "enum": list(METHODS), "default": "POST"},
@@ -82,10 +83,13 @@ _TASK_FIELDS: dict[str, Any] = {
     "callback": _nullable(dict(_URL, description="POSTed the outcome when the task succeeds")),
     "failure_callback": _nullable(dict(_URL, description="POSTed the outcome when it fails")),
     **_DISPATCH_FIELDS,
+    "traceparent": _nullable({"type": "string", "pattern": _TRACEPARENT_PATTERN,
+                              "description": "W3C Trace Context: kept with the task and sent "
+                              "on every attempt (else the traceparent header)"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe", "topic", *_DISPATCH_FIELDS)}
+    "callback", "failure_callback", "dedupe", "topic", "traceparent", *_DISPATCH_FIELDS)}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -360,6 +364,10 @@ _ID = _path("id", _ID_PATTERN)
 _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                 "description": "the task's name when the body gives none",
                 "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_name}}
+_TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
+                "description": "W3C Trace Context of the producer: kept with the task (the "
+                "traceparent field wins) and sent to the target on every attempt",
+                "schema": {"type": "string", "pattern": _TRACEPARENT_PATTERN}}
 _TASK_BODY = {"application/json": {"schema": _ref("EnqueueRequest")},
               "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
 _ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
@@ -434,11 +442,12 @@ def _queue_paths() -> dict[str, Any]:
 _OPEN = {"security": [], "description": "Open: needs no token."}
 
 _PATHS: dict[str, Any] = {
-    "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY])},
-    "/queue/{queue}": {"post": _enqueue("Enqueue a task in a queue", [_QUEUE, _IDEMPOTENCY])},
+    "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY, _TRACEPARENT])},
+    "/queue/{queue}": {"post": _enqueue("Enqueue a task in a queue",
+                                        [_QUEUE, _IDEMPOTENCY, _TRACEPARENT])},
     "/queue/{queue}/batch": {"post": _op(
         "Enqueue a JSON list of tasks, all valid or none stored", "BatchResult",
-        params=[_QUEUE], extra=_ENQ_EXTRA, scope="enqueue",
+        params=[_QUEUE, _TRACEPARENT], extra=_ENQ_EXTRA, scope="enqueue",
         body={"application/json": {"schema": _ref("Batch")}})},
     "/tasks": {"get": _op("The task holding a name (while the dedup window keeps it)", "Task",
                           params=[{"name": "name", "in": "query", "required": True,

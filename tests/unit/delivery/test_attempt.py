@@ -175,3 +175,15 @@ def test_outcome_defaults():
     o = Outcome(ok=True)
     assert (o.status, o.headers, o.body, o.error, o.at) == (None, None, b"", None, 0.0)
     assert o.record()["at"] == 0.0
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_task_traceparent_goes_to_the_target_unless_the_attempt_has_its_own():
+    attempt = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+    assert "traceparent" not in build_request(task(), 0.0)[2]
+    assert build_request(task(traceparent=TRACE), 0.0)[2]["traceparent"] == TRACE
+    assert build_request(task(traceparent=TRACE), 0.0, (), attempt)[2]["traceparent"] == attempt
+    spoofed = build_request(task(traceparent=TRACE, headers={"TraceParent": "x"}), 0.0)[2]
+    assert [v for k, v in spoofed.items() if k.lower() == "traceparent"] == [TRACE]
