@@ -21,7 +21,8 @@ from miyamoto.wire.verbs import DecodeError, Verb
 __all__ = ["Entry", "DefsPut", "DefsAck", "DefsDigest", "DefsWrite", "DefsWrote", "KINDS",
            "DEFS_MESSAGES"]
 
-KINDS = frozenset({"schedule", "topic", "cursor"})
+KINDS = frozenset({"schedule", "topic", "cursor",
+                   "qstash_queue"})  # a QStash queue's parallelism (http/qstash.py)
 MAX_VALUE = 512 * 1024  # bytes of one definition as JSON (a topic of 100 long URLs fits)
 MAX_PER_MESSAGE = 64
 MAX_INDEX = 10000  # definitions.MAX_ENTRIES

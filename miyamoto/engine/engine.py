@@ -339,7 +339,8 @@ class Engine:
         try:
             q = self.queue_config(t.queue)
             timeout = t.timeout or q.timeout
-            method, url, headers, body = build_request(t, now, self.config.signing_secret)
+            method, url, headers, body = build_request(t, now, self.config.signing_secret,
+                                                   self.config.qstash_current_signing_key)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock(),

@@ -21,6 +21,7 @@ from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
+from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
@@ -42,7 +43,10 @@ _NO_QUEUE = ("names no queue: queues come from the config or from an enqueue "
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
           # the dashboard's page and assets, and this API's description, hold no data
-          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN}
+          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN,
+          # QStash's face (http/qstash.py): publishing is enqueueing, a message is a task
+          "qstash_publish": auth.ENQUEUE, "qstash_enqueue": auth.ENQUEUE,
+          "qstash_batch": auth.ENQUEUE, "qstash_message": auth.TASK}
 
 
 class HTTPError(Exception):
@@ -128,6 +132,7 @@ class Api:
             (re.compile(r"/openapi.json"), {"GET": self.openapi}),
             (re.compile(r"/"), {"GET": self.dashboard}),
             (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
+            *QStashApi(self).routes(),
         ]
 
     # ------------------------------------------------------------ WSGI
@@ -150,10 +155,14 @@ class Api:
             status, body = 409, _error(str(e))
         except Unavailable as e:
             status, body = 503, _error(str(e))
+        except NotFound as e:
+            status, body = 404, _error(str(e))
         except Exception:
             log.exception("api: %s %s failed", environ.get("REQUEST_METHOD"),
                           environ.get("PATH_INFO"))
             status, body = 500, _error("internal error")
+        if status >= 400 and (environ.get("PATH_INFO") or "").startswith("/v2/"):
+            body = _qstash_error(body)
         if isinstance(body, Raw):
             data, ctype = body.data, body.content_type
             headers.extend(body.headers)
@@ -344,6 +353,13 @@ def _error(message: str, field: str | None = None) -> dict[str, Any]:
         out["error"] = f"{field} {message}"
         out["field"] = field
     return out
+
+
+def _qstash_error(body: Any) -> dict[str, Any]:
+    """An error of a /v2/ route in QStash's shape: ``{"error": "..."}`` alone."""
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return {"error": body["error"]}
+    return {"error": "request failed"}
 
 
 def _need(handler: Handler, method: str) -> str:

@@ -525,3 +525,30 @@ def test_the_flagless_options_are_listed_in_their_section():
     long = config_mod._unflagged(s for s in config_mod.SETTINGS if s.name == "signing_secret")
     assert all(len(line) <= 76 for line in long.split("\n")[2:])
     assert long.split("\n")[3].startswith("      ")  # continued lines indented
+
+
+QSTASH_KEY = "sig_current_0123456789abcdefghijklmn"
+
+
+def test_config_qstash_signing_keys_from_the_environment_are_masked():
+    c = config_mod.load(env={"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": QSTASH_KEY,
+                             "MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": QSTASH_KEY[::-1]})
+    assert (c.qstash_current_signing_key, c.qstash_next_signing_key) == (QSTASH_KEY,
+                                                                         QSTASH_KEY[::-1])
+    assert config_mod.load(env={}).qstash_current_signing_key == ""
+    shown = c.redacted()
+    assert shown["qstash_current_signing_key"] == shown["qstash_next_signing_key"] == "***"
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": QSTASH_KEY}, "qstash_current_signing_key:"),
+    ({"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": "short"}, "qstash_current_signing_key:"),
+    ({"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": QSTASH_KEY,
+      "MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": "has a space in it, long enough"},
+     "qstash_next_signing_key:"),
+])
+def test_config_bad_qstash_keys_fail_naming_the_option(env, named):
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env=env)
+    assert str(info.value).startswith(named)
+    assert QSTASH_KEY not in str(info.value) and "has a space" not in str(info.value)
