@@ -88,6 +88,9 @@ def fields(destination: str, headers: Mapping[str, str], body: bytes, *,
            queue: str | None = None) -> dict[str, Any]:
     """The enqueue fields of one QStash message (``headers`` by lower-case name)."""
     _refuse(headers)
+    if "://" in destination and not is_url(destination):
+        raise ValidationError("destination", "must be an http:// or https:// URL, or the "
+                                             "name of a URL group")
     out: dict[str, Any] = {"url" if is_url(destination) else "topic": destination}
     method = headers.get("upstash-method", "POST").strip().upper()
     out["method"] = method
@@ -223,7 +226,8 @@ def message_view(view: Mapping[str, Any]) -> dict[str, Any]:
     """GET /v2/messages/<id>: a task's view (``Task.summary``) as QStash's message."""
     max_attempts = view.get("max_attempts")
     out: dict[str, Any] = {
-        "messageId": view["id"], "url": view["url"], "method": view["method"],
+        "messageId": view["id"], "url": view.get("url", ""),
+        "method": view.get("method", "POST"),
         "maxRetries": (max_attempts - 1) if max_attempts else DEFAULT_RETRIES,
         "notBefore": _ms(view.get("eta")), "createdAt": _ms(view.get("created")),
         "state": _state(view), "retried": view.get("attempts", 0),
