@@ -124,3 +124,35 @@ def test_sdk_needs_the_token(node_factory: Any, sink: Sink) -> None:
         wrong.message.publish(url=sink.url_for("/x"), body="b")
     assert "401" in str(e.value) and '"error"' in str(e.value)
     assert sink.count() == 0
+
+
+@pytest.mark.timeout(90)
+def test_sdk_against_a_three_node_cluster(cluster_factory: Any, sink: Sink) -> None:
+    """Each call at another member: every message delivered once, signed; a retry count
+    and a cancel hold cluster-wide; a queue's setting and a schedule are on every node.
+    Without api_tokens (the harness's convergence wait reads /cluster without one; the
+    tokens are proven on one node above): the SDK's Bearer header is then ignored."""
+    keys = {k: v for k, v in OPTIONS.items() if k != "api_tokens"}
+    a, b, c = cluster_factory(3, options=dict(keys, replication=2, min_replicas=2))
+    qa, qb, qc = _client(a), _client(b), _client(c)
+    sent = [qa.message.publish(url=sink.url_for("/p"), body=f"m{i}") for i in range(3)]
+    qb.queue.upsert("jobs", parallelism=2)
+    wait_until(lambda: qc.queue.get("jobs").parallelism == 2, timeout=10)
+    qc.message.enqueue(queue="jobs", url=sink.url_for("/p"), body="q")
+    qb.message.batch([{"url": sink.url_for("/p"), "body": "b1"},
+                      {"url": sink.url_for("/p"), "body": "b2", "queue": "jobs"}])
+    sink.reply("/fail", Reply(500))
+    failing = qc.message.publish(url=sink.url_for("/fail"), body="f", retries=2)
+    later = qa.message.publish(url=sink.url_for("/never"), body="x", delay=30)
+    qb.message.cancel(later.message_id)
+    qa.schedule.create(destination=sink.url_for("/cron"), cron="0 0 1 1 *", schedule_id="yearly")
+    wait_until(lambda: [s.schedule_id for s in qc.schedule.list()] == ["yearly"], timeout=10)
+
+    reqs = _verified(sink, "/p", 6)
+    assert sorted(r.body for r in reqs) == [b"b1", b"b2", b"m0", b"m1", b"m2", b"q"]
+    ids = [r.headers["Upstash-Message-Id"] for r in reqs]
+    assert len(set(ids)) == 6 and {s.message_id for s in sent} <= set(ids)
+    _verified(sink, "/fail", 3)  # one attempt and two retries
+    wait_until(lambda: qa.message.get(failing.message_id) and any(
+        m.message_id == failing.message_id for m in qb.dlq.list().messages), timeout=15)
+    assert sink.count("/fail") == 3 and sink.count("/p") == 6 and sink.count("/never") == 0
