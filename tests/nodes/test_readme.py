@@ -82,6 +82,8 @@ AS_IS = [
     "curl -X PUT -d '{\"urls\": [\"http://a:9099/hook\", \"http://b:9099/hook\"]}' "
     "-H 'Content-Type: application/json' http://localhost:8088/topics/orders",
     "curl -d 'task.topic=orders&id=42' http://localhost:8088/queue",
+    "curl -H 'Upstash-Delay: 5s' -H 'Upstash-Retries: 2' -d 'hello' "
+    "http://localhost:8088/v2/publish/http://localhost:9099/qstash",
 ]
 BACKUP = [
     "mkdir -p backups",
