@@ -97,14 +97,12 @@ class QStashApi:
 
     # ------------------------------------------------------------ messages
     def qstash_publish(self, environ: dict, dest: str) -> Answer:
-        return self._publish(environ, dest, None)
+        return self._publish(environ, _destination(environ, dest, 3), None)
 
     def qstash_enqueue(self, environ: dict, queue: str, dest: str) -> Answer:
-        return self._publish(environ, dest, queue)
+        return self._publish(environ, _destination(environ, dest, 4), queue)
 
     def _publish(self, environ: dict, dest: str, queue: str | None) -> Answer:
-        query = environ.get("QUERY_STRING")
-        dest = f"{dest}?{query}" if query else dest
         fields = self._fields(dest, upstash.environ_headers(environ), self.api.body(environ),
                               queue)
         tasks = self._tasks(fields)
@@ -238,7 +236,7 @@ class QStashApi:
     def qstash_schedule_create(self, environ: dict, dest: str | None = None,
                                sname: str | None = None) -> Answer:
         """POST /v2/schedules/<destination> with Upstash-Cron (and Upstash-Schedule-Id)."""
-        dest = dest or sname or ""
+        dest = _destination(environ, dest or sname or "", 3)
         headers = upstash.environ_headers(environ)
         if not upstash.is_url(dest):
             raise ValidationError("destination", "must be an http(s) URL: a schedule of a "
@@ -405,6 +403,18 @@ _QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 def task_id_hex() -> str:
     return new_id().replace("-", "")[:24]
+
+
+def _destination(environ: dict, dest: str, parts: int) -> str:
+    """The destination as the client sent it: from the raw request target when the
+    server gives one (a URL's %2F and %20 stay as they are; PATH_INFO has them decoded),
+    past the path's first ``parts`` slashes, with the query string, which is the
+    destination's own."""
+    raw = environ.get("RAW_URI")
+    if isinstance(raw, str) and raw.count("/") >= parts:
+        return raw.split("/", parts)[parts]
+    query = environ.get("QUERY_STRING")
+    return f"{dest}?{query}" if query else dest
 
 
 def _answer(result: dict[str, Any], url: str) -> dict[str, Any]:

@@ -28,8 +28,8 @@ def _verified(sink: Sink, path: str, count: int) -> list[Any]:
     reqs = sink.wait_for(count=count, path=path, timeout=20)
     receiver = qstash.Receiver(CURRENT, NEXT)
     for r in reqs:
-        receiver.verify(signature=r.headers["Upstash-Signature"], body=r.body.decode(),
-                        url=sink.url_for(path))
+        url = sink.url_for(path) + (f"?{r.query}" if r.query else "")
+        receiver.verify(signature=r.headers["Upstash-Signature"], body=r.body.decode(), url=url)
     return reqs
 
 
@@ -59,6 +59,9 @@ def test_sdk_publishes_enqueues_batches_and_cancels(node_factory: Any, sink: Sin
     assert _verified(sink, "/enq", 1)[0].body == b"plain"
     _verified(sink, "/b1", 1)
     _verified(sink, "/b2", 1)
+
+    q.message.publish(url=sink.url_for("/esc%2Fx?k=a%26b"), body="e")  # escapes kept
+    assert _verified(sink, "/esc%2Fx", 1)[0].query == "k=a%26b"
 
     later = q.message.publish(url=sink.url_for("/never"), body="x", delay=60)
     q.message.cancel(later.message_id)

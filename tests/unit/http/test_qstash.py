@@ -51,6 +51,14 @@ def test_a_destination_keeps_its_query_string(app: Api, svc: Service) -> None:
     assert svc.calls[0][1].url == URL + "?a=1&b=2"
 
 
+def test_a_destination_is_taken_as_sent_with_its_escapes(app: Api, svc: Service) -> None:
+    raw = f"/v2/enqueue/orders/{URL}/a%2Fb%20c?x=%26"
+    r = call(app, "POST", f"/v2/enqueue/orders/{URL}/a/b c", b"", query="x=%26",
+             raw_uri=raw)
+    assert r.status == 201, r.body
+    assert svc.calls[0][1].url == URL + "/a%2Fb%20c?x=%26"
+
+
 def test_a_duplicate_is_qstashs_202_with_the_first_id(app: Api, svc: Service) -> None:
     svc.raise_ = Duplicate("first-id")
     r = publish(app, URL, b"x", Upstash_Deduplication_Id="d")
