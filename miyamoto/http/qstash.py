@@ -353,7 +353,9 @@ class QStashApi:
         status, body = self._defs.op("put", QUEUE_KIND, name, value)
         if status != 200:
             return status, body
-        self.api.service.control(name, "pause" if paused else "resume")
+        native = self.api.service.queue(name)  # a control only where it changes something
+        if native is not None and bool(native.get("paused")) != paused:
+            self.api.service.control(name, "pause" if paused else "resume")
         return 200, {}
 
     def qstash_queues(self, environ: dict) -> Answer:

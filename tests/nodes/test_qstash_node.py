@@ -60,6 +60,18 @@ def test_sdk_publishes_enqueues_batches_and_cancels(node_factory: Any, sink: Sin
     _verified(sink, "/b1", 1)
     _verified(sink, "/b2", 1)
 
+    q.queue.pause("orders")
+    assert q.queue.get("orders").paused
+    q.queue.resume("orders")
+    assert not q.queue.get("orders").paused
+
+    # a queue nobody upserted has QStash's parallelism of 1: one delivery at a time
+    sink.reply("/slow", Reply(200, delay=0.3))
+    for i in range(4):
+        q.message.enqueue(queue="serial", url=sink.url_for("/slow"), body=str(i))
+    _verified(sink, "/slow", 4)
+    assert sink.max_inflight_by_path["/slow"] == 1
+
     q.message.publish(url=sink.url_for("/esc%2Fx?k=a%26b"), body="e")  # escapes kept
     assert _verified(sink, "/esc%2Fx", 1)[0].query == "k=a%26b"
 

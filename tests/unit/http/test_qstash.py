@@ -90,7 +90,11 @@ def test_enqueue_to_a_queue_shares_its_parallelism(app: Api, svc: Service) -> No
     assert (t.queue, t.flow_key, t.flow_parallelism) == ("orders", "qstash-queue:orders", 1)
     r = post_json(app, "/v2/queues", {"queueName": "orders", "parallelism": 3})
     assert r.status == 200, r.body
-    assert ("control", "orders", "resume") in svc.calls
+    assert not [c for c in svc.calls if c[0] == "control"]  # it runs already: no resume
+    assert post_json(app, "/v2/queues", {"queueName": "orders", "parallelism": 3,
+                                         "paused": True}).status == 200
+    assert ("control", "orders", "pause") in svc.calls
+    post_json(app, "/v2/queues", {"queueName": "orders", "parallelism": 3})
     call(app, "POST", f"/v2/enqueue/orders/{URL}", b"b")
     assert svc.calls[-1][1].flow_parallelism == 3
     q = call(app, "GET", "/v2/queues/orders").json()
