@@ -199,14 +199,11 @@ def _flow(headers: Mapping[str, str]) -> dict[str, Any]:
 def renamed(e: ValidationError) -> ValidationError:
     """``e`` naming what the client sent: ``max_attempts`` is ``Upstash-Retries``,
     ``headers.X`` is ``Upstash-Forward-X``, and so on."""
-    head, dot, rest = e.field.partition(".")
-    if head == "headers" and dot:
-        return ValidationError(f"Upstash-Forward-{rest}", e.message, e.status)
-    source = _SOURCES.get(head)
-    if source is None:
-        return e
-    return ValidationError(source + (dot + rest if dot and head != "headers" else ""),
-                           e.message, e.status)
+    if e.field.startswith("headers."):
+        return ValidationError(f"Upstash-Forward-{e.field[len('headers.'):]}", e.message,
+                               e.status)
+    source = _SOURCES.get(e.field)
+    return e if source is None else ValidationError(source, e.message, e.status)
 
 
 # ------------------------------------------------------------ answers

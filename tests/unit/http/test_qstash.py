@@ -52,6 +52,8 @@ def test_a_destination_keeps_its_query_string(app: Api, svc: Service) -> None:
 
 
 def test_a_destination_is_taken_as_sent_with_its_escapes(app: Api, svc: Service) -> None:
+    r = call(app, "POST", f"/v2/publish/{URL}/p q", b"", raw_uri=f"/v2/publish/{URL}/p%20q")
+    assert r.status == 201 and svc.calls.pop()[1].url == URL + "/p%20q", r.body
     raw = f"/v2/enqueue/orders/{URL}/a%2Fb%20c?x=%26"
     r = call(app, "POST", f"/v2/enqueue/orders/{URL}/a/b c", b"", query="x=%26",
              raw_uri=raw)

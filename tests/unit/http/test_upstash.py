@@ -36,6 +36,10 @@ def test_defaults_are_qstashs_and_a_name_is_a_topic():
     assert upstash.fields(URL, {"upstash-method": "GET"}, b"")["method"] == "GET"
     assert "body" not in upstash.fields(URL, {"upstash-method": "GET"}, b"")
     assert upstash.fields(URL, {"upstash-retries": "0"}, b"")["max_attempts"] == 1
+    assert upstash.fields(URL, {"upstash-retries": "100"}, b"")["max_attempts"] == 101
+    assert "headers" not in upstash.fields(URL, {"upstash-forward-": "no name"}, b"")
+    assert upstash.fields(URL, {"upstash-flow-control-key": "k",
+                                "upstash-flow-control-value": "rate=3"}, b"")["flow_rate"] == 3
     f = upstash.fields(URL, {"upstash-content-based-deduplication": "true"}, b"x")
     assert f["dedupe"] == "content"
 
@@ -58,6 +62,13 @@ def test_durations(text, seconds):
     ({"upstash-timeout": "soon"}, "Upstash-Timeout"),
     ({"upstash-retries": "-1"}, "Upstash-Retries"),
     ({"upstash-retries": "many"}, "Upstash-Retries"),
+    ({"upstash-retries": "101"}, "Upstash-Retries"),
+    ({"upstash-delay": "inf"}, "Upstash-Delay"),
+    ({"upstash-delay": "nan"}, "Upstash-Delay"),
+    ({"upstash-flow-control-key": "k", "upstash-flow-control-value": "rate=2, period=0s"},
+     "Upstash-Flow-Control-Value"),
+    ({"upstash-flow-control-key": "k", "upstash-flow-control-value": "rate=fast"},
+     "Upstash-Flow-Control-Value"),
     ({"upstash-not-before": "tomorrow"}, "Upstash-Not-Before"),
     ({"upstash-retry-delay": "pow(2, retried)"}, "Upstash-Retry-Delay"),
     ({"upstash-callback-x-a": "1"}, "Upstash-Callback-X-A"),
@@ -104,13 +115,35 @@ def test_message_and_schedule_views_are_the_sdks_shapes():
     assert m["callback"] == "http://127.0.0.1:9/cb" and "failureCallback" not in m
     d = upstash.dlq_view(view)
     assert (d["dlqId"], d["responseStatus"], d["responseHeader"]) == ("t1", 500, {"A": ["b"]})
+    states = {st: upstash.message_view(dict(view, state=st, attempts=0))["state"]
+              for st in ("scheduled", "running", "succeeded", "failed", "cancelled")}
+    assert states == {"scheduled": "CREATED", "running": "ACTIVE", "succeeded": "DELIVERED",
+                      "failed": "FAILED", "cancelled": "CANCELLED"}
+    bare = upstash.message_view({"id": "t2"})
+    assert (bare["retried"], bare["createdAt"], bare["maxRetries"]) == (0, 0, 3)
+    d = upstash.dlq_view({"id": "t2", "last_response": None})
+    assert (d["responseStatus"], d["responseBody"], d["responseHeader"]) == (0, "", {})
+    e = upstash.schedule_view({"name": "e", "every": 60, "next": [12.5, 72.5], "last_tick": 2,
+                               "task": {"url": URL, "max_attempts": 1}}, created=0)
+    assert (e["cron"], e["nextScheduleTime"], e["lastScheduleTime"], e["retries"]) == \
+        ("@every 60s", 12500, 2000, 0)
+    assert "body" not in e and e["header"] == {}
     s = upstash.schedule_view({"name": "s", "cron": "0 * * * *", "timezone": "Europe/Paris",
                                "paused": True, "next": [], "task": {"url": URL, "body": "x"}},
                               created=5.0)
     assert (s["scheduleId"], s["cron"], s["retries"], s["isPaused"], s["createdAt"]) == \
         ("s", "CRON_TZ=Europe/Paris 0 * * * *", 3, True, 5000)
+    assert s["body"] == "x"
     assert upstash.cron_and_zone("CRON_TZ=Asia/Tokyo 0 4 * * *") == ("0 4 * * *", "Asia/Tokyo")
     assert upstash.cron_and_zone(" */5 * * * * ") == ("*/5 * * * *", "UTC")
+
+
+def test_renamed_names_what_the_client_sent():
+    r = upstash.renamed(ValidationError("headers.X-A", "bad", 413))
+    assert (r.field, r.message, r.status) == ("Upstash-Forward-X-A", "bad", 413)
+    assert upstash.renamed(ValidationError("max_attempts", "m")).field == "Upstash-Retries"
+    other = ValidationError("params", "p")
+    assert upstash.renamed(other) is other
 
 
 def test_environ_headers_by_lower_case_name():
