@@ -13,15 +13,41 @@ import ujson
 from miyamoto.errors import Duplicate
 from miyamoto.http import auth
 from miyamoto.http.api import Api
+from miyamoto.tasks.task import State
 from miyamoto.tasks.validate import Limits
 from test_api_inproc import NOW, URL, Service, call, post_json
 
 pytestmark = pytest.mark.timeout(30)
 
 
+class QSvc(Service):
+    """The recording service, with the queue reads the v2 routes make as a node answers
+    them: ``queues(limit, cursor)``, a queue no node holds is None, and so is its control."""
+
+    held = {"default", "orders"}
+
+    def queues(self, limit: int = 1000, cursor: str = "") -> dict:  # type: ignore[override]
+        self._record("queues", limit, cursor)
+        return {"queues": [{"name": n} for n in sorted(self.held)], "next_cursor": None}
+
+    def queue(self, name: str) -> dict | None:  # type: ignore[override]
+        self._record("queue", name)
+        return {"name": name, "paused": False, "counts": {"scheduled": 2, "running": 1}} \
+            if name in self.held else None
+
+    def control(self, queue: str, action: str) -> dict | None:  # type: ignore[override]
+        self._record("control", queue, action)
+        return {"queue": queue, "action": action} if queue in self.held else None
+
+    def list_tasks(self, queue: str, state: Any, limit: int) -> list[dict]:
+        self._record("list_tasks", queue, state, limit)
+        return [t for t in self.tasks.values()
+                if t.get("queue") == queue and t["state"] == state.value]
+
+
 @pytest.fixture
 def svc() -> Service:
-    return Service()
+    return QSvc()
 
 
 @pytest.fixture
@@ -185,3 +211,62 @@ def test_tokens_apply_as_bearer(svc: Service) -> None:
     assert r.status == 403 and list(r.json()) == ["error"]
     r = call(app, "GET", "/v2/schedules", headers={"Authorization": "Bearer adm-token"})
     assert (r.status, r.json()) == (200, [])
+
+
+def test_the_dlq_is_the_failed_tasks_of_every_queue(app: Api, svc: Service) -> None:
+    svc.tasks["f-1"] = {"id": "f-1", "state": "failed", "queue": "orders", "url": URL,
+                        "last_response": {"status": 503, "headers": {}, "body": "down"}}
+    r = call(app, "GET", "/v2/dlq")
+    assert r.status == 200 and [m["dlqId"] for m in r.json()["messages"]] == ["f-1"]
+    assert r.json()["messages"][0]["responseStatus"] == 503
+    assert ("list_tasks", "orders", State.FAILED, 100) in svc.calls
+    assert call(app, "GET", "/v2/dlq/f-1").json()["responseBody"] == "down"
+    r = call(app, "GET", "/v2/dlq/t-1")  # a task that has not failed is in no DLQ
+    assert (r.status, r.json()) == (404, {"error": "dlq message t-1 not found"})
+    assert call(app, "DELETE", "/v2/dlq/t-1").status == 404
+    assert ("delete", "t-1") not in svc.calls
+    r = call(app, "DELETE", "/v2/dlq", ujson.dumps({"dlqIds": ["f-1", "t-1", "zz"]}).encode())
+    assert (r.status, r.json()) == (200, {"deleted": 1})
+    assert ("delete", "f-1") in svc.calls and ("delete", "t-1") not in svc.calls
+    assert call(app, "DELETE", "/v2/dlq/f-1").status == 200
+    r = call(app, "DELETE", "/v2/dlq", ujson.dumps({"dlqIds": "f-1"}).encode())
+    assert (r.status, r.json()) == (400, {"error": "dlqIds must be a list of ids"})
+
+
+def test_queues_read_delete_and_control(app: Api, svc: Service) -> None:
+    q = call(app, "GET", "/v2/queues/default").json()
+    assert q == {"name": "default", "parallelism": 1, "createdAt": 0, "updatedAt": 0,
+                 "lag": 3, "paused": False}
+    assert call(app, "GET", "/v2/queues/nowhere").status == 404
+    post_json(app, "/v2/queues", {"queueName": "fresh", "parallelism": 4})
+    assert call(app, "GET", "/v2/queues/fresh").json()["createdAt"] == NOW * 1000
+    names = [x["name"] for x in call(app, "GET", "/v2/queues").json()]
+    assert names == ["default", "fresh", "orders"]
+    assert call(app, "POST", "/v2/queues/orders/pause").status == 200
+    assert ("control", "orders", "pause") in svc.calls
+    assert call(app, "POST", "/v2/queues/nowhere/pause").status == 404
+    assert call(app, "DELETE", "/v2/queues/fresh").status == 200
+    assert svc.definitions.machine.get("qstash_queue", "fresh") is None
+    assert ("control", "fresh", "purge") in svc.calls
+    assert call(app, "DELETE", "/v2/queues/nowhere").status == 404
+    r = post_json(app, "/v2/queues", {"queueName": "a b"})
+    assert r.status == 400 and r.json()["error"].startswith("queueName"), r.body
+
+
+def test_publish_to_a_url_group_answers_one_per_url(app: Api, svc: Service) -> None:
+    svc.definitions.op("put", "topic", "team", {"urls": [URL, URL + "2"]})
+    r = publish(app, "team", b"x")
+    assert r.status == 201 and [a["url"] for a in r.json()] == [URL, URL + "2"], r.body
+    svc.results = [{"status": "duplicate", "id": "a"}, {"status": "duplicate", "id": "b"}]
+    r = publish(app, "team", b"x", Upstash_Deduplication_Id="d")
+    assert (r.status, r.json()) == (202, [{"messageId": "a", "url": URL, "deduplicated": True},
+                                          {"messageId": "b", "url": URL + "2",
+                                           "deduplicated": True}])
+    svc.results = [{"status": "error", "id": "a", "error": "too few replicas"}] * 2
+    r = publish(app, "team", b"x")
+    assert (r.status, r.json()) == (503, {"error": "too few replicas"})
+    assert [g["name"] for g in call(app, "GET", "/v2/topics").json()] == ["team"]
+    assert call(app, "GET", "/v2/topics/none").status == 404
+    assert call(app, "DELETE", "/v2/topics/team").status == 200
+    r = call(app, "POST", "/v2/schedules/team", b"", headers={"Upstash-Cron": "* * * * *"})
+    assert r.status == 400 and r.json()["error"].startswith("destination must be an http")
