@@ -91,7 +91,7 @@ def upstash_signature(key: str, url: str, body: bytes, now: float) -> str:
               "iat": t, "jti": "jwt_" + os.urandom(12).hex(),
               "body": base64.urlsafe_b64encode(hashlib.sha256(body).digest()).decode()}
     signed = _JWT_HEAD + b"." + _b64url(ujson.dumps(claims, escape_forward_slashes=False).encode())
-    mac = hmac.new(key.encode(), signed, hashlib.sha256).digest()
+    mac = hmac.digest(key.encode(), signed, "sha256")  # one C call: ~2x hmac.new's speed
     return (signed + b"." + _b64url(mac)).decode()
 
 
