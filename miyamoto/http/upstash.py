@@ -93,7 +93,8 @@ def fields(destination: str, headers: Mapping[str, str], body: bytes, *,
                                              "name of a URL group")
     out: dict[str, Any] = {"url" if is_url(destination) else "topic": destination}
     method = headers.get("upstash-method", "POST").strip().upper()
-    out["method"] = method
+    if method != "POST":
+        out["method"] = method
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:

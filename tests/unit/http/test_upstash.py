@@ -32,7 +32,7 @@ def test_a_full_publish_maps_onto_the_native_fields():
 
 def test_defaults_are_qstashs_and_a_name_is_a_topic():
     f = upstash.fields("orders", {}, b"")
-    assert f == {"topic": "orders", "method": "POST", "body": "", "max_attempts": 4}
+    assert f == {"topic": "orders", "body": "", "max_attempts": 4}
     assert upstash.fields(URL, {"upstash-method": "GET"}, b"")["method"] == "GET"
     assert "body" not in upstash.fields(URL, {"upstash-method": "GET"}, b"")
     assert upstash.fields(URL, {"upstash-retries": "0"}, b"")["max_attempts"] == 1
