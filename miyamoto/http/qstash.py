@@ -22,7 +22,7 @@ from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.http import upstash
 from miyamoto.http.definitions import Service
 from miyamoto.tasks.checks import ValidationError, integer
-from miyamoto.tasks.task import State, Task, new_id
+from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task, new_id
 from miyamoto.tasks.validate import Limits, build_task, json_fields
 
 QUEUE_KIND = "qstash_queue"
@@ -205,7 +205,8 @@ class QStashApi:
 
     # ------------------------------------------------------------ DLQ
     def qstash_dlq(self, environ: dict) -> Answer:
-        names = [q["name"] for q in self.api.service.queues(1000, "")["queues"]]
+        names = [q["name"] for q in self.api.service.queues(1000, "")["queues"]
+                 if (q.get("counts") or {}).get("failed")]  # one cluster read per such queue
         failed = [upstash.dlq_view(v) for n in names
                   for v in self.api.service.list_tasks(n, State.FAILED, DLQ_PAGE)]
         return 200, {"messages": failed}
@@ -339,7 +340,7 @@ class QStashApi:
         if not isinstance(data, dict):
             raise ValidationError("body", "must be a JSON object")
         name = data.get("queueName")
-        if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
+        if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
             raise ValidationError("queueName", "must be 1-100 characters of A-Z a-z 0-9 _ -")
         p = integer("parallelism", data.get("parallelism", DEFAULT_PARALLELISM), 1,
                     MAX_PARALLELISM)
@@ -348,6 +349,10 @@ class QStashApi:
             raise ValidationError("paused", "must be true or false")
         now = int(self.api.clock() * 1000)
         old = self._defs.machine.get(QUEUE_KIND, name) or {}
+        most = self.api.service.config.max_queues  # a bound on the settings kept, too
+        if not old and len(self._defs.machine.items(QUEUE_KIND)) >= most:
+            raise ValidationError("queueName", f"would be queue setting {most + 1}: "
+                                               "max_queues is the most")
         value = {"parallelism": p, "paused": paused, "createdAt": old.get("createdAt", now),
                  "updatedAt": now}
         status, body = self._defs.op("put", QUEUE_KIND, name, value)
@@ -398,9 +403,6 @@ class QStashApi:
             if status != 200:
                 return status, body
         return 200, {}
-
-
-_QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 def task_id_hex() -> str:

@@ -26,9 +26,15 @@ class QSvc(Service):
 
     held = {"default", "orders"}
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.config.max_queues = 1000
+
     def queues(self, limit: int = 1000, cursor: str = "") -> dict:  # type: ignore[override]
         self._record("queues", limit, cursor)
-        return {"queues": [{"name": n} for n in sorted(self.held)], "next_cursor": None}
+        failed = {t.get("queue") for t in self.tasks.values() if t["state"] == "failed"}
+        return {"queues": [{"name": n, "counts": {"failed": int(n in failed)}}
+                           for n in sorted(self.held)], "next_cursor": None}
 
     def queue(self, name: str) -> dict | None:  # type: ignore[override]
         self._record("queue", name)
@@ -220,6 +226,7 @@ def test_the_dlq_is_the_failed_tasks_of_every_queue(app: Api, svc: Service) -> N
     assert r.status == 200 and [m["dlqId"] for m in r.json()["messages"]] == ["f-1"]
     assert r.json()["messages"][0]["responseStatus"] == 503
     assert ("list_tasks", "orders", State.FAILED, 100) in svc.calls
+    assert ("list_tasks", "default", State.FAILED, 100) not in svc.calls  # it has none
     assert call(app, "GET", "/v2/dlq/f-1").json()["responseBody"] == "down"
     r = call(app, "GET", "/v2/dlq/t-1")  # a task that has not failed is in no DLQ
     assert (r.status, r.json()) == (404, {"error": "dlq message t-1 not found"})
@@ -249,6 +256,11 @@ def test_queues_read_delete_and_control(app: Api, svc: Service) -> None:
     assert svc.definitions.machine.get("qstash_queue", "fresh") is None
     assert ("control", "fresh", "purge") in svc.calls
     assert call(app, "DELETE", "/v2/queues/nowhere").status == 404
+    svc.config.max_queues = 1  # one setting is the most
+    assert post_json(app, "/v2/queues", {"queueName": "one"}).status == 200
+    r = post_json(app, "/v2/queues", {"queueName": "more"})
+    assert r.status == 400 and "max_queues" in r.json()["error"], r.body
+    assert post_json(app, "/v2/queues", {"queueName": "one", "parallelism": 2}).status == 200
     r = post_json(app, "/v2/queues", {"queueName": "a b"})
     assert r.status == 400 and r.json()["error"].startswith("queueName"), r.body
 
