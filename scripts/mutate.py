@@ -200,6 +200,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/mediatype.py": [["tests/unit/http/test_mediatype.py"]],
     "miyamoto/http/fdlimit.py": [["tests/unit/http/test_fdlimit.py"]],
     "miyamoto/http/openapi.py": [["tests/unit/http/test_openapi.py"]],
+    "miyamoto/http/upstash.py": [["tests/unit/http/test_upstash.py"], ["tests/unit/http/test_qstash.py"]],
+    "miyamoto/http/qstash.py": [["tests/unit/http/test_qstash.py"]],
     # config/
     "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"],
                                     ["tests/unit/cli/test_main.py"]],
