@@ -29,6 +29,7 @@ from miyamoto.config.settings import Config
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
+from miyamoto.engine import browse
 from miyamoto.engine.engine import Engine
 from miyamoto.engine.queues import page
 from miyamoto.errors import Unavailable
@@ -167,6 +168,11 @@ class Node:
         """GET /tasks?name=&queue=: the task holding a name (while it is reserved)."""
         task_id = self.cluster.queries.find_name(queue, name)
         return self.get_task(task_id) if task_id is not None else None
+
+    def browse(self, flt: browse.Filter, after: browse.Key | None,
+               limit: int) -> dict[str, Any]:
+        """GET /tasks without a name: a page of tasks over the cluster."""
+        return self.cluster.queries.browse(flt, after, limit)
 
     def cancel(self, task_id: str) -> dict[str, Any] | None:
         return self.cluster.queries.cancel(task_id)

@@ -13,8 +13,10 @@ import logging
 from typing import Any, Callable, Protocol
 
 from miyamoto.cluster.requests import Requests
+from miyamoto.engine import browse
 from miyamoto.engine.engine import Engine
 from miyamoto.errors import Conflict
+from miyamoto.tasks import redact
 from miyamoto.tasks.task import HISTORY_MAX, State
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
@@ -85,7 +87,7 @@ class Queries:
         found: list[dict] = []
         local = self.engine.get(task_id)
         if local is not None:
-            found.append(dict(local.summary(), node=self.me))
+            found.append(dict(local.summary(), node=self.me, **redact.request_view(local)))
         # ask the siblings even when this copy has ended: ``copies`` lists every copy
         for member, result in self.ask("get", {"id": task_id}).items():
             if isinstance(result, dict):
@@ -95,6 +97,9 @@ class Queries:
             return None
         best = dict(max(found, key=lambda s: (_ORDER[s["state"]], s["attempts"], -s["replica"])))
         best["history"] = merge_history(s.get("history") for s in found)
+        # the request is the same on every copy: any one that carries it (an older peer
+        # answers without), checked and redacted again, since it may be a peer's
+        best.update(redact.shown(next((s for s in found if "params" in s), {})))
         best["copies"] = sorted(({"node": s["node"], "replica": s["replica"],
                                   "state": s["state"], "next_attempt": s.get("next_attempt")}
                                  for s in found), key=lambda c: c["replica"])
@@ -218,6 +223,35 @@ class Queries:
         out = sorted(seen.values(), key=lambda s: s.get("next_attempt") or s.get("finished") or 0)
         return out[:limit]
 
+    def browse(self, flt: browse.Filter, after: browse.Key | None,
+               limit: int) -> dict[str, Any]:
+        """A page of tasks over the cluster (``engine.browse``): ``tasks`` and the
+        ``next_cursor`` (None on the last page); ``nodes`` names who answered."""
+        pages = [self.engine.browse(flt, after, limit)]
+        args = {"filter": flt.payload(), "after": list(after) if after else None,
+                "limit": limit}
+        answered = [self.me]
+        for member, result in self.ask("browse", args).items():
+            page = browse.page_of(result)
+            if page is not None:
+                pages.append(page)
+                answered.append(member)
+        tasks, cursor = browse.merge(pages, limit, flt.descending)
+        tasks = [s for s in tasks if summary_ok(s)]
+        return {"tasks": tasks, "next_cursor": browse.encode_cursor(cursor),
+                "nodes": sorted(answered)}
+
+    def browse_local(self, args: dict) -> dict[str, Any]:
+        flt = browse.filter_of(args.get("filter"))
+        if flt is None:
+            raise DecodeError("not a task filter")
+        after = args.get("after")
+        key = browse.key_of(after) if after is not None else None
+        if after is not None and key is None:
+            raise DecodeError("not a browse cursor")
+        limit = checks.integer(args, "limit", 1, browse.MAX_LIMIT)
+        return browse.page_payload(self.engine.browse(flt, key, limit))
+
     def control(self, queue: str, action: str) -> dict[str, Any]:
         result = self.control_local(queue, action)
         for r in self.ask("control", {"queue": queue, "action": action}).values():
@@ -289,7 +323,7 @@ class Queries:
         """Answer a peer's REQUEST; DecodeError for arguments that do not fit."""
         if op == "get":
             t = self.engine.get(checks.string(args, "id"))
-            return t.summary() if t is not None else None
+            return dict(t.summary(), **redact.request_view(t)) if t is not None else None
         local = {"cancel": self.cancel_local, "rerun": self.rerun_local,
                  "delete": self.delete_local}.get(op)
         if local is not None:
@@ -302,6 +336,8 @@ class Queries:
             if action not in ("retry", "delete"):
                 raise DecodeError("unknown failed-task action")
             return self.failed_local(checks.string(args, "queue"), action)
+        if op == "browse":
+            return self.browse_local(args)
         if op == "paused":
             return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":

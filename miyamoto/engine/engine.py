@@ -33,6 +33,7 @@ from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.retry import Action, decide, is_success
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
+from miyamoto.engine import browse
 from miyamoto.engine.queues import Queues
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
@@ -600,6 +601,23 @@ class Engine:
         """(queue, state) -> this node's live copies, in memory or not (/metrics)."""
         return {(q, s): n for q, c in self.queue_counts().items() for s, n in c.items()
                 if s in _LIVE}
+
+    def browse(self, flt: browse.Filter, after: browse.Key | None, limit: int) -> browse.Page:
+        """A page of this node's first copies (``engine.browse``): running ones from
+        memory (the journal does not record an attempt's start), the rest from the
+        journal, scheduled ones as memory has them now."""
+        if flt.state == State.RUNNING:
+            rows = sorted(((t.fire_at, t) for t in self.live.values()
+                           if t.state == State.RUNNING and flt.queue in (None, t.queue)),
+                          key=lambda r: (r[0], r[1].id))
+            if after is not None:
+                rows = [r for r in rows if (r[0], r[1].id) > after]
+            return browse.local_page(rows, True, flt, limit)
+        rows = self.journal.browse(flt.state.value, flt.queue, after, browse.SCAN_ROWS)
+        scanned_all = len(rows) < browse.SCAN_ROWS
+        if flt.state == State.SCHEDULED:
+            rows = [(at, self.live.mem.get(t.id, t)) for at, t in rows]
+        return browse.local_page(rows, scanned_all, flt, limit)
 
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory

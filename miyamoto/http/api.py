@@ -18,6 +18,7 @@ import ujson
 
 from miyamoto.config.settings import Config
 from miyamoto.definitions.sync import DefSync
+from miyamoto.engine import browse
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
@@ -74,6 +75,8 @@ class ApiService(Protocol):
     def enqueue_many(self, tasks: list[Task]) -> list[View]: ...
     def get_task(self, task_id: str) -> View | None: ...
     def find_task(self, queue: str, name: str) -> View | None: ...
+    def browse(self, flt: browse.Filter, after: browse.Key | None,
+               limit: int) -> View: ...  # {"tasks", "next_cursor", "nodes"}
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
@@ -234,8 +237,11 @@ class Api:
         return 200, found
 
     def find_task(self, environ: dict) -> tuple[int, Any]:
-        """GET /tasks?name=N&queue=Q: a task by its name (queue "default" if not given)."""
+        """GET /tasks?name=N&queue=Q: a task by its name (queue "default" if not given);
+        without a name, a page of tasks (``browse_tasks``)."""
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if "name" not in query:
+            return self.browse_tasks(query)
         name = (query.get("name") or [""])[0]
         if not 1 <= len(name) <= self.limits.max_name:
             raise HTTPError(400, f"must be 1-{self.limits.max_name} characters", "name")
@@ -246,6 +252,28 @@ class Api:
             raise HTTPError(404, "is held by no task of this queue (a name is kept for "
                                  "dedup_window)", "name")
         return 200, found
+
+    def browse_tasks(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        """GET /tasks?state=&queue=&target=&name_prefix=&cursor=&limit=: a page of tasks
+        in one state, over the cluster (``engine.browse``)."""
+        state_name = (query.get("state") or ["scheduled"])[0]
+        try:
+            state = State(state_name)
+        except ValueError:
+            raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
+                            "state") from None
+        queue = (query.get("queue") or [None])[0] or None
+        if queue is not None:
+            _check_queue(queue)
+        target, prefix = (_text(query, k, self.limits.max_url) for k in ("target",
+                                                                         "name_prefix"))
+        cursor = (query.get("cursor") or [None])[0]
+        after = browse.decode_cursor(cursor) if cursor else None
+        if cursor and after is None:
+            raise HTTPError(400, "must be the next_cursor of a previous page", "cursor")
+        limit = _limit(query, 50, browse.MAX_LIMIT)
+        flt = browse.Filter(state, queue, target, prefix)
+        return 200, dict(self.service.browse(flt, after, limit), state=state.value)
 
     def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         """Cancel a live task, delete a failed one (state "deleted"); 409 if it succeeded."""
@@ -381,18 +409,26 @@ def _read(stream: Any, n: int) -> bytes:
                              "is broken", "body") from None
 
 
-def _limit(query: dict[str, list[str]], default: int) -> int:
-    """A page's ``limit``: 1 to MAX_PAGE; given empty or not a number, a 400 naming it."""
+def _limit(query: dict[str, list[str]], default: int, most: int = MAX_PAGE) -> int:
+    """A page's ``limit``: 1 to ``most``; given empty or not a number, a 400 naming it."""
     given = query.get("limit")
     if given is None:
         return default
     try:
         limit = int(given[0])
     except ValueError:
-        raise HTTPError(400, f"must be an integer from 1 to {MAX_PAGE}", "limit") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise HTTPError(400, f"must be between 1 and {MAX_PAGE}", "limit")
+        raise HTTPError(400, f"must be an integer from 1 to {most}", "limit") from None
+    if not 1 <= limit <= most:
+        raise HTTPError(400, f"must be between 1 and {most}", "limit")
     return limit
+
+
+def _text(query: dict[str, list[str]], key: str, most: int) -> str | None:
+    """An optional filter's text: absent or empty is None; longer than ``most``, a 400."""
+    value = (query.get(key) or [""])[0]
+    if len(value) > most:
+        raise HTTPError(400, f"must be at most {most} characters", key)
+    return value or None
 
 
 def _idempotency_key(environ: dict) -> str | None:

@@ -163,6 +163,56 @@ def _topic_task(task_fields: dict[str, Any]) -> dict[str, Any]:
             "description": "one task per URL of the topic; a name is suffixed per URL"}
 
 
+# GET /tasks/<id> shows the request the task makes (miyamoto.tasks.redact)
+_REQUEST_VIEW: dict[str, Any] = {
+    "params": {"type": "object", "description": "the params sent to the target"},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "the extra headers sent to the target; the values of "
+                "Authorization, Proxy-Authorization, Cookie and of every header whose name "
+                "holds token, secret, key or signature are shown as \"[redacted]\""},
+    "body": {"type": ["string", "null"], "description": "the raw body, its first 65,536 "
+             "characters"},
+    "body_chars": {"type": "integer", "minimum": 0, "description": "the raw body's length"},
+    "content_type": {"type": ["string", "null"]},
+}
+_PAGE_PARAMS: list[dict[str, Any]] = [
+    {"name": "state", "in": "query", "description": "without name: the state listed",
+     "schema": {"enum": _STATES, "default": "scheduled"}},
+    {"name": "target", "in": "query", "description": "without name: tasks whose URL "
+     "starts with this (an origin, or more)", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "name_prefix", "in": "query", "description": "without name: tasks whose name "
+     "starts with this", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "cursor", "in": "query", "description": "without name: the next_cursor of the "
+     "previous page", "schema": {"type": "string"}},
+    {"name": "limit", "in": "query", "description": "without name: the most tasks a page "
+     "holds", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+]
+
+# GET /tasks/<id> shows the request the task makes (miyamoto.tasks.redact)
+_REQUEST_VIEW: dict[str, Any] = {
+    "params": {"type": "object", "description": "the params sent to the target"},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "the extra headers sent to the target; the values of "
+                "Authorization, Proxy-Authorization, Cookie and of every header whose name "
+                "holds token, secret, key or signature are shown as \"[redacted]\""},
+    "body": {"type": ["string", "null"], "description": "the raw body, its first 65,536 "
+             "characters"},
+    "body_chars": {"type": "integer", "minimum": 0, "description": "the raw body's length"},
+    "content_type": {"type": ["string", "null"]},
+}
+_PAGE_PARAMS: list[dict[str, Any]] = [
+    {"name": "state", "in": "query", "description": "without name: the state listed",
+     "schema": {"enum": _STATES, "default": "scheduled"}},
+    {"name": "target", "in": "query", "description": "without name: tasks whose URL "
+     "starts with this (an origin, or more)", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "name_prefix", "in": "query", "description": "without name: tasks whose name "
+     "starts with this", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "cursor", "in": "query", "description": "without name: the next_cursor of the "
+     "previous page", "schema": {"type": "string"}},
+    {"name": "limit", "in": "query", "description": "without name: the most tasks a page "
+     "holds", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+]
+
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False, "not": _BOTH_BODIES,
@@ -216,6 +266,7 @@ _SCHEMAS: dict[str, Any] = {
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
                  **_DISPATCH_FIELDS,
+                 **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
                                  "type": "object", "properties": {
@@ -250,6 +301,17 @@ _SCHEMAS: dict[str, Any] = {
                "properties": {"queues": {"type": "array", "items": _ref("Queue")},
                               "next_cursor": {"type": ["string", "null"], "description":
                                               "the cursor of the next page; null: the last"}}},
+    "TaskPage": {"type": "object", "required": ["state", "tasks", "next_cursor", "nodes"],
+                 "description": "first copies in one state, live ones next to fire first, "
+                 "ended ones latest first; each node reads at most 2,000 rows a page, so a "
+                 "page may hold fewer than limit with more to come",
+                 "properties": {
+                     "state": {"enum": _STATES},
+                     "tasks": {"type": "array", "items": {"type": "object"}},
+                     "next_cursor": {"type": ["string", "null"], "description":
+                                     "the cursor of the next page; null: the last"},
+                     "nodes": {"type": "array", "items": {"type": "string"},
+                               "description": "the nodes that answered"}}},
     "TaskList": {"type": "object", "required": ["queue", "state", "tasks"], "properties": {
         "queue": {"type": "string"}, "state": {"enum": _STATES},
         "tasks": {"type": "array", "items": {"type": "object"}}}},
@@ -358,6 +420,20 @@ def _enqueue(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
     return op
 
 
+def _find_tasks() -> dict[str, Any]:
+    """GET /tasks: with name, the task holding it; without, a page of tasks."""
+    op = _op("With name: the task holding it (while the dedup window keeps it); without: "
+             "a page of tasks in a state, filtered by queue, target and name prefix",
+             "Task", params=[{"name": "name", "in": "query", "schema": {
+                 "type": "string", "minLength": 1, "maxLength": _D.max_name}},
+                 {"name": "queue", "in": "query", "description": "with name: its queue "
+                  "(default: default); without: only this queue's tasks", "schema": {
+                      "type": "string", "pattern": _QUEUE_PATTERN}}, *_PAGE_PARAMS])
+    op["responses"]["200"]["content"]["application/json"]["schema"] = {
+        "anyOf": [_ref("Task"), _ref("TaskPage")]}
+    return op
+
+
 def _control(summary: str) -> dict[str, Any]:
     return {"post": _op(summary, "Control", params=[_QUEUE], scope="admin")}
 
@@ -404,13 +480,7 @@ _PATHS: dict[str, Any] = {
         "Enqueue a JSON list of tasks, all valid or none stored", "BatchResult",
         params=[_QUEUE], extra=_ENQ_EXTRA, scope="enqueue",
         body={"application/json": {"schema": _ref("Batch")}})},
-    "/tasks": {"get": _op("The task holding a name (while the dedup window keeps it)", "Task",
-                          params=[{"name": "name", "in": "query", "required": True,
-                                   "schema": {"type": "string", "minLength": 1,
-                                              "maxLength": _D.max_name}},
-                                  {"name": "queue", "in": "query", "schema": {
-                                      "type": "string", "pattern": _QUEUE_PATTERN,
-                                      "default": "default"}}])},
+    "/tasks": {"get": _find_tasks()},
     "/tasks/{id}": {"get": _op("One task, with its copies", "Task", params=[_ID],
                                scope="read or enqueue"),
                     "delete": _op("Cancel a task on every replica (delete a failed one)",
@@ -480,7 +550,7 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/queue", "post"): ("enqueue", "tasks"),
     ("/queue/{queue}", "post"): ("enqueueInQueue", "tasks"),
     ("/queue/{queue}/batch", "post"): ("enqueueBatch", "tasks"),
-    ("/tasks", "get"): ("findTaskByName", "tasks"),
+    ("/tasks", "get"): ("findTasks", "tasks"),
     ("/tasks/{id}", "get"): ("getTask", "tasks"),
     ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),

@@ -471,6 +471,32 @@ class Journal:
                            f"ORDER BY at {order} LIMIT ?", (queue, state, limit))
         return [t for t in map(decode_row, rows) if t is not None]
 
+    def browse(self, state: str, queue: str | None, after: tuple[float, str] | None,
+               scan: int) -> list[tuple[float, Task]]:
+        """(key time, copy) of up to ``scan`` rows in ``state`` (of ``queue``, if given)
+        that come after the key ``after`` (time, id) in a list's order: live ones next to
+        fire first, ended ones last ended first. Each shape rides an index (``queue,
+        state, at``; the live or the ended partial one) from the cursor on, so a page
+        costs ``scan`` rows however many the journal holds; every other filter (first
+        copies, target, name) is the caller's, on these rows, for the same reason."""
+        self._flush_for_read()
+        live = state in _LIVE
+        op, order = (">", "ASC") if live else ("<", "DESC")
+        where = ["state = ?"]
+        args: list[Any] = [state]
+        if queue is not None:
+            where.insert(0, "queue = ?")
+            args.insert(0, queue)
+        else:  # the partial index's own condition, spelled out (see LIVE_SQL)
+            where.insert(0, f"state {'' if live else 'NOT '}IN {LIVE_SQL}")
+        if after is not None:
+            # the bound alone first: it is what lets the index start at the cursor
+            where.append(f"at {op}= ? AND (at {op} ? OR id {op} ?)")
+            args += [after[0], after[0], after[1]]
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE {' AND '.join(where)} "
+                           f"ORDER BY at {order}, id {order} LIMIT ?", (*args, scan))
+        return [(r[4], t) for r, t in ((r, decode_row(r)) for r in rows) if t is not None]
+
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         """Rows per queue and state, as the journal records them (a running copy's row
         may still say scheduled: the engine corrects that); with primary_only, only first

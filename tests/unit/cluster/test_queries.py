@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import ujson
+
 from miyamoto.cluster.queries import COPIES_PREFIX, IDS_FLAG, IDS_PREFIX, Queries
+from miyamoto.engine import browse
 from miyamoto.engine.engine import Stats
+from miyamoto.tasks import redact
+from miyamoto.tasks.task import State, Task
+from miyamoto.wire.verbs import DecodeError
 
 
 class Engine:
@@ -83,3 +89,54 @@ def test_a_peer_s_ill_typed_ids_are_not_believed() -> None:
         assert got["succeeded"] == 2, (bad, got)  # the sums: no id list was taken
     got = counts({"b": "junk", "c": peer(*C)})["q"]  # a peer's answer that is no dict
     assert (got["succeeded"], got["scheduled"], got["failed"]) == (1, 1, 1), got
+
+
+class TaskEngine:
+    """A node holding one task's copy, and a page of one scheduled task."""
+
+    def __init__(self, task) -> None:
+        self.task = task
+
+    def get(self, task_id: str):
+        return self.task if task_id == self.task.id else None
+
+    def browse(self, flt, after, limit):
+        return browse.local_page([(self.task.fire_at, self.task)], True, flt, limit)
+
+
+def queries(engine: Any, answers: dict[str, Any]) -> Queries:
+    return Queries("a", engine, Requests(answers), Peers(),  # type: ignore[arg-type]
+                   timeout=1.0, offset=1.0, clock=lambda: 1000.0)
+
+
+def test_a_task_view_shows_its_request_redacted_even_from_a_peer() -> None:
+    t = Task(id="t1", queue="q", url="http://w/x", params={"a": "1"}, fire_at=5.0,
+             headers={"Authorization": "Bearer mine", "X-Trace": "1"}, replicas=("a", "b"))
+    got = queries(TaskEngine(t), {})
+    view = got.get_task("t1")
+    assert view["params"] == {"a": "1"} and view["headers"]["Authorization"] == redact.REDACTED
+    assert view["headers"]["X-Trace"] == "1"
+    # our copy is gone; a peer (an older one, or a forged answer) sends its secrets bare
+    peer_view = dict(t.evolve(replica=1).summary(), headers={"Cookie": "sid=9"}, params={})
+    view = queries(TaskEngine(t.evolve(id="other")), {"b": peer_view}).get_task("t1")
+    assert view["headers"] == {"Cookie": redact.REDACTED}
+    assert "Bearer mine" not in ujson.dumps(got.serve("get", {"id": "t1"}))
+
+
+def test_the_cluster_s_page_merges_the_peers_and_names_who_answered() -> None:
+    t = Task(id="t1", queue="q", url="http://w/x", fire_at=5.0)
+    theirs = browse.page_payload(browse.Page([((3.0, "t0"), Task(
+        id="t0", queue="q", url="http://w/y", fire_at=3.0).summary())], None))
+    got = queries(TaskEngine(t), {"b": theirs, "c": "junk"}).browse(
+        browse.Filter(State.SCHEDULED), None, 10)
+    assert [s["id"] for s in got["tasks"]] == ["t0", "t1"]
+    assert got["next_cursor"] is None and got["nodes"] == ["a", "b"]
+    assert queries(TaskEngine(t), {}).serve("browse", {
+        "filter": {"state": "scheduled"}, "after": None, "limit": 5})["items"][0][0] == [5.0, "t1"]
+    for bad in ({"filter": {"state": "x"}, "limit": 5}, {"filter": {"state": "scheduled"},
+                                                          "after": [1], "limit": 5}):
+        try:
+            queries(TaskEngine(t), {}).serve("browse", bad)
+        except DecodeError:
+            continue
+        raise AssertionError(f"{bad} was served")

@@ -17,6 +17,7 @@ import ujson
 
 from miyamoto.definitions import schedules, topics
 from miyamoto.definitions.sync import DefSync
+from miyamoto.engine.browse import Filter
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth
 from miyamoto.http.api import Api
@@ -71,6 +72,10 @@ class Service:
     def find_task(self, queue: str, name: str) -> dict | None:
         self._record("find_task", queue, name)
         return {"id": "t-1"} if name == "known" else None
+
+    def browse(self, flt: Any, after: Any, limit: int) -> dict:
+        self._record("browse", flt, after, limit)
+        return {"tasks": [{"id": "t-1"}], "next_cursor": None, "nodes": ["n1"]}
 
     def delete(self, task_id: str) -> dict | None:
         self._record("delete", task_id)
@@ -329,8 +334,26 @@ def test_find_a_task_by_its_name(app: Api, svc: Service) -> None:
     assert svc.calls == [("find_task", "mail", "known"), ("find_task", "default", "known")]
     assert "dedup_window" in error_of(call(app, "GET", "/tasks", query="name=x"), 404, "name")
     assert call(app, "GET", "/tasks", query="name=" + "x" * 500).status == 404
-    for query, field in [("", "name"), ("name=", "name"), ("name=" + "x" * 501, "name"),
+    for query, field in [("name=", "name"), ("name=" + "x" * 501, "name"),
                          ("name=a&queue=b%2Fad", "queue"), ("name=a&queue=", "queue")]:
+        error_of(call(app, "GET", "/tasks", query=query), 400, field)
+
+
+def test_browse_tasks_by_state_and_filters_a_page_at_a_time(app: Api, svc: Service) -> None:
+    a = call(app, "GET", "/tasks")
+    assert a.json() == {"state": "scheduled", "tasks": [{"id": "t-1"}], "next_cursor": None,
+                        "nodes": ["n1"]}
+    assert svc.calls[-1] == ("browse", Filter(State.SCHEDULED), None, 50)
+    call(app, "GET", "/tasks", query="state=failed&queue=mail&target=http%3A%2F%2Fw"
+         "&name_prefix=inv-&cursor=12.5~t-9&limit=500")
+    assert svc.calls[-1] == ("browse", Filter(State.FAILED, "mail", "http://w", "inv-"),
+                             (12.5, "t-9"), 500)
+    call(app, "GET", "/tasks", query="queue=&target=&name_prefix=&cursor=")  # empty: no filter
+    assert svc.calls[-1] == ("browse", Filter(State.SCHEDULED), None, 50)
+    for query, field in [("state=lost", "state"), ("queue=a%2Fb", "queue"),
+                         ("cursor=12", "cursor"), ("cursor=x~t", "cursor"), ("limit=501", "limit"),
+                         ("limit=0", "limit"), ("target=" + "x" * 2084, "target"),
+                         ("name_prefix=" + "x" * 2084, "name_prefix")]:
         error_of(call(app, "GET", "/tasks", query=query), 400, field)
 
 

@@ -183,7 +183,7 @@ def test_name_lookup_route(app: Api) -> None:
     assert app.service.lookups == [("mail", "known"), ("default", "known")]
     status, _, body = call(app, "/tasks", query="name=nobody", token=token)
     assert status == 404 and ujson.loads(body)["field"] == "name"
-    for query, field in [("", "name"), ("name=", "name"), ("name=" + "x" * 501, "name"),
+    for query, field in [("name=", "name"), ("name=" + "x" * 501, "name"),
                          ("name=a&queue=b%2Fad", "queue"), ("name=a&queue=", "queue")]:
         status, _, body = call(app, "/tasks", query=query, token=token)
         assert status == 400 and ujson.loads(body)["field"] == field, query
