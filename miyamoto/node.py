@@ -24,13 +24,14 @@ import gevent.event
 import gevent.pool
 
 from miyamoto.cluster.layer import Cluster
-from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
+from miyamoto.cluster.queries import BREAKER_PREFIX, COPIES_PREFIX, LATENCY_PREFIX, TOTAL_PREFIX
 from miyamoto.config.settings import Config
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.engine import browse
 from miyamoto.engine.engine import Engine
+from miyamoto.engine.history import BUCKETS, quantiles
 from miyamoto.engine.queues import page
 from miyamoto.errors import Unavailable
 from miyamoto.http.api import Api
@@ -174,6 +175,11 @@ class Node:
         """GET /tasks without a name: a page of tasks over the cluster."""
         return self.cluster.queries.browse(flt, after, limit)
 
+    def rates(self, seconds: int, step: int, node: str | None) -> dict[str, Any] | None:
+        """GET /rates: the last ``seconds`` of tasks per ``step``, cluster-wide or one
+        node's; None if ``node`` is not a member that answers."""
+        return self.cluster.queries.rates(seconds, step, node)
+
     def cancel(self, task_id: str) -> dict[str, Any] | None:
         return self.cluster.queries.cancel(task_id)
 
@@ -218,6 +224,7 @@ class Node:
             # since the nodes started, summed over the cluster: rates for the dashboard
             "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
                        for k in ("enqueued", "delivered", "failed")},
+            **_console_view(counts),
         }
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
@@ -262,6 +269,22 @@ class Node:
     def metrics_body(self) -> bytes:
         """GET /metrics: Prometheus text exposition (``miyamoto.metrics``)."""
         return self.metrics.render()
+
+
+def _console_view(counts: dict[str, int]) -> dict[str, Any]:
+    """A queue's delivery latency (p50, p99 over the last minutes, from the cluster's
+    summed buckets) and its targets whose breaker is open on some node (how many)."""
+    buckets: dict[int, int] = {}
+    breakers: dict[str, int] = {}
+    for k, n in counts.items():
+        if k.startswith(LATENCY_PREFIX):
+            b = k[len(LATENCY_PREFIX):]
+            if b.isdigit() and int(b) < BUCKETS and n > 0:
+                buckets[int(b)] = n
+        elif k.startswith(BREAKER_PREFIX) and n > 0:
+            breakers[k[len(BREAKER_PREFIX):]] = n
+    return {"latency": quantiles(buckets),
+            "breakers": [{"origin": o, "nodes": n} for o, n in sorted(breakers.items())]}
 
 
 def _shared_listener(host: str, port: int) -> socket.socket:

@@ -18,7 +18,7 @@ import ujson
 
 from miyamoto.config.settings import Config
 from miyamoto.definitions.sync import DefSync
-from miyamoto.engine import browse
+from miyamoto.engine import browse, history
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
@@ -36,6 +36,7 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
             503: "Service Unavailable"}
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 MAX_PAGE = 1000  # the most items one listing answers (limit=)
+RATE_POINTS = 360  # the most points GET /rates answers (an hour: one per 10 s)
 QUEUES_PAGE = 1000  # GET /queues without limit: all of them at the default max_queues
 _NO_QUEUE = ("names no queue: queues come from the config or from an enqueue "
              "(while auto_create_queues is on)")
@@ -77,6 +78,7 @@ class ApiService(Protocol):
     def find_task(self, queue: str, name: str) -> View | None: ...
     def browse(self, flt: browse.Filter, after: browse.Key | None,
                limit: int) -> View: ...  # {"tasks", "next_cursor", "nodes"}
+    def rates(self, seconds: int, step: int, node: str | None) -> View | None: ...
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
@@ -125,6 +127,7 @@ class Api:
                                             "DELETE": d.delete_topic}),
             (re.compile(r"/cluster/?"), {"GET": self.cluster}),
             (re.compile(r"/targets/?"), {"GET": self.targets}),  # scope read
+            (re.compile(r"/rates/?"), {"GET": self.rates}),
             (re.compile(r"/healthz"), {"GET": self.healthz}),
             (re.compile(r"/readyz"), {"GET": self.readyz}),
             (re.compile(r"/metrics"), {"GET": self.metrics}),
@@ -332,6 +335,26 @@ class Api:
 
     def targets(self, environ: dict) -> tuple[int, Any]:
         return 200, {"targets": self.service.target_states()}
+
+    def rates(self, environ: dict) -> tuple[int, Any]:
+        """GET /rates?seconds=&node=: tasks enqueued, delivered and failed over the last
+        ``seconds`` (60 to 3,600; default 300) in at most RATE_POINTS points, summed
+        over the cluster or of one node."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        given = (query.get("seconds") or ["300"])[0]
+        if not given.isdigit() or not 60 <= int(given) <= history.SECONDS:
+            raise HTTPError(400, f"must be a whole number of seconds from 60 to "
+                                 f"{history.SECONDS}", "seconds")
+        seconds = int(given)
+        step = -(-seconds // RATE_POINTS)
+        seconds -= seconds % step
+        node = (query.get("node") or [None])[0] or None
+        if node is not None and not _ID_RE.fullmatch(node):
+            raise HTTPError(400, "must be a member's id", "node")
+        found = self.service.rates(seconds, step, node)
+        if found is None:
+            raise HTTPError(404, "is not a member that answers", "node")
+        return 200, found
 
     def healthz(self, environ: dict) -> tuple[int, Any]:
         return 200, {"status": "ok", "node": self.service.node_id}

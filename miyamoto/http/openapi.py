@@ -164,31 +164,7 @@ def _topic_task(task_fields: dict[str, Any]) -> dict[str, Any]:
 
 
 # GET /tasks/<id> shows the request the task makes (miyamoto.tasks.redact)
-_REQUEST_VIEW: dict[str, Any] = {
-    "params": {"type": "object", "description": "the params sent to the target"},
-    "headers": {"type": "object", "additionalProperties": {"type": "string"},
-                "description": "the extra headers sent to the target; the values of "
-                "Authorization, Proxy-Authorization, Cookie and of every header whose name "
-                "holds token, secret, key or signature are shown as \"[redacted]\""},
-    "body": {"type": ["string", "null"], "description": "the raw body, its first 65,536 "
-             "characters"},
-    "body_chars": {"type": "integer", "minimum": 0, "description": "the raw body's length"},
-    "content_type": {"type": ["string", "null"]},
-}
-_PAGE_PARAMS: list[dict[str, Any]] = [
-    {"name": "state", "in": "query", "description": "without name: the state listed",
-     "schema": {"enum": _STATES, "default": "scheduled"}},
-    {"name": "target", "in": "query", "description": "without name: tasks whose URL "
-     "starts with this (an origin, or more)", "schema": {"type": "string", "maxLength": 2083}},
-    {"name": "name_prefix", "in": "query", "description": "without name: tasks whose name "
-     "starts with this", "schema": {"type": "string", "maxLength": 2083}},
-    {"name": "cursor", "in": "query", "description": "without name: the next_cursor of the "
-     "previous page", "schema": {"type": "string"}},
-    {"name": "limit", "in": "query", "description": "without name: the most tasks a page "
-     "holds", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
-]
-
-# GET /tasks/<id> shows the request the task makes (miyamoto.tasks.redact)
+_KINDS = ["enqueued", "delivered", "failed"]
 _REQUEST_VIEW: dict[str, Any] = {
     "params": {"type": "object", "description": "the params sent to the target"},
     "headers": {"type": "object", "additionalProperties": {"type": "string"},
@@ -296,7 +272,19 @@ _SCHEMAS: dict[str, Any] = {
                              "failed (finally) since the nodes started, summed over the "
                              "cluster: the dashboard's rates", "properties": {
                                  k: {"type": "integer", "minimum": 0}
-                                 for k in ("enqueued", "delivered", "failed")}}}},
+                                 for k in ("enqueued", "delivered", "failed")}},
+                  "latency": {"type": "object", "description": "from a task's eta to its "
+                              "delivery's answer, over the last window seconds, cluster-wide "
+                              "(the upper edge of a bucket 19 % wide); null: no delivery",
+                              "properties": {"p50": {"type": ["number", "null"]},
+                                             "p99": {"type": ["number", "null"]},
+                                             "count": {"type": "integer", "minimum": 0},
+                                             "window": {"type": "integer"}}},
+                  "breakers": {"type": "array", "description": "targets of the queue's "
+                               "latest attempts whose circuit breaker is open (or half open) "
+                               "on some node", "items": {"type": "object", "properties": {
+                                   "origin": {"type": "string"},
+                                   "nodes": {"type": "integer", "minimum": 1}}}}}},
     "Queues": {"type": "object", "required": ["queues"],
                "properties": {"queues": {"type": "array", "items": _ref("Queue")},
                               "next_cursor": {"type": ["string", "null"], "description":
@@ -342,6 +330,15 @@ _SCHEMAS: dict[str, Any] = {
                             "clock_offset": {"type": ["number", "null"]},
                             "clock_error": {"type": ["number", "null"]},
                             "clock_skewed": {"type": ["boolean", "null"]}}}}}},
+    "Rates": {"type": "object", "required": ["end", "step", "seconds", "nodes", *_KINDS],
+              "description": "tasks per step seconds, oldest first; the last point ends "
+              "at end (unix second)", "properties": {
+                  "end": {"type": "integer"}, "step": {"type": "integer", "minimum": 1},
+                  "seconds": {"type": "integer"},
+                  "nodes": {"type": "array", "items": {"type": "string"},
+                            "description": "the nodes whose counts are summed"},
+                  **{k: {"type": "array", "items": {"type": "integer", "minimum": 0}}
+                     for k in _KINDS}}},
     "Health": {"type": "object", "required": ["status", "node"],
                "properties": {"status": {"const": "ok"}, "node": {"type": "string"}}},
     "Ready": {"type": "object", "required": ["status", "reason"], "properties": {
@@ -514,6 +511,13 @@ _PATHS: dict[str, Any] = {
     "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
     "/targets": {"get": _op("Target origins attempted recently by this node: circuit "
                             "breaker state, consecutive failures, deliveries in flight", "Targets")},
+    "/rates": {"get": _op("Tasks enqueued, delivered and failed per second (or per few "
+                          "seconds) over the last minutes or hour, from every node's ring of "
+                          "per-second counts", "Rates", params=[
+        {"name": "seconds", "in": "query", "schema": {"type": "integer", "minimum": 60,
+                                                       "maximum": 3600, "default": 300}},
+        {"name": "node", "in": "query", "description": "one member's counts (default: the "
+         "cluster's sum)", "schema": {"type": "string", "pattern": _ID_PATTERN}}])},
     "/healthz": {"get": {**_op("Liveness", "Health"), **_OPEN}},
     "/readyz": {"get": {**_op("Readiness", "Ready", extra={"503": _answer("not ready",
                                                                           "Ready")}), **_OPEN}},
@@ -574,6 +578,7 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/topics/{tname}", "delete"): ("deleteTopic", "topics"),
     ("/cluster", "get"): ("getCluster", "cluster"),
     ("/targets", "get"): ("listTargets", "cluster"),
+    ("/rates", "get"): ("getRates", "operations"),
     ("/healthz", "get"): ("getHealth", "operations"),
     ("/readyz", "get"): ("getReadiness", "operations"),
     ("/metrics", "get"): ("getMetrics", "operations"),

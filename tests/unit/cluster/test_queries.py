@@ -22,12 +22,21 @@ class Engine:
     def __init__(self, ids: bool = True) -> None:
         self.stats = Stats()
         self.ids = ids
+        self.dispatcher = Dispatcher()
 
     def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         return {"q": {"succeeded": 1, "scheduled": 1}}
 
     def copy_states(self, limit: int) -> dict[str, dict[str, list[str]]] | None:
         return {"q": {"succeeded": ["t1"], "scheduled": ["t2"]}} if self.ids else None
+
+
+class Dispatcher:
+    def __init__(self, targets: list[dict[str, Any]] | None = None) -> None:
+        self.states = targets or []
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self.states
 
 
 class Requests:
@@ -140,3 +149,18 @@ def test_the_cluster_s_page_merges_the_peers_and_names_who_answered() -> None:
         except DecodeError:
             continue
         raise AssertionError(f"{bad} was served")
+
+
+def test_rates_add_up_over_the_cluster_or_are_one_node_s() -> None:
+    eng = Engine()
+    eng.stats.count("q", "delivered", 999.5)  # the second before the queries' clock (1000)
+    theirs = dict(eng.stats.rates.series(1000.0, 60, 1), delivered=[2] * 60)
+    got = queries(eng, {"b": theirs, "c": {"junk": 1}}).rates(60, 1, None)
+    assert got["delivered"][-1] == 3 and sum(got["delivered"]) == 121
+    assert got["nodes"] == ["a", "b"] and got["seconds"] == 60
+    assert queries(eng, {"b": theirs}).rates(60, 1, "a")["delivered"][-1] == 1
+    one = queries(eng, {"b": theirs}).rates(60, 1, "b")
+    assert one["nodes"] == ["b"] and sum(one["delivered"]) == 120
+    assert queries(eng, {}).rates(60, 1, "b") is None  # b did not answer
+    assert queries(eng, {"z": theirs}).rates(60, 1, "z") is None  # not a member
+    assert queries(eng, {}).serve("rates", {"seconds": 60, "step": 1})["delivered"][-1] == 1

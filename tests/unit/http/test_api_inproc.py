@@ -77,6 +77,10 @@ class Service:
         self._record("browse", flt, after, limit)
         return {"tasks": [{"id": "t-1"}], "next_cursor": None, "nodes": ["n1"]}
 
+    def rates(self, seconds: int, step: int, node: str | None) -> dict | None:
+        self._record("rates", seconds, step, node)
+        return None if node == "gone" else {"step": step}
+
     def delete(self, task_id: str) -> dict | None:
         self._record("delete", task_id)
         return None if task_id not in self.tasks else dict(self.tasks[task_id], state="deleted")
@@ -355,6 +359,21 @@ def test_browse_tasks_by_state_and_filters_a_page_at_a_time(app: Api, svc: Servi
                          ("limit=0", "limit"), ("target=" + "x" * 2084, "target"),
                          ("name_prefix=" + "x" * 2084, "name_prefix")]:
         error_of(call(app, "GET", "/tasks", query=query), 400, field)
+
+
+def test_rates_over_five_minutes_or_an_hour_in_a_few_hundred_points(app: Api,
+                                                                     svc: Service) -> None:
+    assert call(app, "GET", "/rates").json() == {"step": 1}
+    assert svc.calls[-1] == ("rates", 300, 1, None)
+    call(app, "GET", "/rates", query="seconds=3600&node=n2")
+    assert svc.calls[-1] == ("rates", 3600, 10, "n2")
+    call(app, "GET", "/rates", query="seconds=1000")  # whole steps of 3 s
+    assert svc.calls[-1] == ("rates", 999, 3, None)
+    for query, field in [("seconds=59", "seconds"), ("seconds=3601", "seconds"),
+                         ("seconds=1e3", "seconds"), ("seconds=", "seconds"),
+                         ("node=a%2Fb", "node")]:
+        error_of(call(app, "GET", "/rates", query=query), 400, field)
+    error_of(call(app, "GET", "/rates", query="node=gone"), 404, "node")
 
 
 def test_list_a_queues_tasks_by_state_and_limit(app: Api, svc: Service) -> None:
