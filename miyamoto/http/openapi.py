@@ -329,7 +329,21 @@ _SCHEMAS: dict[str, Any] = {
                             "last_heard": {"type": ["number", "null"]},
                             "clock_offset": {"type": ["number", "null"]},
                             "clock_error": {"type": ["number", "null"]},
-                            "clock_skewed": {"type": ["boolean", "null"]}}}}}},
+                            "clock_skewed": {"type": ["boolean", "null"]}}}},
+                    "down": {"type": "array", "description": "members dropped from the "
+                             "roster since this node started (the latest 32), until they "
+                             "rejoin", "items": {
+                                 "type": "object", "required": ["id", "http", "down_since"],
+                                 "properties": {
+                                     "id": {"type": "string"}, "http": {"type": "string"},
+                                     "cluster": {"type": "string"},
+                                     "zone": {"type": ["string", "null"]},
+                                     "down_since": {"type": "number",
+                                                    "description": "unix time it was dropped"},
+                                     "last_heard_at": {"type": ["number", "null"]},
+                                     "last_heard": {"type": ["number", "null"],
+                                                    "description": "seconds ago; null: "
+                                                    "this node never heard from it"}}}}}},
     "Rates": {"type": "object", "required": ["end", "step", "seconds", "nodes", *_KINDS],
               "description": "tasks per step seconds, oldest first; the last point ends "
               "at end (unix second)", "properties": {
