@@ -219,6 +219,9 @@ class Api:
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
         fields = enqueue_fields(kind, body, self.limits)
         key = _idempotency_key(environ)
+        if key is not None and len(key) > self.limits.max_name:  # even when a name is given
+            raise HTTPError(400, f"is longer than {self.limits.max_name} characters",
+                            IDEMPOTENCY_KEY)
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,

@@ -298,6 +298,9 @@ def test_enqueue_json_and_form_with_the_path_queue_and_idempotency_key(app: Api,
     post_json(app, "/queue/mail", {"url": URL}, headers={"Idempotency-Key": "k-1"})
     task = svc.calls[-1][1]
     assert (task.queue, task.name) == ("mail", "k-1")
+    # a key longer than a name may be is refused, even beside a name in the body
+    error_of(post_json(app, "/queue/mail", {"url": URL, "name": "n"},
+                       headers={"Idempotency-Key": "k" * 501}), 400, "Idempotency-Key")
     a = call(app, "POST", "/queue/mail", f"task.url={URL}&x=1".encode(), ctype=FORM)
     assert a.status == 200 and svc.calls[-1][1].params == {"x": "1"}
     a = call(app, "POST", "/queue", f"task.url={URL}".encode())  # no type: a form
