@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
+
+import ujson
 
 from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
 
@@ -34,6 +37,16 @@ class Filter:
     queue: str | None = None
     target: str | None = None  # a prefix of the task's URL (an origin, a path)
     name_prefix: str | None = None
+
+    def keeps_raw(self, replica: int, data: str) -> bool:
+        """Whether a journal row may match, from its replica and its record's JSON
+        (``store.rows``: ujson, so a field reads ``"url":"..."``), before decoding it."""
+        if replica != 0:
+            return False
+        if "\\/" in data:  # a row written with escaped slashes: decode it and see
+            return True
+        return (self.target is None or f'"url":{_json_prefix(self.target)}' in data) and \
+            (self.name_prefix is None or f'"name":{_json_prefix(self.name_prefix)}' in data)
 
     def keeps(self, t: Task) -> bool:
         return t.replica == 0 and t.state == self.state and \
@@ -55,18 +68,17 @@ class Page:
     frontier: Key | None  # the last key read; None: read to the end
 
 
-def local_page(rows: list[tuple[float, Task]], scanned_all: bool, flt: Filter,
+def local_page(rows: list[tuple[float, Task]], last: Key | None, flt: Filter,
                limit: int) -> Page:
-    """One node's page from the rows it read (``scanned_all``: fewer than it asked)."""
+    """One node's page from the rows it read; ``last`` is the key of the last row read
+    (decoded or not), None if it read to the end."""
     items: list[tuple[Key, dict[str, Any]]] = []
     for at, t in rows:
         if flt.keeps(t):
             items.append(((at, t.id), t.summary()))
             if len(items) == limit:
                 return Page(items, (at, t.id))
-    if scanned_all or not rows:
-        return Page(items, None)
-    return Page(items, (rows[-1][0], rows[-1][1].id))
+    return Page(items, last)
 
 
 def merge(pages: Iterable[Page], limit: int, descending: bool) -> tuple[list[dict], Key | None]:
@@ -139,6 +151,12 @@ def filter_of(d: Any) -> Filter | None:
         if v is not None and not (isinstance(v, str) and 0 < len(v) <= 2083):
             return None
     return Filter(state, queue, target, prefix)
+
+
+@lru_cache(maxsize=64)
+def _json_prefix(text: str) -> str:
+    """``text`` as the journal's rows spell a string that starts with it (open quote)."""
+    return ujson.dumps(text, escape_forward_slashes=False)[:-1]
 
 
 def key_of(v: Any) -> Key | None:

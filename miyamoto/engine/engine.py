@@ -641,12 +641,14 @@ class Engine:
                           key=lambda r: (r[0], r[1].id))
             if after is not None:
                 rows = [r for r in rows if (r[0], r[1].id) > after]
-            return browse.local_page(rows, True, flt, limit)
-        rows = self.journal.browse(flt.state.value, flt.queue, after, browse.SCAN_ROWS)
-        scanned_all = len(rows) < browse.SCAN_ROWS
-        if flt.state == State.SCHEDULED:
+            return browse.local_page(rows, None, flt, limit)
+        rows, last, read = self.journal.browse(flt.state.value, flt.queue, after,
+                                               browse.SCAN_ROWS, flt.keeps_raw, limit)
+        # read to the end: fewer rows than asked for, and not cut at the limit
+        done = read < browse.SCAN_ROWS and len(rows) < limit
+        if flt.state == State.SCHEDULED:  # memory's copy is the newer (it may be running)
             rows = [(at, self.live.mem.get(t.id, t)) for at, t in rows]
-        return browse.local_page(rows, scanned_all, flt, limit)
+        return browse.local_page(rows, None if done else last, flt, limit)
 
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory

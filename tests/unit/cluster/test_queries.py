@@ -110,7 +110,7 @@ class TaskEngine:
         return self.task if task_id == self.task.id else None
 
     def browse(self, flt, after, limit):
-        return browse.local_page([(self.task.fire_at, self.task)], True, flt, limit)
+        return browse.local_page([(self.task.fire_at, self.task)], None, flt, limit)
 
 
 def queries(engine: Any, answers: dict[str, Any]) -> Queries:

@@ -32,22 +32,39 @@ def test_a_node_s_page_keeps_first_copies_that_match_every_filter() -> None:
     got = [task(1), task(2, replica=1, replicas=("a", "b")), task(3, name="mail-1"),
            task(4, url="http://other:1/x", name="mail-2"), task(5, name="sms-1"),
            task(6, state=State.RUNNING)]
-    page = browse.local_page(rows(*got), True, Filter(State.SCHEDULED), 10)
+    page = browse.local_page(rows(*got), None, Filter(State.SCHEDULED), 10)
     assert [k[1] for k, _ in page.items] == ["t001", "t003", "t004", "t005"]
     assert page.frontier is None  # read to the end
-    page = browse.local_page(rows(*got), True,
+    page = browse.local_page(rows(*got), None,
                              Filter(State.SCHEDULED, target="http://w:1", name_prefix="mail"), 10)
     assert ids(s for _, s in page.items) == ["t003"]
 
 
 def test_a_node_s_page_stops_at_its_limit_or_where_it_stopped_reading() -> None:
     got = rows(*(task(i) for i in range(6)))
-    full = browse.local_page(got, False, Filter(State.SCHEDULED), 2)
+    full = browse.local_page(got, (5.0, "t005"), Filter(State.SCHEDULED), 2)
     assert [k for k, _ in full.items] == [(0.0, "t000"), (1.0, "t001")]
     assert full.frontier == (1.0, "t001")
     # nothing matched in the rows it read, but there are more: a short page, a cursor on
-    none = browse.local_page(got, False, Filter(State.SCHEDULED, name_prefix="zz"), 2)
+    none = browse.local_page(got, (5.0, "t005"), Filter(State.SCHEDULED, name_prefix="zz"), 2)
     assert none.items == [] and none.frontier == (5.0, "t005")
+
+
+def test_a_row_is_decoded_only_if_its_raw_record_may_match() -> None:
+    from miyamoto.store.rows import task_row
+    t = task(1, name="mail-ü/1", url="http://w:1/x")
+    data = task_row(t)[6]
+    for flt, kept in ((Filter(State.SCHEDULED), True),
+                      (Filter(State.SCHEDULED, name_prefix="mail-ü"), True),
+                      (Filter(State.SCHEDULED, name_prefix="mail-ü/1"), True),
+                      (Filter(State.SCHEDULED, name_prefix="sms"), False),
+                      (Filter(State.SCHEDULED, target="http://w:1/"), True),
+                      (Filter(State.SCHEDULED, target="http://v"), False)):
+        assert flt.keeps_raw(0, data) is kept, flt
+        assert flt.keeps(t) is kept, flt  # the same answer as the decoded check
+    assert not Filter(State.SCHEDULED).keeps_raw(1, data)  # not a first copy
+    # a record written with escaped slashes is decoded and judged whole
+    assert Filter(State.SCHEDULED, target="http://v").keeps_raw(0, data.replace("/", "\\/"))
 
 
 def summary(i: int, at: float) -> tuple[browse.Key, dict]:

@@ -507,21 +507,31 @@ def test_journal_browse_pages_by_key_in_a_lists_order(journal_factory):
     tasks = [jtask(i, queue="a" if i % 2 else "b") for i in range(10)]
     tasks += [jtask(i, state=State.FAILED, finished=500.0 - i) for i in range(10, 14)]
     j.put_many(tasks, wait=True)
-    rows = j.browse("scheduled", None, None, 4)
+    rows, last, read = j.browse("scheduled", None, None, 4)
     assert [t.id for _, t in rows] == ["t00000", "t00001", "t00002", "t00003"]
+    assert (last, read) == ((103.0, "t00003"), 4)
     assert [at for at, _ in rows] == [100.0, 101.0, 102.0, 103.0]
     after = (rows[-1][0], rows[-1][1].id)
-    assert [t.id for _, t in j.browse("scheduled", None, after, 3)] == \
+    assert [t.id for _, t in j.browse("scheduled", None, after, 3)[0]] == \
         ["t00004", "t00005", "t00006"]
-    assert [t.id for _, t in j.browse("scheduled", "a", after, 10)] == \
+    assert [t.id for _, t in j.browse("scheduled", "a", after, 10)[0]] == \
         ["t00005", "t00007", "t00009"]
-    ended = j.browse("failed", None, None, 10)  # the last ended first
+    ended, _, _ = j.browse("failed", None, None, 10)  # the last ended first
     assert [t.id for _, t in ended] == ["t00010", "t00011", "t00012", "t00013"]
-    assert [t.id for _, t in j.browse("failed", "q", (489.0, "t00011"), 10)] == \
+    assert [t.id for _, t in j.browse("failed", "q", (489.0, "t00011"), 10)[0]] == \
         ["t00012", "t00013"]
+    # keep sees each row's replica and raw record; only what it keeps is decoded
+    seen: list[tuple[int, str]] = []
+    rows, last, read = j.browse("scheduled", "a", None, 10,
+                                lambda replica, data: seen.append((replica, data)) or False)
+    assert rows == [] and read == len(seen) == 5 and last == (109.0, "t00009")
+    assert all(r == 0 and '"url":"http://w/x"' in d for r, d in seen)
+    # with want, it stops decoding there: the rows read end at the last one it kept
+    rows, last, read = j.browse("scheduled", "a", None, 10, None, 2)
+    assert [t.id for _, t in rows] == ["t00001", "t00003"] and (last, read) == ((103.0, "t00003"), 2)
     # a tie on the time is broken by the id, in the list's direction
     j.put_many([jtask(20, fire_at=103.0), jtask(21, fire_at=103.0)], wait=True)
-    assert [t.id for _, t in j.browse("scheduled", None, (103.0, "t00003"), 2)] == \
+    assert [t.id for _, t in j.browse("scheduled", None, (103.0, "t00003"), 2)[0]] == \
         ["t00020", "t00021"]
 
 
