@@ -260,6 +260,10 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     page.click('button.range[data-seconds="3600"]')
     page.wait_for_function(SERIES_SUM.format(3600, 6), timeout=WAIT_MS)
     wait_text(page, "#chart-title", "last hour")
+    page.select_option("#chart-node", node.node_id)  # one node's own counts
+    page.wait_for_function(f"() => ui.series && ui.series.nodes.join() === '{node.node_id}'"
+                           " && ui.series.seconds === 3600", timeout=WAIT_MS)
+    wait_text(page, "#chart-nodes", f"(node {node.node_id})")
 
     # browse: scheduled tasks by name prefix, then by target; the task view
     page.fill("#browse-name", "invoice")

@@ -30,6 +30,7 @@ const ui = {
   rates: [],           // [{t, enqueued, delivered, failed}] sampled: the chart without /rates
   series: null,        // GET /rates: the server's per-second history, summed over the nodes
   range: 300,          // the chart's seconds (5 min or 1 h)
+  chartNode: "",       // the chart's node ("": the cluster's sum)
   targets: {},         // origin -> its breaker (GET /targets), for the task view
   detailId: null,      // the task shown in the lookup panel, refreshed with the rest
   browse: {filter: null, cursors: [], next: null},  // the task list's query and pages
@@ -268,6 +269,13 @@ function renderCluster(info) {
       : `${ago(d.last_heard)} ago`),
     el("td", {}, "-")));
   $("cluster-table").tBodies[0].replaceChildren(...rows, ...down);
+  const pick = $("chart-node");
+  const ids = (info.members || []).map((m) => m.id);
+  if (pick.options.length !== ids.length + 1 || ids.some((id, i) => pick.options[i + 1].value !== id)) {
+    pick.replaceChildren(el("option", {value: ""}, "all, summed"),
+      ...ids.map((id) => el("option", {value: id}, id)));
+    pick.value = ids.includes(ui.chartNode) ? ui.chartNode : "";
+  }
 }
 
 // ------------------------------------------------------------------ queues and rates
@@ -349,10 +357,13 @@ function chartPoints() {
 }
 
 async function loadRates() {
-  const res = await api("GET", `/rates?seconds=${ui.range}`);
+  const qs = new URLSearchParams({seconds: String(ui.range)});
+  if (ui.chartNode) qs.set("node", ui.chartNode);
+  const res = await api("GET", `/rates?${qs}`);
   ui.series = res.status === 200 && res.body ? res.body : null;
   const nodes = ui.series && Array.isArray(ui.series.nodes) ? ui.series.nodes : [];
-  $("chart-nodes").textContent = nodes.length ? `(summed over ${nodes.join(", ")})` : "";
+  $("chart-nodes").textContent = !nodes.length ? "" : ui.chartNode ? `(node ${nodes.join(", ")})`
+    : `(summed over ${nodes.join(", ")})`;
 }
 
 function renderChart() {
@@ -703,6 +714,10 @@ function start() {
   for (const b of document.querySelectorAll("button.range")) {
     b.addEventListener("click", () => setRange(Number(b.dataset.seconds)));
   }
+  $("chart-node").addEventListener("change", () => {
+    ui.chartNode = $("chart-node").value;
+    setRange(ui.range);
+  });
   for (const a of document.querySelectorAll("footer a.raw")) a.addEventListener("click", openRaw);
   $("raw-close").addEventListener("click", () => show("raw-panel", false));
   refresh();
