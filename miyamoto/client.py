@@ -239,6 +239,23 @@ class Client:
                             params={"state": state, "limit": str(limit)})
         return list(answer.get("tasks", []))
 
+    def browse(self, state: str = "scheduled", *, queue: str | None = None,
+               target: str | None = None, name_prefix: str | None = None,
+               cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """A page of tasks in ``state`` over the cluster, filtered by queue, target (a URL
+        prefix) and name prefix: ``tasks`` and ``next_cursor`` (None on the last page),
+        the next call's ``cursor``."""
+        params = {"state": state, "limit": str(limit), "queue": queue, "target": target,
+                  "name_prefix": name_prefix, "cursor": cursor}
+        return self._call("GET", "/tasks", params={k: v for k, v in params.items()
+                                                   if v is not None})
+
+    def rates(self, seconds: int = 300, node: str | None = None) -> dict[str, Any]:
+        """Tasks enqueued, delivered and failed over the last ``seconds`` (60-3600), in
+        points of ``step`` seconds: the cluster's sum, or ``node``'s own."""
+        params = {"seconds": str(seconds), **({"node": node} if node else {})}
+        return self._call("GET", "/rates", params=params)
+
     # ------------------------------------------------------------ queues
     def queues(self) -> list[dict[str, Any]]:
         """Every queue's config, paused flag and counts per state (every page of them)."""

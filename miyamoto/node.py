@@ -25,14 +25,16 @@ import gevent.pool
 import gevent.ssl
 
 from miyamoto.cluster.layer import Cluster
-from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
+from miyamoto.cluster.queries import BREAKER_PREFIX, COPIES_PREFIX, LATENCY_PREFIX, TOTAL_PREFIX
 from miyamoto.config.settings import Config, QueueConfig
 from miyamoto.config.tls import TLSFileError, server_context
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.fairness import queue_limit
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
+from miyamoto.engine import browse
 from miyamoto.engine.engine import Engine
+from miyamoto.engine.history import BUCKETS, quantiles
 from miyamoto.engine.queues import page
 from miyamoto.definitions import queues as queue_defs
 from miyamoto.errors import Conflict, Unavailable
@@ -212,6 +214,16 @@ class Node:
         task_id = self.cluster.queries.find_name(queue, name)
         return self.get_task(task_id) if task_id is not None else None
 
+    def browse(self, flt: browse.Filter, after: browse.Key | None,
+               limit: int) -> dict[str, Any]:
+        """GET /tasks without a name: a page of tasks over the cluster."""
+        return self.cluster.queries.browse(flt, after, limit)
+
+    def rates(self, seconds: int, step: int, node: str | None) -> dict[str, Any] | None:
+        """GET /rates: the last ``seconds`` of tasks per ``step``, cluster-wide or one
+        node's; None if ``node`` is not a member that answers."""
+        return self.cluster.queries.rates(seconds, step, node)
+
     def cancel(self, task_id: str) -> dict[str, Any] | None:
         return self.cluster.queries.cancel(task_id)
 
@@ -259,6 +271,7 @@ class Node:
             # since the nodes started, summed over the cluster: rates for the dashboard
             "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
                        for k in ("enqueued", "delivered", "failed")},
+            **_console_view(counts),
         }
 
     # PUT and DELETE /queues/<name>: settings through the API, cluster-wide
@@ -365,6 +378,22 @@ def _definition_answer(status: int, body: dict[str, Any]) -> None:
     if status == 409:
         raise Conflict(message)
     raise Unavailable(message)
+
+
+def _console_view(counts: dict[str, int]) -> dict[str, Any]:
+    """A queue's delivery latency (p50, p99 over the last minutes, from the cluster's
+    summed buckets) and its targets whose breaker is open on some node (how many)."""
+    buckets: dict[int, int] = {}
+    breakers: dict[str, int] = {}
+    for k, n in counts.items():
+        if k.startswith(LATENCY_PREFIX):
+            b = k[len(LATENCY_PREFIX):]
+            if b.isdigit() and int(b) < BUCKETS and n > 0:
+                buckets[int(b)] = n
+        elif k.startswith(BREAKER_PREFIX) and n > 0:
+            breakers[k[len(BREAKER_PREFIX):]] = n
+    return {"latency": quantiles(buckets),
+            "breakers": [{"origin": o, "nodes": n} for o, n in sorted(breakers.items())]}
 
 
 def _shared_listener(host: str, port: int) -> socket.socket:

@@ -155,6 +155,10 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/store/dbthread.py": [["tests/unit/store/test_dbthread.py"], *_JOURNAL],
     # engine/
     "miyamoto/engine/scheduler.py": [["tests/unit/engine/test_scheduler.py"]],
+    "miyamoto/engine/browse.py": [["tests/unit/engine/test_browse.py"],
+                                  ["tests/unit/cluster/test_queries.py"]],
+    "miyamoto/engine/history.py": [["tests/unit/engine/test_history.py"],
+                                   ["tests/unit/cluster/test_queries.py"]],
     "miyamoto/engine/window.py": [["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
     "miyamoto/engine/engine.py": [["tests/unit/delivery/test_retry.py"],
                                   ["tests/unit/store/test_journal_failure.py"],

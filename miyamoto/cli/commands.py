@@ -78,6 +78,8 @@ def add_commands(sub: Any) -> None:
     tasks.add_argument("--json", action="store_true", help="the raw answer, not a table")
     tasks.set_defaults(func=_command(_tasks))
 
+    _browse_command(sub, common)
+
     for name, helptext in (("pause", "stop starting a queue's deliveries, cluster-wide"),
                            ("resume", "start a paused queue again"),
                            ("purge", "drop every scheduled task of a queue")):
@@ -132,6 +134,20 @@ def _settings(pairs: list[str]) -> dict[str, Any]:
         except ValueError:
             raise UsageError(f"{key}: {text!r} is not a number, true, false or null") from None
     return out
+
+
+def _browse_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    browse = sub.add_parser("browse", parents=[common],
+                            help="page through tasks in one state, over every queue or one")
+    browse.add_argument("--state", default="scheduled",
+                        choices=("scheduled", "running", "succeeded", "failed", "cancelled"))
+    browse.add_argument("--queue", help="only this queue's tasks")
+    browse.add_argument("--target", help="only tasks whose URL starts with this")
+    browse.add_argument("--name-prefix", help="only tasks whose name starts with this")
+    browse.add_argument("--cursor", help="the next page: the cursor the last one printed")
+    browse.add_argument("--limit", type=int, default=50, help="at most this many (1-500)")
+    browse.add_argument("--json", action="store_true", help="the raw answer, not a table")
+    browse.set_defaults(func=_command(_browse))
 
 
 def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -423,6 +439,19 @@ def _cancel(client: Any, args: argparse.Namespace) -> int:
 
 def _retry(client: Any, args: argparse.Namespace) -> int:
     _print(client.retry(args.id), args)
+    return 0
+
+
+def _browse(client: Any, args: argparse.Namespace) -> int:
+    """A page of tasks; the next page's cursor on stderr (stdout stays the table)."""
+    page = client.browse(args.state, queue=args.queue, target=args.target,
+                         name_prefix=args.name_prefix, cursor=args.cursor, limit=args.limit)
+    if args.json:
+        _print(page, args)
+    else:
+        print("\n".join(task_lines(page.get("tasks", []))))
+        cursor = page.get("next_cursor")
+        print(f"next page: --cursor {cursor}" if cursor else "(the last page)", file=sys.stderr)
     return 0
 
 

@@ -65,6 +65,7 @@ _OPEN = _MEMBERSHIP | {Verb.STORE}
 # Former members stay heard (bounded): a leaving node's HANDOFF can arrive after the
 # roster without it, and a dropped node's DONE still saves its siblings a duplicate.
 MAX_FORMER = 1024
+MAX_DOWN = 32  # dropped members GET /cluster still shows, as down (the latest)
 _CLOCK_VERBS = frozenset({Verb.CLOCK, Verb.CLOCK_ECHO})
 
 
@@ -122,6 +123,7 @@ class Cluster:
         self._contact = gevent.event.Event()  # set when a check finds us in contact
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
         self._former: dict[str, None] = {}  # members that left, oldest first
+        self._down: dict[str, dict[str, Any]] = {}  # dropped members as /cluster shows them
         self.zones: dict[str, str] = {}  # member -> failure domain
         self.outbox = Outbox(self.transport.send, self.transport.stats.count)
         self.requests = Requests(self.send, cfg.advertise)
@@ -297,6 +299,21 @@ class Cluster:
             gone = old.get(member_id)
             if gone is not None:
                 self.transport.forget(gone.cluster)
+                self._went_down(gone)
+        for member_id in new.ids():
+            self._down.pop(member_id, None)
+
+    def _went_down(self, gone: Member) -> None:
+        """Keep a dropped member for GET /cluster: when it was dropped and last heard
+        (wall clock; None if this node never heard from it: a follower hears the leader)."""
+        assert self.membership is not None
+        now = self.clock()
+        silent = self.membership.silence(gone.id, self.monotonic())
+        self._down[gone.id] = {"id": gone.id, "http": gone.http, "cluster": gone.cluster,
+                               "zone": gone.zone or None, "down_since": now,
+                               "last_heard_at": None if silent is None else now - silent}
+        while len(self._down) > MAX_DOWN:
+            self._down.pop(next(iter(self._down)))
 
     def _restore(self, plan: Restore) -> None:
         """A new copy counts only once its holder answered STORED; until then (or if it
@@ -545,6 +562,9 @@ class Cluster:
                          **({"clock_offset": 0.0, "clock_error": 0.0, "clock_skewed": False}
                             if mem.id == self.me else self.clocks.view(mem.id, now))}
                         for mem in r.members],
+            "down": [dict(d, last_heard=None if d["last_heard_at"] is None
+                          else max(0.0, now - d["last_heard_at"]))
+                     for d in self._down.values()],
         }
 
     def ready(self) -> tuple[bool, str]:

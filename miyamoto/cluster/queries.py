@@ -13,8 +13,10 @@ import logging
 from typing import Any, Callable, Protocol
 
 from miyamoto.cluster.requests import Requests
+from miyamoto.engine import browse, history
 from miyamoto.engine.engine import Engine
 from miyamoto.errors import Conflict
+from miyamoto.tasks import redact
 from miyamoto.tasks.task import HISTORY_MAX, State
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
@@ -27,6 +29,8 @@ BULK_MAX = 10_000  # failed copies one node retries or deletes per request
 TOTAL_PREFIX = "total:"  # a queue's totals among its state counts (see counts_local)
 COPIES_PREFIX = "copies:"  # a queue's copies per state, every replica counted
 IDS_PREFIX = "ids:"  # the ids of a node's copies per state
+LATENCY_PREFIX = "latency:"  # a queue's deliveries per latency bucket (engine.history)
+BREAKER_PREFIX = "breaker:"  # 1 per node whose breaker for a queue's target is not closed
 IDS_FLAG = "*ids"  # true if a node's counts carry the ids of all its copies (not a queue name)
 # A node sends the ids of up to this many copies with its counts (about 1 MB), so the
 # cluster counts tasks, not copies: a task's copies are one per replica, and a copy
@@ -85,7 +89,7 @@ class Queries:
         found: list[dict] = []
         local = self.engine.get(task_id)
         if local is not None:
-            found.append(dict(local.summary(), node=self.me))
+            found.append(dict(local.summary(), node=self.me, **redact.request_view(local)))
         # ask the siblings even when this copy has ended: ``copies`` lists every copy
         for member, result in self.ask("get", {"id": task_id}).items():
             if isinstance(result, dict):
@@ -95,6 +99,9 @@ class Queries:
             return None
         best = dict(max(found, key=lambda s: (_ORDER[s["state"]], s["attempts"], -s["replica"])))
         best["history"] = merge_history(s.get("history") for s in found)
+        # the request is the same on every copy: any one that carries it (an older peer
+        # answers without), checked and redacted again, since it may be a peer's
+        best.update(redact.shown(next((s for s in found if "params" in s), {})))
         best["copies"] = sorted(({"node": s["node"], "replica": s["replica"],
                                   "state": s["state"], "next_attempt": s.get("next_attempt")}
                                  for s in found), key=lambda c: c["replica"])
@@ -163,9 +170,11 @@ class Queries:
 
     def counts_local(self) -> dict[str, Any]:
         """This node's counts per queue and state: its first copies, its ``totals``
-        under TOTAL_PREFIX keys and all its copies under COPIES_PREFIX (a peer adds these
-        up as it adds up states); and, up to IDS_MAX copies, their ids per state under
-        IDS_PREFIX, with IDS_FLAG true, so the cluster counts each task once."""
+        under TOTAL_PREFIX keys, all its copies under COPIES_PREFIX, its deliveries per
+        latency bucket under LATENCY_PREFIX and its open breakers of the queue's targets
+        under BREAKER_PREFIX (a peer adds these up as it adds up states); and, up to
+        IDS_MAX copies, their ids per state under IDS_PREFIX, with IDS_FLAG true, so
+        the cluster counts each task once."""
         counts: dict[str, Any] = dict(self.engine.queue_counts(primary_only=True))
         for q, states in self.engine.queue_counts().items():
             mine = counts.setdefault(q, {})
@@ -175,6 +184,16 @@ class Queries:
             mine = counts.setdefault(q, {})
             for k, n in totals.items():
                 mine[TOTAL_PREFIX + k] = n
+        for q, buckets in self.engine.stats.latency.buckets(self.clock()).items():
+            mine = counts.setdefault(q, {})
+            for b, n in buckets.items():
+                mine[f"{LATENCY_PREFIX}{b}"] = n
+        breakers = {t["origin"] for t in self.engine.dispatcher.targets()
+                    if t["state"] != "closed"}
+        for q, origins in self.engine.stats.targets.items():
+            for o in origins:
+                if o in breakers:
+                    counts.setdefault(q, {})[BREAKER_PREFIX + o] = 1
         ids = self.engine.copy_states(IDS_MAX)
         for q, states in (ids or {}).items():
             mine = counts.setdefault(q, {})
@@ -217,6 +236,59 @@ class Queries:
                         seen.setdefault(s["id"], s)
         out = sorted(seen.values(), key=lambda s: s.get("next_attempt") or s.get("finished") or 0)
         return out[:limit]
+
+    def browse(self, flt: browse.Filter, after: browse.Key | None,
+               limit: int) -> dict[str, Any]:
+        """A page of tasks over the cluster (``engine.browse``): ``tasks`` and the
+        ``next_cursor`` (None on the last page); ``nodes`` names who answered."""
+        pages = [self.engine.browse(flt, after, limit)]
+        args = {"filter": flt.payload(), "after": list(after) if after else None,
+                "limit": limit}
+        answered = [self.me]
+        for member, result in self.ask("browse", args).items():
+            page = browse.page_of(result)
+            if page is not None:
+                pages.append(page)
+                answered.append(member)
+        tasks, cursor = browse.merge(pages, limit, flt.descending)
+        tasks = [s for s in tasks if summary_ok(s)]
+        return {"tasks": tasks, "next_cursor": browse.encode_cursor(cursor),
+                "nodes": sorted(answered)}
+
+    def browse_local(self, args: dict) -> dict[str, Any]:
+        flt = browse.filter_of(args.get("filter"))
+        if flt is None:
+            raise DecodeError("not a task filter")
+        after = args.get("after")
+        key = browse.key_of(after) if after is not None else None
+        if after is not None and key is None:
+            raise DecodeError("not a browse cursor")
+        limit = checks.integer(args, "limit", 1, browse.MAX_LIMIT)
+        return browse.page_payload(self.engine.browse(flt, key, limit))
+
+    def rates(self, seconds: int, step: int, node: str | None) -> dict[str, Any] | None:
+        """Tasks enqueued, delivered and failed per ``step`` seconds over the last
+        ``seconds`` (engine.history): summed over the cluster, or ``node``'s alone
+        (None if that node is not a member or does not answer); ``nodes`` who answered."""
+        mine = self.rates_local(seconds, step)
+        args = {"seconds": seconds, "step": step}
+        if node is None or node == self.me:
+            series, answered = mine, [self.me]
+            if node is None:
+                for member, result in self.ask("rates", args).items():
+                    if history.add_series(series, result):
+                        answered.append(member)
+        else:
+            if node not in self.peers.others():
+                return None
+            series = dict(mine, **{k: [0] * len(mine[k]) for k in history.KINDS})
+            if not history.add_series(series, self.ask("rates", args, [node]).get(node)):
+                return None
+            answered = [node]
+        return dict(series, seconds=seconds, nodes=sorted(answered))
+
+    def rates_local(self, seconds: int, step: int) -> dict[str, Any]:
+        return self.engine.stats.rates.series(self.clock(), seconds, step)
 
     def control(self, queue: str, action: str) -> dict[str, Any]:
         result = self.control_local(queue, action)
@@ -289,7 +361,7 @@ class Queries:
         """Answer a peer's REQUEST; DecodeError for arguments that do not fit."""
         if op == "get":
             t = self.engine.get(checks.string(args, "id"))
-            return t.summary() if t is not None else None
+            return dict(t.summary(), **redact.request_view(t)) if t is not None else None
         local = {"cancel": self.cancel_local, "rerun": self.rerun_local,
                  "delete": self.delete_local}.get(op)
         if local is not None:
@@ -302,6 +374,11 @@ class Queries:
             if action not in ("retry", "delete"):
                 raise DecodeError("unknown failed-task action")
             return self.failed_local(checks.string(args, "queue"), action)
+        if op == "browse":
+            return self.browse_local(args)
+        if op == "rates":
+            seconds = checks.integer(args, "seconds", 1, history.SECONDS)
+            return self.rates_local(seconds, checks.integer(args, "step", 1, seconds))
         if op == "paused":
             return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":

@@ -34,6 +34,8 @@ from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.retry import Action, decide, is_success
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
+from miyamoto.engine import browse
+from miyamoto.engine.history import Latency, Rates
 from miyamoto.engine.queues import Queues
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
@@ -67,6 +69,9 @@ class Hooks:
         """Copies read from the journal, written before ``live.ask_mark``: they ask first."""
 
 
+QUEUE_TARGETS = 4  # target origins remembered per queue (Stats.targets)
+
+
 @dataclass
 class Stats:
     stored: int = 0
@@ -80,10 +85,30 @@ class Stats:
     # differences of successive reads into rates (the state counts cannot: they shrink
     # when tasks are deleted, retried or swept)
     totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the same events per second over the last hour, and the queues' latencies
+    # (engine.history): what the console's chart and queue table show on load
+    rates: Rates = field(default_factory=Rates)
+    latency: Latency = field(default_factory=Latency)
+    # per queue, the target origins of its latest attempts (a few): the console shows
+    # their breakers next to the queue
+    targets: dict[str, dict[str, None]] = field(default_factory=dict)
 
-    def count(self, queue: str, what: str) -> None:
+    def count(self, queue: str, what: str, now: float) -> None:
         c = self.totals.setdefault(queue, {"enqueued": 0, "delivered": 0, "failed": 0})
         c[what] += 1
+        self.rates.add(what, now)
+
+    def attempted(self, queue: str, target: str) -> None:
+        seen = self.targets.setdefault(queue, {})
+        if target not in seen:
+            seen[target] = None
+            if len(seen) > QUEUE_TARGETS:
+                del seen[next(iter(seen))]
+
+    def forget(self, queue: str) -> None:
+        self.totals.pop(queue, None)
+        self.latency.forget(queue)
+        self.targets.pop(queue, None)
 
 
 class Engine:
@@ -191,7 +216,7 @@ class Engine:
         gone = self.queues.expire(now, busy)
         for name in gone:
             self.dispatcher.forget(name)
-            self.stats.totals.pop(name, None)
+            self.stats.forget(name)
         if gone:
             log.info("engine: %d idle queues expired (queue_idle_expiry %g s), e.g. %s",
                      len(gone), self.config.queue_idle_expiry, gone[0])
@@ -330,7 +355,7 @@ class Engine:
             self.live[task.id] = task  # timed if due within the window, else journal only
         self.stats.stored += 1
         if task.replica == 0:
-            self.stats.count(task.queue, "enqueued")
+            self.stats.count(task.queue, "enqueued", self.clock())
 
     def release(self, task_id: str) -> None:
         """Time a copy stored with ``hold`` (or leave it to the journal, if due later)."""
@@ -395,7 +420,9 @@ class Engine:
                               start=now, node=self.config.node)
         if span is not None:
             traces.attempted(span, outcome.status, outcome.error)
-        self.dispatcher.outcome(origin(t.url), outcome.status)  # the target's breaker
+        target = origin(t.url)
+        self.dispatcher.outcome(target, outcome.status)  # the target's breaker
+        self.stats.attempted(t.queue, target)
         action = self.finish(t.id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",
                              time.monotonic() - started, first_delay)
@@ -413,14 +440,17 @@ class Engine:
         elif decision.action is Action.SUCCEEDED:
             self._end(t)
             self.stats.succeeded += 1
-            self.stats.count(t.queue, "delivered")
+            now = self.clock()
+            self.stats.count(t.queue, "delivered", now)
+            if not t.reruns:  # a rerun's eta is long past: not a latency
+                self.stats.latency.add(t.queue, now - t.eta, now)
             self.hooks.done(t)
             if t.callback:
                 self._callback(t, t.callback)
         elif decision.action is Action.FAILED:
             self._end(t)
             self.stats.failed += 1
-            self.stats.count(t.queue, "failed")
+            self.stats.count(t.queue, "failed", self.clock())
             log.info("task %s failed after %d attempts (last: %s)", t.id, t.attempts,
                      outcome.status or outcome.error)
             self.hooks.failed(t)
@@ -659,6 +689,25 @@ class Engine:
                 if t.fire_at < oldest.get(q, now):
                     oldest[q] = t.fire_at
         return {q: now - at for q, at in oldest.items()}
+
+    def browse(self, flt: browse.Filter, after: browse.Key | None, limit: int) -> browse.Page:
+        """A page of this node's first copies (``engine.browse``): running ones from
+        memory (the journal does not record an attempt's start), the rest from the
+        journal, scheduled ones as memory has them now."""
+        if flt.state == State.RUNNING:
+            rows = sorted(((t.fire_at, t) for t in self.live.values()
+                           if t.state == State.RUNNING and flt.queue in (None, t.queue)),
+                          key=lambda r: (r[0], r[1].id))
+            if after is not None:
+                rows = [r for r in rows if (r[0], r[1].id) > after]
+            return browse.local_page(rows, None, flt, limit)
+        rows, last, read = self.journal.browse(flt.state.value, flt.queue, after,
+                                               browse.SCAN_ROWS, flt.keeps_raw, limit)
+        # read to the end: fewer rows than asked for, and not cut at the limit
+        done = read < browse.SCAN_ROWS and len(rows) < limit
+        if flt.state == State.SCHEDULED:  # memory's copy is the newer (it may be running)
+            rows = [(at, self.live.mem.get(t.id, t)) for at, t in rows]
+        return browse.local_page(rows, None if done else last, flt, limit)
 
     def list(self, queue: str, state: State, limit: int) -> list[Task]:
         if state == State.RUNNING:  # running copies are all in memory

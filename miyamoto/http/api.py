@@ -19,6 +19,7 @@ import ujson
 from miyamoto.config.settings import Config
 from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.sync import DefSync
+from miyamoto.engine import browse, history
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
@@ -39,6 +40,7 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
             503: "Service Unavailable"}
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 MAX_PAGE = 1000  # the most items one listing answers (limit=)
+RATE_POINTS = 360  # the most points GET /rates answers (an hour: one per 10 s)
 QUEUES_PAGE = 1000  # GET /queues without limit: all of them at the default max_queues
 _NO_QUEUE = ("names no queue: queues come from the config, a PUT /queues/<name> or an enqueue "
              "(while auto_create_queues is on)")
@@ -81,6 +83,9 @@ class ApiService(Protocol):
     def enqueue_many(self, tasks: list[Task]) -> list[View]: ...
     def get_task(self, task_id: str) -> View | None: ...
     def find_task(self, queue: str, name: str) -> View | None: ...
+    def browse(self, flt: browse.Filter, after: browse.Key | None,
+               limit: int) -> View: ...  # {"tasks", "next_cursor", "nodes"}
+    def rates(self, seconds: int, step: int, node: str | None) -> View | None: ...
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
@@ -132,6 +137,7 @@ class Api:
                                             "DELETE": d.delete_topic}),
             (re.compile(r"/cluster/?"), {"GET": self.cluster}),
             (re.compile(r"/targets/?"), {"GET": self.targets}),  # scope read
+            (re.compile(r"/rates/?"), {"GET": self.rates}),
             (re.compile(r"/healthz"), {"GET": self.healthz}),
             (re.compile(r"/readyz"), {"GET": self.readyz}),
             (re.compile(r"/metrics"), {"GET": self.metrics}),
@@ -234,6 +240,9 @@ class Api:
         trace = environ.get("HTTP_TRACEPARENT")
         if trace is not None and "traceparent" not in fields:  # the field wins
             fields["traceparent"] = trace
+        if key is not None and len(key) > self.limits.max_name:  # even when a name is given
+            raise HTTPError(400, f"is longer than {self.limits.max_name} characters",
+                            IDEMPOTENCY_KEY)
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
@@ -259,8 +268,11 @@ class Api:
         return 200, found
 
     def find_task(self, environ: dict) -> tuple[int, Any]:
-        """GET /tasks?name=N&queue=Q: a task by its name (queue "default" if not given)."""
+        """GET /tasks?name=N&queue=Q: a task by its name (queue "default" if not given);
+        without a name, a page of tasks (``browse_tasks``)."""
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if "name" not in query:
+            return self.browse_tasks(query)
         name = (query.get("name") or [""])[0]
         if not 1 <= len(name) <= self.limits.max_name:
             raise HTTPError(400, f"must be 1-{self.limits.max_name} characters", "name")
@@ -271,6 +283,28 @@ class Api:
             raise HTTPError(404, "is held by no task of this queue (a name is kept for "
                                  "dedup_window)", "name")
         return 200, found
+
+    def browse_tasks(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        """GET /tasks?state=&queue=&target=&name_prefix=&cursor=&limit=: a page of tasks
+        in one state, over the cluster (``engine.browse``)."""
+        state_name = (query.get("state") or ["scheduled"])[0]
+        try:
+            state = State(state_name)
+        except ValueError:
+            raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
+                            "state") from None
+        queue = (query.get("queue") or [None])[0] or None
+        if queue is not None:
+            _check_queue(queue)
+        target, prefix = (_text(query, k, self.limits.max_url) for k in ("target",
+                                                                         "name_prefix"))
+        cursor = (query.get("cursor") or [None])[0]
+        after = browse.decode_cursor(cursor) if cursor else None
+        if cursor and after is None:
+            raise HTTPError(400, "must be the next_cursor of a previous page", "cursor")
+        limit = _limit(query, 50, browse.MAX_LIMIT)
+        flt = browse.Filter(state, queue, target, prefix)
+        return 200, dict(self.service.browse(flt, after, limit), state=state.value)
 
     def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         """Cancel a live task, delete a failed one (state "deleted"); 409 if it succeeded."""
@@ -342,6 +376,26 @@ class Api:
 
     def targets(self, environ: dict) -> tuple[int, Any]:
         return 200, {"targets": self.service.target_states()}
+
+    def rates(self, environ: dict) -> tuple[int, Any]:
+        """GET /rates?seconds=&node=: tasks enqueued, delivered and failed over the last
+        ``seconds`` (60 to 3,600; default 300) in at most RATE_POINTS points, summed
+        over the cluster or of one node."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        given = (query.get("seconds") or ["300"])[0]
+        if not given.isdigit() or not 60 <= int(given) <= history.SECONDS:
+            raise HTTPError(400, f"must be a whole number of seconds from 60 to "
+                                 f"{history.SECONDS}", "seconds")
+        seconds = int(given)
+        step = -(-seconds // RATE_POINTS)
+        seconds -= seconds % step
+        node = (query.get("node") or [None])[0] or None
+        if node is not None and not _ID_RE.fullmatch(node):
+            raise HTTPError(400, "must be a member's id", "node")
+        found = self.service.rates(seconds, step, node)
+        if found is None:
+            raise HTTPError(404, "is not a member that answers", "node")
+        return 200, found
 
     def healthz(self, environ: dict) -> tuple[int, Any]:
         return 200, {"status": "ok", "node": self.service.node_id}
@@ -426,18 +480,26 @@ def _read(stream: Any, n: int) -> bytes:
                              "is broken", "body") from None
 
 
-def _limit(query: dict[str, list[str]], default: int) -> int:
-    """A page's ``limit``: 1 to MAX_PAGE; given empty or not a number, a 400 naming it."""
+def _limit(query: dict[str, list[str]], default: int, most: int = MAX_PAGE) -> int:
+    """A page's ``limit``: 1 to ``most``; given empty or not a number, a 400 naming it."""
     given = query.get("limit")
     if given is None:
         return default
     try:
         limit = int(given[0])
     except ValueError:
-        raise HTTPError(400, f"must be an integer from 1 to {MAX_PAGE}", "limit") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise HTTPError(400, f"must be between 1 and {MAX_PAGE}", "limit")
+        raise HTTPError(400, f"must be an integer from 1 to {most}", "limit") from None
+    if not 1 <= limit <= most:
+        raise HTTPError(400, f"must be between 1 and {most}", "limit")
     return limit
+
+
+def _text(query: dict[str, list[str]], key: str, most: int) -> str | None:
+    """An optional filter's text: absent or empty is None; longer than ``most``, a 400."""
+    value = (query.get(key) or [""])[0]
+    if len(value) > most:
+        raise HTTPError(400, f"must be at most {most} characters", key)
+    return value or None
 
 
 def _idempotency_key(environ: dict) -> str | None:

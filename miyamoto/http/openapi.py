@@ -182,6 +182,32 @@ def _topic_task(task_fields: dict[str, Any]) -> dict[str, Any]:
             "description": "one task per URL of the topic; a name is suffixed per URL"}
 
 
+# GET /tasks/<id> shows the request the task makes (miyamoto.tasks.redact)
+_KINDS = ["enqueued", "delivered", "failed"]
+_REQUEST_VIEW: dict[str, Any] = {
+    "params": {"type": "object", "description": "the params sent to the target"},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "the extra headers sent to the target; the values of "
+                "Authorization, Proxy-Authorization, Cookie and of every header whose name "
+                "holds token, secret, key or signature are shown as \"[redacted]\""},
+    "body": {"type": ["string", "null"], "description": "the raw body, its first 65,536 "
+             "characters"},
+    "body_chars": {"type": "integer", "minimum": 0, "description": "the raw body's length"},
+    "content_type": {"type": ["string", "null"]},
+}
+_PAGE_PARAMS: list[dict[str, Any]] = [
+    {"name": "state", "in": "query", "description": "without name: the state listed",
+     "schema": {"enum": _STATES, "default": "scheduled"}},
+    {"name": "target", "in": "query", "description": "without name: tasks whose URL "
+     "starts with this (an origin, or more)", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "name_prefix", "in": "query", "description": "without name: tasks whose name "
+     "starts with this", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "cursor", "in": "query", "description": "without name: the next_cursor of the "
+     "previous page", "schema": {"type": "string"}},
+    {"name": "limit", "in": "query", "description": "without name: the most tasks a page "
+     "holds", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+]
+
 _SCHEMAS: dict[str, Any] = {
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False, "not": _BOTH_BODIES,
@@ -235,6 +261,7 @@ _SCHEMAS: dict[str, Any] = {
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
                  **_DISPATCH_FIELDS,
+                 **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
                                  "type": "object", "properties": {
@@ -269,12 +296,35 @@ _SCHEMAS: dict[str, Any] = {
                              "failed (finally) since the nodes started, summed over the "
                              "cluster: the dashboard's rates", "properties": {
                                  k: {"type": "integer", "minimum": 0}
-                                 for k in ("enqueued", "delivered", "failed")}}}},
+                                 for k in ("enqueued", "delivered", "failed")}},
+                  "latency": {"type": "object", "description": "from a task's eta to its "
+                              "delivery's answer, over the last window seconds, cluster-wide "
+                              "(the upper edge of a bucket 19 % wide); null: no delivery",
+                              "properties": {"p50": {"type": ["number", "null"]},
+                                             "p99": {"type": ["number", "null"]},
+                                             "count": {"type": "integer", "minimum": 0},
+                                             "window": {"type": "integer"}}},
+                  "breakers": {"type": "array", "description": "targets of the queue's "
+                               "latest attempts whose circuit breaker is open (or half open) "
+                               "on some node", "items": {"type": "object", "properties": {
+                                   "origin": {"type": "string"},
+                                   "nodes": {"type": "integer", "minimum": 1}}}}}},
     "QueueSettings": _queue_settings(),
     "Queues": {"type": "object", "required": ["queues"],
                "properties": {"queues": {"type": "array", "items": _ref("Queue")},
                               "next_cursor": {"type": ["string", "null"], "description":
                                               "the cursor of the next page; null: the last"}}},
+    "TaskPage": {"type": "object", "required": ["state", "tasks", "next_cursor", "nodes"],
+                 "description": "first copies in one state, live ones next to fire first, "
+                 "ended ones latest first; each node reads at most 2,000 rows a page, so a "
+                 "page may hold fewer than limit with more to come",
+                 "properties": {
+                     "state": {"enum": _STATES},
+                     "tasks": {"type": "array", "items": {"type": "object"}},
+                     "next_cursor": {"type": ["string", "null"], "description":
+                                     "the cursor of the next page; null: the last"},
+                     "nodes": {"type": "array", "items": {"type": "string"},
+                               "description": "the nodes that answered"}}},
     "TaskList": {"type": "object", "required": ["queue", "state", "tasks"], "properties": {
         "queue": {"type": "string"}, "state": {"enum": _STATES},
         "tasks": {"type": "array", "items": {"type": "object"}}}},
@@ -304,7 +354,30 @@ _SCHEMAS: dict[str, Any] = {
                             "last_heard": {"type": ["number", "null"]},
                             "clock_offset": {"type": ["number", "null"]},
                             "clock_error": {"type": ["number", "null"]},
-                            "clock_skewed": {"type": ["boolean", "null"]}}}}}},
+                            "clock_skewed": {"type": ["boolean", "null"]}}}},
+                    "down": {"type": "array", "description": "members dropped from the "
+                             "roster since this node started (the latest 32), until they "
+                             "rejoin", "items": {
+                                 "type": "object", "required": ["id", "http", "down_since"],
+                                 "properties": {
+                                     "id": {"type": "string"}, "http": {"type": "string"},
+                                     "cluster": {"type": "string"},
+                                     "zone": {"type": ["string", "null"]},
+                                     "down_since": {"type": "number",
+                                                    "description": "unix time it was dropped"},
+                                     "last_heard_at": {"type": ["number", "null"]},
+                                     "last_heard": {"type": ["number", "null"],
+                                                    "description": "seconds ago; null: "
+                                                    "this node never heard from it"}}}}}},
+    "Rates": {"type": "object", "required": ["end", "step", "seconds", "nodes", *_KINDS],
+              "description": "tasks per step seconds, oldest first; the last point ends "
+              "at end (unix second)", "properties": {
+                  "end": {"type": "integer"}, "step": {"type": "integer", "minimum": 1},
+                  "seconds": {"type": "integer"},
+                  "nodes": {"type": "array", "items": {"type": "string"},
+                            "description": "the nodes whose counts are summed"},
+                  **{k: {"type": "array", "items": {"type": "integer", "minimum": 0}}
+                     for k in _KINDS}}},
     "Health": {"type": "object", "required": ["status", "node"],
                "properties": {"status": {"const": "ok"}, "node": {"type": "string"}}},
     "Ready": {"type": "object", "required": ["status", "reason"], "properties": {
@@ -387,6 +460,20 @@ def _enqueue(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
     return op
 
 
+def _find_tasks() -> dict[str, Any]:
+    """GET /tasks: with name, the task holding it; without, a page of tasks."""
+    op = _op("With name: the task holding it (while the dedup window keeps it); without: "
+             "a page of tasks in a state, filtered by queue, target and name prefix",
+             "Task", params=[{"name": "name", "in": "query", "schema": {
+                 "type": "string", "minLength": 1, "maxLength": _D.max_name}},
+                 {"name": "queue", "in": "query", "description": "with name: its queue "
+                  "(default: default); without: only this queue's tasks", "schema": {
+                      "type": "string", "pattern": _QUEUE_PATTERN}}, *_PAGE_PARAMS])
+    op["responses"]["200"]["content"]["application/json"]["schema"] = {
+        "anyOf": [_ref("Task"), _ref("TaskPage")]}
+    return op
+
+
 def _control(summary: str) -> dict[str, Any]:
     return {"post": _op(summary, "Control", params=[_QUEUE], scope="admin")}
 
@@ -449,13 +536,7 @@ _PATHS: dict[str, Any] = {
         "Enqueue a JSON list of tasks, all valid or none stored", "BatchResult",
         params=[_QUEUE, _TRACEPARENT], extra=_ENQ_EXTRA, scope="enqueue",
         body={"application/json": {"schema": _ref("Batch")}})},
-    "/tasks": {"get": _op("The task holding a name (while the dedup window keeps it)", "Task",
-                          params=[{"name": "name", "in": "query", "required": True,
-                                   "schema": {"type": "string", "minLength": 1,
-                                              "maxLength": _D.max_name}},
-                                  {"name": "queue", "in": "query", "schema": {
-                                      "type": "string", "pattern": _QUEUE_PATTERN,
-                                      "default": "default"}}])},
+    "/tasks": {"get": _find_tasks()},
     "/tasks/{id}": {"get": _op("One task, with its copies", "Task", params=[_ID],
                                scope="read or enqueue"),
                     "delete": _op("Cancel a task on every replica (delete a failed one)",
@@ -489,6 +570,13 @@ _PATHS: dict[str, Any] = {
     "/cluster": {"get": _op("Roster, leader, term, members' health", "Cluster")},
     "/targets": {"get": _op("Target origins attempted recently by this node: circuit "
                             "breaker state, consecutive failures, deliveries in flight", "Targets")},
+    "/rates": {"get": _op("Tasks enqueued, delivered and failed per second (or per few "
+                          "seconds) over the last minutes or hour, from every node's ring of "
+                          "per-second counts", "Rates", params=[
+        {"name": "seconds", "in": "query", "schema": {"type": "integer", "minimum": 60,
+                                                       "maximum": 3600, "default": 300}},
+        {"name": "node", "in": "query", "description": "one member's counts (default: the "
+         "cluster's sum)", "schema": {"type": "string", "pattern": _ID_PATTERN}}])},
     "/healthz": {"get": {**_op("Liveness", "Health"), **_OPEN}},
     "/readyz": {"get": {**_op("Readiness", "Ready", extra={"503": _answer("not ready",
                                                                           "Ready")}), **_OPEN}},
@@ -525,7 +613,7 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/queue", "post"): ("enqueue", "tasks"),
     ("/queue/{queue}", "post"): ("enqueueInQueue", "tasks"),
     ("/queue/{queue}/batch", "post"): ("enqueueBatch", "tasks"),
-    ("/tasks", "get"): ("findTaskByName", "tasks"),
+    ("/tasks", "get"): ("findTasks", "tasks"),
     ("/tasks/{id}", "get"): ("getTask", "tasks"),
     ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
@@ -551,6 +639,7 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/topics/{tname}", "delete"): ("deleteTopic", "topics"),
     ("/cluster", "get"): ("getCluster", "cluster"),
     ("/targets", "get"): ("listTargets", "cluster"),
+    ("/rates", "get"): ("getRates", "operations"),
     ("/healthz", "get"): ("getHealth", "operations"),
     ("/readyz", "get"): ("getReadiness", "operations"),
     ("/metrics", "get"): ("getMetrics", "operations"),

@@ -30,6 +30,9 @@ from __future__ import annotations
 from miyamoto.membership.roster import FOLLOWER, LEADER, Roster, Timing
 
 
+LAST_WORDS = 32  # removed members whose last message's receipt is kept
+
+
 class Liveness:
     def __init__(self, me_id: str, timing: Timing, now: float):
         self._me = me_id
@@ -40,6 +43,7 @@ class Liveness:
         self._stall_seq = 0
         self._fresh: set[str] = set()  # leader: acked a round sent after the stall
         self.heard: dict[str, float] = {}  # id -> receipt of its last message (health)
+        self.last_words: dict[str, float] = {}  # the same of removed members (the latest)
         # leader
         self._round = 0                       # broadcasts numbered so far
         self._sent: dict[int, float] = {}     # round -> when sent (recent rounds only)
@@ -86,8 +90,13 @@ class Liveness:
         self._grace[member_id] = now
 
     def removed(self, member_id: str) -> None:
+        heard = self.heard.get(member_id)
         for d in (self.contact, self._grace, self.heard):
             d.pop(member_id, None)
+        if heard is not None:  # its last word, for whoever shows it as down
+            self.last_words[member_id] = heard
+            while len(self.last_words) > LAST_WORDS:
+                del self.last_words[next(iter(self.last_words))]
 
     def next_round(self, now: float) -> int:
         """Number a broadcast sent now (rounds older than the failure timeout are let go)."""

@@ -267,6 +267,12 @@ class Membership:
         """Back from a stall and not yet heard from a current majority."""
         return self._live.stalled
 
+    def silence(self, member_id: str, now: float) -> float | None:
+        """Seconds since this node last heard from ``member_id``, in the roster or not
+        (a dropped member's last word); None if it never did."""
+        heard = self._live.heard.get(member_id, self._live.last_words.get(member_id))
+        return None if heard is None else now - heard
+
     def health(self, now: float) -> dict[str, float]:
         """Member id -> seconds since this node last heard from it (itself: 0)."""
         heard = self._live.heard

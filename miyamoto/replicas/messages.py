@@ -309,7 +309,7 @@ class Stored:
 
 
 OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",
-                 "failed", "name"})
+                 "failed", "name", "browse", "rates"})
 
 
 @message(Verb.REQUEST)

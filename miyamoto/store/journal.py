@@ -471,6 +471,44 @@ class Journal:
                            f"ORDER BY at {order} LIMIT ?", (queue, state, limit))
         return [t for t in map(decode_row, rows) if t is not None]
 
+    def browse(self, state: str, queue: str | None, after: tuple[float, str] | None,
+               scan: int, keep: Callable[[int, str], bool] | None = None, want: int = 0
+               ) -> tuple[list[tuple[float, Task]], tuple[float, str] | None, int]:
+        """The copies of up to ``scan`` rows in ``state`` (of ``queue``, if given) that
+        come after the key ``after`` (time, id) in a list's order: live ones next to
+        fire first, ended ones last ended first; as ([(key time, copy)], the last key
+        read, rows read). Each shape rides an index (``queue, state, at``; the live or
+        the ended partial one) from the cursor on, so a page costs ``scan`` rows however
+        many the journal holds; every other filter is the caller's, on these rows, for
+        the same reason. ``keep(replica, data)`` sees a row's raw record first: only the
+        rows it keeps are decoded (the decoding, on the hub, is what a page costs), and
+        with ``want`` no more than that many (the rows read then end at the last)."""
+        self._flush_for_read()
+        live = state in _LIVE
+        op, order = (">", "ASC") if live else ("<", "DESC")
+        where = ["state = ?"]
+        args: list[Any] = [state]
+        if queue is not None:
+            where.insert(0, "queue = ?")
+            args.insert(0, queue)
+        else:  # the partial index's own condition, spelled out (see LIVE_SQL)
+            where.insert(0, f"state {'' if live else 'NOT '}IN {LIVE_SQL}")
+        if after is not None:
+            # the bound alone first: it is what lets the index start at the cursor
+            where.append(f"at {op}= ? AND (at {op} ? OR id {op} ?)")
+            args += [after[0], after[0], after[1]]
+        rows = self._query(f"SELECT {ROW}, replica FROM tasks WHERE {' AND '.join(where)} "
+                           f"ORDER BY at {order}, id {order} LIMIT ?", (*args, scan))
+        out = []
+        for n, r in enumerate(rows, 1):
+            if keep is None or keep(r[6], r[5]):
+                t = decode_row(r[:6])
+                if t is not None:
+                    out.append((r[4], t))
+                    if len(out) == want:
+                        return out, (r[4], r[1]), n
+        return out, ((rows[-1][4], rows[-1][1]) if rows else None), len(rows)
+
     def counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         """Rows per queue and state, as the journal records them (a running copy's row
         may still say scheduled: the engine corrects that); with primary_only, only first

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from helpers import NodeProcess, Reply, Sink, wait_until
+from helpers import NodeProcess, Reply, Sink, free_port, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -72,6 +73,19 @@ def screenshot(page: Any, name: str) -> Path:
     path = base / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     print(f"dashboard screenshot: {path}")
+    return path
+
+
+NOTES_SCREENS = Path("/work/notes/screens")  # the lead's note, where the box has one
+
+
+def console_shot(page: Any, tmp_path: Path, name: str) -> Path:
+    """A full-page screenshot in the test's tmp dir, copied for the lead's note."""
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if NOTES_SCREENS.is_dir():
+        shutil.copy(path, NOTES_SCREENS / path.name)
+    print(f"console screenshot: {path}")
     return path
 
 
@@ -205,6 +219,88 @@ def test_dashboard_asks_for_a_token(node_factory: Callable[..., NodeProcess],
     screenshot(page, "dashboard-token")
 
 
+SERIES_SUM = "() => ui.series && ui.series.seconds === {0} && " \
+    "ui.series.delivered.reduce((a, b) => a + b, 0) >= {1}"
+BACKGROUND = "() => getComputedStyle(document.body).backgroundColor"
+
+
+@pytest.mark.timeout(120)
+def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess], sink: Sink,
+                                        page: Any, tmp_path: Path) -> None:
+    """With tokens on: the rate chart from the node's history on load (and after a
+    reload), 5 min and 1 h; latency and open breakers by queue; browsing scheduled
+    tasks by name prefix and target; a task's params and headers with the secrets
+    redacted, and why it waits; the footer links answering 200 with the token; then
+    dark mode at phone width with no horizontal scroll. Screenshots at 1280 and 390 px."""
+    node = node_factory(options={"breaker_failures": 2, "breaker_cooldown": 60},
+                        env={"MIYAMOTO_API_TOKENS": f"admin:{ADMIN},read:{READ}"})
+    node.session.headers["Authorization"] = f"Bearer {ADMIN}"
+    sink.reply("/ok", 200)
+    for i in range(6):
+        node.enqueue("mail", url=sink.url_for("/ok"), params={"n": str(i)})
+    secret = node.enqueue("mail", url=sink.url_for("/later"), countdown=600, name="invoice-42",
+                          params={"customer": "c-7"},
+                          headers={"Authorization": "Bearer tgt-secret", "X-Signature": "sig-9",
+                                   "X-Trace": "trace-1"})["id"]
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens: its breaker opens
+    stuck = [node.enqueue("hooks", url=f"{down}/hook", max_attempts=20)["id"] for _ in range(2)]
+    wait_until(lambda: node.get("/queues/hooks").json()["breakers"], 20, what="breaker open")
+    sink.wait_for(lambda reqs: len([r for r in reqs if r.path == "/ok"]) >= 6, timeout=15)
+
+    page.goto(node.url + "/")
+    page.fill("#token-input", READ)
+    page.click('#token-form button[type="submit"]')
+    wait_text(page, 'tr[data-queue="mail"] .latency', "ms")
+    wait_text(page, 'tr[data-queue="hooks"] .breakers', f"breaker open: {down}")
+    # the chart reads the node's per-second history, on load and after a reload
+    page.wait_for_function(SERIES_SUM.format(300, 6), timeout=WAIT_MS)
+    page.reload()
+    page.wait_for_function(SERIES_SUM.format(300, 6), timeout=WAIT_MS)
+    assert page.locator("#chart polyline.delivered").count() == 1
+    page.click('button.range[data-seconds="3600"]')
+    page.wait_for_function(SERIES_SUM.format(3600, 6), timeout=WAIT_MS)
+    wait_text(page, "#chart-title", "last hour")
+    page.select_option("#chart-node", node.node_id)  # one node's own counts
+    page.wait_for_function(f"() => ui.series && ui.series.nodes.join() === '{node.node_id}'"
+                           " && ui.series.seconds === 3600", timeout=WAIT_MS)
+    wait_text(page, "#chart-nodes", f"(node {node.node_id})")
+
+    # browse: scheduled tasks by name prefix, then by target; the task view
+    page.fill("#browse-name", "invoice")
+    page.click('#browse-form button[type="submit"]')
+    wait_text(page, f'#browse-table tr[data-task="{secret}"]', "invoice-42")
+    assert page.locator("#browse-table tbody tr").count() == 1
+    page.locator(f'#browse-table tr[data-task="{secret}"] a').click()
+    wait_text(page, "#task-detail .field-params", "c-7")
+    headers = text(page, "#task-detail .field-headers")
+    assert "trace-1" in headers and headers.count("[redacted]") == 2, headers
+    assert "tgt-secret" not in page.content() and "sig-9" not in page.content()
+    page.fill("#browse-name", "")
+    page.fill("#browse-target", down)
+    page.click('#browse-form button[type="submit"]')
+    wait_text(page, f'#browse-table tr[data-task="{stuck[0]}"]', "hooks")
+    assert page.locator("#browse-table tbody tr").count() == 2
+    page.locator(f'#browse-table tr[data-task="{stuck[0]}"] a').click()
+    wait_text(page, "#task-detail .field-state .why", "circuit breaker")
+    console_shot(page, tmp_path, "console-1280-light")
+    assert page.evaluate(BACKGROUND) == "rgb(255, 255, 255)"
+
+    # the footer links, with the token: shown in the page, answered 200
+    for link, expect in (("metrics", "miyamoto_"), ("openapi.json", '"openapi"')):
+        page.click(f'footer a:text-is("{link}")')
+        wait_text(page, "#raw-title", f"/{link}: HTTP 200")
+        assert expect in text(page, "#raw-body")
+
+    # a phone, in dark mode: nothing wider than the screen
+    page.emulate_media(color_scheme="dark")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_function("() => document.documentElement.scrollWidth <= 390",
+                           timeout=WAIT_MS)
+    assert page.evaluate(BACKGROUND) == "rgb(22, 24, 28)"
+    console_shot(page, tmp_path, "console-390-dark")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+
+
 def fulfill(body: Any) -> Callable[..., None]:
     """A playwright route handler answering ``body`` as JSON."""
     def handle(route: Any, request: Any = None) -> None:
@@ -226,7 +322,11 @@ def test_dashboard_shows_last_heard_targets_and_schedules(node: NodeProcess, pag
                   {"id": "c", "http": "127.0.0.1:5", "cluster": "x", "leader": False,
                    "last_heard": None},
                   {"id": "d", "http": "127.0.0.1:7", "cluster": "x", "leader": False,
-                   "last_heard": 754.2, "zone": "<b>z</b>"}]}
+                   "last_heard": 754.2, "zone": "<b>z</b>"}],
+              "down": [{"id": "e", "http": "127.0.0.1:9", "cluster": "x", "zone": None,
+                        "down_since": 1.7e9, "last_heard_at": 1.7e9 - 3, "last_heard": 93.0},
+                       {"id": "f", "http": "127.0.0.1:11", "cluster": "x", "zone": None,
+                        "down_since": 1.7e9, "last_heard_at": None, "last_heard": None}]}
     targets = {"targets": [{"origin": "https://<i>slow</i>.example", "state": "open",
                             "failures": 7, "inflight": 0, "retry_at": 1.7e9}]}
     schedules = {"schedules": [
@@ -244,6 +344,11 @@ def test_dashboard_shows_last_heard_targets_and_schedules(node: NodeProcess, pag
     assert text(page, heard.format("d")) == "754 s ago"
     assert "<b>z</b>" in text(page, '#cluster-table tr[data-member="d"]')
     assert "leader a, term 4" in text(page, "#cluster-summary")
+    # members the roster dropped: down, with when they were last heard
+    gone = '#cluster-table tr[data-member="{}"]'
+    assert "down since" in text(page, gone.format("e"))
+    assert text(page, gone.format("e") + " .last-heard") == "2 min ago"
+    assert text(page, gone.format("f") + " .last-heard") == "never heard by this node"
     # the panels of routes other versions serve: shown when they answer 200
     wait_text(page, '#targets-panel tr[data-origin="https://<i>slow</i>.example"]', "open")
     assert "7" in text(page, "#targets-table tbody")

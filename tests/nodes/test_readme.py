@@ -114,6 +114,9 @@ SYNOPSIS = {
     "miyamoto task ID; miyamoto cancel ID; miyamoto retry ID": [
         "miyamoto task {later}; miyamoto cancel {later}; miyamoto retry {later}"],
     "miyamoto find NAME --queue Q": ["miyamoto find n1 --queue q"],
+    "miyamoto browse --state failed --queue Q --name-prefix P [--json]": [
+        "miyamoto browse --state failed --queue q --name-prefix n",
+        "miyamoto browse --state failed --queue q --name-prefix n --json"],
     "miyamoto tasks QUEUE --state failed --limit 20 [--json]": [
         "miyamoto tasks default --state failed --limit 20",
         "miyamoto tasks default --state failed --limit 20 --json"],

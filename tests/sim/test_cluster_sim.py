@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
+import gevent
 import pytest
 
 from miyamoto.cluster import layer
@@ -146,3 +147,39 @@ def test_a_task_due_now_costs_its_sibling_a_store_a_stored_and_a_done() -> None:
         assert per_task[verb] == pytest.approx(1.0, abs=0.05), per_task
     assert per_task["ASK"] + per_task["ANSWER"] <= 0.05, per_task
     assert per_task["CLAIM"] <= 0.25, per_task
+
+
+@pytest.mark.timeout(120)
+def test_a_crashed_member_shows_as_down_with_when_it_was_last_heard() -> None:
+    """GET /cluster's ``down``: a member the roster dropped stays listed, with when it
+    was dropped and last heard (the leader hears every member), until it rejoins."""
+    def main() -> tuple[list, list, list]:  # (the leader's down, [crash time, id], after)
+        gevent.get_hub().threadpool = cs.InlinePool()
+        sim = cs.Sim(4242, 3)
+        try:
+            sim.start()
+            sim.run_until(cs.BOOT + 1.0)
+            victim = next(i for i, nd in sim.nodes.items()  # a follower: the leader stays
+                          if nd.cluster.info()["role"] == "follower")
+            sim.crash(victim, 8.0)
+            crashed = sim.now()
+            sim.run_until(cs.BOOT + 5.0)
+            views = [nd.cluster.info() for nd in sim.nodes.values()
+                     if nd.up and nd.cluster is not None]
+            leader = next(v for v in views if v["role"] == "leader")
+            down = leader["down"]
+            healed_at = cs.BOOT + 15.0
+            sim.run_until(healed_at)
+            after = [nd.cluster.info()["down"] for nd in sim.nodes.values()
+                     if nd.cluster is not None]
+            return down, [crashed, victim], after
+        finally:
+            sim.stop()
+    down, (crashed, victim), after = cs.run_virtual(main, start=cs.START)
+    assert [d["id"] for d in down] == [victim], down
+    d = down[0]
+    assert d["http"] and d["down_since"] >= crashed
+    # heard within a heartbeat or two before the crash; the drop came failure_timeout later
+    assert crashed - 1.0 <= d["last_heard_at"] <= crashed + 0.01, (d, crashed)
+    assert d["last_heard"] >= d["down_since"] - d["last_heard_at"] - 0.01
+    assert after == [[], [], []]  # it rejoined: no longer down anywhere

@@ -141,6 +141,14 @@ def test_the_fixed_routes(clock: Clock) -> None:
                                                          {"name": "n1", "queue": "mail"})
     assert [x["url"] for x in s.sent[:5]] == [BASE + p for p in (
         "/queues", "/schedules", "/topics", "/targets", "/cluster")]
+    assert c.browse("failed", queue="q", name_prefix="inv-", cursor="1.5~t")["tasks"] == \
+        [{"id": "x"}]
+    assert (s.sent[-1]["url"], s.sent[-1]["params"]) == (BASE + "/tasks", {
+        "state": "failed", "limit": "50", "queue": "q", "name_prefix": "inv-",
+        "cursor": "1.5~t"})
+    c.rates(3600, node="n2")
+    assert (s.sent[-1]["url"], s.sent[-1]["params"]) == (BASE + "/rates",
+                                                         {"seconds": "3600", "node": "n2"})
     c2, _ = make(response(200, {}))
     assert c2.queues() == [] and c2.tasks() == [] and c2.enqueue_batch([{"url": "u"}]) == []
 

@@ -16,6 +16,8 @@ const RATES = ["enqueued", "delivered", "failed"];
 const ID_RE = /^[A-Za-z0-9_.:-]{1,128}$/;
 const FAILED_LIMIT = 50;
 const BODY_CHARS = 500;
+const BROWSE_LIMIT = 50;
+const RANGES = {300: "last 5 minutes", 3600: "last hour"};
 
 const ui = {
   auto: true,          // auto-refresh on
@@ -25,8 +27,13 @@ const ui = {
   ask: null,           // 401: no data without a token (refresh stops); 403: a wider one is needed
   base: null,          // {t, totals: {queue: {enqueued, delivered, failed}}}: rates count from it
   queueRates: {},      // queue -> {enqueued, delivered, failed} per second, the latest
-  rates: [],           // [{t, enqueued, delivered, failed}] all queues, for the chart
+  rates: [],           // [{t, enqueued, delivered, failed}] sampled: the chart without /rates
+  series: null,        // GET /rates: the server's per-second history, summed over the nodes
+  range: 300,          // the chart's seconds (5 min or 1 h)
+  chartNode: "",       // the chart's node ("": the cluster's sum)
+  targets: {},         // origin -> its breaker (GET /targets), for the task view
   detailId: null,      // the task shown in the lookup panel, refreshed with the rest
+  browse: {filter: null, cursors: [], next: null},  // the task list's query and pages
 };
 
 class AuthError extends Error {
@@ -80,7 +87,9 @@ function when(t) {
   const d = new Date(t * 1000);
   const delta = t - Date.now() / 1000;
   const rel = Math.abs(delta) < 1 ? "now" : delta > 0 ? `in ${ago(delta)}` : `${ago(-delta)} ago`;
-  return `${d.toLocaleTimeString()} (${rel})`;
+  // local time; the date too unless it is today
+  const today = d.toDateString() === new Date(Date.now()).toDateString();
+  return `${today ? d.toLocaleTimeString() : d.toLocaleString()} (${rel})`;
 }
 
 function ago(seconds) {
@@ -94,6 +103,23 @@ function lastHeard(member, me) {
   const s = num(member.last_heard);
   if (s === null) return "-";  // not heard from (a follower hears only from the leader)
   return s < 60 ? `${s.toFixed(1)} s ago` : `${s.toFixed(0)} s ago`;
+}
+
+function seconds(v) {
+  v = num(v);
+  if (v === null) return "-";
+  return v < 1 ? `${(v * 1000).toFixed(v < 0.01 ? 1 : 0)} ms` : v < 120 ? `${v.toFixed(1)} s` : ago(v);
+}
+
+// scheme://host:port as the node names a target (delivery/fairness.origin)
+function originOf(url) {
+  try {
+    const u = new URL(url);
+    const port = u.port || (u.protocol === "https:" ? "443" : "80");
+    return `${u.protocol}//${u.hostname.toLowerCase()}:${port}`;
+  } catch (e) {
+    return null;
+  }
 }
 
 function rate(v) {
@@ -187,12 +213,14 @@ async function refresh() {
     renderCluster(cluster);
     sample(queues.queues || []);
     renderQueues(queues.queues || []);
+    await Promise.all([loadRates(), optional("/targets", renderTargets)]);
     renderChart();
-    await Promise.all([renderFailed(queues.queues || []), optional("/targets", renderTargets),
-      optional("/schedules", renderSchedules), refreshDetail()]);
+    await Promise.all([renderFailed(queues.queues || []), optional("/schedules", renderSchedules),
+      refreshDetail()]);
     $("refreshed").textContent = `refreshed ${new Date().toLocaleTimeString()}` +
       (ui.auto ? " (every 2 s)" : " (auto-refresh paused)");
     if ($("message").className !== "ok" && ui.ask === null) say("");
+    if (ui.browse.filter === null) startBrowse(null);  // the first page, once the API answers
   } catch (err) {
     if (err instanceof AuthError) askToken(err);
     else say(`Could not refresh: ${err.message}`);
@@ -234,7 +262,20 @@ function renderCluster(info) {
       el("td", {class: "num"}, offset === null ? "-" : `${(offset * 1000).toFixed(1)} ms` +
         (m.clock_skewed ? " (skewed)" : "")));
   });
-  $("cluster-table").tBodies[0].replaceChildren(...rows);
+  const down = (info.down || []).map((d) => el("tr", {"data-member": d.id, class: "member-down"},
+    el("td", {}, d.id), el("td", {}, d.http), el("td", {}, d.zone ?? "-"),
+    el("td", {class: "down"}, `down since ${when(d.down_since)}`),
+    el("td", {class: "last-heard"}, num(d.last_heard) === null ? "never heard by this node"
+      : `${ago(d.last_heard)} ago`),
+    el("td", {}, "-")));
+  $("cluster-table").tBodies[0].replaceChildren(...rows, ...down);
+  const pick = $("chart-node");
+  const ids = (info.members || []).map((m) => m.id);
+  if (pick.options.length !== ids.length + 1 || ids.some((id, i) => pick.options[i + 1].value !== id)) {
+    pick.replaceChildren(el("option", {value: ""}, "all, summed"),
+      ...ids.map((id) => el("option", {value: id}, id)));
+    pick.value = ids.includes(ui.chartNode) ? ui.chartNode : "";
+  }
 }
 
 // ------------------------------------------------------------------ queues and rates
@@ -277,10 +318,14 @@ function renderQueues(queues) {
     const r = queueRates(q.name);
     return el("tr", {"data-queue": q.name},
       el("td", {}, q.name),
-      el("td", {class: q.paused ? "paused" : "running"}, q.paused ? "paused" : "running"),
+      el("td", {class: q.paused ? "paused" : "running"}, q.paused ? "paused" : "running",
+        (q.breakers || []).length ? el("div", {class: "breakers"}, ...q.breakers.map((b) =>
+          el("div", {class: "breaker", title: `open on ${b.nodes} node(s)`}, `breaker open: ${b.origin}`))) : null),
       ...STATES.map((s) => el("td", {class: `num count-${s}`, title: `${counts[s] ?? 0} tasks, `
         + `${copies[s] ?? 0} copies over the nodes`}, counts[s] ?? 0)),
       ...RATES.map((k) => el("td", {class: `num rate-${k}`}, rate(r ? r[k] : null))),
+      el("td", {class: "num latency", title: q.latency ? `${q.latency.count} deliveries` : null},
+        q.latency && q.latency.count ? `${seconds(q.latency.p50)} / ${seconds(q.latency.p99)}` : "-"),
       el("td", {},
         q.paused ? el("button", {type: "button", class: "resume", onclick: () => control(q.name, "resume")}, "Resume")
           : el("button", {type: "button", class: "pause", onclick: () => control(q.name, "pause")}, "Pause"),
@@ -297,26 +342,63 @@ function svg(tag, attrs) {
   return node;
 }
 
+// the chart's points: the server's history (per step seconds), else the sampled rates
+function chartPoints() {
+  const sr = ui.series;
+  if (!sr || !Array.isArray(sr.delivered)) return ui.rates;
+  const n = sr.delivered.length;
+  const points = [];
+  for (let i = 0; i < n; i++) {
+    const p = {t: sr.end - (n - i) * sr.step + sr.step / 2};
+    for (const k of RATES) p[k] = (num(sr[k] && sr[k][i]) ?? 0) / sr.step;
+    points.push(p);
+  }
+  return points;
+}
+
+async function loadRates() {
+  const qs = new URLSearchParams({seconds: String(ui.range)});
+  if (ui.chartNode) qs.set("node", ui.chartNode);
+  const res = await api("GET", `/rates?${qs}`);
+  ui.series = res.status === 200 && res.body ? res.body : null;
+  const nodes = ui.series && Array.isArray(ui.series.nodes) ? ui.series.nodes : [];
+  $("chart-nodes").textContent = !nodes.length ? "" : ui.chartNode ? `(node ${nodes.join(", ")})`
+    : `(summed over ${nodes.join(", ")})`;
+}
+
 function renderChart() {
   const W = 640, H = 160, PAD = 30;
-  const box = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img"});
-  const now = Date.now() / 1000;
+  const span = ui.series ? ui.range : CHART_SECONDS;
+  const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `tasks per second, ${RANGES[span] || ""}`});
+  const now = ui.series ? ui.series.end : Date.now() / 1000;
+  const points = chartPoints();
   let top = 1;
-  for (const p of ui.rates) for (const k of RATES) top = Math.max(top, p[k]);
-  const x = (t) => PAD + ((t - (now - CHART_SECONDS)) / CHART_SECONDS) * (W - PAD - 5);
+  for (const p of points) for (const k of RATES) top = Math.max(top, p[k]);
+  const x = (t) => PAD + ((t - (now - span)) / span) * (W - PAD - 5);
   const y = (v) => H - 15 - (v / top) * (H - 25);
-  box.append(svg("line", {x1: PAD, y1: y(0), x2: W - 5, y2: y(0), stroke: "#999"}));
-  const label = (text, ly) => {
-    const t = svg("text", {x: 2, y: ly, "font-size": 10, fill: "#666"});
+  box.append(svg("line", {x1: PAD, y1: y(0), x2: W - 5, y2: y(0)}));
+  const label = (text, lx, ly) => {
+    const t = svg("text", {x: lx, y: ly, "font-size": 10});
     t.textContent = text;
     return t;
   };
-  box.append(label(rate(top), 12), label("0", y(0)), label("-5 min", H - 2));
+  box.append(label(rate(top), 2, 12), label("0", 2, y(0)),
+    label(span >= 3600 ? "-1 h" : "-5 min", 2, H - 2), label("now", W - 25, H - 2));
   for (const k of RATES) {
-    const points = ui.rates.map((p) => `${x(p.t).toFixed(1)},${y(p[k]).toFixed(1)}`).join(" ");
-    box.append(svg("polyline", {class: k, points}));
+    const line = points.map((p) => `${x(p.t).toFixed(1)},${y(p[k]).toFixed(1)}`).join(" ");
+    box.append(svg("polyline", {class: k, points: line}));
   }
+  $("chart-title").textContent = `Rates, all queues (${RANGES[span] || `${span} s`})`;
   $("chart").replaceChildren(box);
+}
+
+function setRange(secs) {
+  ui.range = secs;
+  for (const b of document.querySelectorAll("button.range")) {
+    b.setAttribute("aria-pressed", String(Number(b.dataset.seconds) === secs));
+  }
+  loadRates().then(renderChart).catch((err) => say(`Could not read the rates: ${err.message}`));
 }
 
 // ------------------------------------------------------------------ actions
@@ -389,10 +471,10 @@ async function renderFailed(queues) {
       el("h3", {}, `queue ${q.name}: ${q.counts.failed} failed${shown} `,
         el("button", {type: "button", class: "retry-all", onclick: () => failedAll(q.name, "retry")}, "Retry all"),
         el("button", {type: "button", class: "delete-all", onclick: () => failedAll(q.name, "delete")}, "Delete all")),
-      el("table", {},
+      el("div", {class: "scroll"}, el("table", {},
         el("thead", {}, el("tr", {}, ...["id", "name", "url", "attempts", "last response", "failed at", "actions"]
           .map((h) => el("th", {}, h)))),
-        el("tbody", {}, ...rows)));
+        el("tbody", {}, ...rows))));
   });
   $("failed-lists").replaceChildren(...blocks);
   show("failed-none", blocks.length === 0);
@@ -446,17 +528,43 @@ async function refreshDetail() {
   }
 }
 
+// why a scheduled task waits, when its target's breaker says so
+function waiting(t, short) {
+  if (t.state !== "scheduled") return null;
+  const b = ui.targets[originOf(t.url)];
+  if (!b || b.state === "closed") return null;
+  if (short) return el("div", {class: "why"}, `waiting: breaker ${b.state.replace("_", " ")}`);
+  return el("span", {class: "why"}, ` waiting: the circuit breaker of ${b.origin} is ${b.state.replace("_", " ")}` +
+    (num(b.retry_at) !== null ? `, next probe ${when(b.retry_at)}` : "") + ` (${b.failures} failures)`);
+}
+
+function pairs(obj) {
+  const entries = obj && typeof obj === "object" ? Object.entries(obj) : [];
+  if (!entries.length) return "none";
+  return el("div", {}, ...entries.map(([k, v]) => el("div", {}, el("code", {}, k), ": ",
+    typeof v === "string" ? v : JSON.stringify(v))));
+}
+
+function bodyView(t) {
+  if (typeof t.body !== "string") return "none (the params are the body)";
+  const cut = num(t.body_chars) !== null && t.body_chars > t.body.length ? ` (first ${t.body.length} of ${t.body_chars} characters)` : "";
+  return el("span", {}, `${t.content_type ?? "no content type"}${cut}`,
+    el("pre", {class: "body"}, clip(t.body, BODY_CHARS * 4)));
+}
+
 function renderDetail(t) {
   const last = t.last_response;
   const fields = [
     ["id", t.id], ["name", t.name ?? "-"], ["queue", t.queue],
-    ["state", el("span", {class: `task-state state-${t.state}`}, t.state)],
+    ["state", el("span", {}, el("span", {class: `task-state state-${t.state}`}, t.state), waiting(t))],
     ["url", `${t.method} ${t.url}`],
+    ["params", pairs(t.params)], ["headers", pairs(t.headers)], ["body", bodyView(t)],
     ["attempts", `${t.attempts}${t.max_attempts ? ` of ${t.max_attempts}` : ""}`],
     ["created", when(t.created)], ["next attempt", when(t.next_attempt)],
     ["finished", when(t.finished)],
     ["last response", el("span", {}, responseText(last),
       last && last.body ? el("pre", {class: "body"}, clip(last.body, BODY_CHARS)) : null)],
+    ["replicas", (t.replicas || []).join(", ") || "-"],
     ["copies", (t.copies || []).map((c) => `${c.node}#${c.replica} ${c.state}`).join(", ") || "-"],
   ];
   const dl = el("dl", {class: "task"});
@@ -470,15 +578,92 @@ function renderDetail(t) {
       t.state === "failed" ? "Delete" : "Cancel"));
   $("task-detail").replaceChildren(el("h3", {}, `task ${t.id}`), dl, buttons,
     el("h3", {}, "attempts (newest first)"),
-    history.length ? el("table", {},
+    history.length ? el("div", {class: "scroll"}, el("table", {},
       el("thead", {}, el("tr", {}, ...["start", "duration", "node", "status", "error"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...history)) : el("p", {}, "none yet"));
+      el("tbody", {}, ...history))) : el("p", {}, "none yet"));
   show("task-detail", true);
+}
+
+// ------------------------------------------------------------------ browsing tasks
+
+function browseFilter() {
+  const f = {state: $("browse-state").value};
+  for (const [k, id] of [["queue", "browse-queue"], ["target", "browse-target"], ["name_prefix", "browse-name"]]) {
+    const v = $(id).value.trim();
+    if (v) f[k] = v;
+  }
+  return f;
+}
+
+async function browsePage(cursor) {
+  const b = ui.browse;
+  const qs = new URLSearchParams({...b.filter, limit: String(BROWSE_LIMIT)});
+  if (cursor) qs.set("cursor", cursor);
+  $("browse-message").textContent = "reading…";
+  try {
+    const res = await api("GET", `/tasks?${qs}`);
+    if (res.status !== 200) {
+      $("browse-message").textContent = errorOf(res);
+      return;
+    }
+    renderBrowse(res.body, cursor);
+  } catch (err) {
+    if (err instanceof AuthError) askToken(err);
+    else $("browse-message").textContent = err.message;
+  }
+}
+
+function renderBrowse(page, cursor) {
+  const b = ui.browse;
+  const ended = !["scheduled", "running"].includes(b.filter.state);
+  $("browse-when").textContent = ended ? "ended" : "next attempt";
+  const rows = (page.tasks || []).map((t) => el("tr", {"data-task": t.id},
+    el("td", {}, el("a", {href: "#", onclick: (e) => { e.preventDefault(); openDetail(t.id); }}, t.id)),
+    el("td", {}, t.queue), el("td", {}, t.name ?? "-"), el("td", {}, clip(t.url, 80), waiting(t, true)),
+    el("td", {class: "num"}, t.attempts),
+    el("td", {}, when(ended ? t.finished : t.next_attempt ?? t.eta))));
+  $("browse-table").tBodies[0].replaceChildren(...rows);
+  b.next = page.next_cursor || null;
+  if (cursor) b.cursors.push(cursor);
+  const pageNo = b.cursors.length;  // 0: the first page
+  $("browse-next").disabled = !b.next;
+  $("browse-first").disabled = !cursor;
+  const nodes = Array.isArray(page.nodes) ? ` from ${page.nodes.join(", ")}` : "";
+  $("browse-message").textContent = `${rows.length ? `page ${pageNo + 1}: ${rows.length} tasks` : "no tasks on this page"}` +
+    `${nodes}${b.next ? "; more on the next page" : "; the last page"}`;
+}
+
+function startBrowse(ev) {
+  if (ev) ev.preventDefault();
+  ui.browse = {filter: browseFilter(), cursors: [], next: null};
+  browsePage(null);
+}
+
+// ------------------------------------------------------------------ footer links
+// With a token, a plain link would open a 401 page: the script fetches with the token
+// and shows the answer as text in the page.
+async function openRaw(ev) {
+  if (!token()) return;  // no token: the plain link works
+  ev.preventDefault();
+  const path = new URL(ev.currentTarget.href).pathname;
+  try {
+    const r = await fetch(path, {headers: {Authorization: `Bearer ${token()}`}, cache: "no-store",
+      credentials: "omit"});
+    const body = await r.text();
+    $("raw-title").textContent = `GET ${path}: HTTP ${r.status}`;
+    $("raw-body").textContent = path.endsWith(".json") && r.ok ? JSON.stringify(JSON.parse(body), null, 2) : body;
+    show("raw-panel", true);
+    $("raw-panel").scrollIntoView();
+  } catch (err) {
+    say(`GET ${path}: ${err.message}`);
+  }
 }
 
 // ------------------------------------------------------------------ targets, schedules
 
 function renderTargets(body) {
+  ui.targets = {};
+  for (const t of body.targets || []) ui.targets[t.origin] = t;
   const rows = (body.targets || []).map((t) => el("tr", {"data-origin": t.origin},
     el("td", {}, t.origin), el("td", {class: `target-${t.state}`}, t.state),
     el("td", {class: "num"}, t.failures ?? "-"), el("td", {class: "num"}, t.inflight ?? "-"),
@@ -523,6 +708,18 @@ function start() {
   });
   $("refresh-now").addEventListener("click", () => refresh());
   $("lookup-form").addEventListener("submit", lookup);
+  $("browse-form").addEventListener("submit", startBrowse);
+  $("browse-next").addEventListener("click", () => browsePage(ui.browse.next));
+  $("browse-first").addEventListener("click", () => startBrowse(null));
+  for (const b of document.querySelectorAll("button.range")) {
+    b.addEventListener("click", () => setRange(Number(b.dataset.seconds)));
+  }
+  $("chart-node").addEventListener("change", () => {
+    ui.chartNode = $("chart-node").value;
+    setRange(ui.range);
+  });
+  for (const a of document.querySelectorAll("footer a.raw")) a.addEventListener("click", openRaw);
+  $("raw-close").addEventListener("click", () => show("raw-panel", false));
   refresh();
 }
 

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import ujson
+
 from miyamoto.cluster.queries import COPIES_PREFIX, IDS_FLAG, IDS_PREFIX, Queries
+from miyamoto.engine import browse
 from miyamoto.engine.engine import Stats
+from miyamoto.tasks import redact
+from miyamoto.tasks.task import State, Task
+from miyamoto.wire.verbs import DecodeError
 
 
 class Engine:
@@ -16,12 +22,21 @@ class Engine:
     def __init__(self, ids: bool = True) -> None:
         self.stats = Stats()
         self.ids = ids
+        self.dispatcher = Dispatcher()
 
     def queue_counts(self, primary_only: bool = False) -> dict[str, dict[str, int]]:
         return {"q": {"succeeded": 1, "scheduled": 1}}
 
     def copy_states(self, limit: int) -> dict[str, dict[str, list[str]]] | None:
         return {"q": {"succeeded": ["t1"], "scheduled": ["t2"]}} if self.ids else None
+
+
+class Dispatcher:
+    def __init__(self, targets: list[dict[str, Any]] | None = None) -> None:
+        self.states = targets or []
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self.states
 
 
 class Requests:
@@ -83,3 +98,69 @@ def test_a_peer_s_ill_typed_ids_are_not_believed() -> None:
         assert got["succeeded"] == 2, (bad, got)  # the sums: no id list was taken
     got = counts({"b": "junk", "c": peer(*C)})["q"]  # a peer's answer that is no dict
     assert (got["succeeded"], got["scheduled"], got["failed"]) == (1, 1, 1), got
+
+
+class TaskEngine:
+    """A node holding one task's copy, and a page of one scheduled task."""
+
+    def __init__(self, task) -> None:
+        self.task = task
+
+    def get(self, task_id: str):
+        return self.task if task_id == self.task.id else None
+
+    def browse(self, flt, after, limit):
+        return browse.local_page([(self.task.fire_at, self.task)], None, flt, limit)
+
+
+def queries(engine: Any, answers: dict[str, Any]) -> Queries:
+    return Queries("a", engine, Requests(answers), Peers(),  # type: ignore[arg-type]
+                   timeout=1.0, offset=1.0, clock=lambda: 1000.0)
+
+
+def test_a_task_view_shows_its_request_redacted_even_from_a_peer() -> None:
+    t = Task(id="t1", queue="q", url="http://w/x", params={"a": "1"}, fire_at=5.0,
+             headers={"Authorization": "Bearer mine", "X-Trace": "1"}, replicas=("a", "b"))
+    got = queries(TaskEngine(t), {})
+    view = got.get_task("t1")
+    assert view["params"] == {"a": "1"} and view["headers"]["Authorization"] == redact.REDACTED
+    assert view["headers"]["X-Trace"] == "1"
+    # our copy is gone; a peer (an older one, or a forged answer) sends its secrets bare
+    peer_view = dict(t.evolve(replica=1).summary(), headers={"Cookie": "sid=9"}, params={})
+    view = queries(TaskEngine(t.evolve(id="other")), {"b": peer_view}).get_task("t1")
+    assert view["headers"] == {"Cookie": redact.REDACTED}
+    assert "Bearer mine" not in ujson.dumps(got.serve("get", {"id": "t1"}))
+
+
+def test_the_cluster_s_page_merges_the_peers_and_names_who_answered() -> None:
+    t = Task(id="t1", queue="q", url="http://w/x", fire_at=5.0)
+    theirs = browse.page_payload(browse.Page([((3.0, "t0"), Task(
+        id="t0", queue="q", url="http://w/y", fire_at=3.0).summary())], None))
+    got = queries(TaskEngine(t), {"b": theirs, "c": "junk"}).browse(
+        browse.Filter(State.SCHEDULED), None, 10)
+    assert [s["id"] for s in got["tasks"]] == ["t0", "t1"]
+    assert got["next_cursor"] is None and got["nodes"] == ["a", "b"]
+    assert queries(TaskEngine(t), {}).serve("browse", {
+        "filter": {"state": "scheduled"}, "after": None, "limit": 5})["items"][0][0] == [5.0, "t1"]
+    for bad in ({"filter": {"state": "x"}, "limit": 5}, {"filter": {"state": "scheduled"},
+                                                          "after": [1], "limit": 5}):
+        try:
+            queries(TaskEngine(t), {}).serve("browse", bad)
+        except DecodeError:
+            continue
+        raise AssertionError(f"{bad} was served")
+
+
+def test_rates_add_up_over_the_cluster_or_are_one_node_s() -> None:
+    eng = Engine()
+    eng.stats.count("q", "delivered", 999.5)  # the second before the queries' clock (1000)
+    theirs = dict(eng.stats.rates.series(1000.0, 60, 1), delivered=[2] * 60)
+    got = queries(eng, {"b": theirs, "c": {"junk": 1}}).rates(60, 1, None)
+    assert got["delivered"][-1] == 3 and sum(got["delivered"]) == 121
+    assert got["nodes"] == ["a", "b"] and got["seconds"] == 60
+    assert queries(eng, {"b": theirs}).rates(60, 1, "a")["delivered"][-1] == 1
+    one = queries(eng, {"b": theirs}).rates(60, 1, "b")
+    assert one["nodes"] == ["b"] and sum(one["delivered"]) == 120
+    assert queries(eng, {}).rates(60, 1, "b") is None  # b did not answer
+    assert queries(eng, {"z": theirs}).rates(60, 1, "z") is None  # not a member
+    assert queries(eng, {}).serve("rates", {"seconds": 60, "step": 1})["delivered"][-1] == 1

@@ -17,6 +17,7 @@ import ujson
 
 from miyamoto.definitions import schedules, topics
 from miyamoto.definitions.sync import DefSync
+from miyamoto.engine.browse import Filter
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth
 from miyamoto.http.api import QUEUES_PAGE, Api
@@ -71,6 +72,14 @@ class Service:
     def find_task(self, queue: str, name: str) -> dict | None:
         self._record("find_task", queue, name)
         return {"id": "t-1"} if name == "known" else None
+
+    def browse(self, flt: Any, after: Any, limit: int) -> dict:
+        self._record("browse", flt, after, limit)
+        return {"tasks": [{"id": "t-1"}], "next_cursor": None, "nodes": ["n1"]}
+
+    def rates(self, seconds: int, step: int, node: str | None) -> dict | None:
+        self._record("rates", seconds, step, node)
+        return None if node == "gone" else {"step": step}
 
     def delete(self, task_id: str) -> dict | None:
         self._record("delete", task_id)
@@ -292,6 +301,9 @@ def test_enqueue_json_and_form_with_the_path_queue_and_idempotency_key(app: Api,
     post_json(app, "/queue/mail", {"url": URL}, headers={"Idempotency-Key": "k-1"})
     task = svc.calls[-1][1]
     assert (task.queue, task.name) == ("mail", "k-1")
+    # a key longer than a name may be is refused, even beside a name in the body
+    error_of(post_json(app, "/queue/mail", {"url": URL, "name": "n"},
+                       headers={"Idempotency-Key": "k" * 501}), 400, "Idempotency-Key")
     a = call(app, "POST", "/queue/mail", f"task.url={URL}&x=1".encode(), ctype=FORM)
     assert a.status == 200 and svc.calls[-1][1].params == {"x": "1"}
     a = call(app, "POST", "/queue", f"task.url={URL}".encode())  # no type: a form
@@ -332,9 +344,42 @@ def test_find_a_task_by_its_name(app: Api, svc: Service) -> None:
     assert svc.calls == [("find_task", "mail", "known"), ("find_task", "default", "known")]
     assert "dedup_window" in error_of(call(app, "GET", "/tasks", query="name=x"), 404, "name")
     assert call(app, "GET", "/tasks", query="name=" + "x" * 500).status == 404
-    for query, field in [("", "name"), ("name=", "name"), ("name=" + "x" * 501, "name"),
+    for query, field in [("name=", "name"), ("name=" + "x" * 501, "name"),
                          ("name=a&queue=b%2Fad", "queue"), ("name=a&queue=", "queue")]:
         error_of(call(app, "GET", "/tasks", query=query), 400, field)
+
+
+def test_browse_tasks_by_state_and_filters_a_page_at_a_time(app: Api, svc: Service) -> None:
+    a = call(app, "GET", "/tasks")
+    assert a.json() == {"state": "scheduled", "tasks": [{"id": "t-1"}], "next_cursor": None,
+                        "nodes": ["n1"]}
+    assert svc.calls[-1] == ("browse", Filter(State.SCHEDULED), None, 50)
+    call(app, "GET", "/tasks", query="state=failed&queue=mail&target=http%3A%2F%2Fw"
+         "&name_prefix=inv-&cursor=12.5~t-9&limit=500")
+    assert svc.calls[-1] == ("browse", Filter(State.FAILED, "mail", "http://w", "inv-"),
+                             (12.5, "t-9"), 500)
+    call(app, "GET", "/tasks", query="queue=&target=&name_prefix=&cursor=")  # empty: no filter
+    assert svc.calls[-1] == ("browse", Filter(State.SCHEDULED), None, 50)
+    for query, field in [("state=lost", "state"), ("queue=a%2Fb", "queue"),
+                         ("cursor=12", "cursor"), ("cursor=x~t", "cursor"), ("limit=501", "limit"),
+                         ("limit=0", "limit"), ("target=" + "x" * 2084, "target"),
+                         ("name_prefix=" + "x" * 2084, "name_prefix")]:
+        error_of(call(app, "GET", "/tasks", query=query), 400, field)
+
+
+def test_rates_over_five_minutes_or_an_hour_in_a_few_hundred_points(app: Api,
+                                                                     svc: Service) -> None:
+    assert call(app, "GET", "/rates").json() == {"step": 1}
+    assert svc.calls[-1] == ("rates", 300, 1, None)
+    call(app, "GET", "/rates", query="seconds=3600&node=n2")
+    assert svc.calls[-1] == ("rates", 3600, 10, "n2")
+    call(app, "GET", "/rates", query="seconds=1000")  # whole steps of 3 s
+    assert svc.calls[-1] == ("rates", 999, 3, None)
+    for query, field in [("seconds=59", "seconds"), ("seconds=3601", "seconds"),
+                         ("seconds=1e3", "seconds"), ("seconds=", "seconds"),
+                         ("node=a%2Fb", "node")]:
+        error_of(call(app, "GET", "/rates", query=query), 400, field)
+    error_of(call(app, "GET", "/rates", query="node=gone"), 404, "node")
 
 
 def test_list_a_queues_tasks_by_state_and_limit(app: Api, svc: Service) -> None:

@@ -5,6 +5,7 @@ and its lifecycle (what close waits for and ends)."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 
@@ -483,3 +484,67 @@ def test_a_deleted_file_makes_the_next_commit_fail_as_moved(tmp_path):
         assert j.health.problem == "its file was deleted or replaced"
     finally:
         j.close()
+
+
+def _plans(j: Journal, run, monkeypatch) -> list[str]:
+    """What SQLite's planner does for each SELECT ``run()`` makes the journal send, with
+    its parameters bound as the journal binds them (literals can plan better)."""
+    sent: list[tuple[str, tuple]] = []
+    real = j._query
+
+    def query(sql: str, args: tuple = ()) -> list[tuple]:
+        sent.append((sql, args))
+        return real(sql, args)
+    monkeypatch.setattr(j, "_query", query)
+    run()
+    monkeypatch.undo()
+    return [" / ".join(r[3] for r in j._query("EXPLAIN QUERY PLAN " + sql, args))
+            for sql, args in sent if sql.lstrip().upper().startswith("SELECT")]
+
+
+def test_journal_browse_pages_by_key_in_a_lists_order(journal_factory):
+    j = journal_factory()
+    tasks = [jtask(i, queue="a" if i % 2 else "b") for i in range(10)]
+    tasks += [jtask(i, state=State.FAILED, finished=500.0 - i) for i in range(10, 14)]
+    j.put_many(tasks, wait=True)
+    rows, last, read = j.browse("scheduled", None, None, 4)
+    assert [t.id for _, t in rows] == ["t00000", "t00001", "t00002", "t00003"]
+    assert (last, read) == ((103.0, "t00003"), 4)
+    assert [at for at, _ in rows] == [100.0, 101.0, 102.0, 103.0]
+    after = (rows[-1][0], rows[-1][1].id)
+    assert [t.id for _, t in j.browse("scheduled", None, after, 3)[0]] == \
+        ["t00004", "t00005", "t00006"]
+    assert [t.id for _, t in j.browse("scheduled", "a", after, 10)[0]] == \
+        ["t00005", "t00007", "t00009"]
+    ended, _, _ = j.browse("failed", None, None, 10)  # the last ended first
+    assert [t.id for _, t in ended] == ["t00010", "t00011", "t00012", "t00013"]
+    assert [t.id for _, t in j.browse("failed", "q", (489.0, "t00011"), 10)[0]] == \
+        ["t00012", "t00013"]
+    # keep sees each row's replica and raw record; only what it keeps is decoded
+    seen: list[tuple[int, str]] = []
+    rows, last, read = j.browse("scheduled", "a", None, 10,
+                                lambda replica, data: seen.append((replica, data)) or False)
+    assert rows == [] and read == len(seen) == 5 and last == (109.0, "t00009")
+    assert all(r == 0 and '"url":"http://w/x"' in d for r, d in seen)
+    # with want, it stops decoding there: the rows read end at the last one it kept
+    rows, last, read = j.browse("scheduled", "a", None, 10, None, 2)
+    assert [t.id for _, t in rows] == ["t00001", "t00003"] and (last, read) == ((103.0, "t00003"), 2)
+    # a tie on the time is broken by the id, in the list's direction
+    j.put_many([jtask(20, fire_at=103.0), jtask(21, fire_at=103.0)], wait=True)
+    assert [t.id for _, t in j.browse("scheduled", None, (103.0, "t00003"), 2)[0]] == \
+        ["t00020", "t00021"]
+
+
+def test_journal_browse_reads_from_the_cursor_through_an_index(journal_factory, monkeypatch):
+    """A page must cost its rows, not the journal's: every shape of the query searches
+    an index from the cursor on and never scans the table."""
+    j = journal_factory()
+    j.put_many([jtask(i) for i in range(5)], wait=True)
+    for state in ("scheduled", "failed"):
+        for queue in (None, "q"):
+            plans = _plans(j, lambda: j.browse(state, queue, (101.0, "t00001"), 10),
+                           monkeypatch)
+            assert plans, "no SELECT seen"
+            for plan in plans:
+                assert "USING INDEX" in plan and re.search(r"\bat[<>]\?", plan), plan
+                assert "SCAN tasks" not in plan, plan
