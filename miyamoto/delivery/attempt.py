@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from miyamoto.tasks.task import HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
+from miyamoto.tasks.task import CLOUDTASKS, HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
 from miyamoto.version import __version__
 
 USER_AGENT = f"miyamoto/{__version__}"
@@ -72,6 +72,29 @@ def signature_header(secrets: tuple[str, ...], msg_id: str, timestamp: int, body
     return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
 
 
+RETRY_REASON_CHARS = 200
+
+
+def cloudtasks_headers(task: Task) -> dict[str, str]:
+    """What Cloud Tasks sends an HTTP target: the short queue and task names (the task's
+    id when it was created without one), the attempts before this one, those that got
+    an answer, the schedule time in unix seconds, and on a retry the previous answer's
+    status and why it was retried."""
+    out = {"X-CloudTasks-QueueName": task.queue,
+           "X-CloudTasks-TaskName": _header_value(task.name or task.id),
+           "X-CloudTasks-TaskRetryCount": str(task.attempts),
+           "X-CloudTasks-TaskExecutionCount": str(task.executions),
+           "X-CloudTasks-TaskETA": f"{task.eta:.6f}"}
+    last = task.last if task.attempts else None
+    if last:
+        status, error = last.get("status"), last.get("error")
+        if status is not None:
+            out["X-CloudTasks-TaskPreviousResponse"] = str(status)
+        reason = f"HTTP status {status}" if status is not None else str(error or "no answer")
+        out["X-CloudTasks-TaskRetryReason"] = _header_value(reason[:RETRY_REASON_CHARS])
+    return out
+
+
 def build_request(task: Task, now: float,
                   secrets: tuple[str, ...] = ()) -> tuple[str, str, dict[str, str], bytes]:
     url = task.url
@@ -98,6 +121,8 @@ def build_request(task: Task, now: float,
     headers["X-Task-Eta"] = f"{task.eta:.6f}"
     if task.attempts and task.last and task.last.get("status") is not None:
         headers["X-Task-Previous-Response"] = str(task.last["status"])
+    if task.face == CLOUDTASKS:
+        headers.update(cloudtasks_headers(task))
     if secrets:
         ts = int(now)
         headers["webhook-id"] = task.id

@@ -20,6 +20,8 @@ from miyamoto.config.settings import Config
 from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
+from miyamoto.http.cloudtasks import PREFIX as CLOUDTASKS_PREFIX
+from miyamoto.http.cloudtasks import CloudTasks
 from miyamoto.http.definitions import DefsApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
@@ -80,6 +82,7 @@ class ApiService(Protocol):
     def queue(self, name: str) -> View | None: ...
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
     def control(self, queue: str, action: str) -> View | None: ...
+    def open_queue(self, name: str) -> View: ...  # made by name (http.cloudtasks)
     def failed(self, queue: str, action: str) -> View: ...
     def cluster_info(self) -> View: ...
     def target_states(self) -> list[View]: ...
@@ -99,6 +102,7 @@ class Api:
         t = r"(?P<task_id>[^/]+)"
         d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
         self.defs = d
+        self.cloudtasks = CloudTasks(service, self.tokens, limits, clock)
         self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
@@ -167,6 +171,8 @@ class Api:
     def _dispatch(self, environ: dict) -> tuple[int, Any]:
         path = environ.get("PATH_INFO") or "/"
         method = environ.get("REQUEST_METHOD", "GET").upper()
+        if path.startswith(CLOUDTASKS_PREFIX):  # Google's API, in Google's error shape
+            return self.cloudtasks.dispatch(environ)
         for pattern, handlers in self.routes:
             m = pattern.fullmatch(path)
             if m is None:
