@@ -40,6 +40,8 @@ setup(
             "openapi-python-client>=0.29",
             "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot
             "playwright>=1.40",  # tests/nodes/test_dashboard_browser.py drives Debian's chromium
+            # tests/nodes/test_cloudtasks_sdk.py: Google's SDK (REST transport) against nodes
+            "google-cloud-tasks>=2.16",
         ],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests

@@ -11,15 +11,15 @@ import time
 
 import pytest
 
-from helpers import Reply, wait_until
+from google.api_core import exceptions as gexc
+from google.api_core.client_options import ClientOptions
+from google.auth import exceptions as authexc
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import tasks_v2  # the test extra's google-cloud-tasks: missing is a failure
+from google.oauth2.credentials import Credentials
+from google.protobuf import timestamp_pb2
 
-tasks_v2 = pytest.importorskip("google.cloud.tasks_v2")
-from google.api_core import exceptions as gexc  # noqa: E402
-from google.api_core.client_options import ClientOptions  # noqa: E402
-from google.auth import exceptions as authexc  # noqa: E402
-from google.auth.credentials import AnonymousCredentials  # noqa: E402
-from google.oauth2.credentials import Credentials  # noqa: E402
-from google.protobuf import timestamp_pb2  # noqa: E402
+from helpers import Reply, wait_until
 
 P, L = "my-project", "us-central1"
 ADMIN, READ = "ct-admin-token-0123456789", "ct-read-token-0123456789"

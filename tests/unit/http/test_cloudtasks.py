@@ -1,0 +1,238 @@
+"""Cloud Tasks' routes (``miyamoto.http.cloudtasks``) in process, through the API's WSGI
+app, against a recording service: each route's call and answer, tokens by scope, and
+every failure in Google's JSON error shape with its canonical code. The SDK against
+real nodes: tests/nodes/test_cloudtasks_sdk.py."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+import ujson
+
+from miyamoto.errors import Conflict, Duplicate
+from miyamoto.http import auth
+from miyamoto.http.api import Api
+from miyamoto.tasks.task import CLOUDTASKS, State, Task
+from miyamoto.tasks.validate import Limits
+
+pytestmark = pytest.mark.timeout(30)
+
+NOW = 1_780_000_000.0
+LOC = "/v2/projects/p/locations/l"
+QP = f"{LOC}/queues/q"
+ID = "7e998f34-bed7-44f4-80cd-49620b0ab562"
+CONFIG = {"rate": 0.0, "burst": 100, "max_concurrent": 0, "max_attempts": 25,
+          "min_backoff": 0.5, "max_backoff": 3600.0, "max_doublings": 16,
+          "max_retry_duration": 0.0, "timeout": 30.0}
+
+
+def record(state: str = "scheduled", name: str | None = "t1", queue: str = "q") -> dict:
+    return {"id": ID, "queue": queue, "state": state, "name": name, "url": "http://h/w",
+            "method": "POST", "eta": NOW, "next_attempt": NOW, "created": NOW, "timeout": None,
+            "attempts": 0, "executions": 0, "history": []}
+
+
+class Service:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.tasks = {ID: record()}
+        self.known_queues = {"q"}
+        self.raise_: Exception | None = None
+
+    def _call(self, *call: Any) -> None:
+        self.calls.append(call)
+        if self.raise_ is not None:
+            raise self.raise_
+
+    def enqueue(self, task: Task) -> dict:
+        self._call("enqueue", task)
+        return {"status": "scheduled", "id": task.id}
+
+    def get_task(self, task_id: str) -> dict | None:
+        self._call("get_task", task_id)
+        return self.tasks.get(task_id)
+
+    def find_task(self, queue: str, name: str) -> dict | None:
+        self._call("find_task", queue, name)
+        return next((t for t in self.tasks.values() if (t["queue"], t["name"]) == (queue, name)),
+                    None)
+
+    def delete(self, task_id: str) -> dict | None:
+        self._call("delete", task_id)
+        return self.tasks.get(task_id)
+
+    def rerun(self, task_id: str) -> dict | None:
+        self._call("rerun", task_id)
+        return self.tasks.get(task_id)
+
+    def queues(self, limit: int, cursor: str) -> dict:
+        self._call("queues", limit, cursor)
+        return {"queues": [self.queue("q")], "next_cursor": "q"}
+
+    def queue(self, name: str) -> dict | None:
+        if name not in self.known_queues:
+            return None
+        return {"name": name, "paused": False, "limit": 50, "config": dict(CONFIG)}
+
+    def open_queue(self, name: str) -> dict:
+        self._call("open_queue", name)
+        self.known_queues.add(name)
+        return self.queue(name)  # type: ignore[return-value]
+
+    def list_tasks(self, queue: str, state: State, limit: int) -> list[dict]:
+        self._call("list_tasks", queue, state, limit)
+        return [t for t in self.tasks.values() if t["state"] == state.value][:limit]
+
+    def control(self, queue: str, action: str) -> dict | None:
+        self._call("control", queue, action)
+        return {"status": "ok"} if queue in self.known_queues else None
+
+
+def app(tokens: tuple[tuple[str, str], ...] = ()) -> tuple[Api, Service]:
+    service = Service()
+    return Api(service, Limits(), 10, clock=lambda: NOW,  # type: ignore[arg-type]
+               tokens=auth.Tokens(tokens)), service
+
+
+def call(api: Api, path: str, method: str = "GET", body: Any = None, query: str = "",
+         token: str | None = None) -> tuple[int, Any]:
+    data = b"" if body is None else (body if isinstance(body, bytes) else ujson.dumps(body).encode())
+    env = {"PATH_INFO": path, "REQUEST_METHOD": method, "QUERY_STRING": query,
+           "CONTENT_LENGTH": str(len(data)), "wsgi.input": io.BytesIO(data)}
+    if token:
+        env["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    got: list[str] = []
+    out = b"".join(api(env, lambda status, headers: got.append(status)))
+    return int(got[0].split()[0]), ujson.loads(out)
+
+
+def task_body(**task: Any) -> dict:
+    return {"task": {"httpRequest": {"url": "http://127.0.0.1:9/w"}, **task},
+            "responseView": 1}
+
+
+def test_a_task_is_created_as_a_native_one_marked_for_the_face() -> None:
+    api, service = app()
+    status, out = call(api, f"{QP}/tasks", "POST",
+                       task_body(name="projects/p/locations/l/queues/q/tasks/t2"))
+    assert status == 200, out
+    (_, task), = [c for c in service.calls if c[0] == "enqueue"]
+    assert (task.face, task.name, task.queue) == (CLOUDTASKS, "t2", "q")
+    assert out["name"] == "projects/p/locations/l/queues/q/tasks/t2" and out["view"] == "BASIC"
+    status, out = call(api, f"{QP}/tasks", "POST", task_body())
+    assert out["name"].endswith("/tasks/" + service.calls[-1][1].id)  # its id names it
+
+
+@pytest.mark.parametrize("raise_, status, code", [
+    (Duplicate(ID), 409, "ALREADY_EXISTS"), (Conflict("busy"), 400, "FAILED_PRECONDITION"),
+    (RuntimeError("boom"), 500, "INTERNAL")])
+def test_the_services_refusals_take_googles_codes(raise_, status, code) -> None:
+    api, service = app()
+    service.raise_ = raise_
+    got, out = call(api, f"{QP}/tasks", "POST", task_body())
+    assert (got, out["error"]["code"], out["error"]["status"]) == (status, status, code)
+    assert "boom" not in out["error"]["message"]
+
+
+@pytest.mark.parametrize("body, field", [
+    (task_body(httpRequest={"url": "ftp://h/w"}), "task.httpRequest.url"),
+    (task_body(httpRequest={"url": "http://h/w", "headers": {"Host": "x"}}),
+     "task.httpRequest.headers.Host"),
+    ({"task": {}, "other": 1}, "task"),
+])
+def test_a_bad_task_is_invalid_argument_naming_the_field(body, field) -> None:
+    api, service = app()
+    status, out = call(api, f"{QP}/tasks", "POST", body)
+    assert status == 400 and out["error"]["status"] == "INVALID_ARGUMENT"
+    assert out["error"]["details"][0]["fieldViolations"][0]["field"] == field
+    assert not [c for c in service.calls if c[0] == "enqueue"]
+
+
+def test_a_body_that_is_no_json_object_is_refused() -> None:
+    api, _ = app()
+    for body in (b"{nope", b"[1]"):
+        status, out = call(api, f"{QP}/tasks", "POST", body)
+        assert status == 400 and out["error"]["status"] == "INVALID_ARGUMENT", out
+
+
+def test_a_task_is_found_by_name_or_by_id_and_an_ended_one_is_gone() -> None:
+    api, service = app()
+    assert call(api, f"{QP}/tasks/t1")[1]["name"].endswith("/tasks/t1")
+    assert call(api, f"{QP}/tasks/{ID}")[0] == 200
+    assert ("get_task", ID) in service.calls
+    assert call(api, f"{LOC}/queues/other/tasks/{ID}")[0] == 404  # another queue's
+    service.tasks[ID]["state"] = "succeeded"
+    status, out = call(api, f"{QP}/tasks/t1")
+    assert status == 404 and out["error"]["status"] == "NOT_FOUND"
+    assert f"GET /tasks/{ID}" in out["error"]["message"]
+    assert call(api, f"{QP}/tasks/t1", "DELETE")[0] == 404
+    assert not [c for c in service.calls if c[0] == "delete"]
+
+
+def test_delete_run_and_list() -> None:
+    api, service = app()
+    assert call(api, f"{QP}/tasks/t1", "DELETE") == (200, {})
+    assert ("delete", ID) in service.calls
+    assert call(api, f"{QP}/tasks/t1:run", "POST", {})[0] == 200
+    assert ("rerun", ID) in service.calls
+    status, out = call(api, f"{QP}/tasks", query="pageSize=5&responseView=1")
+    assert status == 200 and [t["name"] for t in out["tasks"]] == [
+        "projects/p/locations/l/queues/q/tasks/t1"]
+    assert ("list_tasks", "q", State.SCHEDULED, 5) in service.calls
+    assert call(api, f"{QP}/tasks", query="pageSize=5000")[0] == 400
+
+
+def test_queues_list_get_control_and_delete() -> None:
+    api, service = app()
+    status, out = call(api, f"{LOC}/queues", query="pageSize=2")
+    assert status == 200 and out["nextPageToken"] == "q"
+    assert out["queues"][0]["name"] == "projects/p/locations/l/queues/q"
+    assert call(api, QP)[1]["state"] == "RUNNING"
+    assert call(api, f"{QP}:pause", "POST", {})[0] == 200
+    assert ("control", "q", "pause") in service.calls
+    assert call(api, QP, "DELETE") == (200, {})
+    assert ("control", "q", "purge") in service.calls
+    status, out = call(api, f"{LOC}/queues/nope:resume", "POST", {})
+    assert status == 404 and out["error"]["status"] == "NOT_FOUND"
+    assert call(api, f"{LOC}/queues/bad.name")[0] == 400
+
+
+def test_a_queue_is_created_once_and_its_settings_stated_not_changed() -> None:
+    api, service = app()
+    made = {"name": "projects/p/locations/l/queues/new", "retryConfig": {"maxAttempts": 25}}
+    assert call(api, f"{LOC}/queues", "POST", made)[0] == 200
+    assert ("open_queue", "new") in service.calls
+    status, out = call(api, f"{LOC}/queues", "POST", made)
+    assert status == 409 and out["error"]["status"] == "ALREADY_EXISTS"
+    other = {"name": "projects/other/locations/l/queues/x"}
+    assert call(api, f"{LOC}/queues", "POST", other)[0] == 400
+    status, out = call(api, QP, "PATCH", {"name": "projects/p/locations/l/queues/q",
+                                          "retryConfig": {"maxAttempts": 7}},
+                       query="updateMask=retryConfig.maxAttempts")
+    assert status == 400 and out["error"]["status"] == "FAILED_PRECONDITION"
+    assert "[queue:q]" in out["error"]["message"]
+    # a mask that leaves the differing field out changes nothing, and is taken
+    assert call(api, QP, "PATCH", {"retryConfig": {"maxAttempts": 7, "maxDoublings": 16}},
+                query="updateMask=retryConfig.maxDoublings")[0] == 200
+
+
+def test_tokens_apply_by_scope_in_googles_shape() -> None:
+    api, service = app((("admin", "A"), ("read", "R"), ("enqueue", "E")))
+    status, out = call(api, QP)
+    assert status == 401 and out["error"]["status"] == "UNAUTHENTICATED"
+    assert call(api, QP, token="R")[0] == 200
+    status, out = call(api, f"{QP}/tasks", "POST", task_body(), token="R")
+    assert status == 403 and out["error"]["status"] == "PERMISSION_DENIED"
+    assert call(api, f"{QP}/tasks", "POST", task_body(), token="E")[0] == 200
+    assert call(api, f"{QP}:pause", "POST", {}, token="E")[0] == 403
+    assert call(api, f"{QP}:pause", "POST", {}, token="A")[0] == 200
+
+
+def test_unknown_paths_and_methods_answer_in_googles_shape() -> None:
+    api, _ = app()
+    status, out = call(api, f"{LOC}/queues/q/nothing")
+    assert status == 404 and out["error"]["status"] == "NOT_FOUND"
+    status, out = call(api, f"{QP}/tasks/t1", "PUT")
+    assert status == 405 and out["error"]["status"] == "UNIMPLEMENTED"
