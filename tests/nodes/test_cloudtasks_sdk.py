@@ -137,3 +137,46 @@ def test_the_sdk_sees_the_queues_retry_config_and_a_failing_target_gets_it(node_
         [None, "503", "503"]
     assert reqs[2].headers["X-CloudTasks-TaskRetryReason"] == "HTTP status 503"
     assert reqs[2].headers["X-CloudTasks-TaskExecutionCount"] == "2"
+
+
+@pytest.mark.timeout(90)
+def test_the_sdk_against_a_three_node_cluster(cluster_factory, sink):
+    """Calls at different members: each task delivered once, a pause and a delete hold
+    cluster-wide, a failing target retried as the queue says, each retry once."""
+    a, b, c = (client(n) for n in cluster_factory(3, queues={"retrying": dict(
+        RETRYING, max_attempts=2)}))
+    parent = a.queue_path(P, L, "retrying")
+    named = a.create_task(parent=parent, task=http_task(
+        sink.url_for("/c1"), a.task_path(P, L, "retrying", "once"), b"{}"))
+    with pytest.raises(gexc.Conflict):  # the name's owner de-duplicates for every member
+        c.create_task(parent=parent, task=http_task(sink.url_for("/c1"), named.name))
+    later = b.create_task(parent=parent, task=http_task(sink.url_for("/c2"), delay=300))
+    assert c.get_task(name=later.name).http_request.url == sink.url_for("/c2")
+    assert later.name in [t.name for t in c.list_tasks(parent=parent)]
+    a.delete_task(name=later.name)
+    with pytest.raises(gexc.NotFound):
+        b.get_task(name=later.name)
+
+    assert a.pause_queue(name=parent).state == tasks_v2.Queue.State.PAUSED
+    assert c.get_queue(name=parent).state == tasks_v2.Queue.State.PAUSED
+    held = b.create_task(parent=parent, task=http_task(sink.url_for("/c3")))
+    wait_until(lambda: c.get_task(name=held.name).schedule_time.timestamp() < time.time(),
+               10, what="the held task due")
+    sink.reply("/fail", Reply(503))
+    failing = c.create_task(parent=parent, task=http_task(sink.url_for("/fail"), body=b"{}"))
+    assert sink.count("/c3") == sink.count("/fail") == 0  # due, and the queue is paused
+    c.resume_queue(name=parent)
+
+    def ended(name: str) -> bool:
+        try:
+            a.get_task(name=name)
+        except gexc.NotFound:
+            return True
+        return False
+
+    wait_until(lambda: all(ended(t.name) for t in (named, held, failing)), 30,
+               what="every task to end")
+    assert sink.count("/c1") == sink.count("/c3") == 1
+    assert [r.headers["X-CloudTasks-TaskRetryCount"] for r in sink.requests("/fail")] == \
+        ["0", "1"]
+    assert sink.count("/c2") == 0
