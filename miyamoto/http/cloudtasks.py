@@ -128,11 +128,19 @@ class CloudTasks:
         raise CloudError(404, f"no Cloud Tasks method at {path}")
 
     def _json(self, environ: dict) -> Any:
+        """The request's JSON object; without a Content-Length (chunked) read to the cap."""
         length = environ.get("CONTENT_LENGTH") or ""
-        n = int(length) if length.isdigit() else self.limits.max_body + 1
-        if n > self.limits.max_body:
-            raise CloudError(413, f"the body is larger than {self.limits.max_body} bytes")
-        data = environ["wsgi.input"].read(n) if n else b""
+        most = self.limits.max_body
+        if length and (not length.isdigit() or int(length) > most):
+            raise CloudError(413 if length.isdigit() else 400, f"the body is larger than "
+                             f"{most} bytes" if length.isdigit() else "bad Content-Length")
+        try:
+            data = environ["wsgi.input"].read(int(length) if length else most + 1)
+        except (OSError, ValueError):  # a broken chunk, a client that left: theirs
+            raise CloudError(400, "the body could not be read: it ended early or its "
+                                  "chunked encoding is broken") from None
+        if len(data) > most:
+            raise CloudError(413, f"the body is larger than {most} bytes")
         try:
             body = ujson.loads(data) if data.strip() else {}
         except (ValueError, UnicodeDecodeError):

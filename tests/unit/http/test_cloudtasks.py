@@ -14,6 +14,8 @@ import ujson
 from miyamoto.errors import Conflict, Duplicate
 from miyamoto.http import auth
 from miyamoto.http.api import Api
+from miyamoto.http.cloudtasks import PREFIX
+from miyamoto.http.openapi import SPEC
 from miyamoto.tasks.task import CLOUDTASKS, State, Task
 from miyamoto.tasks.validate import Limits
 
@@ -155,6 +157,30 @@ def test_a_body_that_is_no_json_object_is_refused() -> None:
     for body in (b"{nope", b"[1]"):
         status, out = call(api, f"{QP}/tasks", "POST", body)
         assert status == 400 and out["error"]["status"] == "INVALID_ARGUMENT", out
+
+
+class Broken(io.BytesIO):
+    def read(self, n: int = -1) -> bytes:
+        raise ValueError("bad chunk")
+
+
+def test_a_body_is_read_without_a_length_to_the_cap_and_a_broken_one_is_the_clients() -> None:
+    api, service = app()
+    data = ujson.dumps(task_body()).encode()
+    env = {"PATH_INFO": f"{QP}/tasks", "REQUEST_METHOD": "POST", "wsgi.input": io.BytesIO(data)}
+    assert api.cloudtasks.dispatch(env)[0] == 200  # chunked: no CONTENT_LENGTH
+    big = {"PATH_INFO": f"{QP}/tasks", "REQUEST_METHOD": "POST",
+           "wsgi.input": io.BytesIO(b" " * (Limits().max_body + 1))}
+    assert api.cloudtasks.dispatch(big)[0] == 413
+    status, out = api.cloudtasks.dispatch(dict(env, CONTENT_LENGTH="9", **{
+        "wsgi.input": Broken()}))
+    assert status == 400 and "could not be read" in out["error"]["message"]
+    assert api.cloudtasks.dispatch(dict(env, CONTENT_LENGTH="99999999999"))[0] == 413
+
+
+def test_the_face_stays_out_of_our_openapi_document() -> None:
+    """Google describes this API and its SDK proves it; /openapi.json is ours alone."""
+    assert not [p for p in SPEC["paths"] if p.startswith(PREFIX)]
 
 
 def test_a_task_is_found_by_name_or_by_id_and_an_ended_one_is_gone() -> None:
