@@ -136,6 +136,8 @@ class Api:
 
     # ------------------------------------------------------------ WSGI
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if (environ.get("PATH_INFO") or "").startswith(CLOUDTASKS_PREFIX):
+            return self.cloudtasks(environ, start_response)  # Google's API, Google's errors
         headers: list[tuple[str, str]] = []
         try:
             status, body = self._dispatch(environ)
@@ -171,8 +173,6 @@ class Api:
     def _dispatch(self, environ: dict) -> tuple[int, Any]:
         path = environ.get("PATH_INFO") or "/"
         method = environ.get("REQUEST_METHOD", "GET").upper()
-        if path.startswith(CLOUDTASKS_PREFIX):  # Google's API, in Google's error shape
-            return self.cloudtasks.dispatch(environ)
         for pattern, handlers in self.routes:
             m = pattern.fullmatch(path)
             if m is None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any, Callable, Protocol
+from http import HTTPStatus
+from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import parse_qs
 
 import ujson
@@ -84,6 +85,16 @@ class CloudTasks:
                                  "DELETE": (self.delete_task, auth.ADMIN)}),
             (re.compile(rf"{q}{t}:run"), {"POST": (self.run_task, auth.ADMIN)}),
         ]
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        """The WSGI answer: a JSON body, an error in Google's shape, never a traceback."""
+        status, body = self.dispatch(environ)
+        data = ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        if status == 401:
+            headers.append(("WWW-Authenticate", 'Bearer realm="miyamoto"'))
+        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
+        return [data]
 
     def dispatch(self, environ: dict) -> tuple[int, Any]:
         """The answer to a request under PREFIX: (status, JSON body), never an exception."""

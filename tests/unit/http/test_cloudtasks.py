@@ -105,9 +105,13 @@ def call(api: Api, path: str, method: str = "GET", body: Any = None, query: str 
            "CONTENT_LENGTH": str(len(data)), "wsgi.input": io.BytesIO(data)}
     if token:
         env["HTTP_AUTHORIZATION"] = f"Bearer {token}"
-    got: list[str] = []
-    out = b"".join(api(env, lambda status, headers: got.append(status)))
-    return int(got[0].split()[0]), ujson.loads(out)
+    got: list[Any] = []
+    out = b"".join(api(env, lambda status, headers: got.append((status, dict(headers)))))
+    (status, headers), = got
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Content-Length"] == str(len(out))
+    assert ("WWW-Authenticate" in headers) == status.startswith("401 ")
+    return int(status.split()[0]), ujson.loads(out)
 
 
 def task_body(**task: Any) -> dict:
