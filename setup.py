@@ -41,7 +41,7 @@ setup(
             "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot
             "playwright>=1.40",  # tests/nodes/test_dashboard_browser.py drives Debian's chromium
             # tests/nodes/test_cloudtasks_sdk.py: Google's SDK (REST transport) against nodes
-            "google-cloud-tasks>=2.16",
+            "google-cloud-tasks>=2.26",  # the version tested; older ones pin protobuf<5
         ],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests
