@@ -120,6 +120,7 @@ def test_the_sdk_sees_the_queues_retry_config_and_a_failing_target_gets_it(node_
         ct.update_queue(queue=tasks_v2.Queue(
             name=parent, retry_config=tasks_v2.RetryConfig(max_attempts=7)))
     assert "max_attempts" in refused.value.message
+    assert ct.update_queue(queue=q) == q  # the queue as read, written back, changes nothing
     sink.reply("/fail", Reply(503))
     t = ct.create_task(parent=parent, task=http_task(sink.url_for("/fail"), body=b"{}"))
 
