@@ -197,6 +197,9 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/mediatype.py": [["tests/unit/http/test_mediatype.py"]],
     "miyamoto/http/fdlimit.py": [["tests/unit/http/test_fdlimit.py"]],
     "miyamoto/http/openapi.py": [["tests/unit/http/test_openapi.py"]],
+    "miyamoto/http/cloudtasks.py": [["tests/unit/http/test_cloudtasks.py"]],
+    "miyamoto/http/cloudtasksjson.py": [["tests/unit/http/test_cloudtasksjson.py"],
+                                        ["tests/unit/http/test_cloudtasks.py"]],
     # config/
     "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"],
                                     ["tests/unit/cli/test_main.py"]],
