@@ -67,11 +67,40 @@ def test_defaults_and_the_enum_by_name() -> None:
      "task.scheduleTime"),
     ({"httpRequest": {"url": "http://h/w"}, "dispatchDeadline": "5s"}, "task.dispatchDeadline"),
     ({"httpRequest": {"url": "http://h/w"}, "dispatchDeadline": "60"}, "task.dispatchDeadline"),
+    ({"httpRequest": {"url": "http://h/w"}, "dispatchDeadline": "14.9s"},
+     "task.dispatchDeadline"),
+    ({"httpRequest": {"url": "http://h/w"}, "dispatchDeadline": "1800.5s"},
+     "task.dispatchDeadline"),
+    ({"httpRequest": {"url": "http://h/w"}, "scheduleTime": 12}, "task.scheduleTime"),
+    ({"httpRequest": {"url": "http://h/w"}, "name": 5}, "task.name"),
+    ({"httpRequest": {"url": "http://h/w"}, "name": "projects/p/zones/l/queues/q/tasks/t"},
+     "task.name"),
+    ({"httpRequest": {"url": "http://h/w", "timeout": 3}}, "task.httpRequest.timeout"),
+    ({"httpRequest": {"url": "http://h/w", "headers": ["X-A"]}}, "task.httpRequest.headers"),
+    ({"httpRequest": {"url": "http://h/w", "body": 5}}, "task.httpRequest.body"),
+    ({"httpRequest": "http://h/w"}, "task.httpRequest"),
 ])
 def test_a_bad_task_is_refused_naming_its_cloud_tasks_field(task, field) -> None:
     with pytest.raises(ValidationError) as e:
         ctj.task_fields(task, "q", NOW)
     assert e.value.field == field
+
+
+def test_a_task_that_is_no_object_is_refused() -> None:
+    for task in (None, [], "t"):
+        with pytest.raises(ValidationError) as e:
+            ctj.task_fields(task, "q", NOW)
+        assert e.value.field == "task"
+
+
+def test_the_deadlines_bounds_and_a_body_in_url_safe_base64_without_padding() -> None:
+    for given, taken in (("15s", 15.0), ("1800s", 1800.0)):
+        fields, _ = ctj.task_fields({"httpRequest": {"url": "http://h/w"},
+                                     "dispatchDeadline": given}, "q", NOW)
+        assert fields["timeout"] == taken
+    fields, _ = ctj.task_fields({"httpRequest": {"url": "http://h/w", "body": "eyJhIjoxfT8-"}},
+                                "q", NOW)
+    assert fields["body"] == '{"a":1}?>'  # '-' is url-safe '+', and no '=' padding
 
 
 def test_our_field_names_are_told_as_cloud_tasks_paths() -> None:
@@ -104,6 +133,20 @@ def test_a_record_becomes_a_cloud_tasks_task() -> None:
         (2, 1, "30s")
     assert view["lastAttempt"]["responseStatus"] == {"code": 14, "message": "HTTP status 503"}
     assert view["firstAttempt"]["responseStatus"] == {"code": 14, "message": "refused"}
+    ok = ctj.task_view(Q, dict(summary, history=[
+        {"start": NOW, "duration": 0.25, "status": 299},
+        {"start": NOW - 9, "duration": 0.5, "status": 404},
+        {"start": NOW - 20, "duration": 0.5, "status": 300}]))
+    assert ok["lastAttempt"] == {"dispatchTime": ctj.timestamp(NOW),
+                                 "responseTime": ctj.timestamp(NOW + 0.25),
+                                 "responseStatus": {"code": 0, "message": "HTTP status 299"}}
+    assert ok["firstAttempt"]["responseStatus"]["code"] == 2  # UNKNOWN: a redirect
+    assert ctj.task_view(Q, dict(summary, history=[{"start": NOW, "status": 200}, {
+        "start": NOW, "status": 404}]))["firstAttempt"]["responseStatus"]["code"] == 5
+    fresh = ctj.task_view(Q, {k: v for k, v in summary.items()
+                              if k not in ("attempts", "executions", "timeout")})
+    assert (fresh["dispatchCount"], fresh["responseCount"]) == (0, 0)
+    assert "dispatchDeadline" not in fresh  # the queue's
     named = ctj.task_view(Q, dict(summary, name="order-1", history=[]))
     assert named["name"] == f"{Q}/tasks/order-1" and "lastAttempt" not in named
     # a native task's name that is no Cloud Tasks id is answered by the task's id
@@ -136,6 +179,11 @@ def test_a_queue_view_and_its_settings() -> None:
     ({"rateLimits": {"maxDispatchesPerSecond": "x"}}, None,
      "queue.rateLimits.maxDispatchesPerSecond"),
     ({"rateLimits": 3}, None, "queue.rateLimits"),
+    ([], None, "queue"),
+    ({"rateLimits": {"maxConcurrentDispatches": -1}}, None,
+     "queue.rateLimits.maxConcurrentDispatches"),
+    ({"retryConfig": {"maxAttempts": 0}}, None, "queue.retryConfig.maxAttempts"),
+    ({"retryConfig": {"maxDoublings": True}}, None, "queue.retryConfig.maxDoublings"),
     ({"appEngineRoutingOverride": {}}, None, "queue.appEngineRoutingOverride"),
     ({"httpTarget": {"uriOverride": {}}}, None, "queue.httpTarget"),
     ({}, "retryConfig.maxRetries", "queue.retryConfig.maxRetries"),
@@ -149,7 +197,12 @@ def test_a_bad_queue_is_refused_naming_its_field(queue, mask, field) -> None:
 def test_errors_take_googles_shape() -> None:
     assert ctj.error(409, "taken") == {"error": {"code": 409, "message": "taken",
                                                  "status": "ALREADY_EXISTS"}}
-    assert ctj.error(404, "x")["error"]["status"] == "NOT_FOUND"
+    assert {s: ctj.error(s, "x")["error"]["status"] for s in (401, 403, 404, 405, 411, 413, 415,
+                                                            429, 500, 501, 503, 418)} == {
+        401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+        405: "UNIMPLEMENTED", 411: "INVALID_ARGUMENT", 413: "INVALID_ARGUMENT",
+        415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+        501: "UNIMPLEMENTED", 503: "UNAVAILABLE", 418: "UNKNOWN"}
     bad = ctj.error(400, "url is bad", "task.httpRequest.url")["error"]
     assert bad["status"] == "INVALID_ARGUMENT"
     assert bad["details"][0]["fieldViolations"] == [{"field": "task.httpRequest.url",
