@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import ujson
 
-from miyamoto.errors import Conflict, Duplicate
+from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth
 from miyamoto.http.api import Api
 from miyamoto.http.cloudtasks import PREFIX
@@ -266,3 +266,76 @@ def test_unknown_paths_and_methods_answer_in_googles_shape() -> None:
     assert status == 404 and out["error"]["status"] == "NOT_FOUND"
     status, out = call(api, f"{QP}/tasks/t1", "PUT")
     assert status == 405 and out["error"]["status"] == "UNIMPLEMENTED"
+
+
+def test_the_body_cap_is_max_body_and_a_bad_length_is_refused() -> None:
+    api, _ = app()
+    most = Limits().max_body
+    env = {"PATH_INFO": f"{QP}/tasks", "REQUEST_METHOD": "POST"}
+    status, out = api.cloudtasks.dispatch(dict(env, CONTENT_LENGTH=str(most), **{
+        "wsgi.input": io.BytesIO(b" " * most)}))
+    assert status == 400 and out["error"]["details"][0]["fieldViolations"][0]["field"] == "task"
+    assert api.cloudtasks.dispatch(dict(env, CONTENT_LENGTH=str(most + 1), **{
+        "wsgi.input": io.BytesIO(b" " * (most + 1))}))[0] == 413
+    assert api.cloudtasks.dispatch(dict(env, **{"wsgi.input": io.BytesIO(b" " * most)}))[0] \
+        == 400  # chunked, at the cap: read, and found empty
+    status, out = api.cloudtasks.dispatch(dict(env, CONTENT_LENGTH="x1", **{
+        "wsgi.input": io.BytesIO(b"{}")}))
+    assert status == 400 and "Content-Length" in out["error"]["message"]
+    assert call(api, f"{LOC}/queues", "POST", b"[1]")[0] == 400  # no object
+
+
+def test_unavailable_is_503_and_a_run_or_delete_that_cannot_be_is_told() -> None:
+    api, service = app()
+    service.raise_ = Unavailable("too few replicas")
+    status, out = call(api, f"{QP}/tasks", "POST", task_body())
+    assert (status, out["error"]["status"]) == (503, "UNAVAILABLE")
+    service.raise_ = None
+    service.rerun = lambda task_id: {"conflict": "task is running"}  # type: ignore[method-assign]
+    status, out = call(api, f"{QP}/tasks/t1:run", "POST", {})
+    assert (status, out["error"]["status"]) == (400, "FAILED_PRECONDITION")
+    assert "task is running" in out["error"]["message"]
+    service.rerun = lambda task_id: None  # type: ignore[method-assign]
+    assert call(api, f"{QP}/tasks/t1:run", "POST", {})[0] == 400
+
+    def ended(task_id: str) -> dict:
+        raise Conflict("task already succeeded")
+
+    service.delete = ended  # type: ignore[method-assign]
+    status, out = call(api, f"{QP}/tasks/t1", "DELETE")
+    assert (status, out["error"]["status"]) == (404, "NOT_FOUND")
+
+
+def test_a_listing_stops_at_its_page_size_across_states() -> None:
+    api, service = app()
+    service.tasks["r"] = dict(record(state="running", name="t9"), id="r")
+    status, out = call(api, f"{QP}/tasks", query="pageSize=1")
+    assert len(out["tasks"]) == 1
+    assert [c for c in service.calls if c[0] == "list_tasks"] == [
+        ("list_tasks", "q", State.SCHEDULED, 1)]
+    status, out = call(api, f"{QP}/tasks", query="pageSize=2")
+    assert [t["name"].rsplit("/", 1)[1] for t in out["tasks"]] == ["t1", "t9"]
+    assert ("list_tasks", "q", State.RUNNING, 1) in service.calls
+    assert call(api, f"{QP}/tasks", query="pageSize=1000")[0] == 200
+    assert call(api, f"{QP}/tasks", query="pageSize=1001")[0] == 400
+    assert call(api, f"{LOC}/queues", query="pageToken=not%20a%20queue")[0] == 400
+
+
+def test_queue_names_and_settings_on_create_and_patch() -> None:
+    api, service = app()
+    for bad in ("projects/p/locations/l/queue/x", "projects/p/locations/l/queues/a.b",
+                "projects/p/locations/x/queues/x"):
+        status, out = call(api, f"{LOC}/queues", "POST", {"name": bad})
+        assert status == 400 and out["error"]["details"][0]["fieldViolations"][0]["field"] == \
+            "queue.name", bad
+    status, out = call(api, f"{LOC}/queues", "POST", {
+        "name": "projects/p/locations/l/queues/fresh", "retryConfig": {"maxAttempts": 3}})
+    assert (status, out["error"]["status"]) == (400, "FAILED_PRECONDITION")
+    assert call(api, QP, "PATCH", {"name": "projects/p/locations/l/queues/other"})[0] == 400
+    assert call(api, f"{LOC}/queues/later", "PATCH", {})[0] == 200  # UpdateQueue creates
+    assert ("open_queue", "later") in service.calls
+    assert call(api, QP, "PATCH", {})[0] == 200
+    assert ("open_queue", "q") not in service.calls
+    for path, method in ((f"{LOC}/queues/nope", "GET"), (f"{LOC}/queues/nope", "DELETE")):
+        status, out = call(api, path, method)
+        assert (status, out["error"]["status"]) == (404, "NOT_FOUND"), path
