@@ -95,8 +95,10 @@ def cloudtasks_headers(task: Task) -> dict[str, str]:
     return out
 
 
-def build_request(task: Task, now: float,
-                  secrets: tuple[str, ...] = ()) -> tuple[str, str, dict[str, str], bytes]:
+def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
+                  traceparent: str | None = None) -> tuple[str, str, dict[str, str], bytes]:
+    """``traceparent``: the attempt's span (tracing on); else the task's own is sent, so a
+    worker's trace continues the producer's with or without tracing here."""
     url = task.url
     headers: dict[str, str] = {}  # the ones Miyamoto sets; the task's own are merged below
     if task.body is not None:
@@ -123,6 +125,9 @@ def build_request(task: Task, now: float,
         headers["X-Task-Previous-Response"] = str(task.last["status"])
     if task.face == CLOUDTASKS:
         headers.update(cloudtasks_headers(task))
+    trace = traceparent or task.traceparent
+    if trace is not None:
+        headers["traceparent"] = trace
     if secrets:
         ts = int(now)
         headers["webhook-id"] = task.id

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 import ujson
 
 from miyamoto.config.settings import Config
+from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
@@ -25,8 +26,10 @@ from miyamoto.http.cloudtasks import CloudTasks
 from miyamoto.http.definitions import DefsApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
+from miyamoto.tasks.checks import traceparent
 from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
-from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, parse_batch
+from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
+    json_fields, parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 MAX_PAGE = 1000  # the most items one listing answers (limit=)
 QUEUES_PAGE = 1000  # GET /queues without limit: all of them at the default max_queues
-_NO_QUEUE = ("names no queue: queues come from the config or from an enqueue "
+_NO_QUEUE = ("names no queue: queues come from the config, a PUT /queues/<name> or an enqueue "
              "(while auto_create_queues is on)")
 # what each route needs from a token (auth.py); any other GET needs read, anything else admin
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
@@ -80,6 +83,8 @@ class ApiService(Protocol):
     def rerun(self, task_id: str) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
     def queue(self, name: str) -> View | None: ...
+    def put_queue(self, name: str, changes: dict[str, Any]) -> View: ...  # settings
+    def reset_queue(self, name: str) -> View | None: ...  # None: the API set none
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
     def control(self, queue: str, action: str) -> View | None: ...
     def open_queue(self, name: str) -> View: ...  # made by name (http.cloudtasks)
@@ -111,7 +116,8 @@ class Api:
             (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
-            (re.compile(rf"/queues/{q}"), {"GET": self.get_queue}),
+            (re.compile(rf"/queues/{q}"), {"GET": self.get_queue, "PUT": self.put_queue,
+                                           "DELETE": self.delete_queue}),
             (re.compile(rf"/queues/{q}/tasks"), {"GET": self.list_tasks}),
             (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
             (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
@@ -219,6 +225,9 @@ class Api:
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
         fields = enqueue_fields(kind, body, self.limits)
         key = _idempotency_key(environ)
+        trace = environ.get("HTTP_TRACEPARENT")
+        if trace is not None and "traceparent" not in fields:  # the field wins
+            fields["traceparent"] = trace
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
@@ -230,6 +239,10 @@ class Api:
         body = self.body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
                             max_batch=self.max_batch)
+        trace = environ.get("HTTP_TRACEPARENT")
+        if trace is not None:  # for the tasks that bring none of their own
+            trace = traceparent("traceparent", trace)
+            tasks = [t if t.traceparent else t.evolve(traceparent=trace) for t in tasks]
         results = self.service.enqueue_many(tasks)
         return 200, {"status": "ok", "tasks": results}
 
@@ -281,6 +294,19 @@ class Api:
         found = self.service.queue(queue)
         if found is None:
             raise HTTPError(404, _NO_QUEUE, "queue")
+        return 200, found
+
+    def put_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
+        """PUT /queues/<name>: set queue settings cluster-wide (``definitions.queues``)."""
+        changes = parse_put(json_fields(self.body(environ)))
+        return 200, self.service.put_queue(queue, changes)
+
+    def delete_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
+        """DELETE /queues/<name>: drop the settings the API made (tasks stay)."""
+        found = self.service.reset_queue(queue)
+        if found is None:
+            raise HTTPError(404, "has no settings made through the API (PUT /queues/<name>): "
+                            "its settings are the config's", "queue")
         return 200, found
 
     def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:

@@ -116,6 +116,9 @@ SYNOPSIS = {
         "miyamoto tasks default --state failed --limit 20 --json"],
     "miyamoto pause|resume|purge QUEUE": [
         "miyamoto pause q", "miyamoto resume q", "miyamoto purge q"],
+    "miyamoto queue set QUEUE rate=5 burst=10 paused=true": [
+        "miyamoto queue set q rate=5 burst=10 paused=true"],
+    "miyamoto queue show|reset QUEUE": ["miyamoto queue show q", "miyamoto queue reset q"],
     "miyamoto failed list QUEUE [--json]": [
         "miyamoto failed list default", "miyamoto failed list default --json"],
     "miyamoto failed retry QUEUE": ["miyamoto failed retry default"],

@@ -200,3 +200,15 @@ def test_a_cloud_tasks_task_carries_cloud_tasks_headers_and_a_native_one_none():
     assert [v for k, v in headers.items() if k.lower() == "x-cloudtasks-taskname"] == ["order-1"]
     _, _, native, _ = build_request(task(name="order-1"), 0)
     assert not [k for k in native if k.lower().startswith("x-cloudtasks-")]
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_task_traceparent_goes_to_the_target_unless_the_attempt_has_its_own():
+    attempt = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+    assert "traceparent" not in build_request(task(), 0.0)[2]
+    assert build_request(task(traceparent=TRACE), 0.0)[2]["traceparent"] == TRACE
+    assert build_request(task(traceparent=TRACE), 0.0, (), attempt)[2]["traceparent"] == attempt
+    spoofed = build_request(task(traceparent=TRACE, headers={"TraceParent": "x"}), 0.0)[2]
+    assert [v for k, v in spoofed.items() if k.lower() == "traceparent"] == [TRACE]

@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from miyamoto.definitions import topics
+from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.schedules import parse_schedule
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
@@ -79,7 +80,7 @@ def test_the_routes_that_read_a_body_and_only_those_say_so() -> None:
                  if "requestBody" in op}
     assert with_body == {("/queue", "post"), ("/queue/{queue}", "post"),
                          ("/queue/{queue}/batch", "post"), ("/schedules", "post"),
-                         ("/topics/{tname}", "put")}
+                         ("/topics/{tname}", "put"), ("/queues/{queue}", "put")}
     for p, m in with_body:
         assert SPEC["paths"][p][m]["requestBody"]["required"] is True
     for p, ops in SPEC["paths"].items():
@@ -275,3 +276,26 @@ def test_a_targets_answer_fits_and_holds_nothing_else() -> None:
     assert schema("Targets").is_valid(answer)
     extra = {"targets": [{**answer["targets"][0], "url": "http://a/x"}]}
     assert not schema("Targets").is_valid(extra)  # a client may rely on these keys alone
+
+
+def _queue_settings_take(doc: Any) -> bool:
+    try:
+        parse_put(doc)
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("field,value,inside", _bounded("QueueSettings"))
+def test_a_queue_setting_at_a_documented_bound(field: str, value: Any, inside: bool) -> None:
+    doc = {field: value}
+    assert schema("QueueSettings").is_valid(doc) is inside, doc
+    assert _queue_settings_take(doc) is inside, doc
+
+
+def test_queue_settings_take_nulls_and_refuse_strangers() -> None:
+    for doc, ok in [({}, True), ({"rate": None, "paused": None}, True), ({"paused": 1}, False),
+                    ({"rate": "5"}, False), ({"burst": 2.5}, False), ({"nope": 1}, False),
+                    ([], False), ({"paused": True, "timeout": 5}, True)]:
+        assert schema("QueueSettings").is_valid(doc) is ok, doc
+        assert _queue_settings_take(doc) is ok, doc

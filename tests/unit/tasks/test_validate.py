@@ -706,3 +706,18 @@ def test_validate_a_topic_is_expanded_before_it_is_a_task():
     assert "POST /queue only" in e.message
     e = rejects(js, {"topic": "t", "url": URL}, field="topic")
     assert e.message == "cannot be given with url"
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_traceparent_is_kept_and_a_malformed_one_refused_naming_it():
+    assert build(traceparent=TRACE).traceparent == TRACE
+    assert build().traceparent is None
+    form = v.parse_enqueue("application/x-www-form-urlencoded",
+                           urlencode({"task.url": SHORT_URL, "task.traceparent": TRACE}).encode(),
+                           path_queue=None, idempotency_key=None, limits=v.Limits(), now=NOW)
+    assert form.traceparent == TRACE and "task.traceparent" not in form.params
+    for bad in (TRACE.upper(), TRACE[:-1], "ff" + TRACE[2:], TRACE.replace("4bf92f3577b34da6a3ce929d0e0e4736", "0" * 32),
+                TRACE.replace("00f067aa0ba902b7", "0" * 16), TRACE + "-x", 7, ""):
+        refused("traceparent", build, traceparent=bad)
