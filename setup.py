@@ -45,6 +45,8 @@ setup(
             "build>=1.0",  # tests/nodes/test_release.py: python -m build, wheel and sdist
             # tests/unit/test_tracing.py: the SDK's in-memory exporter
             "opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",
+            # tests/nodes/test_qstash_node.py: QStash's own SDK (and its Receiver) against nodes
+            "qstash>=3.0",
             # tests/nodes/test_cloudtasks_sdk.py: Google's SDK (REST transport) against nodes
             "google-cloud-tasks>=2.26",  # the version tested; older ones pin protobuf<5
         ],

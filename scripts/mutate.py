@@ -200,6 +200,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/mediatype.py": [["tests/unit/http/test_mediatype.py"]],
     "miyamoto/http/fdlimit.py": [["tests/unit/http/test_fdlimit.py"]],
     "miyamoto/http/openapi.py": [["tests/unit/http/test_openapi.py"]],
+    "miyamoto/http/upstash.py": [["tests/unit/http/test_upstash.py"], ["tests/unit/http/test_qstash.py"]],
+    "miyamoto/http/qstash.py": [["tests/unit/http/test_qstash.py"]],
     "miyamoto/http/cloudtasks.py": [["tests/unit/http/test_cloudtasks.py"]],
     "miyamoto/http/cloudtasksjson.py": [["tests/unit/http/test_cloudtasksjson.py"],
                                         ["tests/unit/http/test_cloudtasks.py"]],

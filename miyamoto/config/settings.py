@@ -109,6 +109,12 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("signing_secret", value.secret, (),
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
+    Setting("qstash_current_signing_key", value.signing_key, "",
+            "QStash signing key: every delivery carries an Upstash-Signature JWT signed with it",
+            flag=False, secret=True),
+    Setting("qstash_next_signing_key", value.signing_key, "",
+            "QStash's next signing key (rotation: a worker's Receiver also tries it)",
+            flag=False, secret=True),
 ), *_group(
     "delivery",
     Setting("concurrency", value.int_ge(1), 512, "deliveries in flight on this node, all queues"),
@@ -219,6 +225,8 @@ class Config:
     breaker_failures: int
     breaker_cooldown: float
     signing_secret: tuple[str, ...]
+    qstash_current_signing_key: str
+    qstash_next_signing_key: str
     log_level: str
     log_format: str
     access_log: bool
@@ -436,6 +444,9 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"advertise: {e} (from {source['advertise']})") from e
     if values["election_timeout_max"] < values["election_timeout_min"]:
         raise ConfigError("election_timeout_max: must be >= election_timeout_min")
+    if values["qstash_next_signing_key"] and not values["qstash_current_signing_key"]:
+        raise ConfigError("qstash_current_signing_key: a next key needs a current one "
+                          "(deliveries are signed with the current key)")
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
         raise ConfigError("curve_secret: curve_public and curve_secret go together")
     _check_cluster_keys(values)

@@ -21,7 +21,8 @@ from miyamoto.wire.verbs import DecodeError, Verb
 __all__ = ["Entry", "DefsPut", "DefsAck", "DefsDigest", "DefsWrite", "DefsWrote", "KINDS",
            "DEFS_MESSAGES"]
 
-KINDS = frozenset({"schedule", "topic", "cursor", "queue"})
+KINDS = frozenset({"schedule", "topic", "cursor", "queue",
+                   "qstash_queue"})  # a QStash queue's parallelism (http/qstash.py)
 # a write's op: "merge" sets the fields its value gives (a null one drops it), on the leader
 OPS = ("put", "merge", "delete", "pause", "resume")
 MAX_VALUE = 512 * 1024  # bytes of one definition as JSON (a topic of 100 long URLs fits)

@@ -386,7 +386,8 @@ class Engine:
             timeout = t.timeout or q.timeout
             if traces.on:  # the attempt's span; the target gets its traceparent
                 span, trace = traces.attempt(t, t.method, self.config.node)
-            method, url, headers, body = build_request(t, now, self.config.signing_secret, trace)
+            method, url, headers, body = build_request(t, now, self.config.signing_secret, trace,
+                                                       self.config.qstash_current_signing_key)
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock(),

@@ -24,6 +24,7 @@ from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.cloudtasks import PREFIX as CLOUDTASKS_PREFIX
 from miyamoto.http.cloudtasks import CloudTasks
 from miyamoto.http.definitions import DefsApi
+from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.tasks.checks import traceparent
@@ -47,7 +48,10 @@ _NO_QUEUE = ("names no queue: queues come from the config, a PUT /queues/<name> 
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
           # the dashboard's page and assets, and this API's description, hold no data
-          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN}
+          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN,
+          # QStash's face (http/qstash.py): publishing is enqueueing, a message is a task
+          "qstash_publish": auth.ENQUEUE, "qstash_enqueue": auth.ENQUEUE,
+          "qstash_batch": auth.ENQUEUE, "qstash_message": auth.TASK}
 
 
 class HTTPError(Exception):
@@ -108,7 +112,7 @@ class Api:
         d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
         self.defs = d
         self.cloudtasks = CloudTasks(service, self.tokens, limits, clock)
-        self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+        self._native_routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
             (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
@@ -139,6 +143,9 @@ class Api:
             (re.compile(r"/"), {"GET": self.dashboard}),
             (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
         ]
+        # QStash's face (http/qstash.py): a /v2/ path is tried against these alone
+        self.qstash_routes = QStashApi(self).routes()
+        self.routes = self._native_routes + self.qstash_routes  # every route, for the spec's tests
 
     # ------------------------------------------------------------ WSGI
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -162,10 +169,14 @@ class Api:
             status, body = 409, _error(str(e))
         except Unavailable as e:
             status, body = 503, _error(str(e))
+        except NotFound as e:
+            status, body = 404, _error(str(e))
         except Exception:
             log.exception("api: %s %s failed", environ.get("REQUEST_METHOD"),
                           environ.get("PATH_INFO"))
             status, body = 500, _error("internal error")
+        if status >= 400 and (environ.get("PATH_INFO") or "").startswith("/v2/"):
+            body = _qstash_error(body)
         if isinstance(body, Raw):
             data, ctype = body.data, body.content_type
             headers.extend(body.headers)
@@ -179,7 +190,8 @@ class Api:
     def _dispatch(self, environ: dict) -> tuple[int, Any]:
         path = environ.get("PATH_INFO") or "/"
         method = environ.get("REQUEST_METHOD", "GET").upper()
-        for pattern, handlers in self.routes:
+        routes = self.qstash_routes if path.startswith("/v2/") else self._native_routes
+        for pattern, handlers in routes:
             m = pattern.fullmatch(path)
             if m is None:
                 continue
@@ -376,6 +388,13 @@ def _error(message: str, field: str | None = None) -> dict[str, Any]:
         out["error"] = f"{field} {message}"
         out["field"] = field
     return out
+
+
+def _qstash_error(body: Any) -> dict[str, Any]:
+    """An error of a /v2/ route in QStash's shape: ``{"error": "..."}`` alone."""
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return {"error": body["error"]}
+    return {"error": "request failed"}
 
 
 def _need(handler: Handler, method: str) -> str:

@@ -329,6 +329,7 @@ class HTTPServer(StreamServer):
         env["REQUEST_METHOD"] = method
         path, _, query = target.partition("?")
         env["PATH_INFO"] = unquote_latin1(path)
+        env["RAW_URI"] = target  # as sent (pywsgi's name): a URL inside the path keeps its %XX
         env["QUERY_STRING"] = query
         env["SERVER_PROTOCOL"] = version
         ctype = head.typeheader

@@ -542,7 +542,8 @@ def test_the_secrets_come_from_files_named_by_their_file_variables(tmp_path):
     assert (cfg.curve_public, cfg.curve_secret) == PAIR
     assert cfg.api_tokens == (("admin", "t" * 20),)
     assert set(config_mod.FILE_OPTIONS) == {"curve_public", "curve_secret", "api_tokens",
-                                            "signing_secret"}
+                                            "signing_secret", "qstash_current_signing_key",
+                                            "qstash_next_signing_key"}
 
 
 @pytest.mark.parametrize("content,words", [
@@ -581,3 +582,30 @@ def test_only_the_secrets_have_file_variables():
     with pytest.raises(ConfigError) as info:
         config_mod.check_environment({"MIYAMOTO_NODE_FILE": "/x"})
     assert str(info.value).startswith("MIYAMOTO_NODE_FILE: no such option")
+
+
+QSTASH_KEY = "sig_current_0123456789abcdefghijklmn"
+
+
+def test_config_qstash_signing_keys_from_the_environment_are_masked():
+    c = config_mod.load(env={"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": QSTASH_KEY,
+                             "MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": QSTASH_KEY[::-1]})
+    assert (c.qstash_current_signing_key, c.qstash_next_signing_key) == (QSTASH_KEY,
+                                                                         QSTASH_KEY[::-1])
+    assert config_mod.load(env={}).qstash_current_signing_key == ""
+    shown = c.redacted()
+    assert shown["qstash_current_signing_key"] == shown["qstash_next_signing_key"] == "***"
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": QSTASH_KEY}, "qstash_current_signing_key:"),
+    ({"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": "short"}, "qstash_current_signing_key:"),
+    ({"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": QSTASH_KEY,
+      "MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": "has a space in it, long enough"},
+     "qstash_next_signing_key:"),
+])
+def test_config_bad_qstash_keys_fail_naming_the_option(env, named):
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env=env)
+    assert str(info.value).startswith(named)
+    assert QSTASH_KEY not in str(info.value) and "has a space" not in str(info.value)

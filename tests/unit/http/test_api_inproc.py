@@ -129,7 +129,8 @@ class Answer:
 
 def call(app: Api, method: str, path: str, body: bytes | None = None, *,
          ctype: str | None = None, query: str = "", length: str | None = None,
-         headers: dict[str, str] | None = None, stream: Any = None) -> Answer:
+         headers: dict[str, str] | None = None, stream: Any = None,
+         raw_uri: str | None = None) -> Answer:
     seen: dict[str, Any] = {}
 
     def start_response(status: str, hs: list) -> None:
@@ -144,6 +145,8 @@ def call(app: Api, method: str, path: str, body: bytes | None = None, *,
         environ["CONTENT_LENGTH"] = length
     if ctype is not None:
         environ["CONTENT_TYPE"] = ctype
+    if raw_uri is not None:  # the request target as sent, as http/server.py gives it
+        environ["RAW_URI"] = raw_uri
     for k, v in (headers or {}).items():
         environ["HTTP_" + k.upper().replace("-", "_")] = v
     out = b"".join(app(environ, start_response))

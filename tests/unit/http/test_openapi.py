@@ -58,11 +58,20 @@ def _template(pattern: re.Pattern[str]) -> str:
     return out.rstrip("?").rstrip("/") or "/"
 
 
+# QStash's face (miyamoto/http/qstash.py) is left out of our spec on purpose: it is
+# QStash's API, described by QStash's docs and proven with QStash's own SDK
+# (tests/nodes/test_qstash_node.py), and its destinations are URLs with slashes in the
+# path (/v2/publish/https://...), which an OpenAPI path template cannot express.
+QSTASH_PREFIX = "/v2/"
+
+
 def test_every_route_and_method_is_described() -> None:
     api = Api(service=None, limits=Limits(), max_batch=10)  # type: ignore[arg-type]
     seen = set()
     for pattern, handlers in api.routes:
         path = _template(pattern)
+        if path.startswith(QSTASH_PREFIX):
+            continue
         if "{action}" in path:  # the alternatives the route's pattern names
             names = re.search(r"\(\?P<action>([^)]*)\)", pattern.pattern).group(1)
             paths = [path.replace("{action}", a) for a in names.split("|")]
