@@ -248,12 +248,6 @@ class Node:
         view["sources"] = sources
         return view
 
-    def open_queue(self, name: str) -> dict[str, Any]:
-        """A queue made by name (Cloud Tasks' CreateQueue), admitted as an enqueue's would
-        be (auto_create_queues, max_queues): known on this node until it idles out."""
-        self.engine.queues.admit(name, self.clock())
-        return self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}))
-
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
         c, paused, limit = self.engine.dispatcher.summary(name)
         return {

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 
 import ujson
 
+from miyamoto.definitions.queues import parse_put
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth
 from miyamoto.http import cloudtasksjson as ctj
@@ -60,7 +61,8 @@ class Service(Protocol):
     def rerun(self, task_id: str) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...
     def queue(self, name: str) -> View | None: ...
-    def open_queue(self, name: str) -> View: ...
+    def put_queue(self, name: str, changes: dict[str, Any]) -> View: ...
+    def reset_queue(self, name: str) -> View | None: ...
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
     def control(self, queue: str, action: str) -> View | None: ...
 
@@ -243,45 +245,45 @@ class CloudTasks:
         return 200, ctj.queue_view(_loc(project, location), self._queue(queue))
 
     def create_queue(self, environ: dict, project: str, location: str) -> tuple[int, Any]:
+        """CreateQueue: its rate and retry settings become the queue's API settings,
+        on every node (``PUT /queues/<name>``'s)."""
         body = self._json(environ)
         name = _queue_id(body, project, location)
         changes = ctj.queue_settings(body)
         if self.service.queue(name) is not None:
             raise CloudError(409, f"queue {name} exists already")
-        view = self.service.open_queue(name)
-        self._settle(view, changes)
-        return 200, ctj.queue_view(_loc(project, location), view)
+        return 200, ctj.queue_view(_loc(project, location), self._put(name, changes))
 
     def patch_queue(self, environ: dict, project: str, location: str,
                     queue: str) -> tuple[int, Any]:
-        """UpdateQueue: creates the queue if it does not exist, as Cloud Tasks does."""
+        """UpdateQueue: the fields given (those of ``updateMask``, when given) set; the
+        queue is created if it does not exist, as Cloud Tasks does."""
         body = self._json(environ)
         if body.get("name") is not None and _queue_id(body, project, location) != queue:
             raise CloudError(400, "queue.name differs from the queue in the path", "queue.name")
         mask = (parse_qs(environ.get("QUERY_STRING", "")).get("updateMask") or [None])[0]
         changes = ctj.queue_settings(body, mask)
-        view = self.service.queue(queue) or self.service.open_queue(queue)
-        self._settle(view, changes)
-        return 200, ctj.queue_view(_loc(project, location), view)
+        return 200, ctj.queue_view(_loc(project, location), self._put(queue, changes))
 
-    def _settle(self, view: View, changes: dict[str, Any]) -> None:
-        """Queue settings are the config's (``[queue:NAME]``) in this build: a create or a
-        patch may state them, not change them."""
-        current = ctj.queue_settings(ctj.queue_view("", view))
-        for setting, value in sorted(changes.items()):
-            if current.get(setting) != value:
-                path = _BY_SETTING[setting]
-                raise CloudError(400, f"queue.{path} cannot be changed at run time here "
-                                 f"(it is {current.get(setting)}): set {setting} in the "
-                                 f"config's [queue:{view['name']}]", f"queue.{path}",
-                                 "FAILED_PRECONDITION")
+    def _put(self, queue: str, changes: dict[str, Any]) -> View:
+        """The settings written cluster-wide, checked as a PUT /queues/<name>'s are; a
+        refused one named as the Queue's field."""
+        try:
+            return self.service.put_queue(queue, parse_put(changes))
+        except ValidationError as e:
+            path = _BY_SETTING.get(e.field)
+            if path is None:
+                raise
+            raise CloudError(e.status, f"queue.{path} {e.message}", f"queue.{path}") from None
 
     def delete_queue(self, environ: dict, project: str, location: str,
                      queue: str) -> tuple[int, Any]:
-        """DeleteQueue: its tasks are purged; the queue's name stays known (a declared
-        queue is the config's; an auto-created one expires when idle)."""
+        """DeleteQueue: its tasks are purged and the settings made through the API
+        dropped; the name stays known (a declared queue is the config's; another one
+        expires when idle)."""
         if self.service.control(queue, "purge") is None:
             raise CloudError(404, f"queue {queue} does not exist", "name")
+        self.service.reset_queue(queue)
         return 200, {}
 
     def control(self, environ: dict, project: str, location: str, queue: str,

@@ -9,7 +9,8 @@ It becomes the fields of a native enqueue (``tasks/validate.build_task`` checks 
 a Cloud Tasks task obeys every rule and limit of ours; a rejection names the Cloud Tasks
 field (``task.httpRequest.url``), not ours.
 
-A queue's ``rateLimits`` and ``retryConfig`` map onto our queue settings (``QueueConfig``):
+A queue's ``rateLimits`` and ``retryConfig`` map onto our queue settings (``QueueConfig``,
+written through ``definitions.queues`` as ``PUT /queues/<name>`` writes them):
 maxDispatchesPerSecond is ``rate`` (the cluster's), maxConcurrentDispatches is
 ``max_concurrent`` (ours is per node), maxAttempts counts the first attempt as ours does.
 """

@@ -8,6 +8,7 @@ The routes' units are in tests/unit/http/test_cloudtasks.py."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -109,18 +110,28 @@ def test_the_sdk_drives_tasks_and_queues_on_a_node(node_factory, sink):
 
 
 @pytest.mark.timeout(60)
-def test_the_sdk_sees_the_queues_retry_config_and_a_failing_target_gets_it(node_factory, sink):
+def test_a_queue_made_with_the_sdks_retry_config_retries_a_failing_target_as_it_says(node_factory, sink):
     node = node_factory(queues={"retrying": RETRYING})
     ct = client(node)
-    parent = ct.queue_path(P, L, "retrying")
-    q = ct.get_queue(name=parent)
-    assert q.retry_config.max_attempts == 3 and q.retry_config.max_doublings == 2
-    assert q.retry_config.min_backoff.total_seconds() == pytest.approx(0.05)
-    with pytest.raises(gexc.BadRequest) as refused:  # FAILED_PRECONDITION: the config's
-        ct.update_queue(queue=tasks_v2.Queue(
-            name=parent, retry_config=tasks_v2.RetryConfig(max_attempts=7)))
-    assert "max_attempts" in refused.value.message
-    assert ct.update_queue(queue=q) == q  # the queue as read, written back, changes nothing
+    declared = ct.get_queue(name=ct.queue_path(P, L, "retrying"))  # the config's, as read
+    assert declared.retry_config.max_attempts == 3 and declared.retry_config.max_doublings == 2
+    assert declared.retry_config.min_backoff.total_seconds() == pytest.approx(0.05)
+    assert ct.update_queue(queue=declared) == declared  # written back as read: no change
+    parent = ct.queue_path(P, L, "made")
+    retry = tasks_v2.RetryConfig(max_attempts=7, max_doublings=1, min_backoff=timedelta(
+        milliseconds=50), max_backoff=timedelta(milliseconds=100))
+    made = ct.create_queue(parent=f"projects/{P}/locations/{L}",
+                           queue=tasks_v2.Queue(name=parent, retry_config=retry))
+    assert made.retry_config.max_attempts == 7
+    # UpdateQueue with a mask: only maxAttempts changes
+    q = ct.update_queue(queue=tasks_v2.Queue(name=parent, retry_config=tasks_v2.RetryConfig(
+        max_attempts=3, max_doublings=9)), update_mask={"paths": ["retry_config.max_attempts"]})
+    assert (q.retry_config.max_attempts, q.retry_config.max_doublings) == (3, 1)
+    assert ct.get_queue(name=parent).retry_config.max_attempts == 3
+    with pytest.raises(gexc.BadRequest) as refused:  # past our bound, named as its field
+        ct.update_queue(queue=tasks_v2.Queue(name=parent, retry_config=tasks_v2.RetryConfig(
+            max_attempts=100000)))
+    assert "retryConfig.maxAttempts" in refused.value.message
     sink.reply("/fail", Reply(503))
     t = ct.create_task(parent=parent, task=http_task(sink.url_for("/fail"), body=b"{}"))
 
@@ -142,13 +153,18 @@ def test_the_sdk_sees_the_queues_retry_config_and_a_failing_target_gets_it(node_
 
 @pytest.mark.timeout(90)
 def test_the_sdk_against_a_three_node_cluster(cluster_factory, sink):
-    """Calls at different members: each task delivered once, a pause and a delete hold
-    cluster-wide, a failing target retried as the queue says, each retry once."""
-    a, b, c = (client(n) for n in cluster_factory(3, queues={"retrying": dict(
-        RETRYING, max_attempts=2)}))
-    parent = a.queue_path(P, L, "retrying")
+    """Calls at different members: a queue made on one has its settings on all; each
+    task delivered once, a pause and a delete hold cluster-wide, a failing target
+    retried as the queue made through the SDK says, each retry once."""
+    a, b, c = (client(n) for n in cluster_factory(3))
+    parent = a.queue_path(P, L, "shared")
+    retry = tasks_v2.RetryConfig(max_attempts=2, min_backoff=timedelta(milliseconds=50),
+                                 max_backoff=timedelta(milliseconds=100))
+    a.create_queue(parent=f"projects/{P}/locations/{L}",
+                   queue=tasks_v2.Queue(name=parent, retry_config=retry))
+    assert c.get_queue(name=parent).retry_config.max_attempts == 2  # on every member
     named = a.create_task(parent=parent, task=http_task(
-        sink.url_for("/c1"), a.task_path(P, L, "retrying", "once"), b"{}"))
+        sink.url_for("/c1"), a.task_path(P, L, "shared", "once"), b"{}"))
     with pytest.raises(gexc.Conflict):  # the name's owner de-duplicates for every member
         c.create_task(parent=parent, task=http_task(sink.url_for("/c1"), named.name))
     later = b.create_task(parent=parent, task=http_task(sink.url_for("/c2"), delay=300))

@@ -16,6 +16,7 @@ from miyamoto.http import auth
 from miyamoto.http.api import Api
 from miyamoto.http.cloudtasks import PREFIX
 from miyamoto.http.openapi import SPEC
+from miyamoto.tasks.checks import ValidationError
 from miyamoto.tasks.task import CLOUDTASKS, State, Task
 from miyamoto.tasks.validate import Limits
 
@@ -78,10 +79,18 @@ class Service:
             return None
         return {"name": name, "paused": False, "limit": 50, "config": dict(CONFIG)}
 
-    def open_queue(self, name: str) -> dict:
-        self._call("open_queue", name)
+    def put_queue(self, name: str, changes: dict) -> dict:
+        self._call("put_queue", name, changes)
+        if changes.get("min_backoff", 0) > CONFIG["max_backoff"]:  # as queue_defs.check
+            raise ValidationError("min_backoff", "is above max_backoff")
         self.known_queues.add(name)
-        return self.queue(name)  # type: ignore[return-value]
+        view = self.queue(name)
+        view["config"].update(changes)  # type: ignore[index]
+        return view  # type: ignore[return-value]
+
+    def reset_queue(self, name: str) -> dict | None:
+        self._call("reset_queue", name)
+        return None
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict]:
         self._call("list_tasks", queue, state, limit)
@@ -223,29 +232,36 @@ def test_queues_list_get_control_and_delete() -> None:
     assert call(api, f"{QP}:pause", "POST", {})[0] == 200
     assert ("control", "q", "pause") in service.calls
     assert call(api, QP, "DELETE") == (200, {})
-    assert ("control", "q", "purge") in service.calls
+    assert service.calls[-2:] == [("control", "q", "purge"), ("reset_queue", "q")]
     status, out = call(api, f"{LOC}/queues/nope:resume", "POST", {})
     assert status == 404 and out["error"]["status"] == "NOT_FOUND"
     assert call(api, f"{LOC}/queues/bad.name")[0] == 400
 
 
-def test_a_queue_is_created_once_and_its_settings_stated_not_changed() -> None:
+def test_a_queue_is_created_once_with_its_settings_and_patched_by_its_mask() -> None:
     api, service = app()
-    made = {"name": "projects/p/locations/l/queues/new", "retryConfig": {"maxAttempts": 25}}
-    assert call(api, f"{LOC}/queues", "POST", made)[0] == 200
-    assert ("open_queue", "new") in service.calls
+    made = {"name": "projects/p/locations/l/queues/new", "retryConfig": {"maxAttempts": 3}}
+    status, out = call(api, f"{LOC}/queues", "POST", made)
+    assert status == 200 and out["retryConfig"]["maxAttempts"] == 3
+    assert ("put_queue", "new", {"max_attempts": 3}) in service.calls
     status, out = call(api, f"{LOC}/queues", "POST", made)
     assert status == 409 and out["error"]["status"] == "ALREADY_EXISTS"
     other = {"name": "projects/other/locations/l/queues/x"}
     assert call(api, f"{LOC}/queues", "POST", other)[0] == 400
     status, out = call(api, QP, "PATCH", {"name": "projects/p/locations/l/queues/q",
-                                          "retryConfig": {"maxAttempts": 7}},
+                                          "retryConfig": {"maxAttempts": 7, "maxDoublings": 3}},
                        query="updateMask=retryConfig.maxAttempts")
-    assert status == 400 and out["error"]["status"] == "FAILED_PRECONDITION"
-    assert "[queue:q]" in out["error"]["message"]
-    # a mask that leaves the differing field out changes nothing, and is taken
-    assert call(api, QP, "PATCH", {"retryConfig": {"maxAttempts": 7, "maxDoublings": 16}},
-                query="updateMask=retryConfig.maxDoublings")[0] == 200
+    assert status == 200 and out["retryConfig"]["maxAttempts"] == 7
+    assert service.calls[-1] == ("put_queue", "q", {"max_attempts": 7})  # the mask's only
+    status, out = call(api, QP, "PATCH", {"retryConfig": {"maxAttempts": 10001}})
+    assert status == 400 and out["error"]["details"][0]["fieldViolations"][0]["field"] == \
+        "queue.retryConfig.maxAttempts"
+    assert out["error"]["message"] == "queue.retryConfig.maxAttempts must be between 1 and 10000"
+    assert not [c for c in service.calls if c[0] == "put_queue" and c[2].get("max_attempts")
+                == 10001]  # checked before it is written
+    status, out = call(api, QP, "PATCH", {"retryConfig": {"minBackoff": "7200s"}})
+    assert status == 400 and out["error"]["message"] == \
+        "queue.retryConfig.minBackoff is above max_backoff"  # the node's check, renamed
 
 
 def test_tokens_apply_by_scope_in_googles_shape() -> None:
@@ -328,14 +344,9 @@ def test_queue_names_and_settings_on_create_and_patch() -> None:
         status, out = call(api, f"{LOC}/queues", "POST", {"name": bad})
         assert status == 400 and out["error"]["details"][0]["fieldViolations"][0]["field"] == \
             "queue.name", bad
-    status, out = call(api, f"{LOC}/queues", "POST", {
-        "name": "projects/p/locations/l/queues/fresh", "retryConfig": {"maxAttempts": 3}})
-    assert (status, out["error"]["status"]) == (400, "FAILED_PRECONDITION")
     assert call(api, QP, "PATCH", {"name": "projects/p/locations/l/queues/other"})[0] == 400
     assert call(api, f"{LOC}/queues/later", "PATCH", {})[0] == 200  # UpdateQueue creates
-    assert ("open_queue", "later") in service.calls
-    assert call(api, QP, "PATCH", {})[0] == 200
-    assert ("open_queue", "q") not in service.calls
+    assert ("put_queue", "later", {}) in service.calls
     for path, method in ((f"{LOC}/queues/nope", "GET"), (f"{LOC}/queues/nope", "DELETE")):
         status, out = call(api, path, method)
         assert (status, out["error"]["status"]) == (404, "NOT_FOUND"), path
