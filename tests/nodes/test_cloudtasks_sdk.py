@@ -33,6 +33,22 @@ def client(node, token: str | None = None) -> tasks_v2.CloudTasksClient:
                                      client_options=ClientOptions(api_endpoint=node.url))
 
 
+def available(call):
+    """``call()``'s answer once the cluster's definitions have a leader: a queue's
+    settings are written by it, and before it a write is UNAVAILABLE (503), try again."""
+    out: list = []
+
+    def done() -> bool:
+        try:
+            out.append(call())
+        except gexc.ServiceUnavailable:
+            return False
+        return True
+
+    wait_until(done, 10, what="a leader for the definitions")
+    return out[0]
+
+
 def http_task(url: str, name: str | None = None, body: bytes = b"", delay: float = 0.0,
               **kw) -> tasks_v2.Task:
     req = tasks_v2.HttpRequest(url=url, http_method=tasks_v2.HttpMethod.POST, body=body,
@@ -62,8 +78,8 @@ def test_the_sdk_drives_tasks_and_queues_on_a_node(node_factory, sink):
     with pytest.raises(gexc.Forbidden):  # PERMISSION_DENIED: read may not create
         reader.create_task(parent=ct.queue_path(P, L, "default"),
                            task=http_task(sink.url_for("/no")))
-    made = ct.create_queue(parent=f"projects/{P}/locations/{L}",
-                           queue=tasks_v2.Queue(name=ct.queue_path(P, L, "sdk")))
+    made = available(lambda: ct.create_queue(parent=f"projects/{P}/locations/{L}",
+                                             queue=tasks_v2.Queue(name=ct.queue_path(P, L, "sdk"))))
     assert made.name == ct.queue_path(P, L, "sdk") and made.state == tasks_v2.Queue.State.RUNNING
     parent = ct.queue_path(P, L, "sdk")
     with pytest.raises(gexc.Conflict):  # ALREADY_EXISTS
@@ -110,13 +126,13 @@ def test_the_sdk_drives_tasks_and_queues_on_a_node(node_factory, sink):
 
 
 @pytest.mark.timeout(60)
-def test_a_queue_made_with_the_sdks_retry_config_retries_a_failing_target_as_it_says(node_factory, sink):
+def test_the_sdks_retry_config_is_how_a_failing_target_is_retried(node_factory, sink):
     node = node_factory(queues={"retrying": RETRYING})
     ct = client(node)
     declared = ct.get_queue(name=ct.queue_path(P, L, "retrying"))  # the config's, as read
     assert declared.retry_config.max_attempts == 3 and declared.retry_config.max_doublings == 2
     assert declared.retry_config.min_backoff.total_seconds() == pytest.approx(0.05)
-    assert ct.update_queue(queue=declared) == declared  # written back as read: no change
+    assert available(lambda: ct.update_queue(queue=declared)) == declared  # as read: no change
     parent = ct.queue_path(P, L, "made")
     retry = tasks_v2.RetryConfig(max_attempts=7, max_doublings=1, min_backoff=timedelta(
         milliseconds=50), max_backoff=timedelta(milliseconds=100))
@@ -160,9 +176,17 @@ def test_the_sdk_against_a_three_node_cluster(cluster_factory, sink):
     parent = a.queue_path(P, L, "shared")
     retry = tasks_v2.RetryConfig(max_attempts=2, min_backoff=timedelta(milliseconds=50),
                                  max_backoff=timedelta(milliseconds=100))
-    a.create_queue(parent=f"projects/{P}/locations/{L}",
-                   queue=tasks_v2.Queue(name=parent, retry_config=retry))
-    assert c.get_queue(name=parent).retry_config.max_attempts == 2  # on every member
+    available(lambda: a.create_queue(parent=f"projects/{P}/locations/{L}",
+                                     queue=tasks_v2.Queue(name=parent, retry_config=retry)))
+
+
+    def everywhere() -> bool:  # a majority has it on disk at once, the rest a moment later
+        try:
+            return all(x.get_queue(name=parent).retry_config.max_attempts == 2 for x in (b, c))
+        except gexc.NotFound:
+            return False
+
+    wait_until(everywhere, 10, what="the queue's settings on every member")
     named = a.create_task(parent=parent, task=http_task(
         sink.url_for("/c1"), a.task_path(P, L, "shared", "once"), b"{}"))
     with pytest.raises(gexc.Conflict):  # the name's owner de-duplicates for every member
