@@ -47,6 +47,8 @@ setup(
             "opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",
             # tests/nodes/test_qstash_node.py: QStash's own SDK (and its Receiver) against nodes
             "qstash>=3.0",
+            # tests/nodes/test_cloudtasks_sdk.py: Google's SDK (REST transport) against nodes
+            "google-cloud-tasks>=2.26",  # the version tested; older ones pin protobuf<5
         ],
         # traces (miyamoto/tracing.py): tracing = true, or OTEL_EXPORTER_OTLP_ENDPOINT
         "otel": ["opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",

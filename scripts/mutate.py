@@ -206,6 +206,9 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/openapi.py": [["tests/unit/http/test_openapi.py"]],
     "miyamoto/http/upstash.py": [["tests/unit/http/test_upstash.py"], ["tests/unit/http/test_qstash.py"]],
     "miyamoto/http/qstash.py": [["tests/unit/http/test_qstash.py"]],
+    "miyamoto/http/cloudtasks.py": [["tests/unit/http/test_cloudtasks.py"]],
+    "miyamoto/http/cloudtasksjson.py": [["tests/unit/http/test_cloudtasksjson.py"],
+                                        ["tests/unit/http/test_cloudtasks.py"]],
     # config/
     "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"],
                                     ["tests/unit/cli/test_main.py"]],

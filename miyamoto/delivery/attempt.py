@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import ujson
 
-from miyamoto.tasks.task import HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
+from miyamoto.tasks.task import CLOUDTASKS, HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
 from miyamoto.version import __version__
 
 USER_AGENT = f"miyamoto/{__version__}"
@@ -95,6 +95,29 @@ def upstash_signature(key: str, url: str, body: bytes, now: float) -> str:
     return (signed + b"." + _b64url(mac)).decode()
 
 
+RETRY_REASON_CHARS = 200
+
+
+def cloudtasks_headers(task: Task) -> dict[str, str]:
+    """What Cloud Tasks sends an HTTP target: the short queue and task names (the task's
+    id when it was created without one), the attempts before this one, those that got
+    an answer, the schedule time in unix seconds, and on a retry the previous answer's
+    status and why it was retried."""
+    out = {"X-CloudTasks-QueueName": task.queue,
+           "X-CloudTasks-TaskName": _header_value(task.name or task.id),
+           "X-CloudTasks-TaskRetryCount": str(task.attempts),
+           "X-CloudTasks-TaskExecutionCount": str(task.executions),
+           "X-CloudTasks-TaskETA": f"{task.eta:.6f}"}
+    last = task.last if task.attempts else None
+    if last:
+        status, error = last.get("status"), last.get("error")
+        if status is not None:
+            out["X-CloudTasks-TaskPreviousResponse"] = str(status)
+        reason = f"HTTP status {status}" if status is not None else str(error or "no answer")
+        out["X-CloudTasks-TaskRetryReason"] = _header_value(reason[:RETRY_REASON_CHARS])
+    return out
+
+
 def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
                   traceparent: str | None = None,
                   upstash_key: str = "") -> tuple[str, str, dict[str, str], bytes]:
@@ -125,6 +148,8 @@ def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
     headers["X-Task-Eta"] = f"{task.eta:.6f}"
     if task.attempts and task.last and task.last.get("status") is not None:
         headers["X-Task-Previous-Response"] = str(task.last["status"])
+    if task.face == CLOUDTASKS:
+        headers.update(cloudtasks_headers(task))
     trace = traceparent or task.traceparent
     if trace is not None:
         headers["traceparent"] = trace

@@ -42,7 +42,7 @@ from miyamoto.engine.window import Window
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
-from miyamoto.tasks.task import State, Task, add_attempt, new_id
+from miyamoto.tasks.task import CLOUDTASKS, State, Task, add_attempt, new_id
 from miyamoto.tracing import traces
 
 log = logging.getLogger(__name__)
@@ -331,7 +331,13 @@ class Engine:
             traces.stored(tasks, self.config.node, start)
 
     def _name_expiry(self, task: Task) -> float | None:
-        return None if task.name is None else task.created + self.config.dedup_window
+        """A name is held for dedup_window from the enqueue; a Cloud Tasks task's from
+        its schedule time if later, as Cloud Tasks holds a name while its task waits (a
+        task due tomorrow is still found, and not made twice, by its name)."""
+        if task.name is None:
+            return None
+        start = max(task.created, task.eta) if task.face == CLOUDTASKS else task.created
+        return start + self.config.dedup_window
 
     def _withdraw(self, task: Task) -> None:
         """A copy the journal refused: its name released, its record never committed."""

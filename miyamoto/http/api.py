@@ -22,6 +22,8 @@ from miyamoto.definitions.sync import DefSync
 from miyamoto.engine import browse, history
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
+from miyamoto.http.cloudtasks import PREFIX as CLOUDTASKS_PREFIX
+from miyamoto.http.cloudtasks import CloudTasks
 from miyamoto.http.definitions import DefsApi
 from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
@@ -113,6 +115,7 @@ class Api:
         t = r"(?P<task_id>[^/]+)"
         d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
         self.defs = d
+        self.cloudtasks = CloudTasks(service, self.tokens, limits, clock)
         self._native_routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
@@ -151,6 +154,8 @@ class Api:
 
     # ------------------------------------------------------------ WSGI
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if (environ.get("PATH_INFO") or "").startswith(CLOUDTASKS_PREFIX):
+            return self.cloudtasks(environ, start_response)  # Google's API, Google's errors
         headers: list[tuple[str, str]] = []
         try:
             status, body = self._dispatch(environ)

@@ -50,6 +50,10 @@ for _state in State:
 
 
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+# the API face a task came through, when not the native one: its deliveries carry that
+# service's headers (delivery/attempt.py)
+CLOUDTASKS = "cloudtasks"
+FACES = (CLOUDTASKS,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ class Task:
     replicas: tuple[str, ...] = ()
     replica: int = 0  # this copy's index in replicas
     reruns: int = 0  # times it was run again after it ended (retry of a failed task)
+    face: str | None = None  # one of FACES, or None: made through the native API
 
     def evolve(self, **changes: Any) -> "Task":
         """A copy with ``changes``: dataclasses.replace without re-running __init__.
@@ -159,6 +164,8 @@ class Task:
                 raise DecodeError("task max_attempts is below 1")
             if kwargs.get("timeout") is not None and not 0 < kwargs["timeout"] <= 86400:
                 raise DecodeError("task timeout is out of range")
+            if kwargs.get("face") is not None and kwargs["face"] not in FACES:
+                raise DecodeError("task face is not known")
             dispatchfields.check_decoded(kwargs)
             if kwargs.get("traceparent") is not None and not is_traceparent(kwargs["traceparent"]):
                 raise DecodeError("task traceparent is not a W3C traceparent")
@@ -232,7 +239,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "first_attempt": (int, float), "last": (dict,), "finished": (int, float),
     "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
-    "reruns": (int,), "traceparent": (str,),
+    "reruns": (int,), "face": (str,), "traceparent": (str,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -15,7 +15,7 @@ import qstash  # QStash's SDK (the test extra): its Receiver checks our signatur
 import ujson
 
 from miyamoto.delivery.attempt import Outcome, build_request
-from miyamoto.tasks.task import Task
+from miyamoto.tasks.task import CLOUDTASKS, Task
 from miyamoto.version import __version__
 
 
@@ -177,6 +177,31 @@ def test_outcome_defaults():
     o = Outcome(ok=True)
     assert (o.status, o.headers, o.body, o.error, o.at) == (None, None, b"", None, 0.0)
     assert o.record()["at"] == 0.0
+
+
+def test_a_cloud_tasks_task_carries_cloud_tasks_headers_and_a_native_one_none():
+    t = task(name="order-1", face=CLOUDTASKS)
+    _, _, headers, _ = build_request(t, 0)
+    assert {k: v for k, v in headers.items() if k.startswith("X-CloudTasks-")} == {
+        "X-CloudTasks-QueueName": "emails", "X-CloudTasks-TaskName": "order-1",
+        "X-CloudTasks-TaskRetryCount": "0", "X-CloudTasks-TaskExecutionCount": "0",
+        "X-CloudTasks-TaskETA": "1700000123.250000"}
+    retried = t.evolve(name=None, attempts=2, executions=1, last={"status": 503})
+    _, _, headers, _ = build_request(retried, 0)
+    assert headers["X-CloudTasks-TaskName"] == t.id  # made without a name: its id
+    assert headers["X-CloudTasks-TaskRetryCount"] == "2"
+    assert headers["X-CloudTasks-TaskExecutionCount"] == "1"
+    assert headers["X-CloudTasks-TaskPreviousResponse"] == "503"
+    assert headers["X-CloudTasks-TaskRetryReason"] == "HTTP status 503"
+    _, _, headers, _ = build_request(t.evolve(attempts=1, last={"status": None,
+                                                                "error": "timed out\n"}), 0)
+    assert "X-CloudTasks-TaskPreviousResponse" not in headers
+    assert headers["X-CloudTasks-TaskRetryReason"] == "timed%20out%0A"  # header-safe
+    # a task header cannot forge them
+    _, _, headers, _ = build_request(t.evolve(headers={"x-cloudtasks-taskname": "evil"}), 0)
+    assert [v for k, v in headers.items() if k.lower() == "x-cloudtasks-taskname"] == ["order-1"]
+    _, _, native, _ = build_request(task(name="order-1"), 0)
+    assert not [k for k in native if k.lower().startswith("x-cloudtasks-")]
 
 
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

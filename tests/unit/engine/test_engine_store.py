@@ -12,7 +12,7 @@ from miyamoto.config import settings as config_mod
 from miyamoto.engine.engine import Engine
 from miyamoto.errors import Unavailable
 from miyamoto.store.journal import Journal
-from miyamoto.tasks.task import Task
+from miyamoto.tasks.task import CLOUDTASKS, Task
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -120,3 +120,13 @@ def test_a_stored_copy_keeps_its_queue_and_an_idle_empty_one_expires(tmp_path):
     finally:
         engine.stop(0)
         journal.close()
+
+
+def test_a_cloud_tasks_name_is_held_past_its_schedule_time_a_native_one_from_its_enqueue(parts):
+    engine, _, _ = parts
+    window = engine.config.dedup_window
+    native, cloud = _task(1, name="a"), _task(2, name="b").evolve(face=CLOUDTASKS)
+    engine.add(native)
+    engine.add(cloud)
+    assert engine.name_holder("q", "a") == ("t1", 1.0 + window)
+    assert engine.name_holder("q", "b") == ("t2", 1e12 + window)  # eta + window

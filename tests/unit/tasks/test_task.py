@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from miyamoto.tasks.task import HISTORY_ERROR_CHARS, HISTORY_MAX, LAST_BODY_BYTES, State, Task, \
+from miyamoto.tasks.task import CLOUDTASKS, HISTORY_ERROR_CHARS, HISTORY_MAX, LAST_BODY_BYTES, State, Task, \
     add_attempt, new_id
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
@@ -147,9 +147,17 @@ BAD_ROWS: list[tuple[Any, str]] = [
     (dict(ROW, timeout=0), "timeout is out of range"),
     (dict(ROW, timeout=86400.5), "timeout is out of range"),
     (dict(ROW, priority=10), "priority is out of range"),
+    (dict(ROW, face="qstash-ish"), "face is not known"),
+    (dict(ROW, face=1), "'face' is of the wrong type"),
     (dict(ROW, traceparent="00-" + "a" * 32 + "-" + "0" * 16 + "-01"), "not a W3C traceparent"),
     (dict(ROW, traceparent=5), "'traceparent' is of the wrong type"),
 ]
+
+
+def test_the_face_a_task_came_through_survives_encode_and_decode() -> None:
+    t = Task.decode(ROW).evolve(face=CLOUDTASKS)
+    assert t.encode()["face"] == CLOUDTASKS and Task.decode(t.encode()) == t
+    assert "face" not in Task.decode(ROW).encode()  # a native task's row is as it was
 
 
 @pytest.mark.parametrize("row,why", BAD_ROWS)
