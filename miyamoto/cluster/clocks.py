@@ -17,12 +17,14 @@ back within), for both sides log it: each probes the other.
 
 Absolute times a client gives (an ``eta``, a schedule's tick) are judged on cluster
 time, not on our clock: ``place`` takes the low median of the members' offsets (ours
-counted as 0) once a majority of the roster has a fresh estimate. The low median, not
-the mean: every node of a cluster then picks the same member's clock (with clocks
-c1 <= c2 <= ... each node's median offset is c_k - c_own, k = (n-1)//2), one clock 60 s
-off moves it not at all, and a cluster of two agrees on the slower clock instead of
-each deposing the other. A node further than ``max_skew`` from that clock is
-``skewed``: it still corrects its times, but does not lead (``membership.machine``).
+counted as 0) once a majority of the roster has a fresh estimate. The median, not the
+mean: one clock 60 s off moves it not at all; the low one, so that every node picks the
+same member's clock (with clocks c1 <= c2 <= ... each node's is c_k - c_own, k =
+(n-1)//2). An even count whose two middle offsets are further apart than ``max_skew``
+(two clocks of three known, or a cluster of two, that disagree) has no majority clock:
+not placed, rather than one node guessing it is the one that is off. A node further
+than ``max_skew`` from the cluster's clock is ``skewed``: it still corrects its times,
+but does not lead (``membership.machine``).
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ class PeerClocks:
         """Our offset to the cluster's clock (see the module docstring): the low median
         of the members' offsets, ours 0; an offset within its error, or under
         ``NEGLIGIBLE``, counts as 0 (as in ``to_local``). Not placed while fewer than a
-        majority of ``members`` (us included) have a fresh estimate."""
+        majority of ``members`` (us included) have a fresh estimate, or while the known
+        clocks split in two halves further than ``max_skew`` apart."""
         others = [p for p in members if p != me]
         if not others:
             return ALONE
@@ -124,7 +127,10 @@ class PeerClocks:
         if 2 * len(known) <= len(others) + (me in members):
             return Placement(0.0, False, False)
         known.sort()
-        offset, error = known[(len(known) - 1) // 2]
+        mid = (len(known) - 1) // 2
+        offset, error = known[mid]
+        if len(known) % 2 == 0 and known[mid + 1][0] - offset > self.max_skew:
+            return Placement(0.0, False, False)  # no majority agrees on a clock
         return Placement(offset, True, abs(offset) - error > self.max_skew)
 
     def forget(self, peer: str) -> None:

@@ -633,7 +633,8 @@ def _on_clock(c: Cluster, sender: str, msg: cm.Clock | cm.ClockEcho) -> None:
 
 def _placement_words(p: Placement, max_skew: float) -> str:
     if not p.placed:
-        return "cannot be placed: fewer than a majority of members have a clock estimate"
+        return ("not placed: no majority of members has a clock estimate that agrees "
+                "within max_clock_skew (absolute etas are judged on our own clock)")
     if p.skewed:
         return (f"{-p.offset:+.3f} s from the cluster's, beyond max_clock_skew {max_skew:g} s "
                 "(absolute times are corrected; this node does not lead)")

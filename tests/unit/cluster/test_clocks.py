@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from miyamoto.cluster.clocks import PeerClocks
+from miyamoto.cluster.clocks import Placement, PeerClocks
 
 
 def test_offset_from_round_trips_takes_the_narrowest_sample():
@@ -82,24 +82,35 @@ def test_cluster_time_is_the_low_median_of_the_members_offsets():
         offsets[me] = p.offset
         assert p.skewed == (me == "fast")
     assert offsets == {"a": 0.0, "b": 0.0, "fast": pytest.approx(-30.0)}
-    # four clocks 0, 5, 60, -8: each lands on the second lowest (0)
-    four = {"a": 0.0, "b": 5.0, "c": 60.0, "d": -8.0}
+    # four clocks 0, 0.5, 60, -8: each lands on the second lowest (0)
+    four = {"a": 0.0, "b": 0.5, "c": 60.0, "d": -8.0}
     for me, mine in four.items():
         c = PeerClocks(max_skew=1.0)
         for peer, theirs in four.items():
             if peer != me:
                 _probe(c, peer, theirs - mine, 100.0)
         p = c.place(list(four), me, 100.1)
-        assert mine + p.offset == pytest.approx(0.0) and p.skewed == (me != "a")
+        assert mine + p.offset == pytest.approx(0.0) and p.skewed == (me in "cd")
 
 
-def test_two_clocks_agree_on_the_slower_and_noise_is_not_an_offset():
+def test_two_clocks_that_disagree_place_nobody_and_noise_is_not_an_offset():
+    """Two clocks 8 s apart (a cluster of two, or two of three known at a start) have no
+    majority clock: neither node guesses it is the one that is off. Within max_skew
+    they agree on the slower."""
     a, b = PeerClocks(max_skew=1.0), PeerClocks(max_skew=1.0)
     _probe(a, "b", 8.0, 100.0)
     _probe(b, "a", -8.0, 100.0)
-    pa, pb = a.place(["a", "b"], "a", 100.1), b.place(["a", "b"], "b", 100.1)
-    assert (pa.offset, pa.skewed) == (0.0, False)
-    assert pb.offset == pytest.approx(-8.0) and pb.skewed
+    for c, me in ((a, "a"), (b, "b")):
+        assert c.place(["a", "b"], me, 100.1) == Placement(0.0, False, False)
+        assert not c.place(["a", "b", "x"], me, 100.1).placed
+    _probe(a, "x", 8.0, 100.0)  # the third clock sides with b: a is the one off
+    p = a.place(["a", "b", "x"], "a", 100.1)
+    assert p.placed and p.skewed and p.offset == pytest.approx(8.0)
+    d, e = PeerClocks(max_skew=1.0), PeerClocks(max_skew=1.0)
+    _probe(d, "e", 0.5, 100.0)
+    _probe(e, "d", -0.5, 100.0)
+    assert d.place(["d", "e"], "d", 100.1).offset == 0.0
+    assert e.place(["d", "e"], "e", 100.1).offset == pytest.approx(-0.5)
     c = PeerClocks(max_skew=1.0)
     _probe(c, "b", 0.03, 100.0)  # under NEGLIGIBLE: one host's noise
     _probe(c, "d", 0.04, 100.0)
