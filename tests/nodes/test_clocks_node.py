@@ -72,7 +72,7 @@ def test_a_node_thirty_seconds_ahead_delivers_nothing_early(tmp_path, proc_regis
     assert "miyamoto_peer_clock_offset_seconds" in slow[0].get("/metrics").text
     assert "miyamoto_cluster_clock_skewed 1.0" in fast.get("/metrics").text
     assert "clock" in fast.get("/readyz").json()["reason"]
-    led = "stepping down" in fast.log_text()  # it led first, and handed over
+    led = "our clock is off the cluster" in fast.log_text()  # it led, and handed over
     wait_until(lambda: all(cluster_view(n)["leader"] not in (None, fast.node_id)
                            for n in nodes), 10, what="a leader whose clock is right")
 
