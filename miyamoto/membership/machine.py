@@ -813,7 +813,12 @@ class Membership:
         to its best-acknowledged member as a leaving leader does (no election timeout
         without a leader); on an uncommitted roster or a stale view it just goes quiet."""
         self._clock_off = off
-        if not off or self._role != LEADER:
+        if not off:
+            return []
+        self._election.drop_pre()  # an election under way would make us lead
+        if self._role == CANDIDATE:
+            self._role = FOLLOWER  # (its votes are heard only while campaigning)
+        if self._role != LEADER:
             return []
         r = self._roster
         log.warning("term %d: our clock is off the cluster's by more than max_clock_skew: "

@@ -143,3 +143,22 @@ def test_a_leader_whose_clock_is_off_hands_over_and_does_not_campaign_while_off(
         t += T.heartbeat_interval
         sent += tick(a, t)
     assert Verb.VOTE_REQUEST in verbs(sent)
+
+
+@pytest.mark.timeout(10)
+def test_a_candidate_whose_clock_goes_off_gives_up_its_election():
+    """Off mid-election (its pre-vote or its vote under way): it must not win it."""
+    from miyamoto.membership.machine import ClockSkew
+    wire, now = cluster_of("a", "b", "c")
+    b = wire.nodes["b"]
+    at, t = b._election.timeout_at, now
+    while t + T.heartbeat_interval < at:  # the leader is silent from now on
+        t += T.heartbeat_interval
+        tick(b, t)
+    t = at
+    assert Verb.VOTE_REQUEST in verbs(tick(b, t))  # b asks for pre-votes
+    b.step(ClockSkew(True), t)
+    for n in ("a", "c"):  # a pre-vote granted by both: it would campaign
+        grant = payload(wire.nodes[n], Verb.VOTE, granted=True, pre=True, fresh=False)
+        assert recv(b, n, Verb.VOTE, grant, t) == []
+    assert b.role == "follower" and not b.is_leader
