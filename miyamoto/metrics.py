@@ -368,7 +368,9 @@ class NodeCollector(Collector):
                      "(absolute etas and schedule ticks are judged on the cluster's)",
                      clock.get("offset", 0.0))
         yield _gauge("miyamoto_cluster_clock_placed", "1 while a majority of members have a "
-                     "clock estimate (else /readyz answers 503)", int(clock.get("placed", True)))
+                     "clock estimate that agrees (else absolute etas are judged on our "
+                     "own clock, and this node fires no schedule)",
+                     int(clock.get("placed", True)))
         yield _gauge("miyamoto_cluster_clock_skewed", "1 while our clock is beyond "
                      "max_clock_skew from the cluster's (this node then does not lead)",
                      int(clock.get("skewed", False)))

@@ -578,11 +578,9 @@ class Cluster:
             return False, "not yet in the cluster roster"
         if self.membership is None or self.membership.leader is None:
             return False, "no leader"
-        p = self.placement  # not placed: it cannot judge an absolute eta; skewed, it can
-        if not p.placed:
-            return False, "clock " + _placement_words(p, self.clocks.max_skew)
-        if p.skewed:
-            return True, "ok, but the clock is " + _placement_words(p, self.clocks.max_skew)
+        p = self.placement  # said, not refused: a node just admitted is unplaced for a
+        if p.skewed or not p.placed:  # heartbeat, and a skewed one corrects its times
+            return True, "ok, but our clock is " + _placement_words(p, self.clocks.max_skew)
         return True, "ok"
 
 
