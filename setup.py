@@ -40,7 +40,17 @@ setup(
             "openapi-python-client>=0.29",
             "matplotlib>=3.8",  # tests/nodes/test_bench_plot.py: scripts/bench.py --plot
             "playwright>=1.40",  # tests/nodes/test_dashboard_browser.py drives Debian's chromium
+            "podman-compose>=1.1",  # tests/nodes/test_containers.py brings compose.yaml up
+            "kubernetes-validate>=1.30",  # tests/unit/test_deploy.py: the manifests' schema
+            "build>=1.0",  # tests/nodes/test_release.py: python -m build, wheel and sdist
+            # tests/unit/test_tracing.py: the SDK's in-memory exporter
+            "opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",
+            # tests/nodes/test_qstash_node.py: QStash's own SDK (and its Receiver) against nodes
+            "qstash>=3.0",
         ],
+        # traces (miyamoto/tracing.py): tracing = true, or OTEL_EXPORTER_OTLP_ENDPOINT
+        "otel": ["opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",
+                 "opentelemetry-exporter-otlp-proto-http>=1.20"],
         "plot": ["matplotlib>=3.8"],  # scripts/bench.py --plot FILE (latency PNG)
         # scripts/celery_compare.py (plus Debian's redis-server); not needed by the tests
         "compare": ["celery>=5.3", "redis>=5.0"],

@@ -142,11 +142,15 @@ class Client:
     ``http://127.0.0.1:8088``, or a list of them (a string of comma-separated URLs too):
     the client fails over between them (see the module docstring). ``token`` is an API
     bearer token (see the server's ``api_tokens``); ``timeout`` bounds each call,
-    retries included; ``retries`` is the most attempts a call makes."""
+    retries included; ``retries`` is the most attempts a call makes. Over https, ``ca``
+    is the PEM file of the CA that signed the nodes' certificate (default: the system's),
+    ``cert`` the client certificate for mutual TLS: a PEM path holding certificate and
+    key, or a (certificate, key) pair of paths."""
 
     def __init__(self, base_url: str | Sequence[str] = "http://127.0.0.1:8088",
                  token: str | None = None, timeout: float = 30.0, retries: int = 10,
-                 session: requests.Session | None = None, rng: random.Random | None = None):
+                 session: requests.Session | None = None, rng: random.Random | None = None,
+                 *, ca: str | None = None, cert: str | tuple[str, str] | None = None):
         urls = base_url.split(",") if isinstance(base_url, str) else list(base_url)
         self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
         if not self.urls:
@@ -158,6 +162,11 @@ class Client:
         self.session.headers["User-Agent"] = f"miyamoto-client/{__version__}"
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
+        # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a
+        # session's verify (psf/requests#3829), so a given CA is passed with each call
+        self._verify: str | None = ca or None  # None: as requests decides without one
+        if cert:
+            self.session.cert = cert
         self._rng = rng or random.Random()
 
     @property
@@ -245,6 +254,18 @@ class Client:
 
     def queue(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/queues/{_seg(name)}")
+
+    def set_queue(self, name: str, **settings: Any) -> dict[str, Any]:
+        """Set a queue's settings on every node (``rate``, ``burst``, ``max_concurrent``,
+        ``max_attempts``, ``min_backoff``, ``max_backoff``, ``max_doublings``,
+        ``max_retry_duration``, ``timeout``, ``paused``); None drops the value set
+        before (back to the config's), a setting not given keeps it. Makes the queue.
+        Returns the queue with each setting's ``sources``; InvalidTask names a bad one."""
+        return self._call("PUT", f"/queues/{_seg(name)}", json=settings, safe=True)
+
+    def reset_queue(self, name: str) -> dict[str, Any]:
+        """Drop every setting made through set_queue (NotFound if none was)."""
+        return self._call("DELETE", f"/queues/{_seg(name)}", safe=True)
 
     def pause(self, queue: str) -> dict[str, Any]:
         """Stop starting deliveries of a queue, on every node."""
@@ -373,9 +394,14 @@ class Client:
               **kw: Any) -> dict[str, Any]:
         url = base + path
         try:
-            resp = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kw)
+            resp = self.session.request(method, url, timeout=timeout, allow_redirects=False,
+                                        verify=self._verify, **kw)
         except requests.ConnectTimeout:
             raise _unreached(f"cannot reach {base}: no connection within {timeout:.3g} s") from None
+        except requests.exceptions.SSLError as e:  # a setup to fix, not a node to skip
+            raise MiyamotoError(f"cannot talk TLS to {base}: {_reason(e)} (the CA that signed "
+                                "its certificate: ca=, --cacert; for mutual TLS a client "
+                                "certificate: cert=, --cert)") from None
         except requests.ConnectionError as e:
             error = Unavailable(f"cannot reach {base}: {_reason(e)}")
             error.reached = not _never_sent(e)

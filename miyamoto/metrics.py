@@ -125,6 +125,7 @@ class EngineView(Protocol):
     @property
     def queues(self) -> QueueNames: ...
     def live_depth(self) -> Mapping[tuple[str, str], int]: ...  # (queue, state) ->
+    def oldest_due(self) -> Mapping[str, float]: ...  # queue -> seconds overdue
 
 
 class ClusterView(Protocol):
@@ -330,6 +331,16 @@ class NodeCollector(Collector):
             paused.add_metric([q], is_paused)
         yield ready
         yield paused
+        late: dict[str, float] = dict.fromkeys(names, 0.0)
+        for name, seconds in engine.oldest_due().items():
+            q = m.queue_label(name)
+            late[q] = max(late.get(q, 0.0), seconds)
+        oldest = GaugeMetricFamily("miyamoto_queue_oldest_due_seconds", "how long the "
+                                   "queue's oldest due copy that has not started has been "
+                                   "due (0: none is waiting)", labels=["queue"])
+        for q in sorted(late):
+            oldest.add_metric([q], late[q])
+        yield oldest
 
     def _journal(self) -> Iterator[Metric]:
         yield _counter("miyamoto_journal_commits", "group commits of the journal",

@@ -22,16 +22,20 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 import gevent.pool
+import gevent.ssl
 
 from miyamoto.cluster.layer import Cluster
 from miyamoto.cluster.queries import COPIES_PREFIX, TOTAL_PREFIX
-from miyamoto.config.settings import Config
+from miyamoto.config.settings import Config, QueueConfig
+from miyamoto.config.tls import TLSFileError, server_context
 from miyamoto.definitions.schedules import Ticker
+from miyamoto.delivery.fairness import queue_limit
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.engine.engine import Engine
 from miyamoto.engine.queues import page
-from miyamoto.errors import Unavailable
+from miyamoto.definitions import queues as queue_defs
+from miyamoto.errors import Conflict, Unavailable
 from miyamoto.http.api import Api
 from miyamoto.http.auth import Tokens
 from miyamoto.http.fdlimit import connection_cap
@@ -41,6 +45,7 @@ from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
 from miyamoto.tasks.validate import Limits
+from miyamoto.tracing import traces, wanted
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,7 @@ class Node:
         self.node_id = config.node
         self.server: HTTPServer | None = None  # built by start(): it may bind a socket
         self.draining = False
+        self._tracing = False  # this node started the process's tracing (miyamoto.tracing)
         self._stopped = gevent.event.Event()
         self._group = gevent.pool.Group()  # the ticker's greenlet
         self.metrics = Metrics()  # its own registry: several nodes may share a process
@@ -72,7 +78,7 @@ class Node:
                               metrics=self.metrics),
             clock=clock, monotonic=time.monotonic, rng=rng)
         self.engine = self.cluster.engine
-        self.definitions = self.cluster.defs  # schedules and topics, cluster-wide
+        self.definitions = self.cluster.defs  # schedules, topics, queue settings
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
@@ -83,9 +89,14 @@ class Node:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        if wanted(self.config.tracing) and not traces.on:  # one provider per process
+            self._tracing = traces.start(self.node_id)
+            if self._tracing:
+                log.info("tracing: on, spans exported by OTLP/HTTP (the OTEL_* variables)")
         self.journal.open()
         self.engine.start()
         self.definitions.load()  # before any peer can ask for it
+        self.definitions.settle()  # the queue settings it holds, in effect before any HTTP
         self.cluster.start()
         self.definitions.start()
         self._group.spawn(self.ticker.run)  # fires schedules while this node leads
@@ -98,11 +109,35 @@ class Node:
             address, app,
             max_connections=connection_cap(c.max_connections, other_fds=c.concurrency),
             header_timeout=c.http_header_timeout, idle_timeout=c.http_idle_timeout,
-            max_header_bytes=c.max_header_bytes)
+            max_header_bytes=c.max_header_bytes, tls=self._tls_context())
         self.server.start()
-        log.info("node %s serving http://%s (cluster %s, data %s)", self.node_id,
-                 self.config.http, "none: no key" if self.cluster.solo else self.config.cluster,
+        log.info("node %s serving %s://%s (cluster %s, data %s)", self.node_id,
+                 "https" if c.tls_cert else "http", self.config.http,
+                 "none: no key" if self.cluster.solo else self.config.cluster,
                  self.config.data_dir)
+
+    def _tls_context(self) -> gevent.ssl.SSLContext | None:
+        c = self.config
+        if not c.tls_cert:
+            return None
+        return server_context(c.tls_cert, c.tls_key, c.tls_client_ca,
+                              factory=gevent.ssl.SSLContext)
+
+    def reload_tls(self) -> bool:
+        """SIGHUP: read tls_cert, tls_key and tls_client_ca again (a renewed certificate)
+        for the connections accepted from now on; the listener and the open connections
+        stay. Files that do not serve are logged and the old ones kept. True: reloaded."""
+        if self.server is None or not self.config.tls_cert:
+            return False
+        try:
+            ctx = self._tls_context()
+        except TLSFileError as e:
+            log.error("tls: reload failed, still serving the previous certificate: %s", e)
+            return False
+        assert ctx is not None
+        self.server.use_tls(ctx)
+        log.info("tls: reloaded %s", self.config.tls_cert)
+        return True
 
     @property
     def http_port(self) -> int:
@@ -138,6 +173,8 @@ class Node:
         if self.server is not None:
             self.server.stop(timeout=1)
         self.journal.close()
+        if self._tracing:
+            traces.stop()  # what the exporter holds goes out
         log.info("node %s stopped", self.node_id)
         self._stopped.set()
 
@@ -149,7 +186,11 @@ class Node:
     def enqueue(self, task: Task) -> dict[str, Any]:
         self._check_open()
         self.engine.queues.admit(task.queue, self.clock())  # 400 naming queue past the cap
-        stored = self.cluster.enqueue(task)
+        if traces.on:
+            with traces.enqueue([task]) as traced:
+                stored = self.cluster.enqueue(traced[0])
+        else:
+            stored = self.cluster.enqueue(task)
         return {"status": "scheduled", "id": stored.id, "queue": stored.queue,
                 "eta": stored.eta, "name": stored.name, "replicas": list(stored.replicas)}
 
@@ -158,6 +199,9 @@ class Node:
         now = self.clock()
         for task in tasks:  # all or none: a queue past the cap refuses the whole batch
             self.engine.queues.admit(task.queue, now)
+        if traces.on:
+            with traces.enqueue(tasks) as traced:
+                return self.cluster.enqueue_many(traced)
         return self.cluster.enqueue_many(tasks)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
@@ -192,20 +236,23 @@ class Node:
         return sorted(held.union(self.engine.queues.names()))
 
     def queue(self, name: str) -> dict[str, Any] | None:
-        """GET /queues/<name>; None if no node holds such a queue."""
+        """GET /queues/<name>; None if no node holds such a queue. ``sources`` says where
+        each setting comes from (``definitions.queues.sources``)."""
         counts = self.cluster.queries.queue_counts()
         if name not in self.engine.queues and name not in counts:
             return None
-        return self._queue_view(name, counts.get(name, {}))
+        view = self._queue_view(name, counts.get(name, {}))
+        sources = queue_defs.sources(self.config.queue(name), self.engine.api_settings(name))
+        if view["paused"] != self.engine.queue_config(name).paused:
+            sources["paused"] = "control"  # POST /queues/<name>/pause or resume
+        view["sources"] = sources
+        return view
 
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
         c, paused, limit = self.engine.dispatcher.summary(name)
         return {
             "name": name, "paused": paused, "limit": limit,
-            "config": {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
-                       "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
-                       "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
-                       "max_retry_duration": c.max_retry_duration, "timeout": c.timeout},
+            "config": _settings(c),
             # tasks, each once; "copies" counts every replica of them
             "counts": {s: counts.get(s, 0) for s in _STATES},
             "copies": {s: counts.get(COPIES_PREFIX + s, 0) for s in _STATES},
@@ -213,6 +260,44 @@ class Node:
             "totals": {k: counts.get(TOTAL_PREFIX + k, 0)
                        for k in ("enqueued", "delivered", "failed")},
         }
+
+    # PUT and DELETE /queues/<name>: settings through the API, cluster-wide
+    def put_queue(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set (or, None, drop) the API's values of a queue's settings on every node, once
+        a majority has them on disk; the queue exists from then on. The answer shows
+        the settings as written (a follower may apply them a moment after)."""
+        base = self.config.queue(name)
+        queue_defs.check(base, queue_defs.merged(
+            self.definitions.machine.get(queue_defs.KIND, name), changes))
+        self.engine.queues.room_for(name)
+        status, body = self.definitions.op("merge", queue_defs.KIND, name, changes)
+        _definition_answer(status, body)
+        return self._settings_view(name, body.get("value") or {}, {})
+
+    def reset_queue(self, name: str) -> dict[str, Any] | None:
+        """Drop every value the API set for the queue (back to the config's); None if it
+        set none."""
+        status, body = self.definitions.op("delete", queue_defs.KIND, name)
+        if status == 404:
+            return None
+        _definition_answer(status, body)
+        return self._settings_view(name, None, body.get("value") or {})
+
+    def _settings_view(self, name: str, api: dict[str, Any] | None,
+                       before: dict[str, Any]) -> dict[str, Any]:
+        """The queue's view with the API's settings ``api`` as written (``before``: what
+        they were, when dropped)."""
+        self.definitions.settle()  # in effect here at once if this node has them already
+        view = self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}))
+        base = self.config.queue(name)
+        q = queue_defs.resolve(base, api)
+        view["config"], view["limit"] = _settings(q), queue_limit(q, self.config.concurrency)
+        if api and "paused" in api:
+            view["paused"] = api["paused"]
+        elif "paused" in before:
+            view["paused"] = base.paused
+        view["sources"] = queue_defs.sources(base, api)
+        return view
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
         return self.cluster.queries.list_tasks(queue, state, limit)
@@ -222,6 +307,11 @@ class Node:
         a control creates no queue."""
         if queue not in self.engine.queues and queue not in self.cluster.queries.queue_counts():
             return None
+        if action != "purge" and self.definitions.machine.get(queue_defs.KIND, queue) is not None:
+            # the API's settings of the queue say paused too: they must not say otherwise
+            status, body = self.definitions.op(action, queue_defs.KIND, queue)
+            if status != 404:  # (deleted meanwhile: nothing to keep in step)
+                _definition_answer(status, body)
         result = self.cluster.queries.control(queue, action)
         return {"status": "ok", "queue": queue, "action": action, **result}
 
@@ -260,6 +350,25 @@ class Node:
     def metrics_body(self) -> bytes:
         """GET /metrics: Prometheus text exposition (``miyamoto.metrics``)."""
         return self.metrics.render()
+
+
+def _settings(c: QueueConfig) -> dict[str, Any]:
+    """A queue's settings as GET /queues shows them (``paused`` apart: its state)."""
+    return {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
+            "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
+            "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
+            "max_retry_duration": c.max_retry_duration, "timeout": c.timeout}
+
+
+def _definition_answer(status: int, body: dict[str, Any]) -> None:
+    """A definitions write's (status, body) as the API's exceptions: 503 Unavailable,
+    409 Conflict (the cluster holds as many definitions as it may)."""
+    if status == 200:
+        return
+    message = str(body.get("error") or "the definitions could not be written")
+    if status == 409:
+        raise Conflict(message)
+    raise Unavailable(message)
 
 
 def _shared_listener(host: str, port: int) -> socket.socket:

@@ -12,6 +12,8 @@ Modes:
   --paced RATE     enqueue RATE tasks/s: unloaded enqueue-to-delivery latency
   --delayed N      enqueue N tasks due in --countdown s (far future) and report the
                    node's RSS before/after and the journal's size on disk
+  --qstash         any of these through QStash's face: POST /v2/publish/<sink URL> with
+                   the same form body (compare per_task.cpu_ms with a native run)
 
 Progress bars (enqueued, delivered) are drawn on stderr when it is a terminal, or with
 --progress; never with --quiet. --plot FILE writes the enqueue-to-delivery latency
@@ -145,6 +147,9 @@ def _load_options(load: argparse._ArgumentGroup) -> None:
                       help="task.countdown of --delayed tasks, seconds (default 3600)")
     load.add_argument("--queue", default=None,
                       help="queue name: POST /queue/NAME instead of POST /queue")
+    load.add_argument("--qstash", action="store_true",
+                      help="publish through QStash's face (POST /v2/publish/<sink URL>, "
+                           "or /v2/enqueue/<--queue>/...) with the same form body")
     load.add_argument("--json", action="store_true",
                       help="enqueue with JSON bodies instead of form bodies")
     load.add_argument("--request-timeout", type=float, default=30.0,
@@ -340,7 +345,8 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
                  report: dict[str, Any]) -> None:
     """Throughput or paced run: enqueue, wait for deliveries, grace, measure."""
     enq = Enqueuer(nodes, sink.url(), run, tasks=args.tasks, connections=args.connections,
-                   request_timeout=args.request_timeout, queue=args.queue, json=args.json)
+                   request_timeout=args.request_timeout, queue=args.queue, json=args.json,
+                   qstash=args.qstash)
     cpu0, metrics0 = cpu_snapshot(nodes), server_metrics(nodes)
     t0 = clock()
     load = enq.load

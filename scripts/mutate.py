@@ -145,6 +145,8 @@ MODULES: dict[str, list[list[str]]] = {
                                      ["tests/unit/http/test_api_inproc.py"], ["tests/unit/http/test_api.py"]],
     "miyamoto/definitions/schedules.py": [["tests/unit/definitions/test_schedules_pure.py"], ["tests/unit/definitions/test_schedules.py"]],
     "miyamoto/definitions/topics.py": [["tests/unit/definitions/test_topics.py"]],
+    "miyamoto/definitions/queues.py": [["tests/unit/definitions/test_queue_definitions.py"],
+                                       ["tests/unit/cluster/test_queuesettings.py"]],
     # store/
     "miyamoto/store/journal.py": [*_JOURNAL, ["tests/unit/store/test_file.py"]],
     "miyamoto/store/file.py": [["tests/unit/store/test_file.py"], *_JOURNAL],
@@ -183,6 +185,7 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/coordinator.py": _CLUSTER_SIM,
     "miyamoto/cluster/requests.py": _CLUSTER_SIM,
     "miyamoto/cluster/queries.py": [["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings.py"]],
     # http/
     "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
     "miyamoto/http/head.py": [["tests/unit/http/test_head.py"], ["tests/unit/http/test_server.py"]],
@@ -197,6 +200,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/mediatype.py": [["tests/unit/http/test_mediatype.py"]],
     "miyamoto/http/fdlimit.py": [["tests/unit/http/test_fdlimit.py"]],
     "miyamoto/http/openapi.py": [["tests/unit/http/test_openapi.py"]],
+    "miyamoto/http/upstash.py": [["tests/unit/http/test_upstash.py"], ["tests/unit/http/test_qstash.py"]],
+    "miyamoto/http/qstash.py": [["tests/unit/http/test_qstash.py"]],
     # config/
     "miyamoto/config/settings.py": [["tests/unit/config/test_settings.py"],
                                     ["tests/unit/cli/test_main.py"]],

@@ -21,7 +21,10 @@ For cluster tests::
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import sys
+import uuid
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -35,7 +38,7 @@ from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, Pr
 
 __all__ = [
     "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
-    "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
+    "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
 ]
@@ -85,3 +88,31 @@ def dealer(address: str, identity: bytes | None,
         s.setsockopt(zmq.CURVE_SERVERKEY, server)
     s.connect(address)
     return s
+
+
+class NotifySocket:
+    """systemd's side of sd_notify for a test: an abstract Unix datagram socket whose
+    ``name`` goes in the node's NOTIFY_SOCKET, and the (sender pid, text) of each message
+    (SO_PASSCRED: the kernel vouches for the pid)."""
+
+    def __init__(self) -> None:
+        self.name = f"@miyamoto-notify-{uuid.uuid4().hex}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.bind("\0" + self.name[1:])
+        self.sock.settimeout(0.05)
+        self.messages: list[tuple[int, str]] = []
+
+    def poll(self) -> list[tuple[int, str]]:
+        """Take what has arrived; every message so far."""
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            except (BlockingIOError, TimeoutError):
+                return self.messages
+            pid = next((struct.unpack("iII", d[:12])[0] for level, kind, d in ancillary
+                        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS), 0)
+            self.messages.append((pid, data.decode()))
+
+    def close(self) -> None:
+        self.sock.close()

@@ -26,8 +26,8 @@ class UsageError(Exception):
     """A bad argument the parser could not catch (exit 2)."""
 
 
-def add_commands(sub: Any) -> None:
-    """Add every client command to the ``miyamoto`` subparsers."""
+def _common() -> argparse.ArgumentParser:
+    """The arguments every client command takes: where the node is, how to reach it."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", help=f"node to talk to, or several (a,b,c: a call that is "
                                          f"safe to repeat moves to the next on a refused "
@@ -35,11 +35,24 @@ def add_commands(sub: Any) -> None:
                                          f"or {DEFAULT_SERVER}")
     common.add_argument("--token", help="API bearer token (default $MIYAMOTO_TOKEN; never put "
                                         "one in shell history)")
+    common.add_argument("--cacert", metavar="PEM",
+                        help="CA certificate to verify an https node with (default "
+                             "$MIYAMOTO_CACERT, else the system's CAs)")
+    common.add_argument("--cert", metavar="PEM", help="client certificate for a node that "
+                        "asks for one (mutual TLS; default $MIYAMOTO_CLIENT_CERT)")
+    common.add_argument("--key", metavar="PEM", help="its private key, if not in --cert's "
+                        "file (default $MIYAMOTO_CLIENT_KEY)")
     common.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on each call to the node, retries included (default 30)")
     common.add_argument("--raw", action="store_true",
                         help="print the node's answer as it is, times in unix seconds (by "
                              "default they are shown in RFC 3339, UTC)")
+    return common
+
+
+def add_commands(sub: Any) -> None:
+    """Add every client command to the ``miyamoto`` subparsers."""
+    common = _common()
 
     enq = sub.add_parser("enqueue", parents=[common], help="enqueue a task (or --file many)")
     _enqueue_args(enq)
@@ -83,6 +96,42 @@ def add_commands(sub: Any) -> None:
 
     _schedule_commands(sub, common)
     _topic_commands(sub, common)
+    _queue_commands(sub, common)
+
+
+def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto queue set|show|reset NAME``: a queue's settings, cluster-wide."""
+    queue = sub.add_parser("queue", help="set, show or reset a queue's settings, cluster-wide")
+    ops = queue.add_subparsers(dest="op", required=True, metavar="OP")
+    put = ops.add_parser("set", parents=[common], help="set settings (makes the queue)")
+    put.add_argument("name")
+    put.add_argument("settings", nargs="+", metavar="KEY=VALUE",
+                     help="rate=5 burst=10 max_concurrent=4 max_attempts=3 min_backoff=1 "
+                          "max_backoff=60 max_doublings=4 max_retry_duration=3600 "
+                          "timeout=30 paused=true; KEY=null goes back to the config's")
+    put.set_defaults(func=_command(lambda c, a: _show(c.set_queue(
+        a.name, **_settings(a.settings)), a)))
+    for op, fn, helptext in (("show", "queue", "a queue, each setting with its source"),
+                             ("reset", "reset_queue", "drop the settings set, back to the "
+                                                      "config's")):
+        q = ops.add_parser(op, parents=[common], help=helptext)
+        q.add_argument("name")
+        q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name), a)))
+
+
+def _settings(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE arguments, each value read as JSON (5, 0.5, true, null); the node checks
+    what they mean and names a bad one."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not eq or not key:
+            raise UsageError(f"{pair!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            raise UsageError(f"{key}: {text!r} is not a number, true, false or null") from None
+    return out
 
 
 def _failed_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -208,7 +257,8 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
         server = args.server or os.environ.get("MIYAMOTO_SERVER") or DEFAULT_SERVER
         servers = _servers(server)
         try:
-            with Client(servers, token=token, timeout=args.request_timeout) as client:
+            with Client(servers, token=token, timeout=args.request_timeout,
+                        **_tls(args)) as client:
                 return fn(client, args)
         except UsageError as e:
             print(f"miyamoto {args.command}: {e}", file=sys.stderr)
@@ -226,6 +276,17 @@ def _command(fn: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse
             return 1
 
     return run
+
+
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The Client's ``ca`` and ``cert`` from the flags or their variables."""
+    env = os.environ
+    ca = args.cacert or env.get("MIYAMOTO_CACERT") or None
+    cert = args.cert or env.get("MIYAMOTO_CLIENT_CERT") or None
+    key = args.key or env.get("MIYAMOTO_CLIENT_KEY") or None
+    if key and not cert:
+        raise UsageError("--key needs --cert")
+    return {"ca": ca, "cert": (cert, key) if cert and key else cert}
 
 
 def _servers(text: str) -> list[str]:

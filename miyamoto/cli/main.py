@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Sequence
 
+from miyamoto.cli import sdnotify
 from miyamoto.cli.commands import add_commands
 from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, check_environment, load
 from miyamoto.version import __version__
@@ -61,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         "[miyamoto], or [node:ID] for one node of a cluster file) and a MIYAMOTO_<NAME>\n"
         "environment variable: flags win over the environment, the environment over the\n"
         "file. Queues are [queue:NAME] sections of the file; cluster.example.ini shows\n"
-        "every option.")
+        "every option. The secrets and curve_public may also be read from a file named\n"
+        "by MIYAMOTO_<NAME>_FILE (MIYAMOTO_CURVE_SECRET_FILE=/run/secrets/curve_secret).")
     add_flags(serve)
     serve.set_defaults(func=_serve)
 
@@ -124,11 +126,18 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("miyamoto").error("cannot start: %s", e)
         return 1
 
+    sdnotify.notify(f"READY=1\nSTATUS=serving http://{config.http}")
+
     def on_signal() -> None:
+        sdnotify.notify("STOPPING=1\nSTATUS=draining")
         gevent.spawn(node.stop)
+
+    def on_hangup() -> None:  # reload the TLS certificate and key
+        gevent.spawn(node.reload_tls)
 
     gevent.signal_handler(signal.SIGTERM, on_signal)
     gevent.signal_handler(signal.SIGINT, on_signal)
+    gevent.signal_handler(signal.SIGHUP, on_hangup)
     node.serve_forever()
     return 0
 

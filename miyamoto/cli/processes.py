@@ -9,7 +9,7 @@ the kernel spreads connections among them: clients see one address.
 
 Without a cluster key pair the supervisor makes one for its children (it never leaves
 this host: it travels in their environment). It forwards SIGTERM/SIGINT to every child
-and waits for them; a child that dies otherwise is started again after a second, up to
+and waits for them, and SIGHUP (reload the TLS certificate) to every child; a child that dies otherwise is started again after a second, up to
 ``MAX_RESTARTS`` times a minute, after which everything stops (exit 1).
 """
 
@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import zmq
 
+from miyamoto.cli import sdnotify
 from miyamoto.config.settings import Config, ConfigError
 
 log = logging.getLogger(__name__)
@@ -79,19 +80,30 @@ class Supervisor:
 
     def _start(self, i: int) -> None:
         argv, env = self.children[i]
-        self.procs[i] = subprocess.Popen(argv, env={**os.environ, **env})
+        # the supervisor speaks to systemd for all: a child's READY=1 would be refused
+        # (NotifyAccess=main) or would mark the whole service ready too early
+        inherited = {k: v for k, v in os.environ.items() if k != sdnotify.VARIABLE}
+        self.procs[i] = subprocess.Popen(argv, env={**inherited, **env})
         log.info("processes: started %s (pid %d)", argv[argv.index("--node") + 1],
                  self.procs[i].pid)
 
     def stop(self, *_: Any) -> None:
+        if not self.stopping:
+            sdnotify.notify("STOPPING=1")
         self.stopping = True
         for p in self.procs:
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
+    def hangup(self, *_: Any) -> None:
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGHUP)
+
     def run(self) -> int:
         for i in range(len(self.children)):
             self._start(i)
+        sdnotify.notify(f"READY=1\nSTATUS={len(self.children)} nodes started")
         while True:
             if self.stopping:
                 codes = [p.wait() for p in self.procs if p is not None]
@@ -123,4 +135,5 @@ def supervise(config: Config, flags: Mapping[str, Any]) -> int:
     sup = Supervisor(plan(config, flags))
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
+    signal.signal(signal.SIGHUP, sup.hangup)
     return sup.run()

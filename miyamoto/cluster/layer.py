@@ -30,9 +30,11 @@ from miyamoto.cluster.clocks import ALONE, Placement, PeerClocks
 from miyamoto.cluster.coordinator import Coordinator
 from miyamoto.cluster.joinlog import JoinLog
 from miyamoto.cluster.queries import Queries
+from miyamoto.cluster.queuesettings import QueueSettings
 from miyamoto.cluster.requests import Requests
 from miyamoto.config.settings import Config
 from miyamoto.definitions import messages as dm
+from miyamoto.definitions import queues as queue_defs
 from miyamoto.definitions.sync import DefSync
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
@@ -138,11 +140,16 @@ class Cluster:
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
-        # cluster-wide definitions (schedules, topics): their own loop, in self.group
+        # cluster-wide definitions (schedules, topics, queue settings): their own loop, in self.group
         self.defs = DefSync(self.me, cfg.data_dir, self.send, cfg.advertise,
                             monotonic=monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
                             timeout=max(2.0, cfg.replication_timeout), view=self.leader_view,
-                            group=self.group)
+                            group=self.group, on_change=self._definitions_changed)
+        self.queue_settings = QueueSettings(self.engine, self.queries.control_local)
+
+    def _definitions_changed(self) -> None:
+        """The definitions' set changed: the queue settings it holds take effect here."""
+        self.queue_settings.apply(self.defs.machine.items(queue_defs.KIND))
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -475,7 +482,7 @@ class Cluster:
                     self.requests.answer(msg)
                 elif isinstance(msg, (cm.Clock, cm.ClockEcho)):
                     _on_clock(self, sender, msg)
-                elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics (defsync)
+                elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics, queues (defsync)
                     self.defs.on_message(sender, msg)
                 elif isinstance(msg, rm.Handoff):
                     self._step(ev.HandoffReceived(sender, msg))

@@ -14,6 +14,7 @@ import configparser
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import ipaddress
 import os
 import socket
@@ -63,6 +64,12 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("max_delay", value.float_ge(0), 30 * 86400.0, "longest countdown / farthest eta, seconds"),
     Setting("max_name", value.int_ge(1), 500, "longest task name"),
     Setting("max_batch", value.int_ge(1), 1000, "most tasks in one batch request"),
+    Setting("tls_cert", value.stripped, "", "PEM certificate (chain after it) to serve the "
+            "HTTP API over https; reloaded with tls_key on SIGHUP", metavar="PATH"),
+    Setting("tls_key", value.stripped, "", "PEM private key of tls_cert (unencrypted)",
+            metavar="PATH"),
+    Setting("tls_client_ca", value.stripped, "", "PEM CA certificates: with them every HTTP "
+            "client must show a certificate one signed (mutual TLS)", metavar="PATH"),
 ), *_group(
     "cluster",
     Setting("node", lambda v: value.node_id(v), "", "this node's id (default: HOSTNAME-HTTPPORT, "
@@ -102,6 +109,12 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("signing_secret", value.secret, (),
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
+    Setting("qstash_current_signing_key", value.signing_key, "",
+            "QStash signing key: every delivery carries an Upstash-Signature JWT signed with it",
+            flag=False, secret=True),
+    Setting("qstash_next_signing_key", value.signing_key, "",
+            "QStash's next signing key (rotation: a worker's Receiver also tries it)",
+            flag=False, secret=True),
 ), *_group(
     "delivery",
     Setting("concurrency", value.int_ge(1), 512, "deliveries in flight on this node, all queues"),
@@ -135,6 +148,9 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("log_format", value.log_format, "text",
             "text, or json: one JSON object a line (time, level, logger, message, exception)"),
     Setting("access_log", value.boolean, False, "log one line per HTTP request (no query string)"),
+    Setting("tracing", value.boolean, False, "OpenTelemetry traces of enqueues, stores and "
+            "attempts, exported by OTLP/HTTP as the OTEL_* variables say (needs the otel "
+            "extra: pip install miyamoto[otel]); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"),
 ))
 
 
@@ -156,6 +172,9 @@ class QueueConfig:
     max_retry_duration: float = 0.0  # 0 = no limit
     timeout: float = 30.0
     paused: bool = False
+    # the options the INI set for it ([queue:NAME] or [queue:default]): GET /queues/<name>
+    # tells a value the config gave from a built-in default
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
@@ -206,14 +225,20 @@ class Config:
     breaker_failures: int
     breaker_cooldown: float
     signing_secret: tuple[str, ...]
+    qstash_current_signing_key: str
+    qstash_next_signing_key: str
     log_level: str
     log_format: str
     access_log: bool
+    tracing: bool
     max_body: int
     max_url: int
     max_delay: float
     max_name: int
     max_batch: int
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
     dedup_window: float
     schedule_catch_up: str
     retention: float
@@ -302,22 +327,32 @@ def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueC
             values[key] = parse(text)
         except ValueError as e:
             raise ConfigError(f"queue:{name}.{key}: {e}") from e
-    q = dataclasses.replace(base, name=name, **values)
+    q = dataclasses.replace(base, name=name, given=base.given | frozenset(values), **values)
     if q.max_backoff < q.min_backoff:
         raise ConfigError(f"queue:{name}.max_backoff: must be >= min_backoff")
     return q
 
 
 # MIYAMOTO_* variables that are not serve options: the config file, the client commands'
-# node and token (MIYAMOTO_API_TOKEN: the token's older name), the tests' screenshots dir
+# node, token (MIYAMOTO_API_TOKEN: the token's older name) and TLS files, the tests'
+# screenshots dir
 OTHER_VARIABLES = ("MIYAMOTO_CONFIG", "MIYAMOTO_SERVER", "MIYAMOTO_TOKEN", "MIYAMOTO_API_TOKEN",
+                   "MIYAMOTO_CACERT", "MIYAMOTO_CLIENT_CERT", "MIYAMOTO_CLIENT_KEY",
                    "MIYAMOTO_ARTIFACTS")
+
+
+# the options that MIYAMOTO_<NAME>_FILE may also give, as the file's text: the secrets and
+# the public key beside its secret, for keys and tokens mounted as files (a Kubernetes or
+# compose secret) rather than left in the environment, where child processes inherit them
+FILE_OPTIONS = tuple(s.name for s in SETTINGS if s.secret or s.name == "curve_public")
+MAX_SECRET_FILE = 65536  # bytes; a secret file is a few hundred
 
 
 def check_environment(env: Mapping[str, str]) -> None:
     """A MIYAMOTO_* variable that nothing reads is a typo to report, not to ignore (a
     misspelt MIYAMOTO_REPLICATON would leave the default in force without a word)."""
-    known = {_env_name(s.name) for s in SETTINGS} | set(OTHER_VARIABLES)
+    known = ({_env_name(s.name) for s in SETTINGS} | set(OTHER_VARIABLES)
+             | {_env_name(name) + "_FILE" for name in FILE_OPTIONS})
     for name in sorted(env):
         if name.startswith("MIYAMOTO_") and name not in known:
             raise ConfigError(f"{name}: no such option{_closest(name, sorted(known))} "
@@ -347,11 +382,37 @@ def _gather(config_file: str | None, env: Mapping[str, str], flags: dict[str, An
     for s in SETTINGS:
         if _env_name(s.name) in env:
             raw[s.name], source[s.name] = env[_env_name(s.name)], _env_name(s.name)
+    for name in FILE_OPTIONS:
+        variable = _env_name(name) + "_FILE"
+        if variable in env:
+            if _env_name(name) in env:
+                raise ConfigError(f"{name}_file: {variable} and {_env_name(name)} are both set; "
+                                  "give one of them")
+            raw[name], source[name] = _read_secret_file(name, env[variable]), variable
     for key, v in flags.items():
         if key not in _BY_NAME:
             raise ConfigError(f"{key}: unknown option")
         raw[key], source[key] = v, "--" + key.replace("_", "-")
     return raw, source, raw_queues
+
+
+def _read_secret_file(name: str, path: str) -> str:
+    """The text of the file MIYAMOTO_<NAME>_FILE names, surrounding white space dropped (a
+    mounted secret often ends in a newline); the error names the option, never the text."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SECRET_FILE + 1)
+    except OSError as e:
+        raise ConfigError(f"{name}_file: cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_SECRET_FILE:
+        raise ConfigError(f"{name}_file: {path} is larger than {MAX_SECRET_FILE} bytes")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}_file: {path} is not UTF-8 text") from None
+    if not text:
+        raise ConfigError(f"{name}_file: {path} is empty")
+    return text
 
 
 def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
@@ -383,10 +444,16 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"advertise: {e} (from {source['advertise']})") from e
     if values["election_timeout_max"] < values["election_timeout_min"]:
         raise ConfigError("election_timeout_max: must be >= election_timeout_min")
+    if values["qstash_next_signing_key"] and not values["qstash_current_signing_key"]:
+        raise ConfigError("qstash_current_signing_key: a next key needs a current one "
+                          "(deliveries are signed with the current key)")
     if bool(values["curve_public"]) != bool(values["curve_secret"]):
         raise ConfigError("curve_secret: curve_public and curve_secret go together")
     _check_cluster_keys(values)
     _check_http_exposure(values)
+    _check_tls(values)
+    if values["tracing"] and not _otel_installed():
+        raise ConfigError("tracing: needs the opentelemetry packages: pip install 'miyamoto[otel]'")
     if values["curve_public"]:
         from miyamoto.wire.transport import CurveKeys  # gevent, libzmq: only for a key pair
 
@@ -457,6 +524,33 @@ def _check_http_exposure(values: Mapping[str, Any]) -> None:
             f"api_tokens: http binds {host}, beyond loopback, so the API needs tokens "
             "(api_tokens = admin:TOKEN,... or MIYAMOTO_API_TOKENS), "
             "or insecure_http = true to serve it open")
+
+
+def _otel_installed() -> bool:
+    """Whether tracing could start (the SDK is found; nothing is imported)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ImportError:  # no opentelemetry package at all
+        return False
+
+
+def _check_tls(values: Mapping[str, Any]) -> None:
+    """Certificate and key go together, a client CA needs them, and the files must serve
+    (the same build as the server's, so a start that passes here serves)."""
+    cert, key, ca = values["tls_cert"], values["tls_key"], values["tls_client_ca"]
+    if bool(cert) != bool(key):
+        raise ConfigError(f"{'tls_key' if cert else 'tls_cert'}: tls_cert and tls_key go together")
+    if ca and not cert:
+        raise ConfigError("tls_client_ca: mutual TLS needs tls_cert and tls_key too")
+    if cert:
+        # imported here: ssl must load after serve's monkey-patching (an ssl imported
+        # before it recurses in SSLContext.minimum_version), and the CLI's parser before it
+        from miyamoto.config.tls import TLSFileError, server_context
+
+        try:
+            server_context(cert, key, ca)
+        except TLSFileError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_queue_name(name: str) -> None:

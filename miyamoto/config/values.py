@@ -145,6 +145,16 @@ def secret(v: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def signing_key(v: str) -> str:
+    """A QStash signing key (``sig_...`` in Upstash's console): 16 to 200 printable
+    characters without spaces; the HMAC key of the Upstash-Signature JWTs. The error
+    never quotes it."""
+    s = str(v).strip()
+    if s and not (16 <= len(s) <= 200 and s.isascii() and s.isprintable() and " " not in s):
+        raise ValueError("must be 16-200 printable ASCII characters without spaces")
+    return s
+
+
 def z85_key(v: str) -> str:
     """A 40-character Z85 key; one pair of quotes around it is dropped (no Z85 key holds a
     quote), as `docker run --env-file` passes a quoted value on with its quotes."""

@@ -1,1 +1,1 @@
-"""Cluster-wide definitions (schedules, topics): the pure machine, its I/O side, and what schedules and topics mean."""
+"""Cluster-wide definitions (schedules, topics, queue settings): the pure machine, its I/O side, and what each kind means."""

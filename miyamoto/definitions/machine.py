@@ -1,4 +1,4 @@
-"""Cluster-wide definitions (schedules, topics): a pure state machine (DESIGN §2).
+"""Cluster-wide definitions (schedules, topics, queue settings): a pure state machine (DESIGN §2).
 
 ``Definitions`` holds no socket, clock, greenlet or file. It has one door,
 ``step(event, now) -> Ready``: the I/O layer (``miyamoto.definitions.sync``) feeds it the

@@ -21,7 +21,10 @@ from miyamoto.wire.verbs import DecodeError, Verb
 __all__ = ["Entry", "DefsPut", "DefsAck", "DefsDigest", "DefsWrite", "DefsWrote", "KINDS",
            "DEFS_MESSAGES"]
 
-KINDS = frozenset({"schedule", "topic", "cursor"})
+KINDS = frozenset({"schedule", "topic", "cursor", "queue",
+                   "qstash_queue"})  # a QStash queue's parallelism (http/qstash.py)
+# a write's op: "merge" sets the fields its value gives (a null one drops it), on the leader
+OPS = ("put", "merge", "delete", "pause", "resume")
 MAX_VALUE = 512 * 1024  # bytes of one definition as JSON (a topic of 100 long URLs fits)
 MAX_PER_MESSAGE = 64
 MAX_INDEX = 10000  # definitions.MAX_ENTRIES
@@ -162,8 +165,8 @@ class DefsWrite:
     @classmethod
     def from_payload(cls, d: dict) -> DefsWrite:
         op = c.string(d, "op", 16)
-        if op not in ("put", "delete", "pause", "resume"):
-            raise DecodeError("op must be put, delete, pause or resume")
+        if op not in OPS:
+            raise DecodeError("op must be one of " + ", ".join(OPS))
         kind = c.string(d, "kind", 16)
         if kind not in KINDS:
             raise DecodeError("unknown kind")

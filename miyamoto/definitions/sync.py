@@ -6,7 +6,8 @@ set or the new one, never half of each; in memory only when the journal is
 ``:memory:``) and the greenlets that wait for writes. ``op`` is the one way to change a
 definition: on the leader it reads, checks and writes; on a follower it forwards the op
 to the leader (DEFS_WRITE) and returns the leader's answer, so a client may send writes
-to any node.
+to any node. ``on_change`` is told, from this loop (never inside a receive), that the set
+changed: the node carries the queue settings it holds into its engine.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class DefSync:
     def __init__(self, me: str, data_dir: str, send: SendFn, reply_to: str, *,
                  monotonic: Callable[[], float], resend: float, timeout: float,
                  view: Callable[[], LeaderView] | None = None,
-                 group: gevent.pool.Group | None = None):
+                 group: gevent.pool.Group | None = None,
+                 on_change: Callable[[], None] | None = None):
         self.machine = Definitions(me, resend=resend, timeout=timeout)
         self.view = view  # (leader, term, members) of the membership, for run()
         self.path = None if data_dir == ":memory:" else os.path.join(data_dir, FILE)
@@ -63,6 +65,8 @@ class DefSync:
         self._lock = gevent.lock.RLock()  # one writer of the file at a time
         self._writes: dict[int, gevent.event.AsyncResult] = {}
         self._asks: dict[str, gevent.event.AsyncResult] = {}
+        self._on_change = on_change
+        self._changed = False  # the set changed since on_change was last told
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -77,6 +81,7 @@ class DefSync:
                 self.tick(*self.view())
             except Exception:
                 log.exception("definitions: tick failed")
+            self.settle()
             gevent.sleep(self.period)
 
     def load(self) -> None:
@@ -96,7 +101,18 @@ class DefSync:
                       self.path, e)
             return
         self.machine.load(entries, term, owner)
+        self._changed = True
         log.info("definitions: loaded %d entries from %s", len(entries), self.path)
+
+    def settle(self) -> None:
+        """Tell ``on_change`` that the set changed, if it did since last told."""
+        if not self._changed or self._on_change is None:
+            return
+        self._changed = False
+        try:
+            self._on_change()
+        except Exception:
+            log.exception("definitions: applying a change failed")
 
     # ------------------------------------------------------------ inputs
     def tick(self, leader: str | None, term: int, members: tuple[str, ...]) -> None:
@@ -119,6 +135,7 @@ class DefSync:
             match e:
                 case Persist():
                     self._persist()
+                    self._changed = True
                 case Send(to=to, msg=msg):
                     self._send(to, msg)
                 case Finished(wid=wid, ok=ok, error=error):
@@ -154,7 +171,7 @@ class DefSync:
 
     def op(self, op: str, kind: str, name: str, value: dict | None = None
            ) -> tuple[int, dict[str, Any]]:
-        """Put, delete, pause or resume one definition, wherever the leader is: (HTTP
+        """Put, merge, delete, pause or resume one definition, wherever the leader is: (HTTP
         status, body) where the body holds the new ``value`` or an ``error``."""
         try:
             return self._op_here(op, kind, name, value)
@@ -170,6 +187,9 @@ class DefSync:
         current = self.machine.get(kind, name)
         if op == "put":
             new = value
+        elif op == "merge":  # read, change, write on the leader: two merges both hold
+            new = {k: v for k, v in {**(current or {}), **(value or {})}.items()
+                   if v is not None}
         elif current is None:
             return 404, _err(f"names no known {kind}", "name")
         elif op == "delete":

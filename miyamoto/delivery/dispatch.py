@@ -124,6 +124,17 @@ class Dispatcher:
         q = self.queues.get(name)
         return q.config if q is not None else self._queue_config(name)
 
+    def reconfigure(self, name: str) -> None:
+        """The queue's settings changed (through the API): its bucket and limit follow at
+        once. Its pause is set apart (``pause``): a change of settings is no resume."""
+        q = self.queues.get(name)
+        if q is None:
+            return
+        q.config = self._queue_config(name)
+        q.set_share(self._share)
+        q.limit = queue_limit(q.config, self.concurrency)
+        self._wake.set()
+
     def set_share(self, members: int) -> None:
         self._share = max(1, members)
         for q in self.queues.values():

@@ -8,6 +8,11 @@ exist (declared ones included): the enqueue that would make one more is refused,
 naming ``queue``. A 400 and not a 429: waiting does not help (a queue expires only
 after ``queue_idle_expiry``); the operator declares the queue or raises the cap.
 
+A queue made through the API (``PUT /queues/<name>``, a cluster-wide definition) exists on
+every node like a declared one, whatever ``auto_create_queues`` says: the admin who made it
+is the authority; the PUT is refused past ``max_queues`` like an enqueue. Once its
+settings are deleted it is an ordinary queue again (kept while it holds tasks).
+
 What a sibling stores here, a schedule's tick, a reload from the journal or a pause
 from another node is ``note``d without the cap: the node that took the enqueue judged
 it, and a copy must never be refused for a name.
@@ -36,13 +41,14 @@ class Queues:
         self.auto_create = auto_create
         self.idle_expiry = idle_expiry
         self._last: dict[str, float] = {}  # an auto-created queue -> its last enqueue
+        self.defined: frozenset[str] = frozenset()  # made through the API
         self._sorted: list[str] = sorted(self.declared)  # every name, for paging
 
     def __len__(self) -> int:
         return len(self._sorted)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.declared or name in self._last
+        return name in self.declared or name in self.defined or name in self._last
 
     def admit(self, name: str, now: float) -> None:
         """An enqueue to ``name``: creates it if it may, else ValidationError (400)."""
@@ -51,17 +57,36 @@ class Queues:
             return
         if not self.auto_create:
             raise ValidationError(FIELD, f"names no queue ({name!r}): auto_create_queues is "
-                                  "off, so only the queues the config declares take tasks")
+                                  "off, so only the queues the config declares or a PUT "
+                                  "/queues/<name> made take tasks")
         if len(self) >= self.max_queues:
             raise ValidationError(FIELD, f"names no queue ({name!r}), and this node holds "
                                   f"max_queues ({self.max_queues}) already: use one of them, "
                                   "or ask the operator to declare it or raise max_queues")
         self.note(name, now)
 
+    def room_for(self, name: str) -> None:
+        """May a PUT make ``name``? ValidationError (400) past ``max_queues``."""
+        if name not in self and len(self) >= self.max_queues:
+            raise ValidationError(FIELD, f"names no queue ({name!r}), and this node holds "
+                                  f"max_queues ({self.max_queues}) already: delete one or "
+                                  "ask the operator to raise max_queues")
+
+    def define(self, names: Iterable[str], now: float) -> None:
+        """The queues made through the API are ``names`` now; one no longer named is an
+        ordinary queue again (auto-created: it expires once idle and empty)."""
+        names = frozenset(names) - self.declared
+        for name in self.defined - names:
+            self._last[name] = now
+        for name in names - self.defined:
+            if self._last.pop(name, None) is None:
+                bisect.insort(self._sorted, name)
+        self.defined = names
+
     def note(self, name: str, now: float) -> None:
         """``name`` is in use (a copy stored, a pause): known from now on, its idle time
         restarted. No cap: see the module's docstring."""
-        if name in self.declared:
+        if name in self.declared or name in self.defined:
             return
         if name not in self._last:
             bisect.insort(self._sorted, name)

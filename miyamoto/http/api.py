@@ -17,14 +17,18 @@ from urllib.parse import parse_qs
 import ujson
 
 from miyamoto.config.settings import Config
+from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
 from miyamoto.http.definitions import DefsApi
+from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
+from miyamoto.tasks.checks import traceparent
 from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
-from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, parse_batch
+from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
+    json_fields, parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +40,16 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
 _ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 MAX_PAGE = 1000  # the most items one listing answers (limit=)
 QUEUES_PAGE = 1000  # GET /queues without limit: all of them at the default max_queues
-_NO_QUEUE = ("names no queue: queues come from the config or from an enqueue "
+_NO_QUEUE = ("names no queue: queues come from the config, a PUT /queues/<name> or an enqueue "
              "(while auto_create_queues is on)")
 # what each route needs from a token (auth.py); any other GET needs read, anything else admin
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
           # the dashboard's page and assets, and this API's description, hold no data
-          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN}
+          "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN,
+          # QStash's face (http/qstash.py): publishing is enqueueing, a message is a task
+          "qstash_publish": auth.ENQUEUE, "qstash_enqueue": auth.ENQUEUE,
+          "qstash_batch": auth.ENQUEUE, "qstash_message": auth.TASK}
 
 
 class HTTPError(Exception):
@@ -78,6 +85,8 @@ class ApiService(Protocol):
     def rerun(self, task_id: str) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
     def queue(self, name: str) -> View | None: ...
+    def put_queue(self, name: str, changes: dict[str, Any]) -> View: ...  # settings
+    def reset_queue(self, name: str) -> View | None: ...  # None: the API set none
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
     def control(self, queue: str, action: str) -> View | None: ...
     def failed(self, queue: str, action: str) -> View: ...
@@ -100,7 +109,7 @@ class Api:
         t = r"(?P<task_id>[^/]+)"
         d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
         self.defs = d
-        self.routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+        self._native_routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
             (re.compile(rf"/queue/{q}"), {"POST": self.enqueue}),
@@ -108,7 +117,8 @@ class Api:
             (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
-            (re.compile(rf"/queues/{q}"), {"GET": self.get_queue}),
+            (re.compile(rf"/queues/{q}"), {"GET": self.get_queue, "PUT": self.put_queue,
+                                           "DELETE": self.delete_queue}),
             (re.compile(rf"/queues/{q}/tasks"), {"GET": self.list_tasks}),
             (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
             (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
@@ -130,6 +140,9 @@ class Api:
             (re.compile(r"/"), {"GET": self.dashboard}),
             (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
         ]
+        # QStash's face (http/qstash.py): a /v2/ path is tried against these alone
+        self.qstash_routes = QStashApi(self).routes()
+        self.routes = self._native_routes + self.qstash_routes  # every route, for the spec's tests
 
     # ------------------------------------------------------------ WSGI
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -151,10 +164,14 @@ class Api:
             status, body = 409, _error(str(e))
         except Unavailable as e:
             status, body = 503, _error(str(e))
+        except NotFound as e:
+            status, body = 404, _error(str(e))
         except Exception:
             log.exception("api: %s %s failed", environ.get("REQUEST_METHOD"),
                           environ.get("PATH_INFO"))
             status, body = 500, _error("internal error")
+        if status >= 400 and (environ.get("PATH_INFO") or "").startswith("/v2/"):
+            body = _qstash_error(body)
         if isinstance(body, Raw):
             data, ctype = body.data, body.content_type
             headers.extend(body.headers)
@@ -168,7 +185,8 @@ class Api:
     def _dispatch(self, environ: dict) -> tuple[int, Any]:
         path = environ.get("PATH_INFO") or "/"
         method = environ.get("REQUEST_METHOD", "GET").upper()
-        for pattern, handlers in self.routes:
+        routes = self.qstash_routes if path.startswith("/v2/") else self._native_routes
+        for pattern, handlers in routes:
             m = pattern.fullmatch(path)
             if m is None:
                 continue
@@ -214,6 +232,9 @@ class Api:
         kind = mediatype.enqueue_kind(environ.get("CONTENT_TYPE") or "", body)
         fields = enqueue_fields(kind, body, self.limits)
         key = _idempotency_key(environ)
+        trace = environ.get("HTTP_TRACEPARENT")
+        if trace is not None and "traceparent" not in fields:  # the field wins
+            fields["traceparent"] = trace
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
@@ -225,6 +246,10 @@ class Api:
         body = self.body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
                             max_batch=self.max_batch, offset=self.service.clock_offset())
+        trace = environ.get("HTTP_TRACEPARENT")
+        if trace is not None:  # for the tasks that bring none of their own
+            trace = traceparent("traceparent", trace)
+            tasks = [t if t.traceparent else t.evolve(traceparent=trace) for t in tasks]
         results = self.service.enqueue_many(tasks)
         return 200, {"status": "ok", "tasks": results}
 
@@ -276,6 +301,19 @@ class Api:
         found = self.service.queue(queue)
         if found is None:
             raise HTTPError(404, _NO_QUEUE, "queue")
+        return 200, found
+
+    def put_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
+        """PUT /queues/<name>: set queue settings cluster-wide (``definitions.queues``)."""
+        changes = parse_put(json_fields(self.body(environ)))
+        return 200, self.service.put_queue(queue, changes)
+
+    def delete_queue(self, environ: dict, queue: str) -> tuple[int, Any]:
+        """DELETE /queues/<name>: drop the settings the API made (tasks stay)."""
+        found = self.service.reset_queue(queue)
+        if found is None:
+            raise HTTPError(404, "has no settings made through the API (PUT /queues/<name>): "
+                            "its settings are the config's", "queue")
         return 200, found
 
     def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:
@@ -345,6 +383,13 @@ def _error(message: str, field: str | None = None) -> dict[str, Any]:
         out["error"] = f"{field} {message}"
         out["field"] = field
     return out
+
+
+def _qstash_error(body: Any) -> dict[str, Any]:
+    """An error of a /v2/ route in QStash's shape: ``{"error": "..."}`` alone."""
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return {"error": body["error"]}
+    return {"error": "request failed"}
 
 
 def _need(handler: Handler, method: str) -> str:

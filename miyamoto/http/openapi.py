@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from miyamoto.definitions.queues import FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
@@ -54,6 +55,7 @@ _DISPATCH_FIELDS: dict[str, Any] = {
                          "maximum": MAX_FLOW_PARALLELISM,
                          "description": "deliveries in flight for the key (with flow_key)"},
 }
+_TRACEPARENT_PATTERN = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TASK_FIELDS: dict[str, Any] = {
     "url": _URL,
     "method": {"type": "string", "enum": list(METHODS), "default": "POST"},
@@ -81,10 +83,27 @@ _TASK_FIELDS: dict[str, Any] = {
     "callback": _nullable(dict(_URL, description="POSTed the outcome when the task succeeds")),
     "failure_callback": _nullable(dict(_URL, description="POSTed the outcome when it fails")),
     **_DISPATCH_FIELDS,
+    "traceparent": _nullable({"type": "string", "pattern": _TRACEPARENT_PATTERN,
+                              "description": "W3C Trace Context: kept with the task and sent "
+                              "on every attempt (else the traceparent header)"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe", "topic", *_DISPATCH_FIELDS)}
+    "callback", "failure_callback", "dedupe", "topic", "traceparent", *_DISPATCH_FIELDS)}
+
+def _queue_settings() -> dict[str, Any]:
+    """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
+    props: dict[str, Any] = {}
+    for name, (kind, lo, hi) in QUEUE_FIELDS.items():
+        if kind is bool:
+            props[name] = {"type": ["boolean", "null"]}
+        else:
+            props[name] = {"type": ["integer" if kind is int else "number", "null"],
+                           "minimum": lo, "maximum": hi}
+    return {"type": "object", "additionalProperties": False, "properties": props,
+            "description": "the settings to set; a field left out keeps what the API set "
+                           "before, null drops it (back to the config's value)"}
+
 
 # schedules and topics (miyamoto.http.definitions)
 _DEFINITION_SCHEMAS: dict[str, Any] = {
@@ -233,6 +252,11 @@ _SCHEMAS: dict[str, Any] = {
                   "limit": {"type": ["number", "null"]},
                   "config": {"type": "object", "additionalProperties": {
                       "type": ["number", "null"]}},
+                  "sources": {"type": "object", "description": "where each setting's "
+                              "value comes from (GET /queues/{queue}, PUT, DELETE): api "
+                              "(PUT), config (the INI), default (built in), control "
+                              "(paused by POST pause or resume, against the settings)",
+                              "additionalProperties": {"enum": list(SOURCES)}},
                   "counts": {"type": "object", "required": _STATES, "description": "tasks "
                              "by state, over the cluster, each counted once",
                              "properties": {s: {"type": "integer", "minimum": 0}
@@ -246,6 +270,7 @@ _SCHEMAS: dict[str, Any] = {
                              "cluster: the dashboard's rates", "properties": {
                                  k: {"type": "integer", "minimum": 0}
                                  for k in ("enqueued", "delivered", "failed")}}}},
+    "QueueSettings": _queue_settings(),
     "Queues": {"type": "object", "required": ["queues"],
                "properties": {"queues": {"type": "array", "items": _ref("Queue")},
                               "next_cursor": {"type": ["string", "null"], "description":
@@ -348,6 +373,10 @@ _ID = _path("id", _ID_PATTERN)
 _IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                 "description": "the task's name when the body gives none",
                 "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_name}}
+_TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
+                "description": "W3C Trace Context of the producer: kept with the task (the "
+                "traceparent field wins) and sent to the target on every attempt",
+                "schema": {"type": "string", "pattern": _TRACEPARENT_PATTERN}}
 _TASK_BODY = {"application/json": {"schema": _ref("EnqueueRequest")},
               "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
 _ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
@@ -404,14 +433,30 @@ def _definition_paths() -> dict[str, Any]:
     }
 
 
+def _queue_paths() -> dict[str, Any]:
+    """GET, PUT and DELETE of one queue (PUT and DELETE: ``miyamoto.definitions.queues``)."""
+    write = {"503": _answer("no leader holds the definitions yet, or a majority did not "
+                            "confirm in time"),
+             "409": _answer("the cluster holds as many definitions as it may")}
+    return {
+        "get": _op("One queue, each setting with its source", "Queue", params=[_QUEUE]),
+        "put": _op("Set a queue's settings on every node (the fields given; null: back to "
+                   "the config's); makes the queue", "Queue", params=[_QUEUE],
+                   body=_json("QueueSettings"), extra=write, scope="admin"),
+        "delete": _op("Drop the settings the API made for a queue (back to the config's; "
+                      "its tasks stay)", "Queue", params=[_QUEUE], extra=write,
+                      scope="admin")}
+
+
 _OPEN = {"security": [], "description": "Open: needs no token."}
 
 _PATHS: dict[str, Any] = {
-    "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY])},
-    "/queue/{queue}": {"post": _enqueue("Enqueue a task in a queue", [_QUEUE, _IDEMPOTENCY])},
+    "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY, _TRACEPARENT])},
+    "/queue/{queue}": {"post": _enqueue("Enqueue a task in a queue",
+                                        [_QUEUE, _IDEMPOTENCY, _TRACEPARENT])},
     "/queue/{queue}/batch": {"post": _op(
         "Enqueue a JSON list of tasks, all valid or none stored", "BatchResult",
-        params=[_QUEUE], extra=_ENQ_EXTRA, scope="enqueue",
+        params=[_QUEUE, _TRACEPARENT], extra=_ENQ_EXTRA, scope="enqueue",
         body={"application/json": {"schema": _ref("Batch")}})},
     "/tasks": {"get": _op("The task holding a name (while the dedup window keeps it)", "Task",
                           params=[{"name": "name", "in": "query", "required": True,
@@ -434,7 +479,7 @@ _PATHS: dict[str, Any] = {
                                                      "maximum": 1000, "default": 1000}},
         {"name": "cursor", "in": "query", "description": "next_cursor of the previous page",
          "schema": {"type": "string", "pattern": _QUEUE_PATTERN}}])},
-    "/queues/{queue}": {"get": _op("One queue", "Queue", params=[_QUEUE])},
+    "/queues/{queue}": _queue_paths(),
     "/queues/{queue}/tasks": {"get": _op("Tasks of a queue by state", "TaskList", params=[
         _QUEUE,
         {"name": "state", "in": "query", "schema": {"enum": _STATES, "default": "scheduled"}},
@@ -495,6 +540,8 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),
+    ("/queues/{queue}", "put"): ("putQueue", "queues"),
+    ("/queues/{queue}", "delete"): ("resetQueue", "queues"),
     ("/queues/{queue}/tasks", "get"): ("listQueueTasks", "queues"),
     ("/queues/{queue}/pause", "post"): ("pauseQueue", "queues"),
     ("/queues/{queue}/resume", "post"): ("resumeQueue", "queues"),

@@ -18,14 +18,24 @@ connection rather than refusing new ones); and a client's fault never reaches th
 a traceback or the client as a 500: a broken head gets a JSON 4xx and a close, a broken
 body (short, bad chunk, client gone) a 400 from the application or a quiet close, a
 socket error a quiet close.
+
+TLS (``tls``, an ``ssl.SSLContext``): the accepted socket is admitted first and wrapped
+after, so the handshake runs under the connection's first deadline (a client that opens
+a connection and never finishes its handshake is swept like one that never sends a
+head); a failed handshake is a quiet close. ``use_tls`` swaps the context for
+connections accepted from then on (SIGHUP: a renewed certificate), with the listener
+and the open connections untouched.
 """
 
 from __future__ import annotations
 
+import _socket
 import logging
 import socket
+import ssl
 import sys
 import time
+from functools import partial
 from typing import Any, Callable
 from wsgiref.handlers import format_date_time
 
@@ -163,15 +173,34 @@ class _Response:
         return out
 
 
+class _FdShutter:
+    """What the sweep shuts down for a TLS connection: its file descriptor, under the
+    SSL socket. ``SSLSocket.shutdown`` drops the TLS state first, so a reader blocked in
+    it would wake with a ValueError, not the OSError that ends a connection quietly."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def shutdown(self, how: int) -> None:
+        s = _socket.socket(fileno=self.fd)
+        try:
+            s.shutdown(how)
+        finally:
+            s.detach()
+
+
 class HTTPServer(StreamServer):
     """``max_connections`` open at once (beyond it, see ``miyamoto.http.connections``), each
     with ``header_timeout`` s to send a request's head and body and ``idle_timeout`` s
     between requests; heads beyond ``max_header_bytes`` get 431. ``app`` is a WSGI
-    application (``miyamoto.http.api.Api``)."""
+    application (``miyamoto.http.api.Api``); with ``tls`` it is served over https."""
 
     def __init__(self, address: tuple[str, int] | socket.socket, app: Any, *,
                  max_connections: int = 10000, header_timeout: float = 10.0,
-                 idle_timeout: float = 30.0, max_header_bytes: int = 65536):
+                 idle_timeout: float = 30.0, max_header_bytes: int = 65536,
+                 tls: ssl.SSLContext | None = None):
         # a listening socket (SO_REUSEPORT, node.py) comes with its own backlog
         backlog = None if isinstance(address, socket.socket) else BACKLOG
         super().__init__(address, backlog=backlog, spawn=gevent.pool.Pool(None))
@@ -181,6 +210,11 @@ class HTTPServer(StreamServer):
         self._sweeper: Any = None
         self._environ: dict[str, Any] = {}
         self._date = _Date()
+        self.tls = tls
+
+    def use_tls(self, tls: ssl.SSLContext) -> None:
+        """Serve connections accepted from now on with ``tls`` (a reloaded certificate)."""
+        self.tls = tls
 
     def start(self) -> None:
         super().start()
@@ -188,7 +222,8 @@ class HTTPServer(StreamServer):
         self._environ = {
             "GATEWAY_INTERFACE": "CGI/1.1", "SERVER_SOFTWARE": "miyamoto",
             "SERVER_NAME": str(host), "SERVER_PORT": str(port), "SCRIPT_NAME": "",
-            "wsgi.version": (1, 0), "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+            "wsgi.version": (1, 0), "wsgi.url_scheme": "http" if self.tls is None else "https",
+            "wsgi.errors": sys.stderr,
             "wsgi.multithread": False, "wsgi.multiprocess": False, "wsgi.run_once": False,
             "wsgi.input_terminated": True}
         interval = self.connections.sweep_interval
@@ -222,6 +257,28 @@ class HTTPServer(StreamServer):
             except OSError:
                 pass
             return
+        if self.tls is None:
+            self._serve(sock, conn, address, partial(send_all, sock))
+            return
+        conn.sock = _FdShutter(sock.fileno())  # the same descriptor under the TLS socket
+        try:
+            tls_sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        except OSError:
+            conns.remove(conn)
+            return
+        try:  # within the connection's first deadline: the sweep shuts the descriptor
+            tls_sock.do_handshake()
+        except OSError as e:  # not TLS, a certificate refused (mutual TLS), a client gone
+            log.debug("http: TLS handshake with %s failed: %s", address, e)
+            conns.remove(conn)
+        else:  # sendall: send_all writes the OS socket, which carries ciphertext here
+            self._serve(tls_sock, conn, address, tls_sock.sendall)
+        finally:
+            tls_sock.close()  # StreamServer closes only the socket it accepted, detached now
+
+    def _serve(self, sock: Any, conn: Conn, address: Any, send: Callable[[bytes], None]) -> None:
+        """Request after request on one admitted connection."""
+        conns = self.connections
         rfile = sock.makefile("rb", -1)
         try:
             served = 0
@@ -230,7 +287,7 @@ class HTTPServer(StreamServer):
                     if not conns.idle(conn) or not rfile.peek(1):
                         break
                     conns.request(conn)
-                if not self._one(sock, rfile, conn, address):
+                if not self._one(sock, rfile, conn, address, send):
                     break
                 served += 1
         except OSError:  # the client went away, or a deadline shut the socket
@@ -242,7 +299,8 @@ class HTTPServer(StreamServer):
             except OSError:
                 pass
 
-    def _one(self, sock: socket.socket, rfile: Any, conn: Conn, address: Any) -> bool:
+    def _one(self, sock: socket.socket, rfile: Any, conn: Conn, address: Any,
+             send: Callable[[bytes], None]) -> bool:
         """Read and answer one request; True: keep the connection for another."""
         try:
             line = read_request_line(rfile)
@@ -259,7 +317,7 @@ class HTTPServer(StreamServer):
         close = not keep_alive(head, line.version)
         environ, stream = self._environ_for(line.method, line.target, line.version, head,
                                             address, rfile, conn, sock)
-        close = self._respond(sock, environ, stream, line.version, close)
+        close = self._respond(send, environ, stream, line.version, close)
         return not close
 
     def _environ_for(self, method: str, target: str, version: str, head: Head,
@@ -271,6 +329,7 @@ class HTTPServer(StreamServer):
         env["REQUEST_METHOD"] = method
         path, _, query = target.partition("?")
         env["PATH_INFO"] = unquote_latin1(path)
+        env["RAW_URI"] = target  # as sent (pywsgi's name): a URL inside the path keeps its %XX
         env["QUERY_STRING"] = query
         env["SERVER_PROTOCOL"] = version
         ctype = head.typeheader
@@ -294,7 +353,7 @@ class HTTPServer(StreamServer):
         env["wsgi.input"] = stream
         return env, stream
 
-    def _respond(self, sock: socket.socket, environ: dict[str, Any], stream: _Input,
+    def _respond(self, send: Callable[[bytes], None], environ: dict[str, Any], stream: _Input,
                  version: str, close: bool) -> bool:
         """Run the application and send its answer in one send; True: close after it."""
         resp = _Response()
@@ -313,13 +372,13 @@ class HTTPServer(StreamServer):
             out = resp.head(len(body), close, version, self._date.now())
             sent = True
             if environ["REQUEST_METHOD"] == "HEAD" or resp.code in (204, 304):
-                send_all(sock, out)
+                send(out)
             elif len(body) <= _ONE_SEND:
                 out += body
-                send_all(sock, out)
+                send(out)
             else:
-                send_all(sock, out)
-                send_all(sock, body)
+                send(out)
+                send(body)
             if stream.failed:
                 return True
             stream._discard()
@@ -329,7 +388,7 @@ class HTTPServer(StreamServer):
         except Exception:
             log.exception("http: %s %s failed", environ["REQUEST_METHOD"], environ["PATH_INFO"])
             if not sent:
-                sock.sendall(error_response(500, "internal error"))
+                send(error_response(500, "internal error"))
             return True
 
     def _refuse(self, sock: socket.socket, conn: Conn, status: int, message: str) -> None:

@@ -8,7 +8,11 @@ never a number. Kept below both so the arrows point one way.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
+
+# W3C Trace Context's traceparent: version-trace_id-parent_id-flags, lower-case hex
+_TRACEPARENT_RE = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 class ValidationError(ValueError):
@@ -50,4 +54,17 @@ def integer(field: str, value: Any, lo: int, hi: int) -> int:
         raise ValidationError(field, "must be an integer")
     if not lo <= value <= hi:
         raise ValidationError(field, f"must be between {lo} and {hi}")
+    return value
+
+
+def is_traceparent(value: Any) -> bool:
+    """A W3C ``traceparent`` (version 00's 55 characters; version ff and all-zero ids are
+    invalid), as kept with a task and sent on each attempt."""
+    return isinstance(value, str) and _TRACEPARENT_RE.fullmatch(value) is not None
+
+
+def traceparent(field: str, value: Any) -> str:
+    if not is_traceparent(value):
+        raise ValidationError(field, "must be a W3C traceparent: 00-<32 hex trace id>-"
+                                     "<16 hex parent id>-<2 hex flags>, lower case")
     return value

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miyamoto.tasks import fields as dispatchfields
+from miyamoto.tasks.checks import is_traceparent
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
 
@@ -73,6 +74,7 @@ class Task:
     flow_rate: float | None = None
     flow_parallelism: int | None = None
     created: float = 0.0
+    traceparent: str | None = None  # W3C Trace Context: the producer's (or enqueue's) span
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -158,6 +160,8 @@ class Task:
             if kwargs.get("timeout") is not None and not 0 < kwargs["timeout"] <= 86400:
                 raise DecodeError("task timeout is out of range")
             dispatchfields.check_decoded(kwargs)
+            if kwargs.get("traceparent") is not None and not is_traceparent(kwargs["traceparent"]):
+                raise DecodeError("task traceparent is not a W3C traceparent")
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -228,7 +232,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "first_attempt": (int, float), "last": (dict,), "finished": (int, float),
     "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
-    "reruns": (int,),
+    "reruns": (int,), "traceparent": (str,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -19,7 +19,7 @@ import ujson
 
 from miyamoto.tasks import dedupe
 from miyamoto.tasks import fields as dispatchfields
-from miyamoto.tasks.checks import ValidationError, integer, number
+from miyamoto.tasks.checks import ValidationError, integer, number, traceparent
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
 
@@ -33,7 +33,7 @@ _NAME_RE = re.compile(r"[^\x00-\x1f\x7f]+")
 _JSON_FIELDS = frozenset({
     "url", "method", "params", "body", "content_type", "json", "headers", "countdown", "eta",
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
-    "dedupe",
+    "dedupe", "traceparent",
     *dispatchfields.FIELDS,  # priority, flow_key, flow_rate, flow_parallelism
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
@@ -204,11 +204,13 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     callback = _optional_url(fields, "callback", limits)
     failure_callback = _optional_url(fields, "failure_callback", limits)
     priority_and_flow = dispatchfields.parse(fields)
+    trace = fields.get("traceparent")
     return dedupe.apply(Task(
         id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
         failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow,
+        traceparent=None if trace is None else traceparent("traceparent", trace),
     ), dedupe_mode)
 
 

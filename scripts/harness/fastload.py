@@ -64,9 +64,14 @@ class Enqueuer:
     def __init__(self, nodes: Sequence[Any], sink_url: str, run: str, *, tasks: int,
                  connections: int = 50, request_timeout: float = 30.0,
                  queue: str | None = None, countdown: float | None = None,
-                 json: bool = False) -> None:
+                 json: bool = False, qstash: bool = False) -> None:
         self.load = Load(tasks)
         self.path = "/queue" + (f"/{quote(queue, safe='')}" if queue else "")
+        # QStash's face: the same form body, published to the sink's URL (201, messageId)
+        self.qstash = qstash
+        if qstash:
+            self.path = (f"/v2/enqueue/{quote(queue, safe='')}/" if queue
+                         else "/v2/publish/") + sink_url
         self.countdown = countdown
         self.json = json
         self.sink_url = sink_url
@@ -88,6 +93,8 @@ class Enqueuer:
         return ("&".join(parts) + "&seq=").encode()
 
     def body(self, seq: int) -> bytes:
+        if self.qstash:
+            return f"run={self.run}&seq={seq}".encode()
         if not self.json:
             return self._form_prefix + str(seq).encode()
         doc: dict[str, Any] = {"url": self.sink_url,
@@ -118,11 +125,11 @@ class Enqueuer:
         finally:
             self.load.last_done = max(self.load.last_done, clock())
         self.load.rtt.append(clock() - start)
-        if status != 200:
+        if status != (201 if self.qstash else 200):
             self._error(f"HTTP {status}: {data[:120]!r}")
             return
         try:
-            task_id = ujson.loads(data)["id"]
+            task_id = ujson.loads(data)["messageId" if self.qstash else "id"]
         except (ValueError, KeyError, TypeError):
             self._error(f"HTTP 200 without an id: {data[:120]!r}")
             return

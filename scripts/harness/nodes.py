@@ -120,6 +120,8 @@ class NodeProcess:
     ``output="pipe"`` its output is ``proc.stdout`` instead of the log file.
     ``http_host``/``cluster_host`` (default 127.0.0.1) are the addresses it binds: a
     ``harness.netns`` host's, with ``program`` = ``ip netns exec NS python -m miyamoto``.
+    ``tls_ca``: the node serves https (its options name the certificate), verified with
+    this CA file; ``tls_client``: the (certificate, key) files to show it (mutual TLS).
     """
 
     def __init__(self, base_dir: os.PathLike | str, node_id: str | None = None, *,
@@ -131,8 +133,11 @@ class NodeProcess:
                  inherit_miyamoto_env: bool = False, program: Sequence[str] = PROGRAM,
                  cwd: str | os.PathLike | None = None, own_session: bool = False,
                  address_flags: bool = True, output: str = "log",
-                 http_host: str = LOCALHOST, cluster_host: str | None = None):
+                 http_host: str = LOCALHOST, cluster_host: str | None = None,
+                 tls_ca: str | None = None, tls_client: tuple[str, str] | None = None):
         self.http_host = http_host
+        self.tls_ca = tls_ca
+        self.tls_client = tls_client
         self.cluster_host = cluster_host or http_host
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +182,7 @@ class NodeProcess:
     # ------------------------------------------------------------ addresses
     @property
     def url(self) -> str:
-        return f"http://{self.http_host}:{self.http_port}"
+        return f"{'https' if self.tls_ca else 'http'}://{self.http_host}:{self.http_port}"
 
     @property
     def http_addr(self) -> str:
@@ -249,7 +254,8 @@ class NodeProcess:
                 raise NodeDied(f"node {self.node_id} exited with {self.returncode} while "
                                f"starting:\n{self.log_text(60)}")
             get = requests.get if self.session.trust_env else self.session.get  # no proxy
-            return all(get(self.url + p, timeout=1.0).status_code == 200 for p in paths)
+            return all(get(self.url + p, timeout=1.0, verify=self.tls_ca or True,
+                           cert=self.tls_client).status_code == 200 for p in paths)
 
         try:
             wait_until(up, timeout, interval=0.03, what=f"node {self.node_id} to be ready")
@@ -345,6 +351,9 @@ class NodeProcess:
     # ------------------------------------------------------------ HTTP helpers
     def request(self, method: str, path: str, **kw: Any) -> requests.Response:
         kw.setdefault("timeout", 10)
+        if self.tls_ca:  # per request: REQUESTS_CA_BUNDLE would win over the session's
+            kw.setdefault("verify", self.tls_ca)
+            kw.setdefault("cert", self.tls_client)
         return self.session.request(method, self.url + path, **kw)
 
     def get(self, path: str, **kw: Any) -> requests.Response:

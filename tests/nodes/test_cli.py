@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, run_cli
+from helpers import REPO, NodeProcess, NotifySocket, run_cli, wait_until
 from miyamoto import Client
 from miyamoto.version import __version__  # noqa: F401  (the package under test is importable)
 
@@ -409,3 +409,28 @@ def test_times_are_rfc3339_unless_raw_and_eta_takes_either(node, sink):
     assert raw["eta"] == eta
     table = ok(run_cli("tasks", env=env)).stdout.splitlines()
     assert table[1].split()[3:7] == ["in", "3", "d", "0"], table  # WHEN: in 3 d 0 h
+
+
+@pytest.mark.timeout(60)
+def test_serve_with_a_secret_file_it_cannot_read_exits_2_naming_it(tmp_path):
+    missing = tmp_path / "no-such-secret"
+    cp = run_cli("serve", "--data-dir", ":memory:",
+                 env={"MIYAMOTO_CURVE_SECRET_FILE": str(missing)})
+    assert cp.returncode == 2, (cp.stdout, cp.stderr)
+    assert f"curve_secret_file: cannot read {missing}" in cp.stderr and "Traceback" not in cp.stderr
+
+
+@pytest.mark.timeout(60)
+def test_serve_tells_systemd_it_is_ready_and_then_stopping(tmp_path, proc_registry):
+    """sd_notify: READY=1 from the node's own pid once it serves, STOPPING=1 at SIGTERM."""
+    listener = NotifySocket()
+    try:
+        node = NodeProcess(tmp_path, "n", registry=proc_registry,
+                           raw_env={"NOTIFY_SOCKET": listener.name}).start().wait_ready()
+        ready = wait_until(lambda: [m for m in listener.poll() if m[1].startswith("READY=1")],
+                           timeout=10, what="READY=1")
+        assert ready == [(node.pid, f"READY=1\nSTATUS=serving http://{node.http_addr}")]
+        assert node.stop() == 0
+        assert listener.poll()[-1] == (node.pid, "STOPPING=1\nSTATUS=draining")
+    finally:
+        listener.close()

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from harness import PROGRAM, child_env
-from helpers import free_port, wait_until
+from helpers import NotifySocket, free_port, wait_until
 from miyamoto.cli import processes
 from miyamoto.config import settings as config_mod
 
@@ -61,13 +61,15 @@ def test_the_plan_gives_each_child_its_own_id_ports_and_data_dir():
 def test_two_processes_share_one_port_and_form_a_cluster(tmp_path, sink):
     http, cport = free_port(), consecutive_free_ports(2)
     log = open(tmp_path / "serve.log", "wb")
+    listener = NotifySocket()  # systemd hears the supervisor only, never its children
     proc = subprocess.Popen(
         [*PROGRAM, "serve", "--processes", "2", "--node", "h",
          "--http", f"127.0.0.1:{http}", "--cluster", f"tcp://127.0.0.1:{cport}",
          "--data-dir", str(tmp_path / "data"), "--heartbeat-interval", "0.1",
          "--failure-timeout", "1", "--election-timeout-min", "0.3",
          "--election-timeout-max", "0.6"],
-        env=child_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env={**child_env(), "NOTIFY_SOCKET": listener.name}, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{http}"
     try:
         def both_in_roster() -> bool:
@@ -79,6 +81,7 @@ def test_two_processes_share_one_port_and_form_a_cluster(tmp_path, sink):
                 bool(v.get("leader"))
 
         wait_until(both_in_roster, 30, what="h-1 and h-2 in one roster")
+        assert listener.poll() == [(proc.pid, "READY=1\nSTATUS=2 nodes started")]
         v = requests.get(f"{url}/cluster", timeout=2).json()
         assert len({m["zone"] for m in v["members"]}) == 1
         # new connections land on both processes
@@ -112,4 +115,7 @@ def test_two_processes_share_one_port_and_form_a_cluster(tmp_path, sink):
             raise
         log.close()
     assert code == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    assert listener.poll() == [(proc.pid, "READY=1\nSTATUS=2 nodes started"),
+                               (proc.pid, "STOPPING=1")]  # a restarted child said nothing
+    listener.close()
 

@@ -58,6 +58,7 @@ SKIPPED = {
     ".venv/bin/python scripts/bench.py --delayed 100000 --rss": "a benchmark",
     ".venv/bin/python scripts/bench.py --prefill 10000000 --delayed 20000": "a benchmark",
     ".venv/bin/python scripts/bench.py --nodes 3 --replication 2": "a benchmark",
+    ".venv/bin/python scripts/bench.py --tasks 10000 --connections 20 --qstash": "a benchmark",
     ".venv/bin/python scripts/bench.py --memory --plot latency.png":
         "a benchmark (tests/nodes/test_bench_plot.py runs --plot)",
     ".venv/bin/pip install -e '.[compare]'": "installs celery and redis-py",
@@ -82,6 +83,8 @@ AS_IS = [
     "curl -X PUT -d '{\"urls\": [\"http://a:9099/hook\", \"http://b:9099/hook\"]}' "
     "-H 'Content-Type: application/json' http://localhost:8088/topics/orders",
     "curl -d 'task.topic=orders&id=42' http://localhost:8088/queue",
+    "curl -H 'Upstash-Delay: 5s' -H 'Upstash-Retries: 2' -d 'hello' "
+    "http://localhost:8088/v2/publish/http://localhost:9099/qstash",
 ]
 BACKUP = [
     "mkdir -p backups",
@@ -116,6 +119,9 @@ SYNOPSIS = {
         "miyamoto tasks default --state failed --limit 20 --json"],
     "miyamoto pause|resume|purge QUEUE": [
         "miyamoto pause q", "miyamoto resume q", "miyamoto purge q"],
+    "miyamoto queue set QUEUE rate=5 burst=10 paused=true": [
+        "miyamoto queue set q rate=5 burst=10 paused=true"],
+    "miyamoto queue show|reset QUEUE": ["miyamoto queue show q", "miyamoto queue reset q"],
     "miyamoto failed list QUEUE [--json]": [
         "miyamoto failed list default", "miyamoto failed list default --json"],
     "miyamoto failed retry QUEUE": ["miyamoto failed retry default"],

@@ -891,7 +891,8 @@ def test_body_over_1_mib_is_413(shared_node, ctype):
     ("GET", "/queue", 405), ("PUT", "/queue", 405), ("DELETE", "/queue/x", 405),
     ("GET", "/queue/x/batch", 405), ("DELETE", "/queues", 405), ("POST", "/tasks/abc", 405),
     ("GET", "/tasks/abc/retry", 405), ("POST", "/healthz", 405), ("GET", "/queues/q/pause", 405),
-    ("DELETE", "/queues/q", 405), ("PATCH", "/tasks/abc", 405), ("GET", "/queues/bad.name", 400),
+    ("PATCH", "/queues/q", 405), ("PATCH", "/tasks/abc", 405),
+    ("DELETE", "/queues/q", 404), ("GET", "/queues/bad.name", 400),
     ("GET", "/queues/q/tasks?state=bogus", 400), ("GET", "/queues/q/tasks?limit=0", 400),
     ("GET", "/queues/q/tasks?limit=abc", 400),
 ])

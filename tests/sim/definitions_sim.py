@@ -10,7 +10,11 @@ one from what its last ``Persist`` wrote. A full-cluster restart crashes every n
 once, drops everything in flight, and starts the membership's terms again low (as
 ``miyamoto.membership.machine`` does: its state lives in memory). Clients write at random to
 whichever node thinks it leads, and a ready leader advances a schedule's cursor (kind
-"cursor", its tick + 1) every ``CURSOR_EVERY`` seconds, as ``miyamoto.definitions.schedules`` does.
+"cursor", its tick + 1) every ``CURSOR_EVERY`` seconds, as ``miyamoto.definitions.schedules`` does. With
+``merges``, clients also PUT queue settings: the ready leader reads the queue's value,
+adds one field and writes the whole value back, as ``DefSync`` does for a "merge"
+(``miyamoto.definitions.queues``); ``stale_merges`` is the planted bug of reading the
+value on whichever node took the PUT instead.
 
 The checker, after every event:
 
@@ -19,6 +23,8 @@ The checker, after every event:
 * no two nodes have writes acknowledged in one definitions term;
 * acknowledged cursors never go back: in stamp order their ticks do not decrease (a
   cursor that went back would fire a schedule's tick twice);
+* no acknowledged merge lost: a ready leader's queue value holds every field an
+  acknowledged merge added (fields are only ever added, so a missing one is a lost update);
 * liveness after a full restart: within ``LIVE_WITHIN`` seconds (no other fault meanwhile
   but message loss) a write is acknowledged again and the cursor advances;
 
@@ -69,7 +75,8 @@ class _Event:
 
 class Sim:
     def __init__(self, n: int = 3, seed: int = 0, *, loss: float = 0.1,
-                 delay: tuple[float, float] = (0.001, 0.05), factory: type = Definitions):
+                 delay: tuple[float, float] = (0.001, 0.05), factory: type = Definitions,
+                 merges: bool = False, stale_merges: bool = False):
         self.rng = random.Random(seed)
         self.ids = [f"n{i}" for i in range(n)]
         self.nodes = {i: SimNode(i) for i in self.ids}
@@ -88,6 +95,10 @@ class Sim:
         self.full_restarts = 0
         self.quiet_until = 0.0  # no faults but loss before this (a liveness window)
         self.live: tuple[float, int, int] | None = None  # (deadline, acked, cursor) to beat
+        self.merges, self.stale_merges = merges or stale_merges, stale_merges
+        self.merge_fields: dict[tuple[str, int], str] = {}  # (node, wid) -> the field added
+        self.acked_fields: set[str] = set()
+        self.merge_seq = 0
         for i in self.ids:
             self._start(i)
 
@@ -120,6 +131,9 @@ class Sim:
                            (node_id, e.to, verb, payload))
             elif isinstance(e, Finished):
                 entries = self.writes.pop((node_id, e.wid), None)
+                added = self.merge_fields.pop((node_id, e.wid), None)
+                if e.ok and added is not None:
+                    self.acked_fields.add(added)
                 if e.ok and entries is not None:
                     self.acked_count += 1
                     self._acked(node_id, entries)
@@ -190,6 +204,28 @@ class Sim:
                 self.writes[(i, wid)] = [mc.entries[("topic", key)]]
                 self._carry(i, effects)
 
+    def queue_merge(self) -> None:
+        """A PUT of one queue setting, merged on the ready leader (or, planted bug, on
+        the value a random live node holds)."""
+        for i in self.ids:
+            mc = self.nodes[i].machine
+            if mc is None or not mc.ready:
+                continue
+            reader = mc
+            if self.stale_merges:
+                reader = self.rng.choice([n.machine for n in self.nodes.values()
+                                          if n.machine is not None])
+            self.merge_seq += 1
+            added = f"f{self.merge_seq}"
+            value = dict(reader.get("queue", "q") or {}, **{added: self.merge_seq})
+            r = mc.step(Write((("queue", "q", value),)), self.now)
+            self.writes[(i, r.wid)] = [mc.entries[("queue", "q")]]
+            self.merge_fields[(i, r.wid)] = added
+            self._carry(i, r.effects)
+
+    def _lost_fields(self, mc: Definitions) -> set[str]:
+        return self.acked_fields - set(mc.get("queue", "q") or {})
+
     # ------------------------------------------------------------ running
     def run(self, until: float, *, faults: bool = True, dt: float = 0.05) -> None:
         next_tick = self.now
@@ -236,6 +272,8 @@ class Sim:
         if self.now >= self.next_cursor:
             self.next_cursor = self.now + CURSOR_EVERY
             self.cursor_write()
+        if self.merges and self.rng.random() > 0.8:
+            self.queue_merge()
         if self.now < self.quiet_until:
             if self.rng.random() > 0.7:
                 self.client_write()
@@ -285,6 +323,10 @@ class Sim:
                 if e is None or (e.term, e.seq) < stamp:
                     raise SafetyViolation(f"t={self.now:.2f}: ready leader {i} (term "
                                           f"{mc.term}) lacks acked {key} {stamp}; has {e}")
+            lost = self._lost_fields(mc)
+            if lost:
+                raise SafetyViolation(f"t={self.now:.2f}: ready leader {i}'s queue lost the "
+                                      f"acked merges of {sorted(lost)[:5]}")
 
     def converged(self) -> bool:
         sets = {self.nodes[i].machine.digest() for i in self.ids
@@ -296,6 +338,9 @@ class Sim:
             raise SafetyViolation("members did not converge: " + ", ".join(
                 f"{i}={self.nodes[i].machine.digest()}" for i in self.ids))
         any_node = self.nodes[self.ids[0]].machine
+        if self._lost_fields(any_node):
+            raise SafetyViolation(f"acked merges lost at the end: "
+                                  f"{sorted(self._lost_fields(any_node))[:5]}")
         for key, stamp in self.acked.items():
             e = any_node.entries.get(key)
             if e is None or (e.term, e.seq) < stamp:

@@ -88,7 +88,8 @@ class Node:
             dispatcher=SimpleNamespace(breakers=breakers, busy=2, queues=queues),
             queues=_Held(["declared", "mail", "web"]),
             live_depth=lambda: {("mail", "scheduled"): 3, ("mail", "running"): 1,
-                                ("extra", "scheduled"): 2})
+                                ("extra", "scheduled"): 2},
+            oldest_due=lambda: {"mail": 42.5})
         self.journal = SimpleNamespace(commits=42, health=SimpleNamespace(ok=True))
         self.config = SimpleNamespace(queues={"declared": object()})
         transport = SimpleNamespace(stats=SimpleNamespace(
@@ -142,6 +143,9 @@ def test_queues_show_depth_ready_and_paused_and_quiet_ones_their_zeros() -> None
     assert got[("miyamoto_queue_ready", (("queue", "web"),))] == 0
     assert got[("miyamoto_queue_paused", (("queue", "mail"),))] == 1
     assert got[("miyamoto_queue_paused", (("queue", "web"),))] == 0
+    oldest = {k[1]: v for k, v in got.items() if k[0] == "miyamoto_queue_oldest_due_seconds"}
+    assert oldest == {(("queue", q),): v for q, v in
+                      [("mail", 42.5), ("extra", 0), ("declared", 0), ("web", 0)]}
 
 
 def test_queues_past_the_label_cap_add_up_under_other() -> None:

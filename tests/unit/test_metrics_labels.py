@@ -21,7 +21,7 @@ def test_queues_beyond_the_label_cap_are_summed_and_counted() -> None:
         held.note(f"q{i:04d}", 0.0)
     depth = {(f"q{i:04d}", "scheduled"): 1 for i in range(MAX_QUEUES + 49)}
     engine = SimpleNamespace(queues=held, live_depth=lambda: depth,
-                             dispatcher=SimpleNamespace(queues={}))
+                             dispatcher=SimpleNamespace(queues={}), oldest_due=dict)
     node = SimpleNamespace(engine=engine, config=settings.load(env={}))
     fams = {f.name: f for f in NodeCollector(node, Metrics())._queues()}  # type: ignore[arg-type]
     assert fams["miyamoto_queues"].samples[0].value == MAX_QUEUES + 50

@@ -154,6 +154,9 @@ class FakeNode:
     def stop(self):
         self.calls.append("stop")
 
+    def reload_tls(self):
+        self.calls.append("reload_tls")
+
 
 @pytest.fixture
 def served(monkeypatch):
@@ -196,9 +199,11 @@ def test_serve_patches_gevent_then_runs_a_node_with_the_flags_until_a_signal(ser
     assert served["patched"] == 1 and served["logs"] == [("INFO", "json")]
     assert node.config.http == "127.0.0.1:1234" and node.config.access_log is True
     assert node.calls == ["start", "serve_forever"]
-    assert set(served["handlers"]) == {signal.SIGTERM, signal.SIGINT}
+    assert set(served["handlers"]) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
     served["handlers"][signal.SIGTERM]()
     assert served["spawned"] == [node.stop]  # a signal stops the node, off the handler
+    served["handlers"][signal.SIGHUP]()
+    assert served["spawned"] == [node.stop, node.reload_tls]  # SIGHUP: the certificate again
     assert served["supervised"] == []
 
 

@@ -525,3 +525,87 @@ def test_the_flagless_options_are_listed_in_their_section():
     long = config_mod._unflagged(s for s in config_mod.SETTINGS if s.name == "signing_secret")
     assert all(len(line) <= 76 for line in long.split("\n")[2:])
     assert long.split("\n")[3].startswith("      ")  # continued lines indented
+
+
+# a key pair as `miyamoto keygen` makes them (zmq.curve_keypair), for the file options
+PAIR = ("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6")
+
+
+def test_the_secrets_come_from_files_named_by_their_file_variables(tmp_path):
+    """A mounted secret ends in a newline, or quotes a key as an env file would: both go."""
+    (tmp_path / "public").write_text(PAIR[0] + "\n")
+    (tmp_path / "secret").write_text(f"'{PAIR[1]}'\n")
+    (tmp_path / "tokens").write_text("admin:" + "t" * 20 + "\n")
+    cfg = config_mod.load(env={"MIYAMOTO_CURVE_PUBLIC_FILE": str(tmp_path / "public"),
+                               "MIYAMOTO_CURVE_SECRET_FILE": str(tmp_path / "secret"),
+                               "MIYAMOTO_API_TOKENS_FILE": str(tmp_path / "tokens")})
+    assert (cfg.curve_public, cfg.curve_secret) == PAIR
+    assert cfg.api_tokens == (("admin", "t" * 20),)
+    assert set(config_mod.FILE_OPTIONS) == {"curve_public", "curve_secret", "api_tokens",
+                                            "signing_secret", "qstash_current_signing_key",
+                                            "qstash_next_signing_key"}
+
+
+@pytest.mark.parametrize("content,words", [
+    (None, "cannot read"), ("", "is empty"), ("  \n", "is empty"), (b"\xff\xfe", "not UTF-8"),
+    ("x" * 70000, "larger than"),
+])
+def test_a_bad_secret_file_names_the_file_option(tmp_path, content, words):
+    path = tmp_path / "secret"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={"MIYAMOTO_SIGNING_SECRET_FILE": str(path)})
+    assert str(info.value).startswith(f"signing_secret_file: ") and words in str(info.value)
+
+
+def test_a_bad_value_in_a_secret_file_names_its_variable_and_never_quotes_it(tmp_path):
+    (tmp_path / "tokens").write_text("admin:short-secret")
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={"MIYAMOTO_API_TOKENS_FILE": str(tmp_path / "tokens")})
+    assert "(from MIYAMOTO_API_TOKENS_FILE)" in str(info.value)
+    assert "short-secret" not in str(info.value)
+
+
+def test_a_secret_and_its_file_variable_together_are_refused(tmp_path):
+    (tmp_path / "tokens").write_text("admin:" + "t" * 20)
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env={"MIYAMOTO_API_TOKENS_FILE": str(tmp_path / "tokens"),
+                             "MIYAMOTO_API_TOKENS": "admin:" + "u" * 20})
+    assert str(info.value).startswith("api_tokens_file: ")
+
+
+def test_only_the_secrets_have_file_variables():
+    config_mod.check_environment({"MIYAMOTO_CURVE_SECRET_FILE": "/x"})
+    with pytest.raises(ConfigError) as info:
+        config_mod.check_environment({"MIYAMOTO_NODE_FILE": "/x"})
+    assert str(info.value).startswith("MIYAMOTO_NODE_FILE: no such option")
+
+
+QSTASH_KEY = "sig_current_0123456789abcdefghijklmn"
+
+
+def test_config_qstash_signing_keys_from_the_environment_are_masked():
+    c = config_mod.load(env={"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": QSTASH_KEY,
+                             "MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": QSTASH_KEY[::-1]})
+    assert (c.qstash_current_signing_key, c.qstash_next_signing_key) == (QSTASH_KEY,
+                                                                         QSTASH_KEY[::-1])
+    assert config_mod.load(env={}).qstash_current_signing_key == ""
+    shown = c.redacted()
+    assert shown["qstash_current_signing_key"] == shown["qstash_next_signing_key"] == "***"
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": QSTASH_KEY}, "qstash_current_signing_key:"),
+    ({"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": "short"}, "qstash_current_signing_key:"),
+    ({"MIYAMOTO_QSTASH_CURRENT_SIGNING_KEY": QSTASH_KEY,
+      "MIYAMOTO_QSTASH_NEXT_SIGNING_KEY": "has a space in it, long enough"},
+     "qstash_next_signing_key:"),
+])
+def test_config_bad_qstash_keys_fail_naming_the_option(env, named):
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(env=env)
+    assert str(info.value).startswith(named)
+    assert QSTASH_KEY not in str(info.value) and "has a space" not in str(info.value)

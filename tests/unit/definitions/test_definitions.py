@@ -249,6 +249,37 @@ def test_the_checker_catches_a_leader_that_does_not_adopt() -> None:
     assert caught >= 3
 
 
+@pytest.mark.timeout(60)
+def test_simulated_queue_merges_on_the_leader_lose_no_acked_field() -> None:
+    fields = 0
+    for seed in range(6):
+        sim = Sim(3 if seed % 2 else 5, 200 + seed, merges=True)
+        sim.elect()
+        sim.run(12)
+        sim.heal()
+        sim.run(sim.now + 5, faults=False)
+        sim.final_check()
+        fields += len(sim.acked_fields)
+    assert fields > 100  # the runs merged a lot, through leader changes and restarts
+
+
+@pytest.mark.timeout(60)
+def test_the_checker_catches_merges_read_off_the_node_that_took_the_put() -> None:
+    caught = 0
+    for seed in range(6):
+        sim = Sim(3, 200 + seed, stale_merges=True)
+        sim.elect()
+        try:
+            sim.run(12)
+            sim.heal()
+            sim.run(sim.now + 5, faults=False)
+            sim.final_check()
+        except SafetyViolation as e:
+            assert "merges" in str(e)
+            caught += 1
+    assert caught >= 4
+
+
 # ---------------------------------------------------------------- the file
 
 def test_definitions_file_round_trips_and_a_bad_one_is_survived(tmp_path) -> None:

@@ -84,7 +84,7 @@ def test_entries_per_message_and_index_items_are_bounded() -> None:
     (Verb.DEFS_DIGEST, {"term": 1, "digest": "x" * 65}, "digest"),
     (Verb.DEFS_DIGEST, {"term": 1, "digest": "x", "owner": 5}, "owner"),
     (Verb.DEFS_WRITE, {"req": "r", "reply_to": "x", "op": "drop", "kind": "topic",
-                       "name": "t"}, "op must be put, delete, pause or resume"),
+                       "name": "t"}, "op must be one of put, merge, delete, pause, resume"),
     (Verb.DEFS_WRITE, {"req": "r", "reply_to": "x", "op": "put", "kind": "evil",
                        "name": "t"}, "unknown kind"),
     (Verb.DEFS_WRITE, {"req": "r", "reply_to": "x", "op": "put", "kind": "topic",

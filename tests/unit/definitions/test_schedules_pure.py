@@ -281,3 +281,44 @@ def test_a_tick_is_due_by_the_clusters_clock_and_its_task_at_once_by_ours() -> N
     now[0] = 1040.0
     t.fire_due()
     assert [x.name for x in enq.tasks][-1] == "schedule:a:1010"
+
+
+def test_parse_schedule_fills_the_defaults() -> None:
+    assert parse() == {"name": "n", "created": 100, "every": 5, "timezone": "UTC",
+                       "catch_up": "last", "paused": False, "task": TASK}
+    assert s.parse_schedule({"name": "n", "every": 5, "task": TASK}, limits=LIMITS,
+                            now=100.5, catch_up="none")["catch_up"] == "none"
+    v = s.parse_schedule({"name": "n", "cron": " 0  3 * * * ", "timezone": "Europe/Paris",
+                          "catch_up": "none", "paused": True, "task": TASK},
+                         limits=LIMITS, now=100.5, catch_up="last")
+    assert (v["cron"], v["timezone"], v["catch_up"], v["paused"]) == (
+        "0 3 * * *", "Europe/Paris", "none", True)
+    assert "every" not in v
+    with pytest.raises(ValidationError) as e:  # six fields only when asked for by name
+        s.parse_schedule({"name": "n", "cron": "* * * * * */5", "task": TASK},
+                         limits=LIMITS, now=100.5, catch_up="last")
+    assert e.value.field == "cron" and "cron_seconds_last" in str(e.value)
+    six = s.parse_schedule({"name": "n", "cron": "* * * * * */5", "cron_seconds_last": True,
+                            "task": TASK}, limits=LIMITS, now=100.5, catch_up="last")
+    assert six["cron"] == "* * * * * */5"
+
+
+def test_view_is_what_get_schedules_answers() -> None:
+    v = parse(every=10)
+    assert s.view(v, {"tick": 100.0, "ids": ["t1"]}, 105.0) == {
+        "name": "n", "every": 10, "timezone": "UTC", "catch_up": "last", "paused": False,
+        "next": [110.0, 120.0, 130.0, 140.0, 150.0], "last_tick": 100.0,
+        "next_at": ["1970-01-01T00:01:50+00:00", "1970-01-01T00:02:00+00:00",
+                    "1970-01-01T00:02:10+00:00", "1970-01-01T00:02:20+00:00",
+                    "1970-01-01T00:02:30+00:00"],
+        "last_task_ids": ["t1"], "task": TASK}
+    shown = s.view(dict(v, paused=True), None, 105.0)
+    assert shown["next"] == [] and shown["last_tick"] is None and shown["last_task_ids"] == []
+    assert shown["next_at"] == []
+    cron = s.view({"name": "c", "cron": "0 3 * * *", "timezone": "UTC", "catch_up": "last",
+                   "paused": False, "task": TASK}, None, 1699920000.0)
+    assert cron["cron"] == "0 3 * * *" and "every" not in cron
+    assert cron["next"][0] == 1699930800.0
+    paris = s.view({"name": "c", "cron": "0 3 * * *", "timezone": "Europe/Paris",
+                    "catch_up": "last", "paused": False, "task": TASK}, None, 1699920000.0)
+    assert paris["next_at"][0] == "2023-11-14T03:00:00+01:00"  # in the schedule's own zone

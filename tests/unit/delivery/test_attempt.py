@@ -7,9 +7,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import qstash  # QStash's SDK (the test extra): its Receiver checks our signatures
 import ujson
 
 from miyamoto.delivery.attempt import Outcome, build_request
@@ -175,3 +177,65 @@ def test_outcome_defaults():
     o = Outcome(ok=True)
     assert (o.status, o.headers, o.body, o.error, o.at) == (None, None, b"", None, 0.0)
     assert o.record()["at"] == 0.0
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_task_traceparent_goes_to_the_target_unless_the_attempt_has_its_own():
+    attempt = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+    assert "traceparent" not in build_request(task(), 0.0)[2]
+    assert build_request(task(traceparent=TRACE), 0.0)[2]["traceparent"] == TRACE
+    assert build_request(task(traceparent=TRACE), 0.0, (), attempt)[2]["traceparent"] == attempt
+    spoofed = build_request(task(traceparent=TRACE, headers={"TraceParent": "x"}), 0.0)[2]
+    assert [v for k, v in spoofed.items() if k.lower() == "traceparent"] == [TRACE]
+
+
+# ------------------------------------------------------------ Upstash-Signature
+QSTASH_KEY = "sig_current_0123456789abcdefghijklmn"
+QSTASH_NEXT = "sig_next_0123456789abcdefghijklmnopq"
+
+
+def test_upstash_signature_is_verified_by_qstash_receiver():
+    t = Task(id="t-9", queue="q", url="http://w/x?a=1", body='{"k": 1}',
+             content_type="application/json", attempts=2)
+    now = time.time()  # the Receiver checks exp and nbf against the real clock
+    method, url, headers, body = build_request(t, now, upstash_key=QSTASH_KEY)
+    assert headers["Upstash-Message-Id"] == "t-9" and headers["Upstash-Retried"] == "2"
+    sig = headers["Upstash-Signature"]
+    qstash.Receiver(QSTASH_KEY, QSTASH_NEXT).verify(signature=sig, body=body.decode(), url=url)
+    # rotation: a worker that has moved on (our current key is its next) still verifies
+    qstash.Receiver("sig_some_other_key_0123456789abcdef", QSTASH_KEY).verify(
+        signature=sig, body=body.decode(), url=url)
+    with pytest.raises(qstash.errors.SignatureError):  # another body
+        qstash.Receiver(QSTASH_KEY, QSTASH_NEXT).verify(signature=sig, body='{"k": 2}', url=url)
+    with pytest.raises(qstash.errors.SignatureError):  # another URL
+        qstash.Receiver(QSTASH_KEY, QSTASH_NEXT).verify(signature=sig, body=body.decode(),
+                                                        url="http://w/y")
+    with pytest.raises(qstash.errors.SignatureError):  # neither key
+        qstash.Receiver(QSTASH_NEXT, QSTASH_NEXT).verify(signature=sig, body=body.decode())
+    with pytest.raises(qstash.errors.SignatureError):  # expired: 5 minutes on
+        old = build_request(t, now - 301, upstash_key=QSTASH_KEY)[2]["Upstash-Signature"]
+        qstash.Receiver(QSTASH_KEY, QSTASH_NEXT).verify(signature=old, body=body.decode())
+
+
+def test_upstash_signature_claims_are_qstashs():
+    from miyamoto.delivery.attempt import upstash_signature
+
+    token = upstash_signature(QSTASH_KEY, "http://w/x", b"hello", 1000.0)
+    head, claims, mac = token.split(".")
+    pad = lambda s: s + "=" * (-len(s) % 4)  # noqa: E731
+    assert ujson.loads(base64.urlsafe_b64decode(pad(head))) == {"alg": "HS256", "typ": "JWT"}
+    c = ujson.loads(base64.urlsafe_b64decode(pad(claims)))
+    assert (c["iss"], c["sub"], c["iat"], c["nbf"], c["exp"]) == ("Upstash", "http://w/x",
+                                                                 1000, 1000, 1300)
+    assert c["body"] == base64.urlsafe_b64encode(hashlib.sha256(b"hello").digest()).decode()
+    assert c["jti"] != ujson.loads(base64.urlsafe_b64decode(pad(
+        upstash_signature(QSTASH_KEY, "http://w/x", b"hello", 1000.0).split(".")[1])))["jti"]
+    want = hmac.new(QSTASH_KEY.encode(), f"{head}.{claims}".encode(), hashlib.sha256).digest()
+    assert base64.urlsafe_b64decode(pad(mac)) == want
+
+
+def test_no_upstash_headers_without_a_key():
+    _, _, headers, _ = build_request(Task(id="t", queue="q", url="http://w/"), 1.0)
+    assert not {k for k in headers if k.lower().startswith("upstash-")}

@@ -322,3 +322,18 @@ def test_dispatch_waiting_exactly_one_second_for_a_token_does_not_spin():
         assert runs.ids == ["a"]
     finally:
         d.stop(1)
+
+
+def test_new_settings_reach_a_queue_with_state_at_once() -> None:
+    configs = {"q": QueueConfig(name="q", rate=10, burst=5, max_concurrent=2)}
+    d = Dispatcher(lambda t: None, lambda name: configs.get(name) or QueueConfig(name=name), 8)
+    d.set_share(2)
+    q = d.queue("q")
+    assert (q.limit, q.bucket.rate, q.bucket.burst) == (2, 5.0, 5)
+    q.paused = True
+    configs["q"] = QueueConfig(name="q", rate=4, burst=1, max_concurrent=6, paused=False)
+    d.reconfigure("q")
+    assert (q.limit, q.bucket.rate, q.bucket.burst, q.bucket.tokens) == (6, 2.0, 1, 1.0)
+    assert q.paused is True and d.queue_config("q").rate == 4  # a pause is not a setting
+    d.reconfigure("nothing-yet")  # a queue without state gets its settings when made
+    assert "nothing-yet" not in d.queues

@@ -61,3 +61,21 @@ def test_pages_by_name() -> None:
     assert page(names, 25) == (names, None)
     assert page(names, 10, "q0045") == (names[5:15], "q014")  # a cursor gone meanwhile
     assert page([], 10) == ([], None)
+
+
+def test_queues_made_through_the_api_exist_whatever_auto_create_says() -> None:
+    q = Queues(["default"], max_queues=3, auto_create=False, idle_expiry=60)
+    q.define(["made", "default"], 0.0)
+    q.admit("made", 1.0)  # takes tasks although auto_create_queues is off
+    assert q.names() == ["default", "made"] and len(q) == 2
+    assert q.expire(1000.0, busy=()) == []  # never idle while the API's settings hold
+    q.room_for("made")
+    q.room_for("another")  # the third of max_queues 3
+    q.define(["made", "another"], 2.0)
+    with pytest.raises(ValidationError, match=r"max_queues \(3\)") as e:
+        q.room_for("fourth")
+    assert e.value.field == "queue"
+    q.define([], 10.0)  # settings deleted: ordinary queues again, idle from now
+    assert q.names() == ["another", "default", "made"]
+    assert q.expire(69.0, busy=()) == [] and sorted(q.expire(70.0, busy=())) == ["another", "made"]
+    assert q.names() == ["default"]

@@ -19,7 +19,7 @@ from miyamoto.definitions import schedules, topics
 from miyamoto.definitions.sync import DefSync
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth
-from miyamoto.http.api import Api
+from miyamoto.http.api import QUEUES_PAGE, Api
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.tasks.task import State, Task
@@ -81,13 +81,13 @@ class Service:
         self._record("rerun", task_id)
         return None if task_id not in self.tasks else dict(self.tasks[task_id], reruns=1)
 
-    def queues(self) -> list[dict]:
-        self._record("queues")
-        return [{"name": "default"}]
+    def queues(self, limit: int, cursor: str) -> dict:
+        self._record("queues", limit, cursor)
+        return {"queues": [{"name": "default"}], "next_cursor": None}
 
-    def queue(self, name: str) -> dict:
+    def queue(self, name: str) -> dict | None:
         self._record("queue", name)
-        return {"name": name}
+        return None if name == "nosuch" else {"name": name}
 
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict]:
         self._record("list_tasks", queue, state, limit)
@@ -133,7 +133,8 @@ class Answer:
 
 def call(app: Api, method: str, path: str, body: bytes | None = None, *,
          ctype: str | None = None, query: str = "", length: str | None = None,
-         headers: dict[str, str] | None = None, stream: Any = None) -> Answer:
+         headers: dict[str, str] | None = None, stream: Any = None,
+         raw_uri: str | None = None) -> Answer:
     seen: dict[str, Any] = {}
 
     def start_response(status: str, hs: list) -> None:
@@ -148,6 +149,8 @@ def call(app: Api, method: str, path: str, body: bytes | None = None, *,
         environ["CONTENT_LENGTH"] = length
     if ctype is not None:
         environ["CONTENT_TYPE"] = ctype
+    if raw_uri is not None:  # the request target as sent, as http/server.py gives it
+        environ["RAW_URI"] = raw_uri
     for k, v in (headers or {}).items():
         environ["HTTP_" + k.upper().replace("-", "_")] = v
     out = b"".join(app(environ, start_response))
@@ -524,3 +527,82 @@ def test_an_absolute_eta_is_taken_on_the_clusters_clock(app: Api, svc: Service) 
     tasks = [c[1] for c in svc.calls if c[0] == "enqueue"]
     tasks += [t for c in svc.calls if c[0] == "enqueue_many" for t in c[1]]
     assert [t.fire_at for t in tasks] == [NOW + 3] * 3
+
+
+def test_head_is_get_without_the_body(app: Api) -> None:
+    get, head = call(app, "GET", "/queues"), call(app, "HEAD", "/queues")
+    assert head.status == 200 and head.body == b""
+    assert head.headers["Content-Length"] == get.headers["Content-Length"] != "0"
+    assert call(app, "head", "/queues").status == 200  # a method is case-blind
+
+
+def test_the_service_errors_become_answers(app: Api, svc: Service) -> None:
+    svc.raise_ = Duplicate("orig-1")
+    a = call(app, "GET", "/queues")
+    assert a.status_line == "409 Conflict" and a.json() == {"status": "duplicate",
+                                                            "id": "orig-1"}
+    svc.raise_ = Conflict("the task succeeded")
+    assert error_of(call(app, "GET", "/queues"), 409) == "the task succeeded"
+    svc.raise_ = Unavailable("too few replicas")
+    a = call(app, "GET", "/queues")
+    assert error_of(a, 503) == "too few replicas"
+    assert a.status_line == "503 Service Unavailable"
+    svc.raise_ = ValidationError("flow_key", "is odd", 422)
+    a = call(app, "GET", "/queues")
+    assert error_of(a, 422, "flow_key") == "flow_key is odd"
+    assert a.status_line == "422 Error"
+
+
+def test_tokens_guard_each_route_by_its_scope(svc: Service) -> None:
+    admin, enq, read = "a" * 24, "e" * 24, "r" * 24
+    app = Api(svc, Limits(), max_batch=3, clock=lambda: NOW,
+              tokens=auth.Tokens([("admin", admin), ("enqueue", enq), ("read", read)]))
+
+    def status(method: str, path: str, token: str | None, body: bytes | None = None) -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return call(app, method, path, body, ctype=JSON if body else None,
+                    headers=headers).status
+    a = call(app, "GET", "/queues")
+    assert error_of(a, 401).startswith("Authorization: Bearer token is missing")
+    assert a.headers["WWW-Authenticate"] == 'Bearer realm="miyamoto"'
+    a = call(app, "GET", "/queues", headers={"Authorization": "Bearer " + "x" * 24})
+    assert a.status == 401 and "not a valid API token" in a.json()["error"]
+    assert status("GET", "/healthz", None) == 200 and status("GET", "/readyz", None) == 200
+    assert status("GET", "/", None) == 200
+    task = ujson.dumps({"url": URL}).encode()
+    assert status("POST", "/queue", enq, task) == 200
+    assert status("POST", "/queue/default/batch", enq, b"[" + task + b"]") == 200
+    assert status("GET", "/tasks/t-1", enq) == 200 and status("GET", "/tasks/t-1", read) == 200
+    assert status("POST", "/queue", read, task) == 403
+    a = call(app, "GET", "/queues", headers={"Authorization": f"Bearer {enq}"})
+    assert error_of(a, 403).endswith("(it needs read or admin)")
+    assert "WWW-Authenticate" not in a.headers
+    assert status("HEAD", "/queues", read) == 200 and status("GET", "/metrics", read) == 200
+    assert status("POST", "/queues/default/pause", read) == 403
+    assert status("POST", "/queues/default/pause", enq) == 403
+    assert status("POST", "/queues/default/pause", admin) == 200
+    assert status("DELETE", "/tasks/t-1", enq) == 403
+    assert status("DELETE", "/tasks/t-1", admin) == 200
+
+
+def test_queue_and_operation_routes(app: Api, svc: Service) -> None:
+    assert call(app, "GET", "/queues").json() == {"queues": [{"name": "default"}],
+                                                  "next_cursor": None}
+    assert svc.calls[-1] == ("queues", QUEUES_PAGE, "")
+    assert call(app, "GET", "/queues", query="limit=2&cursor=mail").status == 200
+    assert svc.calls[-1] == ("queues", 2, "mail")  # a page goes on after its cursor
+    assert call(app, "GET", "/queues", query="cursor=a%20b").status == 400
+    assert call(app, "GET", "/queues/").status == 200
+    assert call(app, "GET", "/queues/mail").json() == {"name": "mail"}
+    assert call(app, "GET", "/queues/nosuch").status == 404  # a queue nothing made
+    for action in ("pause", "resume", "purge"):
+        assert call(app, "POST", f"/queues/mail/{action}").json() == {"queue": "mail",
+                                                                      "action": action}
+    for action in ("retry", "delete"):
+        assert call(app, "POST", f"/queues/mail/failed/{action}").json()["action"] == action
+    assert call(app, "POST", "/queues/mail/stop").status == 404
+    assert call(app, "GET", "/cluster").json() == {"leader": "n1"}
+    assert call(app, "GET", "/targets").json() == {"targets": [{"origin": "http://127.0.0.1:9"}]}
+    a = call(app, "GET", "/metrics")
+    assert a.body == b"# metrics\n" and a.headers["Content-Type"] == CONTENT_TYPE_LATEST
+    assert call(app, "GET", "/openapi.json").json() == ujson.loads(ujson.dumps(SPEC))

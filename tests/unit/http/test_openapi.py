@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from miyamoto.definitions import topics
+from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.schedules import parse_schedule
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
@@ -57,11 +58,20 @@ def _template(pattern: re.Pattern[str]) -> str:
     return out.rstrip("?").rstrip("/") or "/"
 
 
+# QStash's face (miyamoto/http/qstash.py) is left out of our spec on purpose: it is
+# QStash's API, described by QStash's docs and proven with QStash's own SDK
+# (tests/nodes/test_qstash_node.py), and its destinations are URLs with slashes in the
+# path (/v2/publish/https://...), which an OpenAPI path template cannot express.
+QSTASH_PREFIX = "/v2/"
+
+
 def test_every_route_and_method_is_described() -> None:
     api = Api(service=None, limits=Limits(), max_batch=10)  # type: ignore[arg-type]
     seen = set()
     for pattern, handlers in api.routes:
         path = _template(pattern)
+        if path.startswith(QSTASH_PREFIX):
+            continue
         if "{action}" in path:  # the alternatives the route's pattern names
             names = re.search(r"\(\?P<action>([^)]*)\)", pattern.pattern).group(1)
             paths = [path.replace("{action}", a) for a in names.split("|")]
@@ -79,7 +89,7 @@ def test_the_routes_that_read_a_body_and_only_those_say_so() -> None:
                  if "requestBody" in op}
     assert with_body == {("/queue", "post"), ("/queue/{queue}", "post"),
                          ("/queue/{queue}/batch", "post"), ("/schedules", "post"),
-                         ("/topics/{tname}", "put")}
+                         ("/topics/{tname}", "put"), ("/queues/{queue}", "put")}
     for p, m in with_body:
         assert SPEC["paths"][p][m]["requestBody"]["required"] is True
     for p, ops in SPEC["paths"].items():
@@ -275,3 +285,26 @@ def test_a_targets_answer_fits_and_holds_nothing_else() -> None:
     assert schema("Targets").is_valid(answer)
     extra = {"targets": [{**answer["targets"][0], "url": "http://a/x"}]}
     assert not schema("Targets").is_valid(extra)  # a client may rely on these keys alone
+
+
+def _queue_settings_take(doc: Any) -> bool:
+    try:
+        parse_put(doc)
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("field,value,inside", _bounded("QueueSettings"))
+def test_a_queue_setting_at_a_documented_bound(field: str, value: Any, inside: bool) -> None:
+    doc = {field: value}
+    assert schema("QueueSettings").is_valid(doc) is inside, doc
+    assert _queue_settings_take(doc) is inside, doc
+
+
+def test_queue_settings_take_nulls_and_refuse_strangers() -> None:
+    for doc, ok in [({}, True), ({"rate": None, "paused": None}, True), ({"paused": 1}, False),
+                    ({"rate": "5"}, False), ({"burst": 2.5}, False), ({"nope": 1}, False),
+                    ([], False), ({"paused": True, "timeout": 5}, True)]:
+        assert schema("QueueSettings").is_valid(doc) is ok, doc
+        assert _queue_settings_take(doc) is ok, doc

@@ -16,9 +16,12 @@ from typing import Any, Iterator
 import gevent
 import gevent.event
 import gevent.socket
+import gevent.ssl
 import pytest
 
+from miyamoto.config.tls import server_context
 from miyamoto.http.server import HTTPServer
+from tlscerts import Pair, make_ca, make_cert
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -458,3 +461,97 @@ def test_a_body_that_stalls_is_cut_at_the_request_deadline(serve, how):
     sock = serve(reader, header_timeout=0.3, idle_timeout=5)
     sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nab")
     assert _closed(sock)
+
+
+# ---------------------------------------------------------------- TLS
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    d = tmp_path_factory.mktemp("tls")
+    ca = make_ca(d)
+    return {"ca": ca, "one": make_cert(d, ca, "one"), "two": make_cert(d, ca, "two"),
+            "client": make_cert(d, ca, "client", client=True),
+            "stranger": make_cert(d, make_ca(d, "other-ca"), "stranger", client=True)}
+
+
+def _server_tls(pair: Pair, client_ca: str = "") -> Any:
+    return server_context(pair.cert, pair.key, client_ca, factory=gevent.ssl.SSLContext)
+
+
+def _tls_connect(srv: HTTPServer, ca: Pair, client: Pair | None = None) -> Any:
+    ctx = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_CLIENT)  # a cooperative client
+    ctx.load_verify_locations(cafile=ca.cert)
+    if client is not None:
+        ctx.load_cert_chain(client.cert, client.key)
+    raw = gevent.socket.create_connection(("127.0.0.1", srv.server_port), timeout=5)
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _peer_name(sock: Any) -> str:
+    return dict(x[0] for x in sock.getpeercert()["subject"])["commonName"]
+
+
+@pytest.fixture
+def tls_server(tls_files) -> Iterator[HTTPServer]:
+    def scheme(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [])
+        return [environ["wsgi.url_scheme"].encode()]
+    srv = HTTPServer(("127.0.0.1", 0), scheme, header_timeout=0.3, idle_timeout=5,
+                     tls=_server_tls(tls_files["one"]))
+    srv.start()
+    yield srv
+    srv.stop(timeout=1)
+
+
+def test_tls_serves_keep_alive_requests_and_a_new_certificate_to_new_connections(
+        tls_server, tls_files):
+    old = _tls_connect(tls_server, tls_files["ca"])
+    buf = bytearray()
+    old.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert _response(old, buf)[2] == b"https" and _peer_name(old) == "one"
+    tls_server.use_tls(_server_tls(tls_files["two"]))  # SIGHUP's reload
+    new = _tls_connect(tls_server, tls_files["ca"])
+    new.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert _response(new, bytearray())[2] == b"https" and _peer_name(new) == "two"
+    old.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")  # the open connection stays
+    assert _response(old, buf)[0] == "HTTP/1.1 200 OK"
+    old.close()
+    new.close()
+
+
+def test_a_handshake_that_never_comes_is_swept_and_plain_http_closed_quietly(
+        tls_server, tls_files, caplog):
+    silent = gevent.socket.create_connection(("127.0.0.1", tls_server.server_port), timeout=5)
+    assert _closed(silent)  # at header_timeout (0.3 s), not never
+    plain = gevent.socket.create_connection(("127.0.0.1", tls_server.server_port), timeout=5)
+    plain.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    try:
+        with gevent.Timeout(5, False):
+            answer = plain.recv(65536)  # an alert, or nothing
+    except OSError:  # a reset: the request was still unread when the server closed
+        answer = b""
+    assert not answer.startswith(b"HTTP/")  # never a plaintext answer
+    plain.close()
+    sock = _tls_connect(tls_server, tls_files["ca"])  # still serving
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert _response(sock, bytearray())[2] == b"https"
+    sock.close()
+    assert "Traceback" not in caplog.text and len(tls_server.connections) <= 1
+
+
+def test_mutual_tls_serves_only_clients_whose_certificate_the_ca_signed(tls_files, caplog):
+    srv = HTTPServer(("127.0.0.1", 0), app, header_timeout=5, idle_timeout=5,
+                     tls=_server_tls(tls_files["one"], tls_files["ca"].cert))
+    srv.start()
+    try:
+        sock = _tls_connect(srv, tls_files["ca"], tls_files["client"])
+        sock.sendall(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert _response(sock, bytearray())[2] == b"hello"
+        sock.close()
+        for client in (None, tls_files["stranger"]):
+            with pytest.raises((OSError, AssertionError)):  # refused in or right after the handshake
+                sock = _tls_connect(srv, tls_files["ca"], client)
+                sock.sendall(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+                _response(sock, bytearray())
+        assert "Traceback" not in caplog.text
+    finally:
+        srv.stop(timeout=1)

@@ -147,6 +147,8 @@ BAD_ROWS: list[tuple[Any, str]] = [
     (dict(ROW, timeout=0), "timeout is out of range"),
     (dict(ROW, timeout=86400.5), "timeout is out of range"),
     (dict(ROW, priority=10), "priority is out of range"),
+    (dict(ROW, traceparent="00-" + "a" * 32 + "-" + "0" * 16 + "-01"), "not a W3C traceparent"),
+    (dict(ROW, traceparent=5), "'traceparent' is of the wrong type"),
 ]
 
 
@@ -160,7 +162,8 @@ def test_a_malformed_row_is_a_decode_error_that_says_why(row: Any, why: str) -> 
     {"replicas": ["a", "b"], "replica": 0}, {"replicas": ["a", "b"], "replica": 1},
     {"replica": 3},  # no replicas (an old row): any index
     {"max_attempts": 1}, {"timeout": 86400}, {"timeout": 0.001}, {"params": {"a": 1}},
-    {"headers": {"a": "b"}}, {"eta": 0}, {"created": 3}])
+    {"headers": {"a": "b"}}, {"eta": 0}, {"created": 3},
+    {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}])
 def test_the_edges_of_a_good_row_decode(changes: dict) -> None:
     t = Task.decode(dict(ROW, **changes))
     for k, v in changes.items():

@@ -729,3 +729,18 @@ def test_an_absolute_eta_is_on_the_clusters_clock_a_countdown_on_ours():
     (b,) = parse_batch(ujson.dumps([{"url": URL, "eta": NOW + 3}]).encode(), path_queue=None,
                        limits=LIMITS, now=NOW - 8, max_batch=10, offset=8.0)
     assert b.fire_at == NOW - 5
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_traceparent_is_kept_and_a_malformed_one_refused_naming_it():
+    assert build(traceparent=TRACE).traceparent == TRACE
+    assert build().traceparent is None
+    form = v.parse_enqueue("application/x-www-form-urlencoded",
+                           urlencode({"task.url": SHORT_URL, "task.traceparent": TRACE}).encode(),
+                           path_queue=None, idempotency_key=None, limits=v.Limits(), now=NOW)
+    assert form.traceparent == TRACE and "task.traceparent" not in form.params
+    for bad in (TRACE.upper(), TRACE[:-1], "ff" + TRACE[2:], TRACE.replace("4bf92f3577b34da6a3ce929d0e0e4736", "0" * 32),
+                TRACE.replace("00f067aa0ba902b7", "0" * 16), TRACE + "-x", 7, ""):
+        refused("traceparent", build, traceparent=bad)

@@ -1,0 +1,66 @@
+"""The HTTP API's TLS context, from the files ``tls_cert``, ``tls_key`` and (for mutual
+TLS) ``tls_client_ca`` name.
+
+One function builds it, so the check at start (``settings.load``: a file that cannot be
+read, a certificate that is not one, a key that does not match the certificate exits 2
+naming the option) and the reload on SIGHUP (``Node.reload_tls``: a bad file there keeps
+the old context) cannot disagree. ``factory`` is the context class: the server passes
+gevent's, whose sockets wait cooperatively; stdlib ssl has no gevent in it, so this
+module imports none. An encrypted key is refused rather than asking for a passphrase on
+a terminal the node does not have.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Callable
+
+
+class TLSFileError(ValueError):
+    """A TLS file that cannot serve; ``option`` names the setting that gave it."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message
+
+
+def _no_passphrase() -> bytes:
+    raise TLSFileError("tls_key", "the key is encrypted; give it unencrypted (mode 0600)")
+
+
+def server_context(cert: str, key: str, client_ca: str = "",
+                   factory: Callable[[int], ssl.SSLContext] = ssl.SSLContext) -> ssl.SSLContext:
+    """A TLS 1.2+ server context serving ``cert`` (PEM, the chain after the leaf) with
+    ``key``; with ``client_ca`` every client must show a certificate it signed."""
+    for option, path in (("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)):
+        if path:
+            try:
+                open(path, "rb").close()
+            except OSError as e:
+                raise TLSFileError(option, f"cannot read {path}: {e.strerror}") from None
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        probe.load_verify_locations(cafile=cert)
+    except ssl.SSLError:
+        raise TLSFileError("tls_cert", f"{cert} holds no PEM certificate") from None
+    ctx = factory(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    try:
+        ctx.load_cert_chain(cert, key, password=_no_passphrase)
+    except ssl.SSLError as e:
+        if e.reason == "KEY_VALUES_MISMATCH":
+            raise TLSFileError("tls_key", f"{key} is not the key of {cert}") from None
+        raise TLSFileError("tls_key", f"{key} holds no usable PEM private key "
+                                      f"({e.reason or e})") from None
+    if client_ca:
+        try:
+            ctx.load_verify_locations(cafile=client_ca)
+        except ssl.SSLError:
+            raise TLSFileError("tls_client_ca", f"{client_ca} holds no PEM certificate") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+__all__ = ["TLSFileError", "server_context"]

@@ -1,0 +1,72 @@
+"""The client commands against a real node in this process: ``miyamoto queue set|show|
+reset`` (the other commands against node processes: tests/nodes/test_cli.py). The
+command runs in a thread of gevent's pool, on plain blocking sockets, while the node
+serves on this thread's loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import gevent
+import pytest
+
+from miyamoto.cli import main as cli
+from miyamoto.config.settings import load
+from miyamoto.node import Node
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch) -> Iterator[Node]:
+    ini = tmp_path / "m.ini"
+    ini.write_text("[queue:mail]\nrate = 3\n")
+    node = Node(load(str(ini), env={}, flags={"data_dir": str(tmp_path / "data"),
+                                              "http": "127.0.0.1:0", "shutdown_timeout": 1}))
+    node.start()
+    with gevent.Timeout(10, AssertionError("the node never led its definitions")):
+        while not node.definitions.machine.ready:
+            gevent.sleep(0.01)
+    monkeypatch.setenv("MIYAMOTO_SERVER", f"http://127.0.0.1:{node.http_port}")
+    yield node
+    node.stop()
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = gevent.get_hub().threadpool.apply(cli.main, (list(argv),))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def test_queue_set_show_and_reset(server: Node, capsys) -> None:
+    code, out, _ = run(capsys, "queue", "set", "mail", "burst=9", "paused=true", "timeout=2.5")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["config"]["burst"], shown["config"]["timeout"], shown["paused"]) == \
+        (9, 2.5, True)
+    assert server.engine.dispatcher.summary("mail")[1] is True
+    code, out, _ = run(capsys, "queue", "set", "mail", "burst=null")
+    assert code == 0 and json.loads(out)["sources"]["burst"] == "default"
+    code, out, _ = run(capsys, "queue", "show", "mail")
+    assert code == 0 and json.loads(out)["sources"] == {
+        **{k: "default" for k in json.loads(out)["sources"]},
+        "rate": "config", "paused": "api", "timeout": "api"}
+    code, out, _ = run(capsys, "queue", "reset", "mail")
+    assert code == 0 and json.loads(out)["paused"] is False
+    assert server.definitions.machine.items("queue") == []
+
+
+def test_queue_set_names_a_bad_setting(server: Node, capsys) -> None:
+    code, _, err = run(capsys, "queue", "set", "mail", "rate=-1")
+    assert code == 1 and "rate" in err and "(400)" in err
+    code, _, err = run(capsys, "queue", "set", "mail", "colour=red")
+    assert code == 2 and "colour" in err
+    code, _, err = run(capsys, "queue", "set", "mail", "rate")
+    assert code == 2 and "KEY=VALUE" in err
+    code, _, err = run(capsys, "queue", "reset", "mail")  # nothing set through the API
+    assert code == 1 and "(404)" in err
+    code, _, err = run(capsys, "pause", "nosuchqueue")  # a control makes no queue
+    assert code == 1 and "names no queue" in err and "(404)" in err

@@ -1,0 +1,83 @@
+"""miyamoto.config.tls and its check at start: a context from good files; every bad file
+(unreadable, not a certificate, a key of another certificate, an encrypted key, a bad
+client CA) an error naming its option, which ``settings.load`` turns into the exit-2
+ConfigError; certificate and key only together."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from miyamoto.config import settings
+from miyamoto.config.settings import ConfigError
+from miyamoto.config.tls import TLSFileError, server_context
+from tlscerts import Pair, make_ca, make_cert
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pair]:
+    d = tmp_path_factory.mktemp("tls")
+    ca = make_ca(d)
+    return {"ca": ca, "node": make_cert(d, ca, "node"), "other": make_cert(d, ca, "other")}
+
+
+def _option(cert: str, key: str, ca: str = "") -> str:
+    with pytest.raises(TLSFileError) as info:
+        server_context(cert, key, ca)
+    return info.value.option
+
+
+def test_good_files_make_a_tls12_server_context(files):
+    ctx = server_context(files["node"].cert, files["node"].key)
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert ctx.verify_mode == ssl.CERT_NONE
+    mtls = server_context(files["node"].cert, files["node"].key, files["ca"].cert)
+    assert mtls.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_each_bad_file_names_its_option(files, tmp_path):
+    node, other = files["node"], files["other"]
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    assert _option(str(tmp_path / "missing.pem"), node.key) == "tls_cert"
+    assert _option(node.cert, str(tmp_path / "missing.key")) == "tls_key"
+    assert _option(str(junk), node.key) == "tls_cert"
+    assert _option(node.cert, str(junk)) == "tls_key"
+    assert _option(node.cert, other.key) == "tls_key"  # the key of another certificate
+    assert _option(node.cert, node.key, str(junk)) == "tls_client_ca"
+    assert _option(node.cert, node.key, str(tmp_path / "none.pem")) == "tls_client_ca"
+    with pytest.raises(TLSFileError, match="is not the key of"):
+        server_context(node.cert, other.key)
+
+
+def test_an_encrypted_key_is_refused_without_asking_for_a_passphrase(files, tmp_path):
+    locked = tmp_path / "locked.key"
+    subprocess.run(["openssl", "pkey", "-in", files["node"].key, "-out", str(locked),
+                    "-aes256", "-passout", "pass:secret"], check=True, capture_output=True)
+    with pytest.raises(TLSFileError, match="encrypted") as info:
+        server_context(files["node"].cert, str(locked))
+    assert info.value.option == "tls_key"
+
+
+def test_load_checks_the_files_and_names_the_option(files):
+    node, other = files["node"], files["other"]
+    c = settings.load(env={}, flags={"tls_cert": node.cert, "tls_key": node.key,
+                                     "tls_client_ca": files["ca"].cert})
+    assert (c.tls_cert, c.tls_key, c.tls_client_ca) == (node.cert, node.key, files["ca"].cert)
+    assert settings.load(env={}).tls_cert == ""
+    cases = [({"tls_cert": node.cert}, "tls_key: tls_cert and tls_key go together"),
+             ({"tls_key": node.key}, "tls_cert: tls_cert and tls_key go together"),
+             ({"tls_client_ca": files["ca"].cert}, "tls_client_ca: mutual TLS needs"),
+             ({"tls_cert": node.cert, "tls_key": other.key}, "tls_key: ")]
+    for flags, start in cases:
+        with pytest.raises(ConfigError) as info:
+            settings.load(env={}, flags=flags)
+        assert str(info.value).startswith(start), (flags, str(info.value))
+    with pytest.raises(ConfigError, match="^tls_cert: cannot read"):
+        settings.load(env={"MIYAMOTO_TLS_CERT": str(Path(node.cert).with_name("gone.pem")),
+                           "MIYAMOTO_TLS_KEY": node.key})
