@@ -374,6 +374,17 @@ class NodeCollector(Collector):
             if mem["id"] != self.node.node_id and mem.get("clock_offset") is not None:
                 offsets.add_metric([str(mem["id"])], mem["clock_offset"])
         yield offsets
+        clock = info.get("clock") or {}
+        yield _gauge("miyamoto_cluster_clock_offset_seconds", "the cluster's clock minus ours "
+                     "(absolute etas and schedule ticks are judged on the cluster's)",
+                     clock.get("offset", 0.0))
+        yield _gauge("miyamoto_cluster_clock_placed", "1 while a majority of members have a "
+                     "clock estimate that agrees (else absolute etas are judged on our "
+                     "own clock, and this node fires no schedule)",
+                     int(clock.get("placed", True)))
+        yield _gauge("miyamoto_cluster_clock_skewed", "1 while our clock is beyond "
+                     "max_clock_skew from the cluster's (this node then does not lead)",
+                     int(clock.get("skewed", False)))
         yield from self._transport(cluster.transport, cluster.strangers)
 
     @staticmethod

@@ -85,8 +85,8 @@ class Node:
                         max_delay=config.max_delay, max_name=config.max_name,
                         targets=self.targets.check_literal)
         self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
-        self.ticker = Ticker(self.definitions, self.cluster.enqueue, self.cluster.in_contact,
-                             limits, clock)
+        self.ticker = Ticker(self.definitions, self.cluster.enqueue, self.cluster.may_fire,
+                             limits, clock, offset=self.cluster.clock_offset)
         self.metrics.watch(self)
 
     # ------------------------------------------------------------ lifecycle
@@ -355,6 +355,10 @@ class Node:
         if not self.journal.health.ok:  # its commits fail: enqueues would get 503
             return False, f"journal: {self.journal.health.problem}"
         return self.cluster.ready()
+
+    def clock_offset(self) -> float:
+        """The cluster's clock minus ours: a client's absolute eta is on the cluster's."""
+        return self.cluster.clock_offset()
 
     def metrics_body(self) -> bytes:
         """GET /metrics: Prometheus text exposition (``miyamoto.metrics``)."""

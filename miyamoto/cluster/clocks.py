@@ -14,12 +14,24 @@ waited in a queue has a wide round trip and says little). A copy stored from a p
 its times moved into our clock with ``to_local``. An offset beyond ``max_skew`` (even
 after taking the error off) is reported once by ``check`` (and once more when it is
 back within), for both sides log it: each probes the other.
+
+Absolute times a client gives (an ``eta``, a schedule's tick) are judged on cluster
+time, not on our clock: ``place`` takes the low median of the members' offsets (ours
+counted as 0) once a majority of the roster has a fresh estimate. The median, not the
+mean: one clock 60 s off moves it not at all; the low one, so that every node picks the
+same member's clock (with clocks c1 <= c2 <= ... each node's is c_k - c_own, k =
+(n-1)//2). An even count whose two middle offsets are further apart than ``max_skew``
+(two clocks of three known, or a cluster of two, that disagree) has no majority clock:
+not placed, rather than one node guessing it is the one that is off. A node further
+than ``max_skew`` from the cluster's clock is ``skewed``: it still corrects its times,
+but does not lead (``membership.machine``).
 """
 
 from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from typing import Sequence
 
 SAMPLES = 8
 STALE = 60.0  # seconds: an estimate older than this is not used
@@ -34,6 +46,17 @@ class Estimate:
 
     def skewed(self, max_skew: float) -> bool:
         return abs(self.offset) - self.error > max_skew
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where our clock stands against the cluster's."""
+    offset: float = 0.0    # cluster time minus our clock, seconds
+    placed: bool = True    # a majority of the roster has a fresh estimate (else offset 0)
+    skewed: bool = False   # placed, and further than max_skew from the cluster's clock
+
+
+ALONE = Placement()
 
 
 class PeerClocks:
@@ -85,6 +108,30 @@ class PeerClocks:
             return None
         (self._flagged.add if skewed else self._flagged.discard)(peer)
         return skewed, est
+
+    def place(self, members: Sequence[str], me: str, now: float) -> Placement:
+        """Our offset to the cluster's clock (see the module docstring): the low median
+        of the members' offsets, ours 0; an offset within its error, or under
+        ``NEGLIGIBLE``, counts as 0 (as in ``to_local``). Not placed while fewer than a
+        majority of ``members`` (us included) have a fresh estimate, or while the known
+        clocks split in two halves further than ``max_skew`` apart."""
+        others = [p for p in members if p != me]
+        if not others:
+            return ALONE
+        known = [(0.0, 0.0)]
+        for p in others:
+            est = self.estimate(p, now)
+            if est is not None:
+                small = abs(est.offset) <= max(est.error, NEGLIGIBLE)
+                known.append((0.0 if small else est.offset, est.error))
+        if 2 * len(known) <= len(others) + (me in members):
+            return Placement(0.0, False, False)
+        known.sort()
+        mid = (len(known) - 1) // 2
+        offset, error = known[mid]
+        if len(known) % 2 == 0 and known[mid + 1][0] - offset > self.max_skew:
+            return Placement(0.0, False, False)  # no majority agrees on a clock
+        return Placement(offset, True, abs(offset) - error > self.max_skew)
 
     def forget(self, peer: str) -> None:
         self._samples.pop(peer, None)

@@ -26,7 +26,7 @@ import gevent.event
 import gevent.pool
 
 from miyamoto.cluster import clockmessages as cm
-from miyamoto.cluster.clocks import PeerClocks
+from miyamoto.cluster.clocks import ALONE, Placement, PeerClocks
 from miyamoto.cluster.coordinator import Coordinator
 from miyamoto.cluster.joinlog import JoinLog
 from miyamoto.cluster.queries import Queries
@@ -38,8 +38,8 @@ from miyamoto.definitions import queues as queue_defs
 from miyamoto.definitions.sync import DefSync
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
-from miyamoto.membership.machine import Leave, Member, Membership, Received, Roster, Tick, \
-                                        Timing
+from miyamoto.membership.machine import ClockSkew, Leave, Member, Membership, Received, \
+                                        Roster, Tick, Timing
 from miyamoto.membership.roster import JOINING
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
@@ -128,6 +128,7 @@ class Cluster:
         self.outbox = Outbox(self.transport.send, self.transport.stats.count)
         self.requests = Requests(self.send, cfg.advertise)
         self.clocks = PeerClocks(cfg.max_clock_skew)
+        self.placement: Placement = ALONE  # our clock against the cluster's, every tick
         self.siblings = Siblings(self.me, SiblingTiming.derive(
             cfg.replica_offset, cfg.claim_lease, cfg.replication_timeout,
             cfg.heartbeat_interval, cfg.failure_timeout))
@@ -223,7 +224,37 @@ class Cluster:
             self._next_probe = mono + self.config.heartbeat_interval
             for mem in self.others():
                 self.send(mem, cm.Clock(self.clock()))
+        self._place()
         self._step(ev.Tick(self.membership.in_contact(mono), self.engine.live))
+
+    def _place(self) -> None:
+        """Where our clock stands against the cluster's; a change of ``skewed`` is the
+        membership machine's to act on (a leader off the cluster's clock steps down)."""
+        assert self.membership is not None
+        was, self.placement = self.placement, self.clocks.place(self.ring(), self.me,
+                                                                self.clock())
+        if was.skewed != self.placement.skewed or was.placed != self.placement.placed:
+            p = self.placement
+            (log.error if p.skewed or not p.placed else log.info)(
+                "cluster: our clock is %s", _placement_words(p, self.clocks.max_skew))
+        if was.skewed != self.placement.skewed:
+            self._send_membership(self.membership.step(ClockSkew(self.placement.skewed),
+                                                       self.monotonic()))
+            self._check_roster()
+
+    def clock_offset(self) -> float:
+        """Cluster time minus our clock: an absolute time a client gives is on cluster
+        time, so its moment on our clock is that time minus this."""
+        return self.placement.offset
+
+    def cluster_time(self) -> float:
+        return self.clock() + self.placement.offset
+
+    def may_fire(self) -> bool:
+        """May this node fire schedules now: it hears a majority and its clock is
+        placed within max_clock_skew of the cluster's (the leader check is the ticker's)."""
+        p = self.placement
+        return p.placed and not p.skewed and self.in_contact()
 
     def in_contact(self) -> bool:
         """This node hears a majority of the roster now (its lease to act for it)."""
@@ -555,6 +586,8 @@ class Cluster:
         now = self.clock()
         return {
             "node": self.me, "role": self.membership.role, "leader": r.leader,
+            "clock": {"offset": round(self.placement.offset, 4), "placed": self.placement.placed,
+                      "skewed": self.placement.skewed},
             "term": self.membership.term, "version": r.version,
             "members": [{"id": mem.id, "http": mem.http, "cluster": mem.cluster, "zone": mem.zone,
                          "leader": mem.id == r.leader,
@@ -572,6 +605,9 @@ class Cluster:
             return False, "not yet in the cluster roster"
         if self.membership is None or self.membership.leader is None:
             return False, "no leader"
+        p = self.placement  # said, not refused: a node just admitted is unplaced for a
+        if p.skewed or not p.placed:  # heartbeat, and a skewed one corrects its times
+            return True, "ok, but our clock is " + _placement_words(p, self.clocks.max_skew)
         return True, "ok"
 
 
@@ -618,6 +654,16 @@ def _on_clock(c: Cluster, sender: str, msg: cm.Clock | cm.ClockEcho) -> None:
             "cluster: clock of %s is %+.3f s (±%.3f) from ours: %s max_clock_skew %g s",
             sender, est.offset, est.error, "beyond" if skewed else "back within",
             c.clocks.max_skew)
+
+
+def _placement_words(p: Placement, max_skew: float) -> str:
+    if not p.placed:
+        return ("not placed: no majority of members has a clock estimate that agrees "
+                "within max_clock_skew (absolute etas are judged on our own clock)")
+    if p.skewed:
+        return (f"{-p.offset:+.3f} s from the cluster's, beyond max_clock_skew {max_skew:g} s "
+                "(absolute times are corrected; this node does not lead)")
+    return f"within max_clock_skew of the cluster's ({-p.offset:+.3f} s)"
 
 
 def _mark_lapse(c: Cluster) -> None:

@@ -14,8 +14,10 @@ What ``cron`` takes, and why
     minute, not every 5 s. So 6 fields are taken only with ``cron_seconds_last: true``.
 
 Who fires, and why a tick fires once
-    Only the leader fires, and only once it holds a majority's definitions (``ready``)
-    and hears a majority. For each schedule it takes the latest tick due (``latest``)
+    Only the leader fires, and only once it holds a majority's definitions (``ready``),
+    hears a majority and has its clock placed within ``max_clock_skew`` of the
+    cluster's (``miyamoto.cluster.clocks``; a leader further off steps down). Ticks are
+    judged on the cluster's clock. For each schedule it takes the latest tick due (``latest``)
     and, if that tick is newer than the schedule's cursor, enqueues the task through
     the normal enqueue path (replicated like a client's task) under the name
     ``schedule:<name>:<tick>``. Then it writes the cursor (kind "cursor": the tick and
@@ -239,12 +241,14 @@ class Ticker:
     """The leader's loop over its schedules (a greenlet the node owns)."""
 
     def __init__(self, defs: DefSync, enqueue: Callable[[Task], Task],
-                 may_fire: Callable[[], bool], limits: Limits, clock: Callable[[], float]):
+                 may_fire: Callable[[], bool], limits: Limits, clock: Callable[[], float],
+                 offset: Callable[[], float] = lambda: 0.0):
         self.defs = defs
         self.enqueue = enqueue
         self.may_fire = may_fire
         self.limits = limits
-        self.clock = clock
+        self.clock = clock    # ours: the enqueued task's times
+        self.offset = offset  # the cluster's clock minus ours: ticks are on the cluster's
         self.fired = 0
         self._pool = gevent.pool.Pool(FIRE_PARALLEL)
         self._unfit: dict[str, dict] = {}  # name -> a value that cannot fire, logged once
@@ -260,20 +264,23 @@ class Ticker:
 
     def fire_due(self) -> None:
         """Enqueue every due tick (in parallel: a thousand schedules must not take a
-        thousand round trips), then record them all in one replicated write."""
-        now = self.clock()
+        thousand round trips), then record them all in one replicated write. A tick is
+        due by the cluster's clock (a leader 30 s ahead fired every tick 30 s early); its
+        task is due at once, on ours."""
+        local = self.clock()
+        now = local + self.offset()
         items = self.defs.machine.items("schedule")
         names = {name for name, _ in items}
         self._unfit = {n: v for n, v in self._unfit.items() if n in names}
-        cursors = [c for c in self._pool.imap(lambda item: self._fire(*item, now), items)
-                   if c is not None]
+        cursors = [c for c in self._pool.imap(lambda item: self._fire(*item, now, local),
+                                              items) if c is not None]
         if cursors:
             try:
                 self.defs.write(cursors)
             except Exception as e:  # not confirmed: the names dedupe the next try
                 log.warning("schedules: cursors not confirmed: %s", e)
 
-    def _fire(self, name: str, value: dict, now: float
+    def _fire(self, name: str, value: dict, now: float, local: float
               ) -> tuple[str, str, dict | None] | None:
         """The new cursor of schedule ``name`` if a tick of it was enqueued now."""
         try:
@@ -281,7 +288,7 @@ class Ticker:
             tick = due(value, cursor, now)
             if tick is None:
                 return None
-            task_id = self._enqueue(name, value, tick, now)
+            task_id = self._enqueue(name, value, tick, local)
         except (ValueError, KeyError, TypeError) as e:  # a bad value: skip, say so once
             if self._unfit.get(name) != value:
                 self._unfit[name] = value

@@ -42,8 +42,10 @@ def url_suffix(url: str) -> str:
 
 
 def expand(fields: dict[str, Any], urls: list[str], *, path_queue: str | None,
-           idempotency_key: str | None, limits: Limits, now: float) -> list[Task]:
-    """One task per URL from enqueue ``fields`` that name a topic instead of a url."""
+           idempotency_key: str | None, limits: Limits, now: float,
+           offset: float = 0.0) -> list[Task]:
+    """One task per URL from enqueue ``fields`` that name a topic instead of a url
+    (``offset``: the cluster's clock minus ours, as ``build_task`` takes it)."""
     if "url" in fields:
         raise ValidationError("topic", "cannot be given with url")
     base = {k: v for k, v in fields.items() if k != "topic"}
@@ -56,7 +58,7 @@ def expand(fields: dict[str, Any], urls: list[str], *, path_queue: str | None,
         if name:
             one["name"] = f"{name}:{url_suffix(url)}"
         tasks.append(build_task(one, path_queue=path_queue, idempotency_key=None,
-                                limits=limits, now=now))
+                                limits=limits, now=now, offset=offset))
     return tasks
 
 

@@ -100,6 +100,7 @@ class ApiService(Protocol):
     def cluster_info(self) -> View: ...
     def target_states(self) -> list[View]: ...
     def ready(self) -> tuple[bool, str]: ...  # (ready, why not)
+    def clock_offset(self) -> float: ...  # the cluster's clock minus ours (absolute etas)
     def metrics_body(self) -> bytes: ...
 
 
@@ -251,14 +252,14 @@ class Api:
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
-                          now=self.clock())
+                          now=self.clock(), offset=self.service.clock_offset())
         return 200, self.service.enqueue(task)
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
         mediatype.check_batch(environ.get("CONTENT_TYPE") or "")
         body = self.body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
-                            max_batch=self.max_batch)
+                            max_batch=self.max_batch, offset=self.service.clock_offset())
         trace = environ.get("HTTP_TRACEPARENT")
         if trace is not None:  # for the tasks that bring none of their own
             trace = traceparent("traceparent", trace)

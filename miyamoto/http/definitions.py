@@ -135,7 +135,7 @@ class DefsApi:
             return 404, _err("names no known topic", "topic")
         tasks = expand(fields, urls, path_queue=queue,
                        idempotency_key=idempotency_key, limits=self.api.limits,
-                       now=self.api.clock())
+                       now=self.api.clock(), offset=self.api.service.clock_offset())
         results = self.api.service.enqueue_many(tasks)
         out = [{"url": t.url, "id": r["id"], "status": r["status"],
                 **({"error": r["error"]} if "error" in r else {})}

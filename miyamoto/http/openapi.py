@@ -343,6 +343,15 @@ _SCHEMAS: dict[str, Any] = {
                     "role": {"enum": ["joining", "follower", "candidate", "leader", "left"]},
                     "leader": {"type": ["string", "null"]}, "term": {"type": "integer"},
                     "version": {"type": "integer"},
+                    "clock": {"type": "object", "description": "this node's clock against "
+                              "the cluster's, on which absolute etas and schedule ticks "
+                              "are judged", "properties": {
+                                  "offset": {"type": "number", "description": "the "
+                                             "cluster's clock minus ours, seconds"},
+                                  "placed": {"type": "boolean", "description": "a majority "
+                                             "of members has an estimate that agrees"},
+                                  "skewed": {"type": "boolean", "description": "beyond "
+                                             "max_clock_skew: this node does not lead"}}},
                     "members": {"type": "array", "items": {
                         "type": "object", "required": ["id", "http", "cluster", "leader"],
                         "properties": {

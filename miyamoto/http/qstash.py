@@ -43,6 +43,7 @@ class QService(Service, Protocol):
     def queue(self, name: str) -> dict[str, Any] | None: ...
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]: ...
     def control(self, queue: str, action: str) -> dict[str, Any] | None: ...
+    def clock_offset(self) -> float: ...  # the cluster's clock minus ours
 
 
 class Front(Protocol):
@@ -127,18 +128,19 @@ class QStashApi:
         return p if type(p) is int and p >= 1 else DEFAULT_PARALLELISM
 
     def _tasks(self, fields: dict[str, Any]) -> list[Task]:
-        """The tasks of one message: one, or one per URL of the URL group it names."""
-        now = self.api.clock()
+        """The tasks of one message: one, or one per URL of the URL group it names.
+        Upstash-Not-Before is an absolute time: on the cluster's clock (``offset``)."""
+        now, offset = self.api.clock(), self.api.service.clock_offset()
         try:
             if "topic" not in fields:
                 return [build_task(fields, path_queue=None, idempotency_key=None,
-                                   limits=self.api.limits, now=now)]
+                                   limits=self.api.limits, now=now, offset=offset)]
             name = check_name(fields["topic"], "topic")
             urls = (self._defs.machine.get("topic", name) or {}).get("urls")
             if not isinstance(urls, list) or not urls:
                 raise NotFound(f"destination names no URL group: {name}")
             return expand(fields, urls, path_queue=None, idempotency_key=None,
-                          limits=self.api.limits, now=now)
+                          limits=self.api.limits, now=now, offset=offset)
         except ValidationError as e:
             raise upstash.renamed(e) from None
 

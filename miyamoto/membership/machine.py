@@ -107,6 +107,14 @@ Leaving
     change is not committed yet (or that is back from a stall) just goes quiet: the
     others elect and drop it.
 
+Clocks
+    Absolute times (an eta, a schedule's tick) are judged on the cluster's clock, and
+    only the leader fires schedules: a leader whose wall clock is further than
+    ``max_clock_skew`` from the cluster's (``ClockSkew(off=True)``, from the layer's
+    ``PeerClocks.place``) steps down as a leaving leader hands over, and while off a
+    node starts no election (it still votes). Bootstrap is not held back: before a
+    roster nobody's clock is placed, and the first leader steps down if it is off.
+
 A roster that can never reach quorum again (too many of its incarnations restarted) is
 given up: the node becomes a joining node without a roster under a new incarnation, as
 if it had restarted, and the bootstrap rule re-forms the cluster once every seed agrees.
@@ -139,7 +147,7 @@ from miyamoto.membership.roster import CANDIDATE, EMPTY, FOLLOWER, JOINING, LEAD
 from miyamoto.wire.messages import Send
 from miyamoto.wire.verbs import Verb
 
-__all__ = ["VERBS", "MAX_TERM", "Event", "Leave", "Member", "Membership", "Received",
+__all__ = ["VERBS", "MAX_TERM", "ClockSkew", "Event", "Leave", "Member", "Membership", "Received",
            "Roster", "Send", "Tick", "Timing", "EMPTY", "majority"]
 
 log = logging.getLogger(__name__)
@@ -169,7 +177,14 @@ class Leave:
     """A graceful stop: after it the node ignores everything."""
 
 
-Event = Received | Tick | Leave
+@dataclass(frozen=True, slots=True)
+class ClockSkew:
+    """Our wall clock is (``off``), or is again not, further than ``max_clock_skew``
+    from the cluster's (``miyamoto.cluster.clocks.PeerClocks.place``)."""
+    off: bool
+
+
+Event = Received | Tick | Leave | ClockSkew
 
 
 class Membership:
@@ -188,7 +203,8 @@ class Membership:
       (as it stands when ``step`` returns) at that address;
     * take ``now`` from one monotonic clock;
     * pass ``first_start=False`` if this node has run before (its data dir existed);
-    * on a graceful stop, step ``Leave()``, send what it returns, then stop.
+    * on a graceful stop, step ``Leave()``, send what it returns, then stop;
+    * step ``ClockSkew(off)`` when its clock goes off the cluster's, or back.
 
     Lost, duplicated and reordered messages are fine: all are retried or superseded.
     ``role`` is "joining", "follower", "candidate" or "leader"; "left" after ``Leave``.
@@ -227,6 +243,7 @@ class Membership:
         # leader
         self._heartbeat_at = float("inf")
         self._clash_told: dict[str, float] = {}  # address of a node with our id -> next
+        self._clock_off = False  # our clock is off the cluster's: we do not lead (Clocks)
 
         if not self._seeds:  # a cluster of one: lead it at once
             self._term = 1
@@ -341,6 +358,8 @@ class Membership:
             out = self._tick(now)
         elif isinstance(event, Leave):
             out = self._leave(now)
+        elif isinstance(event, ClockSkew):
+            out = self._clock_skew(event.off, now)
         else:
             raise TypeError(f"not a membership event: {event!r:.80}")
         return self._addressed(out)
@@ -636,6 +655,8 @@ class Membership:
         if self._changes.config_dead(self._roster, leader=False):
             return self._abandon(now)
         self._election.reset_timeout(now)
+        if self._clock_off:  # (Clocks) another member leads; we only vote
+            return []
         if not transfer and self._roster.quorum() > 1:
             self._election.start_pre(self._me.id)
             return self._solicit(now)
@@ -792,6 +813,31 @@ class Membership:
                               tuple(i for _, i in rest))
         return [self._to(m, mm.RosterUpdate(**self._env(), roster=self._roster,
                                             elect=successor.id)) for m, _ in rest]
+
+    def _clock_skew(self, off: bool, now: float) -> list[Send]:
+        """(Clocks) A leader whose clock is off the cluster's steps down, handing over
+        to its best-acknowledged member as a leaving leader does (no election timeout
+        without a leader); on an uncommitted roster or a stale view it just goes quiet."""
+        self._clock_off = off
+        if not off:
+            return []
+        self._election.drop_pre()  # an election under way would make us lead
+        if self._role == CANDIDATE:
+            self._role = FOLLOWER  # (its votes are heard only while campaigning)
+        if self._role != LEADER:
+            return []
+        r = self._roster
+        log.warning("term %d: our clock is off the cluster's by more than max_clock_skew: "
+                    "stepping down", self._term)
+        self._role, self._leader = FOLLOWER, None
+        self._election.reset_timeout(now)
+        if len(r.members) == 1 or self._live.stalled or not self._changes.committed(r):
+            return []
+        successor = self._changes.successor(r, self._live.heard)
+        self._roster = replace(r, version=r.version + 1, leader=None)
+        return [self._to(m, mm.RosterUpdate(**self._env(), roster=self._roster,
+                                            elect=successor.id))
+                for m, _ in r.pairs() if m.id != self._me.id]
 
     def _abandon(self, now: float) -> list[Send]:
         log.warning("roster v%d can never reach quorum again: rejoining from scratch",

@@ -179,9 +179,12 @@ def _headers(field: str, value: Any) -> dict[str, str]:
 
 
 def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency_key: str | None,
-               limits: Limits, now: float) -> Task:
+               limits: Limits, now: float, offset: float = 0.0) -> Task:
     """Validate the JSON-shaped ``fields`` into a new scheduled Task.
 
+    ``now`` is this node's clock, on which the task's times are kept; ``offset`` is the
+    cluster's clock minus it: a client's absolute ``eta`` is a moment on the cluster's
+    clock (``miyamoto.cluster.clocks``), so its copy fires at ``eta - offset`` here.
     One check per concern, in a fixed order, so that a request with several faults
     is always answered with the same field."""
     _check_field_names(fields)
@@ -190,7 +193,7 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     params = _params(fields)
     body, content_type = _body(fields, method, params, limits)
     headers = _headers("headers", fields.get("headers") or {})
-    eta = _eta(fields, limits, now)
+    eta = _eta(fields, limits, now, offset)
     name = _name(fields, idempotency_key, limits)
     try:
         dedupe_mode = dedupe.mode(fields, named=name is not None)
@@ -274,15 +277,16 @@ def _body(fields: Mapping[str, Any], method: str, params: dict,
     return body, content_type
 
 
-def _eta(fields: Mapping[str, Any], limits: Limits, now: float) -> float:
-    """When the task is due: eta (a unix time) wins over countdown (seconds from now)."""
+def _eta(fields: Mapping[str, Any], limits: Limits, now: float, offset: float) -> float:
+    """When the task is due, on our clock: eta (a unix time on the cluster's clock) wins
+    over countdown (seconds from now)."""
     if fields.get("eta") is not None:
         eta = number("eta", fields["eta"])
-        if eta > now + limits.max_delay:
+        if eta > now + offset + limits.max_delay:
             raise ValidationError("eta", f"is more than {limits.max_delay:g} s in the future")
         if eta < 0:
             raise ValidationError("eta", "must be a unix time")
-        return eta
+        return eta - offset
     if fields.get("countdown") is not None:
         countdown = number("countdown", fields["countdown"])
         if countdown < 0:
@@ -398,10 +402,11 @@ def _where(body: bytes, error: Exception) -> str:
 
 
 def parse_enqueue(content_type: str, body: bytes, *, path_queue: str | None,
-                  idempotency_key: str | None, limits: Limits, now: float) -> Task:
-    """One task from a form or JSON body."""
+                  idempotency_key: str | None, limits: Limits, now: float,
+                  offset: float = 0.0) -> Task:
+    """One task from a form or JSON body (``offset``: see ``build_task``)."""
     return build_task(enqueue_fields(content_type, body, limits), path_queue=path_queue,
-                      idempotency_key=idempotency_key, limits=limits, now=now)
+                      idempotency_key=idempotency_key, limits=limits, now=now, offset=offset)
 
 
 def enqueue_fields(content_type: str, body: bytes, limits: Limits) -> dict[str, Any]:
@@ -417,8 +422,9 @@ def enqueue_fields(content_type: str, body: bytes, limits: Limits) -> dict[str, 
 
 
 def parse_batch(body: bytes, *, path_queue: str | None, limits: Limits, now: float,
-                max_batch: int) -> list[Task]:
-    """A JSON list of task objects (or {"tasks": [...]}); all valid or none stored."""
+                max_batch: int, offset: float = 0.0) -> list[Task]:
+    """A JSON list of task objects (or {"tasks": [...]}); all valid or none stored
+    (``offset``: see ``build_task``)."""
     if len(body) > limits.max_body:
         raise ValidationError("body", f"is larger than {limits.max_body} bytes", 413)
     data = json_fields(body)
@@ -436,7 +442,7 @@ def parse_batch(body: bytes, *, path_queue: str | None, limits: Limits, now: flo
             raise ValidationError(f"tasks[{i}]", "must be a JSON object")
         try:
             tasks.append(build_task(item, path_queue=path_queue, idempotency_key=None,
-                                    limits=limits, now=now))
+                                    limits=limits, now=now, offset=offset))
         except ValidationError as e:
             raise ValidationError(f"tasks[{i}].{e.field}", e.message, e.status) from None
     return tasks

@@ -38,9 +38,11 @@ from greenlet import greenlet
 
 from miyamoto.cluster.layer import Cluster
 from miyamoto.config.settings import QueueConfig, load
+from miyamoto.definitions.schedules import Ticker, parse_schedule
 from miyamoto.engine.engine import Engine
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
+from miyamoto.tasks.validate import Limits, build_task
 from miyamoto.wire.outbox import unbatch
 from miyamoto.wire.verbs import Verb
 
@@ -51,6 +53,8 @@ from vloop import run_virtual  # noqa: E402
 log = logging.getLogger(__name__)
 
 START = 1_800_000_000.0
+EARLY = 0.1  # s: how early an absolute eta or a tick may reach the worker (estimates' error)
+LATE = 1.0   # s: how late, with one clock off and no other fault
 _NEWS = (Verb.DONE.value.encode(), Verb.FAILED.value.encode())
 _BATCH = Verb.BATCH.value.encode()
 
@@ -194,6 +198,7 @@ class SimNode:
         self.db: InlineDb | None = None
         self.tree: dict | None = None
         self.root: gevent.Greenlet | None = None
+        self.ticker: Ticker | None = None
 
     def config(self) -> Any:
         cfg = load(env={}, flags={
@@ -231,6 +236,10 @@ class SimNode:
         c.defs.load()
         c.start()
         c.defs.start()
+        if sim.schedules:  # as Node builds it (only where asked: it adds a loop's timers)
+            self.ticker = Ticker(c.defs, c.enqueue, c.may_fire, Limits(), clock.wall,
+                                 offset=c.clock_offset)
+            gevent.spawn(self.ticker.run)
         self.up = True
         started.set()
         gevent.event.Event().wait()  # the root lives as long as the node
@@ -275,6 +284,9 @@ class Checker:
       A duplicated or reordered frame is no excuse, nor is a clock offset within
       ``max_clock_skew``: the protocol must cope with both.
     - One leader per term: no two nodes name different leaders for one term.
+    - On time (the clock scenario, ``skew_scenario``): a task with an absolute eta, and a
+      schedule's tick, first reaches the worker no more than ``EARLY`` before its time by
+      the true clock, and (no fault but the one clock) no more than ``LATE`` after it.
     - At the end, after the faults heal, every acknowledged task was delivered, and every
       acknowledged definition is on a majority.
     """
@@ -296,6 +308,9 @@ class Checker:
         # a rule broken at a delivery start is raised inside the node's own greenlet,
         # where the engine takes it for a failed attempt: kept here, raised at the end
         self.violations: list[SafetyViolation] = []
+        self.due: dict[str, float] = {}  # task id or "schedule:<name>:<tick>" -> true time
+        self.lateness: dict[str, float] = {}  # its first delivery start minus that
+        self.late_bound: float | None = None  # checked only where no fault excuses it
 
     # ---------------------------------------------------------- what the network saw
     @staticmethod
@@ -351,6 +366,21 @@ class Checker:
                 f"at {start - START:.3f}, no fault touched {other} since, and its news "
                 + ("reached " + node + f" at {seen - START:.3f}" if seen else "was not lost"))
 
+    def timed(self, node: str, task_id: str, name: str | None) -> None:
+        key = name if name is not None and name.startswith("schedule:") else task_id
+        due = float(key.rsplit(":", 1)[1]) if key.startswith("schedule:") \
+            else self.due.get(task_id)
+        if due is None or key in self.lateness:
+            return
+        now = self.sim.now()
+        self.lateness[key] = late = now - due
+        if late < -EARLY or (self.late_bound is not None and late > self.late_bound):
+            e = SafetyViolation(f"{node} delivers {key} at {now - START:.3f}, "
+                                f"{abs(late):.3f} s {'early' if late < 0 else 'late'} by the "
+                                f"true clock (offsets {self.sim.offsets()})")
+            self.violations.append(e)
+            raise e
+
     def ended(self, node: str, task_id: str) -> None:
         self.in_flight.pop((node, task_id), None)
 
@@ -395,8 +425,10 @@ class Checker:
 class Sim:
     def __init__(self, seed: int, n: int = 3, *, delay: tuple[float, float] = (0.001, 0.02),
                  loss: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
-                 fail: float = 0.1, timeout: float = 2.0, options: dict | None = None):
+                 fail: float = 0.1, timeout: float = 2.0, options: dict | None = None,
+                 schedules: bool = False):
         self.seed = seed
+        self.schedules = schedules  # each node runs the schedules' Ticker
         self.rng = random.Random(seed)
         self.loop = gevent.get_hub().loop
         self.fail = fail
@@ -451,7 +483,9 @@ class Sim:
             return "ok", self.rng.uniform(0.5, 0.9 * self.timeout)
         return "ok", latency
 
-    def delivery_started(self, node: str, task_id: str, ok: bool) -> None:
+    def delivery_started(self, node: str, task_id: str, ok: bool,
+                         name: str | None = None) -> None:
+        self.checker.timed(node, task_id, name)
         self.checker.started(node, task_id, ok)
 
     def delivery_ended(self, node: str, task_id: str) -> None:
@@ -510,6 +544,9 @@ class Sim:
     def set_offset(self, node: str, offset: float) -> None:
         self.nodes[node].clock.offset = offset
 
+    def offsets(self) -> dict[str, float]:
+        return {i: nd.clock.offset for i, nd in self.nodes.items() if nd.clock.offset}
+
     # ---------------------------------------------------------- clients
     def task(self, countdown: float) -> Task:
         self._k += 1
@@ -536,6 +573,37 @@ class Sim:
                 return
             self.checker.acked.add(stored.id)
         gevent.spawn(client)
+
+    def enqueue_eta(self, node: str, delay: float) -> None:
+        """A client with a true clock asks for an absolute eta ``delay`` s from now, as
+        the API builds it (``build_task`` with the node's offset to the cluster's)."""
+        nd = self.nodes[node]
+        if not nd.up or nd.cluster is None:
+            return
+        c, eta = nd.cluster, self.now() + delay
+        t = self.task(delay)
+
+        def client() -> None:
+            task = build_task({"url": t.url, "body": "x", "eta": eta}, path_queue=None,
+                              idempotency_key=None, limits=Limits(), now=nd.clock.wall(),
+                              offset=c.clock_offset())
+            self.checker.due[t.id] = eta
+            try:
+                stored = c.enqueue(task.evolve(id=t.id))
+            except Exception as e:
+                log.debug("enqueue %s refused: %s", t.id, e)
+                return
+            self.checker.acked.add(stored.id)
+        gevent.spawn(client)
+
+    def put_schedule(self, node: str, name: str, every: int) -> None:
+        nd = self.nodes[node]
+        assert nd.cluster is not None
+        value = parse_schedule({"name": name, "every": every,
+                                "task": {"url": "http://worker.sim/tick", "body": "x"}},
+                               limits=Limits(), now=self.now(), catch_up="none")
+        status, _ = nd.cluster.defs.op("put", "schedule", name, value)
+        assert status == 200, status
 
     def put_topic(self, node: str, name: str) -> None:
         nd = self.nodes[node]
@@ -658,6 +726,42 @@ def run_seed(seed: int, faults: tuple[str, ...] = FAULTS) -> Sim:
     except Exception as e:
         raise AssertionError(f"seed {seed} failed: {e}\nreplay: {replay_command(seed, faults)}"
                              ) from e
+
+
+def skew_scenario(seed: int, skewed: str, offset: float, *, length: float = 6.0) -> Sim:
+    """One node's clock ``offset`` s off from the start and nothing else wrong: tasks with
+    an absolute eta enqueued on every node, and a schedule ticking every second, must
+    each reach the worker on time by the true clock (``Checker.timed``), whichever node
+    took the task or leads; a node beyond max_clock_skew must fire no tick."""
+    def main() -> Sim:
+        gevent.get_hub().threadpool = InlinePool()
+        rng = random.Random(seed ^ 0xC10C)
+        sim = Sim(seed, 3, fail=0.0, schedules=True)
+        sim.checker.late_bound = LATE
+        sim.set_offset(skewed, offset)
+        try:
+            sim.start()
+            while sim.now() - START < BOOT + 2.0:  # every clock placed; a skewed first
+                sim.run_until(sim.now() - START + 0.05)  # leader has handed over
+                sim.checker.leader_per_term()
+            sim.put_schedule(rng.choice(sim.ids), "tick", 1)
+            end = sim.now() - START + length
+            while sim.now() - START < end:
+                sim.run_until(sim.now() - START + 0.05)
+                if rng.random() < 0.35:
+                    sim.enqueue_eta(rng.choice(sim.ids), rng.choice([0.0, 0.3, 2.0, 3.0]))
+            sim.run_until(sim.now() - START + 5.0)  # the last etas and copies
+            sim.checker.at_end()
+            ticks = [k for k in sim.checker.lateness if k.startswith("schedule:")]
+            if len(ticks) < length - 1:
+                raise SafetyViolation(f"{len(ticks)} ticks in {length:g} s")
+            fired = sim.nodes[skewed].ticker.fired  # type: ignore[union-attr]
+            if abs(offset) > float(sim.options.get("max_clock_skew", 1.0)) and fired:
+                raise SafetyViolation(f"{skewed}, {offset:+g} s off, fired {fired} ticks")
+            return sim
+        finally:
+            sim.stop()
+    return run_virtual(main, start=START)
 
 
 if __name__ == "__main__":

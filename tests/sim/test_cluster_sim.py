@@ -183,3 +183,46 @@ def test_a_crashed_member_shows_as_down_with_when_it_was_last_heard() -> None:
     assert crashed - 1.0 <= d["last_heard_at"] <= crashed + 0.01, (d, crashed)
     assert d["last_heard"] >= d["down_since"] - d["last_heard_at"] - 0.01
     assert after == [[], [], []]  # it rejoined: no longer down anywhere
+
+
+@pytest.mark.timeout(120)
+def test_one_clock_far_off_delivers_no_eta_and_no_tick_early_or_late() -> None:
+    """One node of three at +30 s, -8 s or -60 s from the start, whichever it is: every
+    absolute-eta task (enqueued on every node) and every tick of a schedule reaches the
+    worker within cs.EARLY before and cs.LATE after its true time, and the skewed node
+    fires no tick. In seed 1, n1 is the first leader: a skewed leader hands over."""
+    for offset in (30.0, -8.0, -60.0):
+        for victim in ("n1", "n2", "n3"):
+            sim = cs.skew_scenario(1, victim, offset)
+            c = sim.checker
+            assert sum(not k.startswith("schedule:") for k in c.lateness) >= 30
+            assert c.leaders[min(c.leaders)] == "n1"
+            if victim == "n1":  # it led first, and handed over
+                assert c.leaders[max(c.leaders)] != "n1", c.leaders
+
+
+@pytest.mark.timeout(60)
+def test_an_eta_judged_on_the_local_clock_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted bug: the enqueue takes a client's eta on the taking node's own clock
+    (offset 0), as before: a node 30 s ahead sends its tasks 30 s early."""
+    monkeypatch.setattr(layer.Cluster, "clock_offset", lambda self: 0.0)
+    with pytest.raises(cs.SafetyViolation, match="early"):
+        cs.skew_scenario(1, "n2", 30.0)
+
+
+@pytest.mark.timeout(60)
+def test_a_skewed_leader_ticking_on_its_own_clock_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted bug: the leader 30 s ahead keeps leading and judges ticks on its own
+    clock (no step-down, no offset in the ticker), as before: every tick 30 s early."""
+    from miyamoto.definitions import schedules
+    from miyamoto.membership.machine import Membership
+    init = schedules.Ticker.__init__
+
+    def planted(self: schedules.Ticker, *a: object, **kw: object) -> None:
+        init(self, *a, **dict(kw, offset=lambda: 0.0))  # type: ignore[arg-type]
+    monkeypatch.setattr(schedules.Ticker, "__init__", planted)
+    monkeypatch.setattr(Membership, "_clock_skew", lambda self, off, now: [])
+    monkeypatch.setattr(layer.Cluster, "may_fire", lambda self: self.in_contact())
+    with pytest.raises(cs.SafetyViolation, match="schedule:tick.*early"):
+        cs.skew_scenario(1, "n1", 30.0)

@@ -151,7 +151,8 @@ class SimTransport:
 class Deliveries(Protocol):
     """What the fake worker tells the simulator, and asks of it."""
 
-    def delivery_started(self, node: str, task_id: str, ok: bool) -> None: ...
+    def delivery_started(self, node: str, task_id: str, ok: bool,
+                         name: str | None = None) -> None: ...
     def delivery_ended(self, node: str, task_id: str) -> None: ...
     def wait_running(self, node: str) -> None: ...
 
@@ -175,7 +176,7 @@ class FakeWorker:
             gevent.sleep(latency)
             self.sim.wait_running(self.node)
             raise DeliveryError("connection refused")
-        self.sim.delivery_started(self.node, task_id, kind == "ok")
+        self.sim.delivery_started(self.node, task_id, kind == "ok", headers.get("X-Task-Name"))
         try:
             if kind == "hang" or latency >= timeout:
                 gevent.sleep(timeout)

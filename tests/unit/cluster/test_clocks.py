@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from miyamoto.cluster.clocks import PeerClocks
+from miyamoto.cluster.clocks import Placement, PeerClocks
 
 
 def test_offset_from_round_trips_takes_the_narrowest_sample():
@@ -60,3 +60,71 @@ def test_the_kept_estimate_goes_stale_and_a_wider_newer_one_takes_over():
     c.sample("b", 200.0, 205.0, 200.02)
     c.forget("b")
     assert c.estimate("b", 200.1) is None
+
+
+def _probe(c: PeerClocks, peer: str, offset: float, at: float) -> None:
+    """One answered probe, a 10 ms round trip, of a peer ``offset`` s from us."""
+    c.sample(peer, at, at + 0.005 + offset, at + 0.01)
+
+
+def test_cluster_time_is_the_low_median_of_the_members_offsets():
+    """A node 30 s ahead places itself 30 s off the cluster's clock; the others are
+    placed at 0, however far the one runs. Every node picks the same clock."""
+    clocks = {"a": 0.0, "b": 0.0, "fast": 30.0}
+    offsets = {}
+    for me, mine in clocks.items():
+        c = PeerClocks(max_skew=1.0)
+        for peer, theirs in clocks.items():
+            if peer != me:
+                _probe(c, peer, theirs - mine, 100.0)
+        p = c.place(list(clocks), me, 100.1)
+        assert p.placed
+        offsets[me] = p.offset
+        assert p.skewed == (me == "fast")
+    assert offsets == {"a": 0.0, "b": 0.0, "fast": pytest.approx(-30.0)}
+    # four clocks 0, 0.5, 60, -8: each lands on the second lowest (0)
+    four = {"a": 0.0, "b": 0.5, "c": 60.0, "d": -8.0}
+    for me, mine in four.items():
+        c = PeerClocks(max_skew=1.0)
+        for peer, theirs in four.items():
+            if peer != me:
+                _probe(c, peer, theirs - mine, 100.0)
+        p = c.place(list(four), me, 100.1)
+        assert mine + p.offset == pytest.approx(0.0) and p.skewed == (me in "cd")
+
+
+def test_two_clocks_that_disagree_place_nobody_and_noise_is_not_an_offset():
+    """Two clocks 8 s apart (a cluster of two, or two of three known at a start) have no
+    majority clock: neither node guesses it is the one that is off. Within max_skew
+    they agree on the slower."""
+    a, b = PeerClocks(max_skew=1.0), PeerClocks(max_skew=1.0)
+    _probe(a, "b", 8.0, 100.0)
+    _probe(b, "a", -8.0, 100.0)
+    for c, me in ((a, "a"), (b, "b")):
+        assert c.place(["a", "b"], me, 100.1) == Placement(0.0, False, False)
+        assert not c.place(["a", "b", "x"], me, 100.1).placed
+    _probe(a, "x", 8.0, 100.0)  # the third clock sides with b: a is the one off
+    p = a.place(["a", "b", "x"], "a", 100.1)
+    assert p.placed and p.skewed and p.offset == pytest.approx(8.0)
+    d, e = PeerClocks(max_skew=1.0), PeerClocks(max_skew=1.0)
+    _probe(d, "e", 0.5, 100.0)
+    _probe(e, "d", -0.5, 100.0)
+    assert d.place(["d", "e"], "d", 100.1).offset == 0.0
+    assert e.place(["d", "e"], "e", 100.1).offset == pytest.approx(-0.5)
+    c = PeerClocks(max_skew=1.0)
+    _probe(c, "b", 0.03, 100.0)  # under NEGLIGIBLE: one host's noise
+    _probe(c, "d", 0.04, 100.0)
+    assert c.place(["b", "c", "d"], "c", 100.1).offset == 0.0
+
+
+def test_a_node_without_a_majority_of_estimates_is_not_placed():
+    c = PeerClocks(max_skew=1.0)
+    assert c.place([], "a", 0.0).placed and c.place(["a"], "a", 0.0).offset == 0.0
+    members = ["a", "b", "c", "d", "e"]
+    _probe(c, "b", 30.0, 100.0)
+    p = c.place(members, "a", 100.1)  # ourselves and b: 2 of 5
+    assert (p.placed, p.offset, p.skewed) == (False, 0.0, False)
+    _probe(c, "c", 30.0, 100.0)
+    p = c.place(members, "a", 100.1)  # 3 of 5: the median of 0, 30, 30 is 30
+    assert p.placed and p.offset == pytest.approx(30.0) and p.skewed
+    assert not c.place(members, "a", 100.1 + 61).placed  # every estimate went stale

@@ -266,6 +266,23 @@ def test_a_schedule_larger_than_a_definition_may_be_is_413() -> None:
     assert e.value.status == 413
 
 
+def test_a_tick_is_due_by_the_clusters_clock_and_its_task_at_once_by_ours() -> None:
+    """A leader 30 s ahead fired every tick 30 s early: the tick is judged on the
+    cluster's clock (ours plus the offset), the task it enqueues is due now on ours."""
+    defs, enq, now = defs_alone(), Enqueue(), [1035.0]  # the cluster's clock reads 1005
+    put(defs, "a")
+    t = s.Ticker(defs, enq, lambda: True, LIMITS, clock=lambda: now[0], offset=lambda: -30.0)
+    t.fire_due()
+    assert [x.name for x in enq.tasks] == ["schedule:a:1000"]
+    assert enq.tasks[0].fire_at == 1035.0
+    now[0] = 1039.9  # the cluster's 1009.9: tick 1010 is not due yet
+    t.fire_due()
+    assert len(enq.tasks) == 1
+    now[0] = 1040.0
+    t.fire_due()
+    assert [x.name for x in enq.tasks][-1] == "schedule:a:1010"
+
+
 def test_parse_schedule_fills_the_defaults() -> None:
     assert parse() == {"name": "n", "created": 100, "every": 5, "timezone": "UTC",
                        "catch_up": "last", "paused": False, "task": TASK}

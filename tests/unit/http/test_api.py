@@ -44,6 +44,9 @@ class Service:
     def control(self, queue: str, action: str) -> dict[str, Any]:
         return {"status": "ok", "queue": queue, "action": action}
 
+    def clock_offset(self) -> float:
+        return 0.0
+
 
 def call(app: Api, path: str, method: str = "GET", query: str = "", token: str | None = None,
          body: bytes = b"", headers: dict[str, str] | None = None) -> tuple[int, dict, Any]:

@@ -45,6 +45,7 @@ class Service:
         self.raise_: Exception | None = None
         self.results: list[dict] | None = None
         self.is_ready = (True, "")
+        self.offset = 0.0  # the cluster's clock minus ours
         self.config = SimpleNamespace(schedule_catch_up="last")
         self.definitions = DefSync("n1", ":memory:", lambda *a, **k: True, "tcp://x:1",
                                    monotonic=lambda: 0.0, resend=0.2, timeout=1.0)
@@ -119,6 +120,9 @@ class Service:
 
     def ready(self) -> tuple[bool, str]:
         return self.is_ready
+
+    def clock_offset(self) -> float:
+        return self.offset
 
     def metrics_body(self) -> bytes:
         return b"# metrics\n"
@@ -555,6 +559,19 @@ def test_schedule_views_use_the_clock(svc: Service) -> None:
     assert call(app, "POST", "/schedules/s/pause").json()["paused"] is True
     assert call(app, "POST", "/schedules/s/resume").json()["next"][0] == 2010.0
     assert schedules.upcoming({"every": 10}, 2005.0, 1) == [2010.0]
+
+
+def test_an_absolute_eta_is_taken_on_the_clusters_clock(app: Api, svc: Service) -> None:
+    """The node's clock reads 1000 and the cluster's 970 (this node runs 30 s ahead): an
+    eta of 973 fires at 1003 here, whether enqueued alone or in a batch; a countdown
+    of 3 at 1003 as well."""
+    svc.offset = -30.0
+    assert post_json(app, "/queue", {"url": URL, "eta": 973.0}).status == 200
+    assert post_json(app, "/queue", {"url": URL, "countdown": 3}).status == 200
+    assert post_json(app, "/queue/default/batch", [{"url": URL, "eta": 973.0}]).status == 200
+    tasks = [c[1] for c in svc.calls if c[0] == "enqueue"]
+    tasks += [t for c in svc.calls if c[0] == "enqueue_many" for t in c[1]]
+    assert [t.fire_at for t in tasks] == [NOW + 3] * 3
 
 
 def test_head_is_get_without_the_body(app: Api) -> None:

@@ -282,3 +282,13 @@ def test_publish_to_a_url_group_answers_one_per_url(app: Api, svc: Service) -> N
     assert call(app, "DELETE", "/v2/topics/team").status == 200
     r = call(app, "POST", "/v2/schedules/team", b"", headers={"Upstash-Cron": "* * * * *"})
     assert r.status == 400 and r.json()["error"].startswith("destination must be an http")
+
+
+def test_not_before_is_on_the_clusters_clock_a_delay_on_ours(app: Api, svc: Service) -> None:
+    """This node runs 30 s ahead (the cluster's clock minus ours is -30): a message not
+    before the cluster's NOW + 3 fires at our NOW + 33; an Upstash-Delay of 3 s at our
+    NOW + 3, as before."""
+    svc.offset = -30.0
+    assert publish(app, URL, Upstash_Not_Before=str(int(NOW) + 3)).status == 201
+    assert publish(app, URL, Upstash_Delay="3s").status == 201
+    assert [t.fire_at for _, t in svc.calls] == [NOW + 33, NOW + 3]

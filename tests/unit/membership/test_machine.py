@@ -112,3 +112,53 @@ def test_an_election_after_a_pre_vote_is_no_handover():
     real = [m for m in asked if not m.pre]
     assert real and not any(m.transfer for m in real)
     assert any(m.pre for m in asked)
+
+
+@pytest.mark.timeout(10)
+def test_a_leader_whose_clock_is_off_hands_over_and_does_not_campaign_while_off():
+    """ClockSkew(off=True) on the leader: it steps down at once and names a successor
+    (ROSTER elect), which campaigns without an election timeout; while off, the old
+    leader starts no election, however long it hears no leader; back within, it may."""
+    from miyamoto.membership.machine import ClockSkew
+    wire, now = cluster_of("a", "b", "c")
+    a = wire.nodes["a"]
+    assert a.is_leader
+    for off in (True, False):  # a follower: nothing to send
+        assert wire.nodes["b"].step(ClockSkew(off), now) == []
+    sent = a.step(ClockSkew(True), now)
+    assert not a.is_leader and a.leader is None
+    assert {s.to for s in sent} == {"b", "c"} and {s.msg.elect for s in sent} <= {"b", "c"}
+    wire.settle(a, sent, now)
+    now = wire.run(now, now + 0.2)
+    leaders = {n.leader for n in wire.nodes.values()}
+    assert len(leaders) == 1 and leaders.pop() in ("b", "c")
+    # the others go silent: a alone hears no leader for many election timeouts
+    t = now
+    for _ in range(int(4 * T.election_timeout_max / T.heartbeat_interval)):
+        t += T.heartbeat_interval
+        assert Verb.VOTE_REQUEST not in verbs(tick(a, t))
+    a.step(ClockSkew(False), t)
+    sent = []
+    for _ in range(int(2 * T.election_timeout_max / T.heartbeat_interval)):
+        t += T.heartbeat_interval
+        sent += tick(a, t)
+    assert Verb.VOTE_REQUEST in verbs(sent)
+
+
+@pytest.mark.timeout(10)
+def test_a_candidate_whose_clock_goes_off_gives_up_its_election():
+    """Off mid-election (its pre-vote or its vote under way): it must not win it."""
+    from miyamoto.membership.machine import ClockSkew
+    wire, now = cluster_of("a", "b", "c")
+    b = wire.nodes["b"]
+    at, t = b._election.timeout_at, now
+    while t + T.heartbeat_interval < at:  # the leader is silent from now on
+        t += T.heartbeat_interval
+        tick(b, t)
+    t = at
+    assert Verb.VOTE_REQUEST in verbs(tick(b, t))  # b asks for pre-votes
+    b.step(ClockSkew(True), t)
+    for n in ("a", "c"):  # a pre-vote granted by both: it would campaign
+        grant = payload(wire.nodes[n], Verb.VOTE, granted=True, pre=True, fresh=False)
+        assert recv(b, n, Verb.VOTE, grant, t) == []
+    assert b.role == "follower" and not b.is_leader

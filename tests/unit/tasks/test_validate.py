@@ -708,6 +708,29 @@ def test_validate_a_topic_is_expanded_before_it_is_a_task():
     assert e.message == "cannot be given with url"
 
 
+def test_an_absolute_eta_is_on_the_clusters_clock_a_countdown_on_ours():
+    """offset is the cluster's clock minus ours: on a node 30 s ahead (offset -30) an eta
+    fires 30 s later by its own clock, that is at the eta's real moment; a countdown is
+    the same either way. The 30-day bound is judged on the cluster's clock too."""
+    ahead = -30.0
+    t = build_task({"url": URL, "eta": NOW + 3}, path_queue=None, idempotency_key=None,
+                   limits=LIMITS, now=NOW + 30, offset=ahead)
+    assert t.eta == t.fire_at == NOW + 33 and t.created == NOW + 30
+    t = build_task({"url": URL, "countdown": 3}, path_queue=None, idempotency_key=None,
+                   limits=LIMITS, now=NOW + 30, offset=ahead)
+    assert t.eta == t.fire_at == NOW + 33
+    edge = {"url": URL, "eta": NOW + LIMITS.max_delay}
+    build_task(edge, path_queue=None, idempotency_key=None, limits=LIMITS, now=NOW + 30,
+               offset=ahead)
+    with pytest.raises(ValidationError) as e:  # 10 s past the bound, by the cluster's clock
+        build_task(dict(edge, eta=NOW + LIMITS.max_delay + 10), path_queue=None,
+                   idempotency_key=None, limits=LIMITS, now=NOW + 30, offset=ahead)
+    assert e.value.field == "eta"
+    (b,) = parse_batch(ujson.dumps([{"url": URL, "eta": NOW + 3}]).encode(), path_queue=None,
+                       limits=LIMITS, now=NOW - 8, max_batch=10, offset=8.0)
+    assert b.fire_at == NOW - 5
+
+
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
