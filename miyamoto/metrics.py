@@ -386,3 +386,7 @@ class NodeCollector(Collector):
                        "that use it)", stats.zap_denied)
         yield _counter("miyamoto_cluster_strangers", "messages dropped: the sender is not a "
                        "member", strangers)
+        yield _counter("miyamoto_cluster_stale", "frames dropped as replays: from an earlier "
+                       "incarnation of their sender, or with a sequence number seen before "
+                       "(the direction \"stale\" of miyamoto_cluster_messages, by verb)",
+                       stats.stale)

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
+from miyamoto.wire.freshness import stamp as make_stamp  # noqa: E402
 from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, ProcessRegistry,  # noqa: E402
                      Reply, Request, Sink, cluster_view, free_port, free_ports, member_ids,
                      metrics, plan_cluster, port_refuses, probe_view, run_cli, stop_all,
@@ -67,8 +70,30 @@ def metric(node: NodeProcess, name: str) -> float:
     raise AssertionError(f"no metric {name} in {r.text[:500]}")
 
 
+class Peer:
+    """A raw pyzmq DEALER that stamps every message it sends as a node does (its own
+    incarnation and a growing sequence, ``miyamoto.wire.freshness``), unless told
+    ``stamp=None``; a given ``stamp`` (boot, seq) is sent as it is (a replay)."""
+
+    def __init__(self, sock: Any, boot: int | None = None) -> None:
+        self.sock = sock
+        self.boot = int(time.time() * 1000) if boot is None else boot
+        self.seq = 0
+
+    def send_multipart(self, frames: list[bytes], stamp: Any = True) -> None:
+        if stamp is True:
+            self.seq += 1
+            frames = [*frames, make_stamp(self.boot, self.seq)]
+        elif stamp is not None:
+            frames = [*frames, make_stamp(*stamp)]
+        self.sock.send_multipart(frames)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
 def dealer(address: str, identity: bytes | None,
-           curve: tuple[bytes, bytes, bytes] | None = CLUSTER_CURVE):
+           curve: tuple[bytes, bytes, bytes] | None = CLUSTER_CURVE) -> Peer:
     """A raw (blocking) pyzmq DEALER, in the test process, connected to ``address``; by
     default it holds the test cluster's key pair (an insider), ``curve=None`` for none."""
     import zmq
@@ -84,4 +109,4 @@ def dealer(address: str, identity: bytes | None,
         s.setsockopt(zmq.CURVE_SECRETKEY, secret)
         s.setsockopt(zmq.CURVE_SERVERKEY, server)
     s.connect(address)
-    return s
+    return Peer(s)

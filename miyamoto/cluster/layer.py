@@ -48,6 +48,7 @@ from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
 from miyamoto.wire import messages as m
+from miyamoto.wire.identity import next_boot
 from miyamoto.wire.messages import Send
 from miyamoto.wire.outbox import Outbox, unbatch
 from miyamoto.wire.transport import CurveKeys, OnMessage, Transport
@@ -90,7 +91,7 @@ class TransportFactory(Protocol):
     """Builds a node's transport around the cluster's receive callback (``Transport``)."""
 
     def __call__(self, node_id: str, bind: str, on_message: OnMessage, *,
-                 curve: CurveKeys | None) -> ClusterTransport: ...
+                 curve: CurveKeys | None, boot: int | None) -> ClusterTransport: ...
 
 
 class Cluster:
@@ -110,7 +111,10 @@ class Cluster:
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
-        self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve)
+        # this start's incarnation, kept in the data dir, stamped on every frame we send
+        boot = None if self.solo else next_boot(cfg.data_dir)
+        self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve,
+                                   boot=boot)
         self.strangers = 0  # messages dropped because their sender is not in the roster
         self._strangers_seen: set[tuple[Verb, str]] = set()  # logged once each (bounded)
         # answers to the ASKs that STOREs carried, waiting for their STORED (``_settle``)

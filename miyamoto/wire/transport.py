@@ -8,9 +8,11 @@ message to a peer that is not connected fails at once (``send`` returns False)
 instead of queueing forever. The protocol state machines decide what to retry.
 
 A peer's bytes are untrusted. Everything that arrives goes through
-``parse_frames`` (identity, verb, JSON object, or ``DecodeError``); malformed
+``parse_frames`` (identity, verb, JSON object, stamp, or ``DecodeError``); malformed
 messages are counted, logged at warning level (rate-limited) and dropped.
-``MAXMSGSIZE`` keeps a garbage peer from making libzmq allocate gigabytes.
+``MAXMSGSIZE`` keeps a garbage peer from making libzmq allocate gigabytes. Every frame
+carries its sender's incarnation and a sequence number, and one that is not fresh (a
+replay) is dropped: ``miyamoto.wire.freshness``.
 
 With a ``CurveKeys`` cluster key pair, all traffic is CurveZMQ-encrypted and a
 ZAP handler admits only clients that hold the cluster key pair: CURVE alone
@@ -45,6 +47,7 @@ from gevent.pool import Group
 from zmq.utils import z85
 
 from miyamoto.wire import verbs as protocol
+from miyamoto.wire.freshness import Freshness, Verdict, read_stamp, stamp
 from miyamoto.wire.handshakes import EVENTS, HandshakeWatch
 from miyamoto.wire.verbs import DecodeError, Verb
 from miyamoto.wire.zmqio import NOBLOCK, Readable, send_frames
@@ -74,6 +77,8 @@ ZAP_DOMAIN = "miyamoto"
 ZAP_VERSION = b"1.0"
 MAX_IDENTITY = 255  # ZeroMQ routing ids are 1..255 bytes
 MAX_NODE_ID = MAX_IDENTITY - 9  # the routing id is the node id, NUL, 8 random bytes
+
+FRAMES = 4  # identity, verb, payload, stamp
 
 OnMessage = Callable[[str, Verb, dict[str, Any]], None]
 
@@ -115,6 +120,7 @@ class TransportStats:
     received: int = 0  # delivered to on_message
     dropped: int = 0  # malformed, never delivered
     handler_errors: int = 0  # on_message raised
+    stale: int = 0  # replays: an earlier incarnation's, or a sequence number seen before
     sent: int = 0
     send_failed: int = 0  # peer not connected, HWM reached, bad address
     zap_denied: int = 0  # CURVE clients refused by the ZAP handler
@@ -128,14 +134,15 @@ class TransportStats:
         self.messages[key] = self.messages.get(key, 0) + 1
 
 
-def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
-    """[identity, verb, payload] from the ROUTER -> (sender id, verb, payload).
+def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any], tuple[int, int]]:
+    """[identity, verb, payload, stamp] from the ROUTER -> (sender id, verb, payload,
+    (boot, seq)) (the stamp: ``miyamoto.wire.freshness``).
 
     Raises DecodeError for anything else. Identities that start with a zero
     byte are the ones libzmq makes up for peers that set none: not a node.
     """
-    if len(frames) != 3:
-        raise DecodeError(f"expected 3 frames with the identity, got {len(frames)}")
+    if len(frames) != FRAMES:
+        raise DecodeError(f"expected {FRAMES} frames with the identity, got {len(frames)}")
     identity = bytes(frames[0])
     if not identity or identity[0] == 0:
         raise DecodeError("anonymous peer (no identity set)")
@@ -143,8 +150,9 @@ def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
         sender = identity.split(b"\x00", 1)[0].decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError(f"identity is not utf-8: {identity[:32]!r}") from None
+    boot_seq = read_stamp(frames[3])
     verb, payload = protocol.decode([frames[1], frames[2]])
-    return sender, verb, payload
+    return sender, verb, payload, boot_seq
 
 
 def zap_reply(request: list[bytes], cluster_key: bytes) -> tuple[list[bytes], bool]:
@@ -202,7 +210,8 @@ class Transport:
     """
 
     def __init__(self, node_id: str, bind: str, on_message: OnMessage,
-                 curve: CurveKeys | None = None, hwm: int = 10_000) -> None:
+                 curve: CurveKeys | None = None, hwm: int = 10_000, *,
+                 boot: int | None = None) -> None:
         identity = node_id.encode("utf-8") if isinstance(node_id, str) else b""
         if not identity or len(identity) > MAX_NODE_ID or b"\x00" in identity:
             raise ValueError(f"node_id must be 1-{MAX_NODE_ID} utf-8 bytes without NUL")
@@ -214,6 +223,11 @@ class Transport:
         self.curve = curve
         self.hwm = hwm
         self.stats = TransportStats()
+        # this start's incarnation (a node passes the one kept in its data dir:
+        # miyamoto.wire.identity) and the sequence of the frames it sent
+        self.boot = int(time.time() * 1000) if boot is None else boot
+        self._seq = 0
+        self._fresh = Freshness()
         self._identity = identity
         self._ctx: zmq.Context | None = None
         self._router: zmq.Socket | None = None
@@ -327,6 +341,8 @@ class Transport:
         frames = protocol.encode(verb, payload)
         if not self._started or self._stopped:  # a cluster of one never starts it
             return False
+        self._seq += 1
+        frames.append(stamp(self.boot, self._seq))
         sock = self._dealers.get(address) or self._connect(address)
         if sock is None:
             self.stats.send_failed += 1
@@ -417,7 +433,7 @@ class Transport:
     def _drain(self, sock: zmq.Socket) -> bool:
         """Handle queued messages until EAGAIN (False) or YIELD_EVERY of them (True).
 
-        Frames past the third are read and thrown away, never kept. A multipart
+        Frames past the fourth are read and thrown away, never kept. A multipart
         message is delivered whole, so its later frames never raise Again.
         """
         recv = sock.recv
@@ -431,7 +447,7 @@ class Transport:
                 while part.more:
                     part = recv(NOBLOCK, False)
                     count += 1
-                    if count <= 3:
+                    if count <= FRAMES:
                         frames.append(part.bytes)
             except zmq.Again:
                 return False
@@ -447,13 +463,22 @@ class Transport:
     def _handle(self, frames: list[bytes], count: int, first: zmq.Frame) -> None:
         try:
             if count != len(frames):
-                raise DecodeError(f"expected 3 frames with the identity, got {count}")
-            sender, verb, payload = parse_frames(frames)
+                raise DecodeError(f"expected {FRAMES} frames with the identity, got {count}")
+            sender, verb, payload, (boot, seq) = parse_frames(frames)
         except Exception as e:  # DecodeError, or anything else a peer's bytes provoke
             self.stats.dropped += 1
             self.stats.count("invalid", "dropped")
             self._warn.warning("dropped malformed message from %s (identity %r): %s",
                                _peer_address(first), frames[0][:64], e)
+            return
+        # per connection until each node has its own key: a key holder under a member's
+        # id must not shut the member's frames out by stamping far ahead
+        verdict = self._fresh.check((sender, bytes(frames[0]).hex()), boot, seq)
+        if verdict is not Verdict.FRESH:
+            self.stats.stale += 1
+            self.stats.count(verb.value, "stale")
+            self._warn.warning("dropped %s from %r: %s (incarnation %d, sequence %d)",
+                               verb.value, sender[:64], verdict.value, boot, seq)
             return
         self.stats.received += 1
         self.stats.count(verb.value, "received")

@@ -36,6 +36,7 @@ from miyamoto.wire.transport import (
     zap_reply,
 )
 from miyamoto.wire import zmqio
+from miyamoto.wire.freshness import stamp
 from miyamoto.wire.zmqio import Readable
 
 LOOPBACK = "tcp://127.0.0.1:0"
@@ -91,6 +92,25 @@ def make():
         t.stop()
 
 
+class Stamping:
+    """A raw DEALER that stamps what it sends as a node does (``stamp=None``: not at
+    all; a (boot, seq): that one, a replay)."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock, self.boot, self.seq = sock, int(time.time() * 1000), 0
+
+    def send_multipart(self, frames, flags=0, stamp_=True):
+        if stamp_ is True:
+            self.seq += 1
+            frames = [*frames, stamp(self.boot, self.seq)]
+        elif stamp_ is not None:
+            frames = [*frames, stamp(*stamp_)]
+        return self.sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
 @pytest.fixture
 def raw():
     """Plain pyzmq sockets (and their monitors) for misbehaving peers."""
@@ -105,7 +125,7 @@ def raw():
         if curve is not None:
             s.curve_publickey, s.curve_secretkey, s.curve_serverkey = curve
         socks.append(s)
-        return s
+        return Stamping(s)
 
     yield _dealer
     for s in socks:
@@ -130,24 +150,31 @@ def monitor_events(sock: zmq.Socket):
 
 # -- pure parts --------------------------------------------------------------
 
+STAMP = stamp(7, 1)
+
+
 def test_parse_frames_accepts_a_message():
-    frames = [b"node-\xc3\xa9", *protocol.encode(Verb.STORE, {"a": [1, {"b": "c"}]})]
-    assert parse_frames(frames) == ("node-é", Verb.STORE, {"a": [1, {"b": "c"}]})
+    frames = [b"node-\xc3\xa9", *protocol.encode(Verb.STORE, {"a": [1, {"b": "c"}]}),
+              stamp(2**40, 9)]
+    assert parse_frames(frames) == ("node-é", Verb.STORE, {"a": [1, {"b": "c"}]}, (2**40, 9))
 
 
 @pytest.mark.parametrize("frames", [
     [b"id"],
     [b"id", b"HEARTBEAT"],
-    [b"id", b"HEARTBEAT", b"{}", b"extra"],
-    [b"id", b"NOPE", b"{}"],
-    [b"id", b"HEARTBEAT", b"not json"],
-    [b"id", b"HEARTBEAT", b"[1, 2]"],
-    [b"id", b"HEARTBEAT", b"\xff\xfe"],
-    [b"\xff\xfe", b"HEARTBEAT", b"{}"],
-    [b"\x00\x01\x02\x03\x04", b"HEARTBEAT", b"{}"],
-    [b"", b"HEARTBEAT", b"{}"],
-    [b"id", b"HEARTBEAT", b"[" * 100_000],
-    [b"id", b"HEARTBEAT", b" " * (protocol.MAX_FRAME + 1)],
+    [b"id", b"HEARTBEAT", b"{}"],  # no stamp
+    [b"id", b"HEARTBEAT", b"{}", STAMP, b"extra"],
+    [b"id", b"HEARTBEAT", b"{}", STAMP[:15]],
+    [b"id", b"HEARTBEAT", b"{}", STAMP + b"x"],
+    [b"id", b"NOPE", b"{}", STAMP],
+    [b"id", b"HEARTBEAT", b"not json", STAMP],
+    [b"id", b"HEARTBEAT", b"[1, 2]", STAMP],
+    [b"id", b"HEARTBEAT", b"\xff\xfe", STAMP],
+    [b"\xff\xfe", b"HEARTBEAT", b"{}", STAMP],
+    [b"\x00\x01\x02\x03\x04", b"HEARTBEAT", b"{}", STAMP],
+    [b"", b"HEARTBEAT", b"{}", STAMP],
+    [b"id", b"HEARTBEAT", b"[" * 100_000, STAMP],
+    [b"id", b"HEARTBEAT", b" " * (protocol.MAX_FRAME + 1), STAMP],
 ])
 @pytest.mark.timeout(10)
 def test_parse_frames_rejects_garbage(frames):
@@ -176,7 +203,8 @@ json_values = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(list(Verb)), st.dictionaries(st.text(), json_values, max_size=5))
 def test_parse_frames_round_trips(verb, payload):
-    assert parse_frames([b"n1", *protocol.encode(verb, payload)]) == ("n1", verb, payload)
+    assert parse_frames([b"n1", *protocol.encode(verb, payload), STAMP]) == \
+        ("n1", verb, payload, (7, 1))
 
 
 @pytest.mark.timeout(10)
@@ -310,6 +338,36 @@ def test_forget_closes_the_dealer(make):
     inbox_b.wait_for(lambda m: m[2] == {"n": 2})
 
 
+@pytest.mark.timeout(30)
+def test_every_frame_is_stamped_with_the_boot_and_a_growing_sequence(make, raw):
+    a, _ = make("a", boot=41)
+    b, inbox_b = make("b")
+    send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"n": 1})
+    a.send("b", b.address, Verb.HEARTBEAT, {"n": 2})
+    inbox_b.wait_for(lambda m: m[2] == {"n": 2})
+    assert [v[0] for v in b._fresh._last.values()] == [41] and b.stats.stale == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_replayed_or_earlier_frame_is_dropped_and_a_restart_is_taken(make, raw):
+    target, inbox = make("target")
+    peer = raw(b"p")
+    peer.connect(target.address)
+    hb = lambda n: protocol.encode(Verb.HEARTBEAT, {"n": n})  # noqa: E731
+    peer.send_multipart(hb(1), stamp_=(100, 5))
+    peer.send_multipart(hb(2), stamp_=(100, 5))  # the same frame again
+    peer.send_multipart(hb(3), stamp_=(100, 4))  # an older sequence
+    peer.send_multipart(hb(4), stamp_=(99, 50))  # an earlier incarnation
+    peer.send_multipart(hb(5), stamp_=(100, 6))
+    peer.send_multipart(hb(6), stamp_=(101, 1))  # restarted: a new incarnation
+    peer.send_multipart(hb(7), stamp_=(100, 7))  # the old one's frame, late
+    peer.send_multipart(hb(8), stamp_=(101, 2))
+    inbox.wait_for(lambda m: m[2] == {"n": 8})
+    assert [p["n"] for p in inbox.payloads()] == [1, 5, 6, 8]
+    assert target.stats.stale == 4
+    assert target.stats.messages[("HEARTBEAT", "stale")] == 4
+
+
 # -- 3. garbage ---------------------------------------------------------------
 
 @pytest.mark.timeout(30)
@@ -323,8 +381,8 @@ def test_garbage_never_reaches_on_message(make, raw):
     mallory.connect(target.address)
     garbage = [
         [b"HEARTBEAT"],                                   # 1 frame
-        [b"HEARTBEAT", b"{}", b"x"],                      # 3 frames
-        [b"HEARTBEAT", b"{}", b"x", b"y", b"z"],          # 5 frames
+        [b"HEARTBEAT", b"{}", b"x"],                      # 4 frames: a bad stamp
+        [b"HEARTBEAT", b"{}", b"x", b"y", b"z"],          # 6 frames
         [b"NOT_A_VERB", b"{}"],                           # unknown verb
         [b"HEARTBEAT", b"not json"],                      # non-JSON
         [b"HEARTBEAT", b"[1, 2, 3]"],                     # JSON array
