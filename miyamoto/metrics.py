@@ -363,10 +363,10 @@ class NodeCollector(Collector):
             if mem["id"] != self.node.node_id and mem.get("clock_offset") is not None:
                 offsets.add_metric([str(mem["id"])], mem["clock_offset"])
         yield offsets
-        yield from self._transport(cluster.transport, cluster.strangers)
+        yield from self._transport(cluster.transport, cluster.strangers, cluster.spoofed)
 
     @staticmethod
-    def _transport(transport: Transport, strangers: int) -> Iterator[Metric]:
+    def _transport(transport: Transport, strangers: int, spoofed: int) -> Iterator[Metric]:
         stats = transport.stats
         fam = CounterMetricFamily("miyamoto_cluster_messages", "cluster messages by verb and "
                                   "direction (dropped: not sent, or received and malformed); "
@@ -386,6 +386,8 @@ class NodeCollector(Collector):
                        "that use it)", stats.zap_denied)
         yield _counter("miyamoto_cluster_strangers", "messages dropped: the sender is not a "
                        "member", strangers)
+        yield _counter("miyamoto_cluster_spoofed", "messages dropped: under a member's id, "
+                       "from another key than the one it joined with", spoofed)
         yield _counter("miyamoto_cluster_stale", "frames dropped as replays: from an earlier "
                        "incarnation of their sender, or with a sequence number seen before "
                        "(the direction \"stale\" of miyamoto_cluster_messages, by verb)",

@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
 
     keygen = sub.add_parser(
         "keygen", help="make the cluster's CurveZMQ key pair",
-        description="Make the cluster's CurveZMQ key pair (give the same pair to every node). "
+        description="Make the cluster's CurveZMQ key pair (give the same pair to every node: "
+        "it is the join secret; each node makes its own pair in its data dir). "
         "Without --env-file it prints a [miyamoto] section for the config file. Z85 keys hold "
         "$ % < > { & and the like, so for a shell, docker compose or systemd use --env-file.")
     keygen.add_argument("--env-file", metavar="PATH",
@@ -113,8 +114,13 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
     from miyamoto.node import Node  # after patch_all: the server modules must see gevent's
     from miyamoto.store.datadir import DataDirLocked  # after patch_all, as above
+    from miyamoto.wire.identity import BadKeyFile  # after patch_all, as above
 
-    node = Node(config)
+    try:
+        node = Node(config)
+    except BadKeyFile as e:  # the node's own key pair: refused as a bad option is
+        print(f"miyamoto: cannot start: {e}", file=sys.stderr)
+        return 2
     try:
         node.start()
     except DataDirLocked as e:  # a second node on one journal: a usage error, like a bad option

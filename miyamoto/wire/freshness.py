@@ -4,20 +4,22 @@ Why: a frame that was once good stays well-formed forever, so without freshness 
 captured or queued DONE, CANCEL or FAILED from earlier could be fed again (it once
 ended an admin's rerun). So each frame a node sends carries a 16-byte stamp, its
 ``boot`` (the incarnation: it grows at every start and is kept on disk,
-``miyamoto.wire.identity``) and ``seq`` (one counter per process, over all its
-connections); the receiver keeps the highest (boot, seq) per sender and drops a frame
-from an earlier boot, or with a seq not above the last one of its boot.
+``miyamoto.wire.identity``) and ``seq`` (one counter per process, growing with every
+frame it sends). The receiver drops a frame
 
-That is exact for one connection per pair of nodes (ZeroMQ keeps a connection's order,
-and the DEALER of a reconnect is the same socket): what a node sends to a peer reaches
-it with growing seqs. A node that reaches one peer at two addresses (a seed written
-another way than the peer's advertised address) may have a few frames of the slower
-connection dropped: the protocols resend what matters.
+- from an earlier boot than the highest it has seen from that sender, on any
+  connection: a restarted node's old frames, wherever they were queued; and
+- whose seq is not above the last one on the same connection: a replay, or a frame
+  duplicated on its way (ZeroMQ keeps a connection's order, and a DEALER's reconnect
+  keeps its routing id and its counter).
 
 A sender is a (node id, key) pair: the key is the one the connection authenticated
 with (``miyamoto.wire.transport``), so a key holder speaking under another's id moves
-only its own entry, never the real member's. Memory is bounded (MAX_SENDERS, oldest
-first out); a sender evicted is taken afresh at its next frame.
+only its own entry, never the real member's. Sequences are per connection, not per
+sender, so a node that reaches a peer at two addresses loses nothing to the two
+connections' interleaving; a replay on a connection of its own under the current boot
+needs the member's own secret key, which can say anything anyway. Memory is bounded
+(MAX_SENDERS of each, oldest first out); a sender evicted is taken afresh.
 """
 
 from __future__ import annotations
@@ -50,27 +52,35 @@ class Verdict(Enum):
 
 
 class Freshness:
-    """The highest (boot, seq) seen per sender; ``check`` admits a frame and records it."""
+    """The highest boot per sender and the last (boot, seq) per connection; ``check``
+    admits a frame and records it."""
 
     def __init__(self, max_senders: int = MAX_SENDERS) -> None:
         self.max_senders = max_senders
-        self._last: dict[tuple[str, str], tuple[int, int]] = {}
+        self._boots: dict[tuple[str, str], int] = {}
+        self._conns: dict[bytes, tuple[int, int]] = {}
 
-    def check(self, sender: tuple[str, str], boot: int, seq: int) -> Verdict:
-        last = self._last.get(sender)
-        if last is not None:
-            if boot < last[0]:
-                return Verdict.EARLIER_BOOT
-            if boot == last[0] and seq <= last[1]:
-                return Verdict.OLD_SEQ
-        else:
-            while len(self._last) >= self.max_senders:
-                self._last.pop(next(iter(self._last)))
-        self._last[sender] = (boot, seq)
+    def check(self, sender: tuple[str, str], conn: bytes, boot: int, seq: int) -> Verdict:
+        highest = self._boots.get(sender)
+        if highest is not None and boot < highest:
+            return Verdict.EARLIER_BOOT
+        last = self._conns.get(conn)
+        if last is not None and boot == last[0] and seq <= last[1]:
+            return Verdict.OLD_SEQ
+        if highest is None or boot > highest:
+            _put(self._boots, sender, boot, self.max_senders)
+        _put(self._conns, conn, (boot, seq), self.max_senders)
         return Verdict.FRESH
 
-    def last(self, sender: tuple[str, str]) -> tuple[int, int] | None:
-        return self._last.get(sender)
+    def boot(self, sender: tuple[str, str]) -> int | None:
+        return self._boots.get(sender)
 
-    def __len__(self) -> int:
-        return len(self._last)
+    def last(self, conn: bytes) -> tuple[int, int] | None:
+        return self._conns.get(conn)
+
+
+def _put(d: dict, key: object, value: object, bound: int) -> None:
+    if key not in d:
+        while len(d) >= bound:
+            d.pop(next(iter(d)))
+    d[key] = value

@@ -83,7 +83,7 @@ class SimTransport:
     receive greenlet, in arrival order, as with the real transport."""
 
     def __init__(self, wire: Wire, node_id: str, bind: str,
-                 on_message: Callable[[str, Verb, dict[str, Any]], None]) -> None:
+                 on_message: Callable[[str, Verb, dict[str, Any], str], None]) -> None:
         self.wire = wire
         self.node_id = node_id
         self.bind = bind
@@ -149,7 +149,7 @@ class SimTransport:
                                                          SIM_STAMP])
                 self.stats.received += 1
                 try:
-                    self.on_message(sender, verb, payload)
+                    self.on_message(sender, verb, payload, "")  # no keys: insecure
                 except Exception:
                     self.stats.handler_errors += 1
                     log.exception("on_message failed for %s from %s", verb.value, sender)
