@@ -167,3 +167,15 @@ def zmq_keypair() -> tuple[bytes, bytes, bytes]:
     public, secret = zmq.curve_keypair()
     return public, secret, CLUSTER_CURVE[0]
 
+
+
+@pytest.mark.timeout(30)
+def test_a_node_whose_key_file_is_not_a_key_pair_refuses_to_start(node_factory, tmp_path):
+    data = tmp_path / "data-badkey"
+    data.mkdir()
+    (data / "node.key").write_text('{"public": "not a key"}')
+    n = node_factory("badkey", data_dir=str(data), ready=False)
+    assert n.wait_exit(15) == 2
+    text = n.log_text()
+    assert str(data / "node.key") in text and "Traceback" not in text, text
+    assert (data / "node.key").read_text() == '{"public": "not a key"}'  # left as it was
