@@ -11,7 +11,10 @@ the roles here see the layer only through their own small Protocols.
 
 Peers are untrusted input: every message is decoded into its typed form
 (``miyamoto.wire.messages``) before anything acts on it, and one that does not fit is logged
-and dropped; nothing a peer sends can raise out of ``_on_message``.
+and dropped; nothing a peer sends can raise out of ``_on_message``. Each message comes with
+the key its connection authenticated with (``miyamoto.wire.transport``): membership hears
+that key as the sender's (so the roster records the key each member joined with), and a
+message under a member's id from any other key is dropped (``_spoofed``).
 """
 
 from __future__ import annotations
