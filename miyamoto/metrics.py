@@ -385,10 +385,10 @@ class NodeCollector(Collector):
         yield _gauge("miyamoto_cluster_clock_skewed", "1 while our clock is beyond "
                      "max_clock_skew from the cluster's (this node then does not lead)",
                      int(clock.get("skewed", False)))
-        yield from self._transport(cluster.transport, cluster.strangers)
+        yield from self._transport(cluster.transport, cluster.strangers, cluster.spoofed)
 
     @staticmethod
-    def _transport(transport: Transport, strangers: int) -> Iterator[Metric]:
+    def _transport(transport: Transport, strangers: int, spoofed: int) -> Iterator[Metric]:
         stats = transport.stats
         fam = CounterMetricFamily("miyamoto_cluster_messages", "cluster messages by verb and "
                                   "direction (dropped: not sent, or received and malformed); "
@@ -408,3 +408,9 @@ class NodeCollector(Collector):
                        "that use it)", stats.zap_denied)
         yield _counter("miyamoto_cluster_strangers", "messages dropped: the sender is not a "
                        "member", strangers)
+        yield _counter("miyamoto_cluster_spoofed", "messages dropped: under a member's id, "
+                       "from another key than the one it joined with", spoofed)
+        yield _counter("miyamoto_cluster_stale", "frames dropped as replays: from an earlier "
+                       "incarnation of their sender, or with a sequence number seen before "
+                       "(the direction \"stale\" of miyamoto_cluster_messages, by verb)",
+                       stats.stale)

@@ -103,6 +103,9 @@ MODULES: dict[str, list[list[str]]] = {
                                 ["tests/unit/replicas/test_siblings.py"]],
     "miyamoto/wire/transport.py": [["tests/unit/wire/test_transport.py"]],
     "miyamoto/wire/zmqio.py": [["tests/unit/wire/test_transport.py"]],
+    "miyamoto/wire/freshness.py": [["tests/unit/wire/test_freshness.py"],
+                                   ["tests/unit/wire/test_transport.py"]],
+    "miyamoto/wire/identity.py": [["tests/unit/wire/test_identity.py"]],
     "miyamoto/wire/outbox.py": [["tests/unit/wire/test_outbox.py"], _CLUSTER_SIM[0]],
     # tasks/
     "miyamoto/tasks/task.py": [["tests/unit/tasks/test_task.py"],
@@ -256,8 +259,6 @@ _LATIN1 = ("_HEADER_VALUE_RE already admits only latin-1 characters: the encode 
 _UNQUOTED = ("which decoded form values formdata keeps (a cache of at most ~0.5 MB): every "
              "answer is the same with or without it (test_agrees_with_parse_qsl asks each "
              "input twice), and test_the_field_cap_and_the_cache_bound holds the bound")
-_TWO_FRAMES = ("every message the transport sends is two frames (verbs.encode): there "
-               "frames[:-1] is frames[:1] and frames[-1] is frames[1]")
 _BATCH_EDGE = ("a message exactly at the batch bound goes alone or closes the batch one "
                "message earlier: the peer unpacks the same messages in the same order")
 _BATCH_SLACK = ("the batch bound is an estimate (16 bytes of framing counted per message, "
@@ -354,9 +355,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
        "the watcher is unreferenced by then (it keeps no hub alive, test_only_a_call_"
        "outstanding_keeps_the_hub_alive) and the thread that sends to it has ended: an open "
        "one is a few bytes, never an event"},
-    ("miyamoto/wire/zmqio.py", "for frame in frames[:-1]:", "drop unary -"): _TWO_FRAMES,
-    ("miyamoto/wire/zmqio.py", "_raw_send(sock, frames[-1], NOBLOCK)", "drop unary -"):
-        _TWO_FRAMES,
     ("miyamoto/wire/outbox.py", "self._scheduled = True", "True -> False"):
         "a flush scheduled per put rather than per turn: the first one sends all that is "
         "queued, in the same batches, and the others find nothing",

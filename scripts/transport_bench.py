@@ -50,7 +50,7 @@ def flood(n: int, timeout: float) -> dict:
     got = [0]
     done = Event()
 
-    def on_b(sender, verb, payload):
+    def on_b(sender, verb, payload, key):
         got[0] += 1
         if got[0] >= n:
             done.set()
@@ -79,14 +79,14 @@ def pingpong(n: int, timeout: float) -> dict:
     count = [0]
     done = Event()
 
-    def on_a(sender, verb, payload):
+    def on_a(sender, verb, payload, key):
         count[0] += 1
         if count[0] >= n:
             done.set()
         else:
             a.send("b", b.address, Verb.STORE, PAYLOAD)
 
-    def on_b(sender, verb, payload):
+    def on_b(sender, verb, payload, key):
         b.send("a", a.address, Verb.STORED, payload)
 
     a, b = Transport("a", LOOPBACK, on_a), Transport("b", LOOPBACK, on_b)

@@ -20,17 +20,22 @@ For cluster tests::
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
 import sys
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
+from miyamoto.wire.freshness import stamp as make_stamp  # noqa: E402
+from miyamoto.wire.transport import CurveKeys, join_proof  # noqa: E402
 from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, ProcessRegistry,  # noqa: E402
                      Reply, Request, Sink, cluster_view, free_port, free_ports, member_ids,
                      metrics, plan_cluster, port_refuses, probe_view, run_cli, stop_all,
@@ -38,7 +43,7 @@ from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, Pr
 
 __all__ = [
     "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
-    "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
+    "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "as_member", "dealer", "proven_id", "free_port", "free_ports", "loaded", "member_ids", "metrics",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
 ]
@@ -70,15 +75,65 @@ def metric(node: NodeProcess, name: str) -> float:
     raise AssertionError(f"no metric {name} in {r.text[:500]}")
 
 
+class Peer:
+    """A raw pyzmq DEALER that stamps every message it sends as a node does (its own
+    incarnation and a growing sequence, ``miyamoto.wire.freshness``), unless told
+    ``stamp=None``; a given ``stamp`` (boot, seq) is sent as it is (a replay)."""
+
+    def __init__(self, sock: Any, boot: int | None = None) -> None:
+        self.sock = sock
+        self.boot = int(time.time() * 1000) if boot is None else boot
+        self.seq = 0
+
+    def send_multipart(self, frames: list[bytes], stamp: Any = True) -> None:
+        if stamp is True:
+            self.seq += 1
+            frames = [*frames, make_stamp(self.boot, self.seq)]
+        elif stamp is not None:
+            frames = [*frames, make_stamp(*stamp)]
+        self.sock.send_multipart(frames)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+def proven_id(identity: bytes, public: bytes, cluster: tuple[str, str] = CLUSTER_KEYS) -> bytes:
+    """``identity`` as a node of ``cluster`` (the test cluster's pair) with the public key
+    ``public`` (Z85) makes its routing id: a NUL and a tag (unless it has them), then
+    the join proof."""
+    from zmq.utils import z85
+
+    if b"\x00" not in identity:
+        identity += b"\x00" + os.urandom(8)
+    return identity + join_proof(CurveKeys(*cluster), z85.decode(public))
+
+
+def as_member(node: NodeProcess, server: bytes = CLUSTER_CURVE[0]) -> dict[str, Any]:
+    """``dealer`` arguments to speak as ``node`` itself (the strongest insider): its own
+    key pair, read from its data dir, aimed at the cluster's server key, and its current
+    incarnation (a later one would shut the real node's frames out, as a restart does)."""
+    with open(os.path.join(node.data_dir, "node.key")) as f:
+        keys = json.load(f)
+    with open(os.path.join(node.data_dir, "boot")) as f:
+        boot = int(f.read())
+    return {"curve": (keys["public"].encode(), keys["secret"].encode(), server), "boot": boot}
+
+
 def dealer(address: str, identity: bytes | None,
-           curve: tuple[bytes, bytes, bytes] | None = CLUSTER_CURVE):
+           curve: tuple[bytes, bytes, bytes] | None = CLUSTER_CURVE, *,
+           prove: bool = True, cluster: tuple[str, str] = CLUSTER_KEYS,
+           boot: int | None = None) -> Peer:
     """A raw (blocking) pyzmq DEALER, in the test process, connected to ``address``; by
-    default it holds the test cluster's key pair (an insider), ``curve=None`` for none."""
+    default it holds the test cluster's key pair and proves it knows the cluster's secret
+    (an insider), ``curve=None`` for none; ``prove=False``: no join proof."""
     import zmq
 
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 2000)  # close() waits until what we sent went out
+    if identity is not None and curve is not None and prove \
+            and len(identity) + 9 + 16 <= 255:  # (a longer one is refused anyway)
+        identity = proven_id(identity, curve[0], cluster)
     if identity is not None:
         s.setsockopt(zmq.ROUTING_ID, identity)
     if curve is not None:
@@ -87,7 +142,7 @@ def dealer(address: str, identity: bytes | None,
         s.setsockopt(zmq.CURVE_SECRETKEY, secret)
         s.setsockopt(zmq.CURVE_SERVERKEY, server)
     s.connect(address)
-    return s
+    return Peer(s, boot)
 
 
 class NotifySocket:

@@ -16,7 +16,8 @@ from typing import Sequence
 
 from miyamoto.cli import sdnotify
 from miyamoto.cli.commands import add_commands
-from miyamoto.config.settings import SETTINGS, ConfigError, add_flags, check_environment, load
+from miyamoto.config.settings import SETTINGS, Config, ConfigError, add_flags, check_environment, \
+    load
 from miyamoto.version import __version__
 
 
@@ -71,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
 
     keygen = sub.add_parser(
         "keygen", help="make the cluster's CurveZMQ key pair",
-        description="Make the cluster's CurveZMQ key pair (give the same pair to every node). "
+        description="Make the cluster's CurveZMQ key pair (give the same pair to every node: "
+        "it is the join secret; each node makes its own pair in its data dir). "
         "Without --env-file it prints a [miyamoto] section for the config file. Z85 keys hold "
         "$ % < > { & and the like, so for a shell, docker compose or systemd use --env-file.")
     keygen.add_argument("--env-file", metavar="PATH",
@@ -90,11 +92,6 @@ def _serve(args: argparse.Namespace) -> int:
     monkey.patch_all()
     # Everything below is imported after patch_all, so what it makes (sockets, locks,
     # threads) is gevent's; the client commands never load any of it.
-    import logging
-    import signal
-
-    import gevent
-
     flags = {k: getattr(args, k) for k in [s.name for s in SETTINGS] + ["config"]
              if getattr(args, k, None) is not None}
     try:
@@ -113,10 +110,25 @@ def _serve(args: argparse.Namespace) -> int:
         except ConfigError as e:
             print(f"miyamoto: bad option {e}", file=sys.stderr)
             return 2
+    return _run_node(config)
+
+
+def _run_node(config: Config) -> int:
+    """Start a node (gevent patched already), tell systemd, and serve until a signal."""
+    import logging  # after patch_all, as above
+    import signal
+
+    import gevent
+
     from miyamoto.node import Node  # after patch_all: the server modules must see gevent's
     from miyamoto.store.datadir import DataDirLocked  # after patch_all, as above
+    from miyamoto.wire.identity import BadKeyFile  # after patch_all, as above
 
-    node = Node(config)
+    try:
+        node = Node(config)
+    except BadKeyFile as e:  # the node's own key pair: refused as a bad option is
+        print(f"miyamoto: cannot start: {e}", file=sys.stderr)
+        return 2
     try:
         node.start()
     except DataDirLocked as e:  # a second node on one journal: a usage error, like a bad option

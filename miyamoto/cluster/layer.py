@@ -11,7 +11,10 @@ the roles here see the layer only through their own small Protocols.
 
 Peers are untrusted input: every message is decoded into its typed form
 (``miyamoto.wire.messages``) before anything acts on it, and one that does not fit is logged
-and dropped; nothing a peer sends can raise out of ``_on_message``.
+and dropped; nothing a peer sends can raise out of ``_on_message``. Each message comes with
+the key its connection authenticated with (``miyamoto.wire.transport``): membership hears
+that key as the sender's (so the roster records the key each member joined with), and a
+message under a member's id from any other key is dropped (``_spoofed``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from miyamoto.definitions import queues as queue_defs
 from miyamoto.definitions.sync import DefSync
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict, Duplicate
+from miyamoto.membership import messages as mm
 from miyamoto.membership.machine import ClockSkew, Leave, Member, Membership, Received, \
                                         Roster, Tick, Timing
 from miyamoto.membership.roster import JOINING
@@ -50,6 +54,7 @@ from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
 from miyamoto.wire import messages as m
+from miyamoto.wire.identity import next_boot, node_key
 from miyamoto.wire.messages import Send
 from miyamoto.wire.outbox import Outbox, unbatch
 from miyamoto.wire.transport import CurveKeys, OnMessage, Transport
@@ -93,7 +98,8 @@ class TransportFactory(Protocol):
     """Builds a node's transport around the cluster's receive callback (``Transport``)."""
 
     def __call__(self, node_id: str, bind: str, on_message: OnMessage, *,
-                 curve: CurveKeys | None) -> ClusterTransport: ...
+                 curve: CurveKeys | None, boot: int | None,
+                 node_key: CurveKeys | None) -> ClusterTransport: ...
 
 
 class Cluster:
@@ -113,8 +119,15 @@ class Cluster:
         curve = CurveKeys(cfg.curve_public, cfg.curve_secret) if cfg.curve_public else None
         # without the cluster key a node is a cluster of one: it binds no cluster port
         self.solo = curve is None and not cfg.insecure_cluster
-        self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve)
+        # this start's incarnation, kept in the data dir, stamped on every frame we send;
+        # the node's own key pair, kept there too (the cluster pair is the join secret)
+        boot = None if self.solo else next_boot(cfg.data_dir)
+        own = node_key(cfg.data_dir) if curve is not None else None
+        self.key = own.public if own is not None else ""  # what our roster entry names
+        self.transport = transport(cfg.node, cfg.cluster, self._receive, curve=curve,
+                                   boot=boot, node_key=own)
         self.strangers = 0  # messages dropped because their sender is not in the roster
+        self.spoofed = 0  # messages under a member's id from another key than its own
         self._strangers_seen: set[tuple[Verb, str]] = set()  # logged once each (bounded)
         # answers to the ASKs that STOREs carried, waiting for their STORED (``_settle``)
         self._folded: dict[tuple[str, str], rm.Answer] = {}
@@ -122,7 +135,8 @@ class Cluster:
         self._leader_seen: str | None = None
         self._contact = gevent.event.Event()  # set when a check finds us in contact
         self._members: frozenset[str] = frozenset()  # whose task messages we act on
-        self._former: dict[str, None] = {}  # members that left, oldest first
+        self._former: dict[str, str] = {}  # members that left -> their keys, oldest first
+        self._keys: dict[str, str] = {}  # member (or former) -> the key it joined with
         self._down: dict[str, dict[str, Any]] = {}  # dropped members as /cluster shows them
         self.zones: dict[str, str] = {}  # member -> failure domain
         self.outbox = Outbox(self.transport.send, self.transport.stats.count)
@@ -164,7 +178,7 @@ class Cluster:
         seeds = [s for s in cfg.seeds if s not in (cfg.cluster, cfg.advertise)]
         # a restarted node (its journal existed) must not count as a first start in a
         # bootstrap election
-        me = Member(cfg.node, cfg.advertise, cfg.http, cfg.zone)
+        me = Member(cfg.node, cfg.advertise, cfg.http, cfg.zone, self.key)
         self.membership = Membership(me, seeds, timing,
                                      self.rng, self.monotonic(),
                                      first_start=not self.journal.existed)
@@ -304,10 +318,12 @@ class Cluster:
     def _roster_changed(self, new: Roster) -> None:
         old, self.roster = self.roster, new
         if old is not None:  # a member that left stays heard: its HANDOFF or DONE may
-            self._former.update(dict.fromkeys(set(old.ids()) - set(new.ids())))  # trail it
+            self._former.update({mem.id: mem.key for mem in old.members  # trail it
+                                 if new.get(mem.id) is None})
             while len(self._former) > MAX_FORMER:
                 self._former.pop(next(iter(self._former)))
-        self._members = frozenset(new.ids()) | frozenset(self._former)
+        self._keys = {**self._former, **{mem.id: mem.key for mem in new.members}}
+        self._members = frozenset(self._keys)
         self.zones = {mem.id: mem.zone for mem in new.members if mem.zone}
         # no task may target a member's API or cluster port (targets.TargetGuard)
         self.engine.targets.set_member_endpoints(_endpoints(new.members))
@@ -457,59 +473,83 @@ class Cluster:
         return self.clocks.to_local(peer, t, self.clock())
 
     # ------------------------------------------------------------ receiving
-    def _receive(self, sender: str, verb: Verb, payload: dict) -> None:
-        """One frame: its STOREs are admitted as they are read and settled together, in
-        one greenlet with one waited commit (``Coordinator.admit``)."""
+    def _receive(self, sender: str, verb: Verb, payload: dict, key: str) -> None:
+        """One frame, from the connection that authenticated with ``key``: its STOREs are
+        admitted as they are read and settled together, in one greenlet with one waited
+        commit (``Coordinator.admit``)."""
         admitted: list[tuple[rm.Store, Task]] = []
         try:
-            self._on_message(sender, verb, payload, admitted)
+            self._on_message(sender, key, verb, payload, admitted)
         finally:
             if admitted:
                 self.group.spawn(self._settle, sender, admitted)
 
-    def _on_message(self, sender: str, verb: Verb, payload: dict,
+    def _on_message(self, sender: str, key: str, verb: Verb, payload: dict,
                     admitted: list[tuple[rm.Store, Task]]) -> None:
         try:
             if verb == Verb.BATCH:
                 count = self.transport.stats.count
                 for inner_verb, inner in unbatch(payload):
                     count(inner_verb.value, "received")
-                    self._on_message(sender, inner_verb, inner, admitted)
+                    self._on_message(sender, key, inner_verb, inner, admitted)
+            elif sender in self._keys and self._keys[sender] != key and verb != Verb.JOIN:
+                self._spoofed(sender, verb)  # a JOIN: membership's rule (live_namesake)
             elif verb not in _OPEN and sender not in self._members:
                 self._stranger(sender, verb)
             elif verb in _MEMBERSHIP:
-                assert self.membership is not None
-                msg = m.decode(verb, payload)
-                self.joinlog.heard(sender, msg, self.membership.incarnation, self.monotonic(),
-                                   self.membership.live_namesake(msg, self.monotonic()))
-                self._send_membership(self.membership.step(Received(sender, msg),
-                                                           self.monotonic()))
-                self._check_roster()
+                self._on_membership(sender, key, m.decode(verb, payload))
             else:
-                msg = m.decode(verb, payload)
-                if isinstance(msg, rm.Store):
-                    self._admit(sender, msg, admitted)
-                elif isinstance(msg, rm.Request):  # it may wait on the journal
-                    self.group.spawn(self._serve, sender, msg)
-                elif isinstance(msg, rm.Stored):
-                    self.requests.answer(msg)
-                    if msg.answer is not None and msg.ok:  # to the ASK our STORE carried
-                        self._on_sibling(sender, msg.answer)
-                elif isinstance(msg, rm.Reply):
-                    self.requests.answer(msg)
-                elif isinstance(msg, (cm.Clock, cm.ClockEcho)):
-                    _on_clock(self, sender, msg)
-                elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics, queues (defsync)
-                    self.defs.on_message(sender, msg)
-                elif isinstance(msg, rm.Handoff):
-                    self._step(ev.HandoffReceived(sender, msg))
-                elif isinstance(msg, rm.SIBLING_NEWS):
-                    self._on_sibling(sender, msg)
-                else:
-                    log.warning("cluster: dropped %s from %r: not a task message",
-                                verb.value, sender[:64])
+                self._on_task_message(sender, verb, m.decode(verb, payload), admitted)
         except DecodeError as e:
             log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
+
+    def _on_membership(self, sender: str, key: str, msg: mm.MembershipMessage) -> None:
+        """Membership hears the sender with the key its connection authenticated with,
+        whatever the payload says (the key a JOIN asks in with is the roster's then)."""
+        assert self.membership is not None
+        if msg.sender.key != key:
+            msg = dataclasses.replace(msg, sender=dataclasses.replace(msg.sender, key=key))
+        self.joinlog.heard(sender, msg, self.membership.incarnation, self.monotonic(),
+                           self.membership.live_namesake(msg, self.monotonic()))
+        self._send_membership(self.membership.step(Received(sender, msg), self.monotonic()))
+        self._check_roster()
+
+    def _on_task_message(self, sender: str, verb: Verb, msg: Any,
+                         admitted: list[tuple[rm.Store, Task]]) -> None:
+        if isinstance(msg, rm.Store):
+            self._admit(sender, msg, admitted)
+        elif isinstance(msg, rm.Request):  # it may wait on the journal
+            self.group.spawn(self._serve, sender, msg)
+        elif isinstance(msg, rm.Stored):
+            self.requests.answer(msg)
+            if msg.answer is not None and msg.ok:  # to the ASK our STORE carried
+                self._on_sibling(sender, msg.answer)
+        elif isinstance(msg, rm.Reply):
+            self.requests.answer(msg)
+        elif isinstance(msg, (cm.Clock, cm.ClockEcho)):
+            _on_clock(self, sender, msg)
+        elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics, queues (defsync)
+            self.defs.on_message(sender, msg)
+        elif isinstance(msg, rm.Handoff):
+            self._step(ev.HandoffReceived(sender, msg))
+        elif isinstance(msg, rm.SIBLING_NEWS):
+            self._on_sibling(sender, msg)
+        else:
+            log.warning("cluster: dropped %s from %r: not a task message",
+                        verb.value, sender[:64])
+
+    def _spoofed(self, sender: str, verb: Verb) -> None:
+        """A message under a member's id from another key than the one it joined with: a
+        holder of the join secret speaking as that member. Dropped; logged like a
+        stranger's (first of each (verb, sender), then every 1000th)."""
+        self.spoofed += 1
+        key = (verb, "key:" + sender[:64])
+        first = key not in self._strangers_seen and len(self._strangers_seen) < MAX_FORMER
+        if first:
+            self._strangers_seen.add(key)
+        if first or self.spoofed % 1000 == 0:
+            log.warning("cluster: dropped %s from %r: not the key %s joined with (%d so far)",
+                        verb.value, sender[:64], sender[:64], self.spoofed)
 
     def _stranger(self, sender: str, verb: Verb) -> None:
         """Only the task messages of roster members (current or former) are acted on.
@@ -590,6 +630,7 @@ class Cluster:
                       "skewed": self.placement.skewed},
             "term": self.membership.term, "version": r.version,
             "members": [{"id": mem.id, "http": mem.http, "cluster": mem.cluster, "zone": mem.zone,
+                         "key": mem.key,
                          "leader": mem.id == r.leader,
                          "last_heard": 0.0 if mem.id == self.me else health.get(mem.id),
                          **({"clock_offset": 0.0, "clock_error": 0.0, "clock_skewed": False}

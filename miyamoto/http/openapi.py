@@ -359,6 +359,9 @@ _SCHEMAS: dict[str, Any] = {
                             "cluster": {"type": ["string", "null"], "description": "null: "
                                         "a node without a cluster key binds no cluster port"},
                             "zone": {"type": ["string", "null"]},
+                            "key": {"type": "string", "description": "the member's own "
+                                    "CurveZMQ public key (Z85), the one it joined with; "
+                                    "empty without keys"},
                             "leader": {"type": "boolean"},
                             "last_heard": {"type": ["number", "null"]},
                             "clock_offset": {"type": ["number", "null"]},

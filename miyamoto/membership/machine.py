@@ -96,9 +96,10 @@ Terms: who may move ours, and how far
     incarnation) to that leader. A joiner admitted in a term below its own takes the
     leader's when it voted in no term as high (an incarnation's votes are all that its
     term protects), else it joins again as a new incarnation; it never pulls the leader
-    into its term. What this cannot stop, until each node has its own key: a key
-    holder that picks a member's routing id and knows its current incarnation (it was
-    admitted once) speaks as that member; and a joiner trusts whoever admits it.
+    into its term. Each node has its own key, and the cluster layer hands the machine
+    only what a member's id says from that member's key (JOINs aside: see
+    ``live_namesake``), so a holder of the join secret cannot speak as a member. What
+    this cannot stop: a joiner trusts whoever admits it.
 
 Leaving
     ``Leave()``: a follower sends LEAVE and the leader removes it at once. A leader whose
@@ -320,18 +321,25 @@ class Membership:
         return self._live.reachable(self._roster, self._role, self._leader, now)
 
     def live_namesake(self, msg: mm.MembershipMessage, now: float) -> Member | None:
-        """The live member whose id a JOIN takes from another address, if any.
+        """The live member whose id a JOIN takes from another address or key, if any.
 
         A JOIN under a member's id with a new incarnation is that member restarted, and
-        replaces it; but when it comes from another cluster address while the member is
-        still heard (``reachable``), it is a second node with the same id, which would
-        otherwise push the live one out: refused (the layer logs it). A member that
-        really moved is admitted once its old process is no longer heard."""
+        replaces it; but when it comes from another cluster address, or with another
+        key (the layer sets the key the connection authenticated with), while the
+        member is still heard (``reachable``), it is a second node with the same id,
+        which would otherwise push the live one out: refused (the layer logs it). A
+        member that really moved, or lost its data dir and so its key, is admitted
+        once its old process is no longer heard. Another key never speaks for the
+        incarnation the roster names."""
         if not isinstance(msg, mm.Join) or msg.sender.id == self._me.id:
             return None
         old = self._roster.get(msg.sender.id)
-        if old is None or old.cluster == msg.sender.cluster \
-                or self._roster.has(old.id, msg.inc) or old.id not in self.reachable(now):
+        if old is None:
+            return None
+        same_inc = self._roster.has(old.id, msg.inc)
+        if old.key != msg.sender.key and (same_inc or old.id in self.reachable(now)):
+            return old
+        if old.cluster == msg.sender.cluster or same_inc or old.id not in self.reachable(now):
             return None
         return old
 

@@ -18,6 +18,7 @@ from miyamoto.wire.verbs import DecodeError
 # A term beyond this does not decode. It is not what keeps the term space open: a message
 # may raise a term by ``Timing.term_step`` at most (see ``miyamoto.membership.machine``).
 MAX_TERM = 2**52
+KEY_CHARS = 40  # a CurveZMQ public key in Z85
 
 # a node's roles in membership
 JOINING, FOLLOWER, CANDIDATE, LEADER, LEFT = "joining", "follower", "candidate", "leader", "left"
@@ -33,19 +34,28 @@ class Member:
     cluster: str  # ZeroMQ endpoint, e.g. "tcp://127.0.0.1:6000"
     http: str     # "host:port" of its HTTP API
     zone: str = ""  # its failure domain (replication.spread); "" = a zone of its own
+    # its own public key (Z85), as the cluster layer authenticated it: the layer sets it on
+    # every membership message's sender from the connection, whatever the payload says,
+    # so a roster names the key each member joined with ("": none, an insecure cluster)
+    key: str = ""
 
     def to_payload(self) -> dict[str, str]:
         p = {"id": self.id, "cluster": self.cluster, "http": self.http}
         if self.zone:
             p["zone"] = self.zone
+        if self.key:
+            p["key"] = self.key
         return p
 
     @classmethod
     def from_payload(cls, d: object) -> Member:
         if not isinstance(d, dict):
             raise DecodeError("a member must be an object")
+        key = c.opt_string(d, "key") or ""
+        if key and len(key) != KEY_CHARS:
+            raise DecodeError(f"a member's key must be {KEY_CHARS} characters")
         return cls(c.string(d, "id"), c.string(d, "cluster"), c.string(d, "http"),
-                   c.opt_string(d, "zone") or "")
+                   c.opt_string(d, "zone") or "", key)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,26 @@ message to a peer that is not connected fails at once (``send`` returns False)
 instead of queueing forever. The protocol state machines decide what to retry.
 
 A peer's bytes are untrusted. Everything that arrives goes through
-``parse_frames`` (identity, verb, JSON object, or ``DecodeError``); malformed
+``parse_frames`` (identity, verb, JSON object, stamp, or ``DecodeError``); malformed
 messages are counted, logged at warning level (rate-limited) and dropped.
-``MAXMSGSIZE`` keeps a garbage peer from making libzmq allocate gigabytes.
+``MAXMSGSIZE`` keeps a garbage peer from making libzmq allocate gigabytes. Every frame
+carries its sender's incarnation and a sequence number, and one that is not fresh (a
+replay) is dropped: ``miyamoto.wire.freshness``.
 
-With a ``CurveKeys`` cluster key pair, all traffic is CurveZMQ-encrypted and a
-ZAP handler admits only clients that hold the cluster key pair: CURVE alone
-admits any client that knows the server's public key.
+Keys (DESIGN §2, "Trust"). With a ``CurveKeys`` cluster key pair all traffic is
+CurveZMQ-encrypted, and every node also has its own key pair (``node_key``, kept in its
+data dir: ``miyamoto.wire.identity``). The cluster pair is the join secret: every ROUTER
+serves under it, so a client must know the cluster's public key to finish a handshake,
+and every DEALER authenticates with its node's own pair. The ZAP handler binds each
+connection to the key that authenticated it (its ZAP user id, read off every message as
+``User-Id``), and a node's routing id carries a join proof, an HMAC of its public key
+under the cluster's secret (``join_proof``): a message whose connection's key has no
+proof in its routing id is dropped and counted as a refused key. What reaches
+``on_message`` is then (sender id, verb, payload, key); which member owns which key is
+the roster's business (``miyamoto.cluster.layer`` drops a message under a member's id
+from any other key). ZAP cannot check the proof itself (a ZAP request holds the key, not
+the routing id), so it admits any CURVE client key; the proof is checked once per
+connection and key.
 
 Plain sockets, not ``zmq.green``, whose wrappers cost ~10 % of a node's CPU (see
 miyamoto.wire.zmqio): DEALERs only send with NOBLOCK; the ROUTER and the ZAP socket are
@@ -32,6 +45,7 @@ arrival order: it must not block for long (spawn work elsewhere instead).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import os
@@ -45,6 +59,7 @@ from gevent.pool import Group
 from zmq.utils import z85
 
 from miyamoto.wire import verbs as protocol
+from miyamoto.wire.freshness import Freshness, Verdict, read_stamp, stamp
 from miyamoto.wire.handshakes import EVENTS, HandshakeWatch
 from miyamoto.wire.verbs import DecodeError, Verb
 from miyamoto.wire.zmqio import NOBLOCK, Readable, send_frames
@@ -73,9 +88,14 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = "miyamoto"
 ZAP_VERSION = b"1.0"
 MAX_IDENTITY = 255  # ZeroMQ routing ids are 1..255 bytes
-MAX_NODE_ID = MAX_IDENTITY - 9  # the routing id is the node id, NUL, 8 random bytes
+PROOF_SIZE = 16  # an HMAC-SHA256 of a node's public key, cut to 128 bits
+# the routing id is the node id, NUL, 8 random bytes, the join proof
+MAX_NODE_ID = MAX_IDENTITY - 9 - PROOF_SIZE
+MAX_PROVEN = 4096  # connections whose proof was checked, remembered (oldest first out)
 
-OnMessage = Callable[[str, Verb, dict[str, Any]], None]
+FRAMES = 4  # identity, verb, payload, stamp
+
+OnMessage = Callable[[str, Verb, dict[str, Any], str], None]
 
 
 @dataclass(frozen=True)
@@ -103,9 +123,17 @@ class CurveKeys:
 
 
 def keygen() -> CurveKeys:
-    """A new cluster key pair (give the same pair to every node)."""
+    """A new key pair: the cluster's (give the same pair to every node), or a node's own."""
     public, secret = zmq.curve_keypair()
     return CurveKeys(public.decode("ascii"), secret.decode("ascii"))
+
+
+def join_proof(cluster: CurveKeys, node_public: bytes) -> bytes:
+    """The proof that the holder of ``node_public`` (32 raw bytes) holds the cluster's
+    secret: it goes at the end of the node's routing ids."""
+    mac = hmac.new(z85.decode(cluster.secret.encode("ascii")),
+                   b"miyamoto join proof\x00" + node_public, hashlib.sha256)
+    return mac.digest()[:PROOF_SIZE]
 
 
 @dataclass
@@ -115,6 +143,7 @@ class TransportStats:
     received: int = 0  # delivered to on_message
     dropped: int = 0  # malformed, never delivered
     handler_errors: int = 0  # on_message raised
+    stale: int = 0  # replays: an earlier incarnation's, or a sequence number seen before
     sent: int = 0
     send_failed: int = 0  # peer not connected, HWM reached, bad address
     zap_denied: int = 0  # CURVE clients refused by the ZAP handler
@@ -128,14 +157,15 @@ class TransportStats:
         self.messages[key] = self.messages.get(key, 0) + 1
 
 
-def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
-    """[identity, verb, payload] from the ROUTER -> (sender id, verb, payload).
+def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any], tuple[int, int]]:
+    """[identity, verb, payload, stamp] from the ROUTER -> (sender id, verb, payload,
+    (boot, seq)) (the stamp: ``miyamoto.wire.freshness``).
 
     Raises DecodeError for anything else. Identities that start with a zero
     byte are the ones libzmq makes up for peers that set none: not a node.
     """
-    if len(frames) != 3:
-        raise DecodeError(f"expected 3 frames with the identity, got {len(frames)}")
+    if len(frames) != FRAMES:
+        raise DecodeError(f"expected {FRAMES} frames with the identity, got {len(frames)}")
     identity = bytes(frames[0])
     if not identity or identity[0] == 0:
         raise DecodeError("anonymous peer (no identity set)")
@@ -143,30 +173,28 @@ def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any]]:
         sender = identity.split(b"\x00", 1)[0].decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError(f"identity is not utf-8: {identity[:32]!r}") from None
+    boot_seq = read_stamp(frames[3])
     verb, payload = protocol.decode([frames[1], frames[2]])
-    return sender, verb, payload
+    return sender, verb, payload, boot_seq
 
 
-def zap_reply(request: list[bytes], cluster_key: bytes) -> tuple[list[bytes], bool]:
-    """Answer one ZAP request (RFC 27): admit only the cluster's CURVE key.
+def zap_reply(request: list[bytes]) -> tuple[list[bytes], bool]:
+    """Answer one ZAP request (RFC 27): admit a CURVE client, its key as its user id.
 
     Request: version, request id, domain, address, identity, mechanism,
     credentials... For CURVE the one credential is the client's 32-byte public
     key. Reply: version, request id, status code, status text, user id,
-    metadata. Returns (reply, admitted).
+    metadata. Returns (reply, admitted). The user id, the key in Z85, is what every
+    message of the connection carries as its ``User-Id``.
     """
     request_id = request[1] if len(request) > 1 else b""
     if len(request) < 6 or request[0] != ZAP_VERSION:
         return [ZAP_VERSION, request_id, b"500", b"Malformed ZAP request", b"", b""], False
     mechanism, credentials = request[5], request[6:]
-    if (
-        mechanism == b"CURVE"
-        and len(credentials) == 1
-        and len(credentials[0]) == 32
-        and hmac.compare_digest(bytes(credentials[0]), cluster_key)
-    ):
-        return [ZAP_VERSION, request_id, b"200", b"OK", b"cluster", b""], True
-    return [ZAP_VERSION, request_id, b"400", b"Not a cluster key", b"", b""], False
+    if mechanism == b"CURVE" and len(credentials) == 1 and len(credentials[0]) == 32:
+        user = z85.encode(bytes(credentials[0]))
+        return [ZAP_VERSION, request_id, b"200", b"OK", user, b""], True
+    return [ZAP_VERSION, request_id, b"400", b"Not a CURVE key", b"", b""], False
 
 
 class _Throttle:
@@ -202,7 +230,8 @@ class Transport:
     """
 
     def __init__(self, node_id: str, bind: str, on_message: OnMessage,
-                 curve: CurveKeys | None = None, hwm: int = 10_000) -> None:
+                 curve: CurveKeys | None = None, hwm: int = 10_000, *,
+                 boot: int | None = None, node_key: CurveKeys | None = None) -> None:
         identity = node_id.encode("utf-8") if isinstance(node_id, str) else b""
         if not identity or len(identity) > MAX_NODE_ID or b"\x00" in identity:
             raise ValueError(f"node_id must be 1-{MAX_NODE_ID} utf-8 bytes without NUL")
@@ -212,8 +241,21 @@ class Transport:
         self.bind = bind
         self.on_message = on_message
         self.curve = curve
+        # this node's own pair (a node passes the one kept in its data dir; without one,
+        # a fresh pair for this process); its public key is who the peers hear
+        self.node_key = (node_key or keygen()) if curve is not None else None
+        self._proof = b""
+        if curve is not None:
+            assert self.node_key is not None
+            self._proof = join_proof(curve, z85.decode(self.node_key.public.encode("ascii")))
+        self._proven: dict[tuple[bytes, str], bool] = {}  # (routing id, key) -> proof ok
         self.hwm = hwm
         self.stats = TransportStats()
+        # this start's incarnation (a node passes the one kept in its data dir:
+        # miyamoto.wire.identity) and the sequence of the frames it sent
+        self.boot = int(time.time() * 1000) if boot is None else boot
+        self._seq = 0
+        self._fresh = Freshness()
         self._identity = identity
         self._ctx: zmq.Context | None = None
         self._router: zmq.Socket | None = None
@@ -242,7 +284,7 @@ class Transport:
                 self._zap.setsockopt(zmq.LINGER, 0)
                 self._zap.bind(ZAP_ENDPOINT)
                 self._zap_greenlet = self._group.spawn(
-                    self._serve_zap, z85.decode(self.curve.public.encode("ascii")))
+                    self._serve_zap)
             router = self._router = self._ctx.socket(zmq.ROUTER)
             self._common_options(router)
             # No ROUTER_HANDOVER: with it, any client presenting a member's id took that
@@ -327,6 +369,8 @@ class Transport:
         frames = protocol.encode(verb, payload)
         if not self._started or self._stopped:  # a cluster of one never starts it
             return False
+        self._seq += 1
+        frames.append(stamp(self.boot, self._seq))
         sock = self._dealers.get(address) or self._connect(address)
         if sock is None:
             self.stats.send_failed += 1
@@ -370,13 +414,14 @@ class Transport:
             # node id, NUL, a fresh random tag: every connection has its own routing id,
             # so a restarted peer (or a client claiming a member's id) never collides
             # with a live connection; the receiver reads the id before the NUL
-            sock.setsockopt(zmq.ROUTING_ID, self._identity + b"\x00" + os.urandom(8))
+            # (and the join proof for our key: see the module's docstring)
+            sock.setsockopt(zmq.ROUTING_ID,
+                            self._identity + b"\x00" + os.urandom(8) + self._proof)
             sock.setsockopt(zmq.IMMEDIATE, 1)
-            if self.curve is not None:
-                public = self.curve.public.encode("ascii")
-                sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
-                sock.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret.encode("ascii"))
-                sock.setsockopt(zmq.CURVE_SERVERKEY, public)
+            if self.curve is not None and self.node_key is not None:
+                sock.setsockopt(zmq.CURVE_PUBLICKEY, self.node_key.public.encode("ascii"))
+                sock.setsockopt(zmq.CURVE_SECRETKEY, self.node_key.secret.encode("ascii"))
+                sock.setsockopt(zmq.CURVE_SERVERKEY, self.curve.public.encode("ascii"))
             sock.connect(address)
         except zmq.ZMQError as e:
             sock.close(linger=0)
@@ -417,7 +462,7 @@ class Transport:
     def _drain(self, sock: zmq.Socket) -> bool:
         """Handle queued messages until EAGAIN (False) or YIELD_EVERY of them (True).
 
-        Frames past the third are read and thrown away, never kept. A multipart
+        Frames past the fourth are read and thrown away, never kept. A multipart
         message is delivered whole, so its later frames never raise Again.
         """
         recv = sock.recv
@@ -431,7 +476,7 @@ class Transport:
                 while part.more:
                     part = recv(NOBLOCK, False)
                     count += 1
-                    if count <= 3:
+                    if count <= FRAMES:
                         frames.append(part.bytes)
             except zmq.Again:
                 return False
@@ -447,25 +492,67 @@ class Transport:
     def _handle(self, frames: list[bytes], count: int, first: zmq.Frame) -> None:
         try:
             if count != len(frames):
-                raise DecodeError(f"expected 3 frames with the identity, got {count}")
-            sender, verb, payload = parse_frames(frames)
+                raise DecodeError(f"expected {FRAMES} frames with the identity, got {count}")
+            sender, verb, payload, (boot, seq) = parse_frames(frames)
         except Exception as e:  # DecodeError, or anything else a peer's bytes provoke
             self.stats.dropped += 1
             self.stats.count("invalid", "dropped")
             self._warn.warning("dropped malformed message from %s (identity %r): %s",
                                _peer_address(first), frames[0][:64], e)
             return
+        key = self._key_of(frames[0], first) if self.curve is not None else ""
+        if key is None:
+            return
+        # a sender is its id and its key: a key holder under a member's id moves only its
+        # own entry (without keys, insecure, anyone may speak as anyone anyway)
+        verdict = self._fresh.check((sender, key), frames[0], boot, seq)
+        if verdict is not Verdict.FRESH:
+            self.stats.stale += 1
+            self.stats.count(verb.value, "stale")
+            self._warn.warning("dropped %s from %r: %s (incarnation %d, sequence %d)",
+                               verb.value, sender[:64], verdict.value, boot, seq)
+            return
         self.stats.received += 1
         self.stats.count(verb.value, "received")
         try:
-            self.on_message(sender, verb, payload)
+            self.on_message(sender, verb, payload, key)
         except Exception:
             self.stats.handler_errors += 1
             log.exception("on_message failed for %s from %s", verb.value, sender)
 
+    def _key_of(self, identity: bytes, first: zmq.Frame) -> str | None:
+        """The key this message's connection authenticated with, if its routing id
+        carries the join proof for it; else None (counted once per connection)."""
+        try:
+            key = first.get("User-Id")
+        except (zmq.ZMQError, UnicodeDecodeError):
+            key = ""
+        ok = self._proven.get((identity, key))
+        if ok is None:
+            assert self.curve is not None
+            try:
+                raw = z85.decode(key.encode("ascii")) if len(key) == 40 else b""
+            except (ValueError, KeyError):
+                raw = b""
+            ok = len(raw) == 32 and hmac.compare_digest(identity[-PROOF_SIZE:],
+                                                        join_proof(self.curve, raw))
+            while len(self._proven) >= MAX_PROVEN:
+                self._proven.pop(next(iter(self._proven)))
+            self._proven[(identity, key)] = ok
+            if not ok:
+                self.stats.auth_refused += 1
+                self._warn.warning(
+                    "refused CURVE client %r from %s: not the cluster key (its routing id "
+                    "carries no join proof for its key)", identity.split(b"\x00", 1)[0][:64],
+                    _peer_address(first))
+        if not ok:
+            self.stats.count("unproven", "dropped")
+            return None
+        return key
+
     # -- ZAP -----------------------------------------------------------------
 
-    def _serve_zap(self, cluster_key: bytes) -> None:
+    def _serve_zap(self) -> None:
         """Answer ZAP requests (one at a time: REP) until stopped; same drain-and-wait as
         the ROUTER. The reply cannot hit a HWM: libzmq's ZAP pipe has none."""
         sock = self._zap
@@ -482,13 +569,13 @@ class Transport:
                     if self._stopped:
                         return
                     raise
-                sock.send_multipart(self._zap_answer(request, cluster_key), NOBLOCK)
+                sock.send_multipart(self._zap_answer(request), NOBLOCK)
         finally:
             readable.close()
 
-    def _zap_answer(self, request: list[bytes], cluster_key: bytes) -> list[bytes]:
+    def _zap_answer(self, request: list[bytes]) -> list[bytes]:
         try:
-            reply, admitted = zap_reply(request, cluster_key)
+            reply, admitted = zap_reply(request)
         except Exception:  # never leave the REP socket waiting for a reply
             log.exception("ZAP request handling failed")
             reply, admitted = [ZAP_VERSION, request[1] if len(request) > 1 else b"",
@@ -498,7 +585,7 @@ class Transport:
             self.stats.auth_refused += 1
             address = request[3].decode("utf-8", "replace") if len(request) > 3 else "?"
             mechanism = request[5][:16] if len(request) > 5 else b"?"
-            self._warn.warning("refused %s client from %s: not the cluster key",
+            self._warn.warning("refused %s client from %s: not a CURVE key",
                                mechanism.decode("ascii", "replace"), address[:64])
         return reply
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from helpers import (metric, NodeProcess, dealer, Reply, cluster_view, member_ids, run_cli,
+from helpers import (metric, NodeProcess, as_member, dealer, Reply, cluster_view, member_ids, run_cli,
                      wait_converged, wait_until)
 
 OFFSET = 1.0  # FAST_OPTIONS replica_offset
@@ -559,8 +559,9 @@ def test_garbage_on_the_cluster_port_changes_nothing(cluster_factory, sink):
     # garbage before it has been read (the positive control for "nothing changed")
     control = enqueue(nodes[0], url=f"{sink.url}/control", countdown=4)
     for n in nodes:
-        member = next(m for m in nodes if m is not n).node_id
-        s = dealer(n.cluster_addr, member.encode() + b"\x00" + os.urandom(8))
+        m = next(m for m in nodes if m is not n)
+        member = m.node_id  # its own key: a member is heard only from the key it joined with
+        s = dealer(n.cluster_addr, member.encode() + b"\x00" + os.urandom(8), **as_member(m))
         for frames in malformed_messages(n, member, marker["id"]):
             s.send_multipart(frames)
             sent += 1
@@ -684,11 +685,14 @@ def test_curve_cluster_admits_only_its_key(cluster_factory, node_factory, sink):
             s.send_multipart([b"CANCEL", json.dumps({"id": target["id"]}).encode()])
             s.send_multipart([b"HANDOFF", json.dumps({"tasks": [[target["id"], 0]]}).encode()])
             s.close()
-    # the positive control: the cluster's own key pair, under a member's id, gets a
-    # CANCEL through (under another id it would be dropped: only members are obeyed)
+    # the positive control: a member's own key pair, under its id, with the proof of the
+    # cluster's secret, gets a CANCEL through (under another id, or from another key, it
+    # would be dropped: only members are obeyed, each from its own key)
     for n in nodes:
-        member = next(o for o in nodes if o is not n).node_id.encode() + b"\x00" + os.urandom(8)
-        s = dealer(n.cluster_addr, member, (public.encode(), secret.encode(), public.encode()))
+        o = next(o for o in nodes if o is not n)
+        member = o.node_id.encode() + b"\x00" + os.urandom(8)
+        s = dealer(n.cluster_addr, member, **as_member(o, public.encode()),
+                   cluster=(public, secret))
         s.send_multipart([b"CANCEL", json.dumps({"id": control["id"]}).encode()])
         s.close()
 

@@ -3,7 +3,9 @@
 Real node processes; the attacker is a raw pyzmq DEALER in the test process. What was
 found before: a keyless DEALER's DONE marked a scheduled task succeeded on
 both replicas and it was never delivered; CANCEL and a remote purge worked the same way;
-a stranger's ``miyamoto serve --seeds`` joined the roster.
+a stranger's ``miyamoto serve --seeds`` joined the roster; and, while every node held the
+same key pair, any key holder spoke as any member (a forged DONE under a member's id),
+and a message replayed from earlier was obeyed.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from helpers import (CLUSTER_CURVE, NodeProcess, cluster_view, dealer, free_port, member_ids,
-                     port_refuses, wait_converged, wait_until)
+from helpers import (CLUSTER_CURVE, NodeProcess, as_member, cluster_view, dealer, free_port,
+                     member_ids, port_refuses, wait_converged, wait_until)
 
 KEYLESS = {"curve_public": "", "curve_secret": ""}
 INSECURE = dict(KEYLESS, insecure_cluster="true")
@@ -37,10 +39,10 @@ def forged(task_id: str, reply_to: str) -> list[list[bytes]]:
     ]
 
 
-def attack(nodes: list[NodeProcess], task_id: str, who: list[tuple[bytes, Any]]) -> None:
+def attack(nodes: list[NodeProcess], task_id: str, who: list[tuple[bytes, Any, bool]]) -> None:
     for n in nodes:
-        for identity, curve in who:
-            s = dealer(n.cluster_addr, identity, curve)
+        for identity, curve, prove in who:
+            s = dealer(n.cluster_addr, identity, curve, prove=prove)
             for frames in forged(task_id, n.cluster_addr):
                 s.send_multipart(frames)
             s.close(linger=10_000)  # waits until what could be sent went out (a CURVE
@@ -78,17 +80,43 @@ def test_forged_messages_from_outside_the_cluster_change_nothing(cluster_factory
     target = nodes[0].enqueue(url=f"{sink.url}/forged", countdown=4)
     victim = nodes[0].enqueue("victim", url=f"{sink.url}/victim", countdown=4)
     attack(nodes, target["id"], [
-        (b"intruder", None),                          # no CURVE at all
-        (b"intruder", zmq_keypair()),                 # CURVE, but not the cluster's key
-        (nodes[1].node_id.encode() + b"\x00x", None),  # a member's id, no key
+        (b"intruder", None, False),                           # no CURVE at all
+        (b"intruder", zmq_keypair(), False),                  # CURVE, no join proof
+        (nodes[1].node_id.encode() + b"\x00x", None, False),  # a member's id, no key
     ])
-    # an insider's key but not a member's id: admitted by ZAP, dropped by the roster rule
-    attack(nodes, target["id"], [(b"stranger", CLUSTER_CURVE)])
+    # holders of the join secret (the cluster pair): not a member's id, dropped by the
+    # roster rule; a member's id from the insider's own key, dropped by the key rule
+    attack(nodes, target["id"], [(b"stranger", CLUSTER_CURVE, True),
+                                 (nodes[1].node_id.encode(), zmq_keypair(), True)])
+    b = nodes[1].node_id
     for n in nodes:  # the positive control: those messages were read, and dropped
         wait_until(lambda n=n: "dropped DONE from 'stranger': not a roster member"
                    in n.log_text(), 20, what=f"{n.node_id} to drop the stranger's DONE")
+        wait_until(lambda n=n: f"dropped DONE from '{b}': not the key {b} joined with"
+                   in n.log_text(), 20, what=f"{n.node_id} to drop the forged DONE")
         assert "not the cluster key" in n.log_text()
+    replay(nodes, target["id"])
     check_untouched(nodes, sink, target, victim)
+
+
+def replay(nodes: list[NodeProcess], task_id: str) -> None:
+    """Member b's own key (read from its data dir: the strongest insider) replays a DONE
+    from b's earlier incarnation, and one under a sequence number its connection used."""
+    b = nodes[1]
+    me = as_member(b)
+    boot = me["boot"]
+    done = forged(task_id, nodes[0].cluster_addr)[0]
+    clock = [b"CLOCK", json.dumps({"t1": 1.0}).encode()]  # harmless: a probe
+    for n in (nodes[0], nodes[2]):
+        s = dealer(n.cluster_addr, b.node_id.encode(), **me)
+        s.send_multipart(done, stamp=(boot - 1, 10**9))
+        s.send_multipart(clock, stamp=(boot, 5))
+        s.send_multipart(done, stamp=(boot, 5))
+        s.close(linger=10_000)
+    for n in (nodes[0], nodes[2]):
+        for why in ("from an earlier incarnation", "a sequence number already seen"):
+            wait_until(lambda n=n, why=why: f"dropped DONE from '{b.node_id}': {why}"
+                       in n.log_text(), 20, what=f"{n.node_id} to drop the replay ({why})")
 
 
 @pytest.mark.timeout(90)
@@ -99,7 +127,7 @@ def test_insecure_cluster_still_obeys_only_members(cluster_factory, sink):
         assert "insecure_cluster = true" in n.log_text() and "(CurveZMQ)" not in n.log_text()
     target = nodes[0].enqueue(url=f"{sink.url}/forged", countdown=4)
     victim = nodes[0].enqueue("victim", url=f"{sink.url}/victim", countdown=4)
-    attack(nodes, target["id"], [(b"stranger", None), (b"evil\x00tag", None)])
+    attack(nodes, target["id"], [(b"stranger", None, False), (b"evil\x00tag", None, False)])
     for n in nodes:
         wait_until(lambda n=n: "dropped CANCEL from 'stranger': not a roster member"
                    in n.log_text(), 20, what=f"{n.node_id} to drop the stranger's CANCEL")
@@ -139,3 +167,15 @@ def zmq_keypair() -> tuple[bytes, bytes, bytes]:
     public, secret = zmq.curve_keypair()
     return public, secret, CLUSTER_CURVE[0]
 
+
+
+@pytest.mark.timeout(30)
+def test_a_node_whose_key_file_is_not_a_key_pair_refuses_to_start(node_factory, tmp_path):
+    data = tmp_path / "data-badkey"
+    data.mkdir()
+    (data / "node.key").write_text('{"public": "not a key"}')
+    n = node_factory("badkey", data_dir=str(data), ready=False)
+    assert n.wait_exit(15) == 2
+    text = n.log_text()
+    assert str(data / "node.key") in text and "Traceback" not in text, text
+    assert (data / "node.key").read_text() == '{"public": "not a key"}'  # left as it was

@@ -10,7 +10,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers import dealer, wait_until
+from helpers import as_member, dealer, wait_until
 from miyamoto.wire import messages
 from miyamoto.wire.verbs import DecodeError, Verb
 
@@ -50,7 +50,8 @@ def test_a_node_survives_fuzzed_frames_from_an_admitted_peer(node_factory, sink)
     n = node_factory("fuzzed")
     control = n.enqueue(url=f"{sink.url}/control", countdown=60)
     marker = n.enqueue(url=f"{sink.url}/marker", countdown=2)
-    s = dealer(n.cluster_addr, n.node_id.encode() + b"\x00fuzz")
+    # the node's own key (a member speaks only with its own): an admitted peer
+    s = dealer(n.cluster_addr, n.node_id.encode() + b"\x00fuzz", **as_member(n))
     sent = 0
 
     @settings(max_examples=300, deadline=None,

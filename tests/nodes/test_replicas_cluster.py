@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from helpers import as_member as speak_as
 from helpers import (metric, NodeProcess, Reply, cluster_view, dealer, member_ids, wait_converged,
                      wait_until)
 
@@ -64,7 +65,7 @@ def test_a_store_naming_another_node_as_holder_is_not_stored(cluster_factory, si
            wire_task(f"{sink.url}/bad", ["b", "c"], 1),       # c's copy, sent to b
            wire_task(f"{sink.url}/bad", ["c", "a", "b"], 0)]
     good = wire_task(f"{sink.url}/good", ["b"], 0)  # the positive control: b's own copy
-    s = dealer(b.cluster_addr, as_member("a"))
+    s = dealer(b.cluster_addr, as_member("a"), **speak_as(a))  # a's own key: as a member
     for i, t in enumerate(bad):
         s.send_multipart([b"STORE", json.dumps({"req": f"bad-{i}", "reply_to": a.cluster_addr,
                                                 "task": t}).encode()])

@@ -228,7 +228,7 @@ class SimNode:
         c = Cluster(config, journal,
                     functools.partial(Engine, config, journal, worker, clock=clock.wall, rng=rng),
                     clock=clock.wall, monotonic=clock.mono, rng=rng,
-                    transport=lambda node_id, bind, on_message, *, curve:
+                    transport=lambda node_id, bind, on_message, *, curve, boot, node_key:
                         SimTransport(sim.network, node_id, bind, on_message))
         self.cluster = c
         journal.open()

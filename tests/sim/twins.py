@@ -25,7 +25,10 @@ from miyamoto.delivery.types import DeliveryError, Response
 from miyamoto.store.dbthread import DbThreadClosed
 from miyamoto.wire import verbs as protocol
 from miyamoto.wire.transport import TransportStats, parse_frames
+from miyamoto.wire.freshness import stamp
 from miyamoto.wire.verbs import Verb
+
+SIM_STAMP = stamp(1, 1)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,7 +83,7 @@ class SimTransport:
     receive greenlet, in arrival order, as with the real transport."""
 
     def __init__(self, wire: Wire, node_id: str, bind: str,
-                 on_message: Callable[[str, Verb, dict[str, Any]], None]) -> None:
+                 on_message: Callable[[str, Verb, dict[str, Any], str], None]) -> None:
         self.wire = wire
         self.node_id = node_id
         self.bind = bind
@@ -139,10 +142,14 @@ class SimTransport:
             self._ready.clear()
             while self._inbox:
                 src, frames = self._inbox.popleft()
-                sender, verb, payload = parse_frames([src.encode() + b"\x00sim", *frames])
+                # the stamp is not checked here: the simulated network reorders and
+                # duplicates on purpose (real ZeroMQ keeps a connection's order), and
+                # the layer above must stand duplicates anyway (wire/freshness.py)
+                sender, verb, payload, _ = parse_frames([src.encode() + b"\x00sim", *frames,
+                                                         SIM_STAMP])
                 self.stats.received += 1
                 try:
-                    self.on_message(sender, verb, payload)
+                    self.on_message(sender, verb, payload, "")  # no keys: insecure
                 except Exception:
                     self.stats.handler_errors += 1
                     log.exception("on_message failed for %s from %s", verb.value, sender)

@@ -94,13 +94,13 @@ class Node:
         self.config = SimpleNamespace(queues={"declared": object()})
         transport = SimpleNamespace(stats=SimpleNamespace(
             messages={("STORE", "out"): 5, ("invalid", "dropped"): 1}, handler_errors=2,
-            zap_denied=3, auth_refused=4))
+            zap_denied=3, auth_refused=4, stale=5))
         self.cluster = SimpleNamespace(
             info=lambda: {"members": [{"id": "n1", "clock_offset": 0.0},
                                       {"id": "n2", "clock_offset": 0.25},
                                       {"id": "n3", "clock_offset": None}],
                           "term": 4, "role": role},
-            leader_changes=6, strangers=9, transport=transport)
+            leader_changes=6, strangers=9, spoofed=8, transport=transport)
 
 
 def scrape(node: Node, m: Metrics | None = None) -> dict[tuple[str, tuple], float]:
@@ -126,6 +126,8 @@ def test_the_task_counters_and_gauges() -> None:
                         ("miyamoto_cluster_handler_errors_total", 2),
                         ("miyamoto_cluster_zap_denied_total", 3),
                         ("miyamoto_cluster_strangers_total", 9),
+                        ("miyamoto_cluster_stale_total", 5),
+                        ("miyamoto_cluster_spoofed_total", 8),
                         ("miyamoto_target_breaker_opens_total", 1)]:
         assert got[(name, ())] == value, name
     assert got[("miyamoto_info", (("node", "n1"), ("version", __version__)))] == 1

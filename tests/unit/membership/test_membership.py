@@ -1150,3 +1150,23 @@ def test_a_second_node_with_a_live_members_id_does_not_push_it_out():
     # b itself, restarted at its own address, is a restart as before (not a namesake)
     again = node("b", seeds=["a"], now=now, seed=3, first_start=False)
     assert a.live_namesake(msgs.decode(Verb.JOIN, payload(again, Verb.JOIN)), now) is None
+
+
+@pytest.mark.timeout(10)
+def test_a_join_under_a_members_id_with_another_key_is_not_that_member():
+    wire, now = cluster_of("a", "b", "c")
+    a, b = wire.nodes["a"], wire.nodes["b"]
+    v = a.roster.version
+    other = Member("b", b.me.cluster, b.me.http, key="K" * 40)  # b's id and address
+    for inc in (b.incarnation, "f" * 16):  # b's incarnation, or a "restart"
+        join = msgs.decode(Verb.JOIN, payload(b, Verb.JOIN, sender=other, inc=inc))
+        assert a.live_namesake(join, now) == b.me
+        assert a.step(Received("b", join), now + 0.01) == []
+        now = wire.run(now + 0.01, now + 0.5)
+    assert a.roster.version == v and a.roster.get("b") == b.me
+    # b lost its data dir (so its key) and came back: admitted once the old one is silent
+    del wire.nodes["b"]
+    newb = Membership(other, ["tcp://a:6000"], T, random.Random(5), now, first_start=False)
+    wire.add(newb)
+    now = wire.run(now, now + 3 * T.failure_timeout)
+    assert a.roster.get("b") == other and a.roster.has("b", newb.incarnation)

@@ -31,11 +31,13 @@ from miyamoto.wire.transport import (
     CurveKeys,
     Transport,
     _Throttle,
+    join_proof,
     keygen,
     parse_frames,
     zap_reply,
 )
 from miyamoto.wire import zmqio
+from miyamoto.wire.freshness import stamp
 from miyamoto.wire.zmqio import Readable
 
 LOOPBACK = "tcp://127.0.0.1:0"
@@ -54,10 +56,12 @@ class Inbox:
 
     def __init__(self, fail_on=None):
         self.messages: list[tuple[str, Verb, dict]] = []
+        self.keys: dict[str, set[str]] = {}  # sender -> the keys its messages came with
         self.fail_on = fail_on
 
-    def __call__(self, sender, verb, payload):
+    def __call__(self, sender, verb, payload, key):
         self.messages.append((sender, verb, payload))
+        self.keys.setdefault(sender, set()).add(key)
         if self.fail_on is not None and self.fail_on(payload):
             raise RuntimeError("handler failure for the test")
 
@@ -91,6 +95,25 @@ def make():
         t.stop()
 
 
+class Stamping:
+    """A raw DEALER that stamps what it sends as a node does (``stamp=None``: not at
+    all; a (boot, seq): that one, a replay)."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock, self.boot, self.seq = sock, int(time.time() * 1000), 0
+
+    def send_multipart(self, frames, flags=0, stamp_=True):
+        if stamp_ is True:
+            self.seq += 1
+            frames = [*frames, stamp(self.boot, self.seq)]
+        elif stamp_ is not None:
+            frames = [*frames, stamp(*stamp_)]
+        return self.sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
 @pytest.fixture
 def raw():
     """Plain pyzmq sockets (and their monitors) for misbehaving peers."""
@@ -105,7 +128,7 @@ def raw():
         if curve is not None:
             s.curve_publickey, s.curve_secretkey, s.curve_serverkey = curve
         socks.append(s)
-        return s
+        return Stamping(s)
 
     yield _dealer
     for s in socks:
@@ -130,24 +153,31 @@ def monitor_events(sock: zmq.Socket):
 
 # -- pure parts --------------------------------------------------------------
 
+STAMP = stamp(7, 1)
+
+
 def test_parse_frames_accepts_a_message():
-    frames = [b"node-\xc3\xa9", *protocol.encode(Verb.STORE, {"a": [1, {"b": "c"}]})]
-    assert parse_frames(frames) == ("node-é", Verb.STORE, {"a": [1, {"b": "c"}]})
+    frames = [b"node-\xc3\xa9", *protocol.encode(Verb.STORE, {"a": [1, {"b": "c"}]}),
+              stamp(2**40, 9)]
+    assert parse_frames(frames) == ("node-é", Verb.STORE, {"a": [1, {"b": "c"}]}, (2**40, 9))
 
 
 @pytest.mark.parametrize("frames", [
     [b"id"],
     [b"id", b"HEARTBEAT"],
-    [b"id", b"HEARTBEAT", b"{}", b"extra"],
-    [b"id", b"NOPE", b"{}"],
-    [b"id", b"HEARTBEAT", b"not json"],
-    [b"id", b"HEARTBEAT", b"[1, 2]"],
-    [b"id", b"HEARTBEAT", b"\xff\xfe"],
-    [b"\xff\xfe", b"HEARTBEAT", b"{}"],
-    [b"\x00\x01\x02\x03\x04", b"HEARTBEAT", b"{}"],
-    [b"", b"HEARTBEAT", b"{}"],
-    [b"id", b"HEARTBEAT", b"[" * 100_000],
-    [b"id", b"HEARTBEAT", b" " * (protocol.MAX_FRAME + 1)],
+    [b"id", b"HEARTBEAT", b"{}"],  # no stamp
+    [b"id", b"HEARTBEAT", b"{}", STAMP, b"extra"],
+    [b"id", b"HEARTBEAT", b"{}", STAMP[:15]],
+    [b"id", b"HEARTBEAT", b"{}", STAMP + b"x"],
+    [b"id", b"NOPE", b"{}", STAMP],
+    [b"id", b"HEARTBEAT", b"not json", STAMP],
+    [b"id", b"HEARTBEAT", b"[1, 2]", STAMP],
+    [b"id", b"HEARTBEAT", b"\xff\xfe", STAMP],
+    [b"\xff\xfe", b"HEARTBEAT", b"{}", STAMP],
+    [b"\x00\x01\x02\x03\x04", b"HEARTBEAT", b"{}", STAMP],
+    [b"", b"HEARTBEAT", b"{}", STAMP],
+    [b"id", b"HEARTBEAT", b"[" * 100_000, STAMP],
+    [b"id", b"HEARTBEAT", b" " * (protocol.MAX_FRAME + 1), STAMP],
 ])
 @pytest.mark.timeout(10)
 def test_parse_frames_rejects_garbage(frames):
@@ -176,31 +206,41 @@ json_values = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(list(Verb)), st.dictionaries(st.text(), json_values, max_size=5))
 def test_parse_frames_round_trips(verb, payload):
-    assert parse_frames([b"n1", *protocol.encode(verb, payload)]) == ("n1", verb, payload)
+    assert parse_frames([b"n1", *protocol.encode(verb, payload), STAMP]) == \
+        ("n1", verb, payload, (7, 1))
 
 
 @pytest.mark.timeout(10)
-def test_zap_reply_admits_only_the_cluster_key():
-    keys, other = keygen(), keygen()
-    cluster = z85.decode(keys.public.encode())
+def test_zap_reply_admits_a_curve_key_as_its_user_id():
+    key = z85.decode(keygen().public.encode())
 
     def request(mechanism, *credentials):
         return [b"1.0", b"req-7", b"miyamoto", b"127.0.0.1", b"", mechanism, *credentials]
 
-    reply, ok = zap_reply(request(b"CURVE", cluster), cluster)
+    reply, ok = zap_reply(request(b"CURVE", key))
     assert ok and reply[:3] == [b"1.0", b"req-7", b"200"] and len(reply) == 6
-    for bad in (request(b"CURVE", z85.decode(other.public.encode())),
-                request(b"CURVE", cluster[:31]),
+    assert reply[4] == z85.encode(key)  # the key, which every message then carries
+    for bad in (request(b"CURVE", key[:31]),
                 request(b"CURVE"),
+                request(b"CURVE", key, key),
                 request(b"PLAIN", b"user", b"pass"),
                 request(b"NULL"),
                 [b"1.0", b"req-7"],
-                [b"0.9", b"req-7", b"d", b"a", b"", b"CURVE", cluster]):
-        reply, ok = zap_reply(bad, cluster)
+                [b"0.9", b"req-7", b"d", b"a", b"", b"CURVE", key]):
+        reply, ok = zap_reply(bad)
         assert not ok and reply[2] in (b"400", b"500") and reply[1] == b"req-7"
 
 
 @pytest.mark.timeout(10)
+def test_the_join_proof_binds_a_key_to_the_cluster_secret():
+    cluster, other = keygen(), keygen()
+    key = z85.decode(keygen().public.encode())
+    proof = join_proof(cluster, key)
+    assert len(proof) == 16 and proof == join_proof(cluster, key)
+    assert proof != join_proof(other, key)  # another cluster's secret
+    assert proof != join_proof(cluster, z85.decode(keygen().public.encode()))  # another key
+
+
 def test_curve_keys_validate_and_hide_the_secret():
     keys = keygen()
     assert len(keys.public) == 40 and len(keys.secret) == 40
@@ -230,12 +270,13 @@ def test_throttle_limits_warnings(caplog):
 
 @pytest.mark.timeout(10)
 def test_node_id_is_validated():
-    for bad in ("", "\x00abc", "x" * 256, "x" * 247, "é" * 124):
+    for bad in ("", "\x00abc", "x" * 256, "x" * 231, "é" * 116):
         with pytest.raises(ValueError):
             Transport(bad, LOOPBACK, Inbox())
-    # a routing id is 1-255 bytes: the id, a NUL and 8 random bytes leave 246 for the id
-    Transport("x" * 246, LOOPBACK, Inbox())
-    Transport("é" * 123, LOOPBACK, Inbox())
+    # a routing id is 1-255 bytes: the id, a NUL, 8 random bytes and the 16-byte join
+    # proof leave 230 for the id
+    Transport("x" * 230, LOOPBACK, Inbox())
+    Transport("é" * 115, LOOPBACK, Inbox())
 
 
 # -- 1. two transports, both ways ---------------------------------------------
@@ -310,6 +351,36 @@ def test_forget_closes_the_dealer(make):
     inbox_b.wait_for(lambda m: m[2] == {"n": 2})
 
 
+@pytest.mark.timeout(30)
+def test_every_frame_is_stamped_with_the_boot_and_a_growing_sequence(make, raw):
+    a, _ = make("a", boot=41)
+    b, inbox_b = make("b")
+    send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"n": 1})
+    a.send("b", b.address, Verb.HEARTBEAT, {"n": 2})
+    inbox_b.wait_for(lambda m: m[2] == {"n": 2})
+    assert b._fresh.boot(("a", "")) == 41 and b.stats.stale == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_replayed_or_earlier_frame_is_dropped_and_a_restart_is_taken(make, raw):
+    target, inbox = make("target")
+    peer = raw(b"p")
+    peer.connect(target.address)
+    hb = lambda n: protocol.encode(Verb.HEARTBEAT, {"n": n})  # noqa: E731
+    peer.send_multipart(hb(1), stamp_=(100, 5))
+    peer.send_multipart(hb(2), stamp_=(100, 5))  # the same frame again
+    peer.send_multipart(hb(3), stamp_=(100, 4))  # an older sequence
+    peer.send_multipart(hb(4), stamp_=(99, 50))  # an earlier incarnation
+    peer.send_multipart(hb(5), stamp_=(100, 6))
+    peer.send_multipart(hb(6), stamp_=(101, 1))  # restarted: a new incarnation
+    peer.send_multipart(hb(7), stamp_=(100, 7))  # the old one's frame, late
+    peer.send_multipart(hb(8), stamp_=(101, 2))
+    inbox.wait_for(lambda m: m[2] == {"n": 8})
+    assert [p["n"] for p in inbox.payloads()] == [1, 5, 6, 8]
+    assert target.stats.stale == 4
+    assert target.stats.messages[("HEARTBEAT", "stale")] == 4
+
+
 # -- 3. garbage ---------------------------------------------------------------
 
 @pytest.mark.timeout(30)
@@ -323,8 +394,8 @@ def test_garbage_never_reaches_on_message(make, raw):
     mallory.connect(target.address)
     garbage = [
         [b"HEARTBEAT"],                                   # 1 frame
-        [b"HEARTBEAT", b"{}", b"x"],                      # 3 frames
-        [b"HEARTBEAT", b"{}", b"x", b"y", b"z"],          # 5 frames
+        [b"HEARTBEAT", b"{}", b"x"],                      # 4 frames: a bad stamp
+        [b"HEARTBEAT", b"{}", b"x", b"y", b"z"],          # 6 frames
         [b"NOT_A_VERB", b"{}"],                           # unknown verb
         [b"HEARTBEAT", b"not json"],                      # non-JSON
         [b"HEARTBEAT", b"[1, 2, 3]"],                     # JSON array
@@ -411,61 +482,82 @@ def test_on_message_exception_is_logged_and_loop_survives(make, caplog):
 
 # -- 5. CurveZMQ ----------------------------------------------------------------
 
+def proven(name: bytes, cluster: CurveKeys, own: CurveKeys) -> bytes:
+    """A routing id as a node of ``cluster`` with the key pair ``own`` makes it."""
+    return name + b"\x00" + b"t" * 8 + join_proof(cluster, z85.decode(own.public.encode()))
+
+
 @pytest.mark.timeout(30)
 def test_curve_admits_the_cluster_and_refuses_everyone_else(make, raw, caplog):
     keys = keygen()
     a, inbox_a = make("a", curve=keys)
     b, inbox_b = make("b", curve=keys)
+    assert a.node_key != b.node_key != keys  # each node its own pair
 
     send_until_ok(a, "b", b.address, Verb.HEARTBEAT, {"to": "b", "é": "✓"})
     inbox_b.wait_for(lambda m: m == ("a", Verb.HEARTBEAT, {"to": "b", "é": "✓"}))
     send_until_ok(b, "a", a.address, Verb.HEARTBEAT_ACK, {"to": "a"})
     inbox_a.wait_for(lambda m: m == ("b", Verb.HEARTBEAT_ACK, {"to": "a"}))
+    # each message comes with the key its connection authenticated with
+    assert inbox_b.keys == {"a": {a.node_key.public}}
+    assert inbox_a.keys == {"b": {b.node_key.public}}
 
     server = keys.public.encode()
-    other = keygen()
+    other, eve = keygen(), keygen()
+    eve_curve = (eve.public.encode(), eve.secret.encode(), server)
+    unproven = {
+        # knows the server key, holds its own pair, no join proof: ZAP admits the key,
+        # the transport drops what it says
+        "no-proof": raw(b"eve", curve=eve_curve),
+        # a's proof, copied: it is for a's key, not eve's
+        "copied-proof": raw(b"eve1\x00" + b"t" * 8 + a._proof, curve=eve_curve),
+        # a proof made under another cluster's secret
+        "other-secret": raw(proven(b"eve4", other, eve), curve=eve_curve),
+    }
     refused = {
-        # knows the server key, holds another key pair: refused by ZAP
-        "other-pair": raw(b"eve", curve=(other.public.encode(), other.secret.encode(), server)),
         # claims the cluster's public key without its secret: CURVE handshake fails
         "stolen-public": raw(b"eve2", curve=(server, other.secret.encode(), server)),
         # no CURVE at all: mechanism mismatch
         "plain": raw(b"eve3"),
     }
     events = {}
-    for name, sock in refused.items():
+    for name, sock in {**unproven, **refused}.items():
         events[name] = monitor_events(sock)
         sock.connect(a.address)
         for i in range(5):
             sock.send_multipart(protocol.encode(Verb.HEARTBEAT, {"intruder": name, "i": i}))
 
-    # a node of another cluster (it uses its own public key as the server key,
+    # a node of another cluster (it uses its own cluster key as the server key,
     # so the CURVE handshake fails before ZAP): its DEALER never gets connected
     stranger, _ = make("stranger", curve=other)
     assert stranger.connect(a.address)
 
     failed = {zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
               zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_DISCONNECTED}
-    for name, drain in events.items():
-        wait_until(lambda: failed & set(drain()), what=f"{name} refused")
-    wait_until(lambda: a.stats.zap_denied >= 1, what="ZAP denial of other-pair")
+    for name in refused:
+        wait_until(lambda: failed & set(events[name]()), what=f"{name} refused")
+    wait_until(lambda: a.stats.messages.get(("unproven", "dropped"), 0) == 15,
+               what="every message of the unproven keys dropped")
     stranger_sent = []
     for _ in range(10):  # across several reconnect-and-handshake attempts
         stranger_sent.append(stranger.send("a", a.address, Verb.JOIN, {"intruder": "stranger"}))
         gevent.sleep(0.05)
-    assert zmq.EVENT_HANDSHAKE_SUCCEEDED not in set().union(*(d() for d in events.values()))
-    # every refusal counts, the handshakes that never reach ZAP too (another key pair),
-    # and is logged with the peer's address
-    wait_until(lambda: a.stats.auth_refused >= a.stats.zap_denied + 3,
-               what="the failed CURVE handshakes counted as refused keys")
+    for name in refused:
+        assert zmq.EVENT_HANDSHAKE_SUCCEEDED not in set(events[name]())
+    # every refusal counts once per connection, the handshakes that never reach ZAP too
+    # (another key pair), and is logged with the peer's address
+    wait_until(lambda: a.stats.auth_refused >= len(unproven) + 2,
+               what="the unproven keys and failed CURVE handshakes counted as refused")
     refusals = [r.getMessage() for r in caplog.records if "refused CURVE client" in r.getMessage()]
     assert any("from 127.0.0.1:" in m for m in refusals), refusals
+    assert any("'eve1'" in m and "not the cluster key" in m for m in refusals), refusals
 
-    # a control: a raw peer with the cluster keys gets in the same way
-    friend = raw(b"friend", curve=(server, keys.secret.encode(), server))
+    # a control: a raw peer with its own key and the proof for it gets in the same way
+    friend = raw(proven(b"friend", keys, eve), curve=eve_curve)
     friend.connect(a.address)
     friend.send_multipart(protocol.encode(Verb.HEARTBEAT, {"friend": True}))
     inbox_a.wait_for(lambda m: m == ("friend", Verb.HEARTBEAT, {"friend": True}))
+    assert inbox_a.keys["friend"] == {eve.public}
 
     # the keyed peer keeps working; no intruder message ever arrived
     send_until_ok(b, "a", a.address, Verb.HEARTBEAT, {"still": "here"})
@@ -485,7 +577,7 @@ def test_curve_fails_closed_without_the_zap_handler(make, raw):
     a._zap_greenlet.kill()
     a._zap.close(linger=0)
     server = keys.public.encode()
-    friend = raw(b"friend", curve=(server, keys.secret.encode(), server))
+    friend = raw(proven(b"friend", keys, keys), curve=(server, keys.secret.encode(), server))
     drain = monitor_events(friend)
     friend.connect(a.address)
     friend.send_multipart(protocol.encode(Verb.HEARTBEAT, {"x": 1}))
@@ -540,7 +632,7 @@ def test_stop_is_idempotent_and_frees_the_port(make):
 def test_stop_from_inside_on_message(make):
     holder = {}
 
-    def on_message(sender, verb, payload):
+    def on_message(sender, verb, payload, key):
         holder["t"].stop()
 
     b, _ = make("b", inbox=on_message)
@@ -574,7 +666,7 @@ class Gate:
         self.ticks = [0]
         self.seen: list[tuple[Verb, dict, int]] = []
 
-    def __call__(self, sender, verb, payload):
+    def __call__(self, sender, verb, payload, key):
         if not self.seen:
             self.release.wait(10)
         self.seen.append((verb, payload, self.ticks[0]))
@@ -675,7 +767,7 @@ def test_an_idle_loop_sleeps_and_wakes_promptly(make):
 def test_stop_inside_on_message_ends_a_burst_there(no_safety_net, make, raw):
     holder: dict = {"seen": []}
 
-    def on_message(sender, verb, payload):
+    def on_message(sender, verb, payload, key):
         holder["seen"].append(payload["i"])
         if payload["i"] == 5:
             holder["t"].stop()
@@ -811,12 +903,11 @@ def test_the_default_throttle_logs_ten_warnings_per_ten_seconds(caplog):
 
 
 def test_zap_requests_at_their_shortest():
-    cluster = z85.decode(keygen().public.encode())
-    reply, ok = zap_reply([b"1.0"], cluster)  # no request id: answered with an empty one
+    reply, ok = zap_reply([b"1.0"])  # no request id: answered with an empty one
     assert not ok and reply == [b"1.0", b"", b"500", b"Malformed ZAP request", b"", b""]
-    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b"", b"NULL"], cluster)  # no credentials
-    assert not ok and reply[2] == b"400"  # well formed, just not the cluster's key
-    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b""], cluster)  # no mechanism
+    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b"", b"NULL"])  # no credentials
+    assert not ok and reply[2] == b"400"  # well formed, just not a CURVE key
+    reply, ok = zap_reply([b"1.0", b"r", b"d", b"a", b""])  # no mechanism
     assert not ok and reply[2] == b"500"
 
 
