@@ -27,6 +27,9 @@ setup(
         "prometheus_client>=0.20",
         "croniter>=2.0",  # schedules: cron expressions (miyamoto.definitions.schedules)
         "tzdata>=2024.1",  # schedules: IANA time zones where the OS has none
+        # miyamoto/delivery/identity.py: OIDC tokens (RS256/ES256) and Ed25519 v1a signatures
+        "cryptography>=41.0",
+        "PyJWT>=2.8",
     ],
     extras_require={
         "test": [
@@ -49,6 +52,9 @@ setup(
             "qstash>=3.0",
             # tests/nodes/test_cloudtasks_sdk.py: Google's SDK (REST transport) against nodes
             "google-cloud-tasks>=2.26",  # the version tested; older ones pin protobuf<5
+            # tests/unit/delivery/test_attempt.py, tests/nodes/test_identity_node.py: the
+            # reference HMAC receiver accepts a header that also carries v1a
+            "standardwebhooks>=1.0",
         ],
         # traces (miyamoto/tracing.py): tracing = true, or OTEL_EXPORTER_OTLP_ENDPOINT
         "otel": ["opentelemetry-api>=1.20", "opentelemetry-sdk>=1.20",

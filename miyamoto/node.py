@@ -31,6 +31,7 @@ from miyamoto.config.tls import TLSFileError, server_context
 from miyamoto.definitions.schedules import Ticker
 from miyamoto.delivery.fairness import queue_limit
 from miyamoto.delivery.httpclient import HTTPClient
+from miyamoto.delivery.identity import Identity
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.engine import browse
 from miyamoto.engine.engine import Engine
@@ -74,17 +75,19 @@ class Node:
         client = HTTPClient(concurrency=min(config.concurrency, CLIENT_CONCURRENCY_MAX),
                             guard=self.targets)
         rng = random.Random()
+        self.identity = Identity.from_config(config)  # keys the deliveries sign with
         self.cluster = Cluster(
             config, self.journal,
             functools.partial(Engine, config, self.journal, client, clock=clock, rng=rng,
-                              metrics=self.metrics),
+                              metrics=self.metrics, identity=self.identity),
             clock=clock, monotonic=time.monotonic, rng=rng)
         self.engine = self.cluster.engine
         self.definitions = self.cluster.defs  # schedules, topics, queue settings
         limits = Limits(max_body=config.max_body, max_url=config.max_url,
                         max_delay=config.max_delay, max_name=config.max_name,
-                        targets=self.targets.check_literal)
-        self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens))
+                        targets=self.targets.check_literal, oidc=self.identity.mints)
+        self.api = Api(self, limits, config.max_batch, clock, Tokens(config.api_tokens),
+                       self.identity)
         self.ticker = Ticker(self.definitions, self.cluster.enqueue, self.cluster.may_fire,
                              limits, clock, offset=self.cluster.clock_offset)
         self.metrics.watch(self)

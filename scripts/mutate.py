@@ -181,6 +181,8 @@ MODULES: dict[str, list[list[str]]] = {
     # retry.py: test_retry.py has the decide() rules and the engine carrying them out;
     # backoff.retry_after's own tests are test_backoff.py's (backoff.py's entry)
     "miyamoto/delivery/retry.py": [["tests/unit/delivery/test_retry.py"]],
+    "miyamoto/delivery/identity.py": [["tests/unit/delivery/test_delivery_identity.py"],
+                                      ["tests/unit/delivery/test_attempt.py"]],
     "miyamoto/delivery/httpclient.py": [["tests/unit/delivery/test_httpclient.py"],
                                         ["tests/unit/delivery/test_targets.py"]],
     "miyamoto/delivery/targets.py": [["tests/unit/delivery/test_targets.py"],

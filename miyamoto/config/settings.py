@@ -115,6 +115,18 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("qstash_next_signing_key", value.signing_key, "",
             "QStash's next signing key (rotation: a worker's Receiver also tries it)",
             flag=False, secret=True),
+    Setting("oidc_issuer", value.issuer_url, "", "URL naming this cluster in its OIDC tokens "
+            "(iss); targets fetch ISSUER/.well-known/openid-configuration from it",
+            metavar="URL"),
+    Setting("oidc_signing_key", value.stripped, "", "PEM private key (RSA: RS256, or EC "
+            "P-256: ES256) that signs the OIDC tokens a queue's or task's oidc_audience asks "
+            "for; the same on every node", flag=False, secret=True),
+    Setting("oidc_previous_public_key", value.stripped, "", "PEM public keys of retired "
+            "OIDC signing keys, kept in /.well-known/jwks.json: keep one for the token "
+            "lifetime (5 minutes) after every node signs with the new key", flag=False),
+    Setting("ed25519_signing_key", value.stripped, "", "Standard Webhooks whsk_... (or PEM) "
+            "Ed25519 key: the v1a, signatures of the queues whose signature says so; its "
+            "public key is served at /.well-known/webhook-public-key", flag=False, secret=True),
 ), *_group(
     "delivery",
     Setting("concurrency", value.int_ge(1), 512, "deliveries in flight on this node, all queues"),
@@ -172,6 +184,9 @@ class QueueConfig:
     max_retry_duration: float = 0.0  # 0 = no limit
     timeout: float = 30.0
     paused: bool = False
+    # who the deliveries say they are (config only: miyamoto.delivery.identity)
+    oidc_audience: str = ""  # an OIDC token for this audience on each delivery; "": none
+    signature: str = "auto"  # SIGNATURES: which webhook-signature schemes are sent
     # the options the INI set for it ([queue:NAME] or [queue:default]): GET /queues/<name>
     # tells a value the config gave from a built-in default
     given: frozenset[str] = field(default=frozenset(), compare=False)
@@ -188,6 +203,14 @@ QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "max_retry_duration": value.float_ge(0),
     "timeout": value.float_ge(0.01),
     "paused": value.boolean,
+}
+# webhook-signature per queue: auto (every scheme whose key is set), hmac (v1, with
+# signing_secret), ed25519 (v1a, with ed25519_signing_key), both, or none
+SIGNATURES = ("auto", "hmac", "ed25519", "both", "none")
+# [queue:NAME] options the API does not set (they need the node's keys)
+QUEUE_CALLER_FIELDS: dict[str, Callable[[str], Any]] = {
+    "oidc_audience": value.audience,
+    "signature": lambda v: value.one_of(v, SIGNATURES),
 }
 
 
@@ -227,6 +250,10 @@ class Config:
     signing_secret: tuple[str, ...]
     qstash_current_signing_key: str
     qstash_next_signing_key: str
+    oidc_issuer: str
+    oidc_signing_key: str
+    oidc_previous_public_key: str
+    ed25519_signing_key: str
     log_level: str
     log_format: str
     access_log: bool
@@ -320,7 +347,7 @@ def _read_ini(path: str, node: str | None) -> tuple[dict[str, str], dict[str, di
 def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueConfig:
     values: dict[str, Any] = {}
     for key, text in raw.items():
-        parse = QUEUE_FIELDS.get(key)
+        parse = QUEUE_FIELDS.get(key) or QUEUE_CALLER_FIELDS.get(key)
         if parse is None:
             raise ConfigError(f"queue:{name}.{key}: unknown queue option")
         try:
@@ -344,7 +371,8 @@ OTHER_VARIABLES = ("MIYAMOTO_CONFIG", "MIYAMOTO_SERVER", "MIYAMOTO_TOKEN", "MIYA
 # the options that MIYAMOTO_<NAME>_FILE may also give, as the file's text: the secrets and
 # the public key beside its secret, for keys and tokens mounted as files (a Kubernetes or
 # compose secret) rather than left in the environment, where child processes inherit them
-FILE_OPTIONS = tuple(s.name for s in SETTINGS if s.secret or s.name == "curve_public")
+FILE_OPTIONS = tuple(s.name for s in SETTINGS
+                     if s.secret or s.name in ("curve_public", "oidc_previous_public_key"))
 MAX_SECRET_FILE = 65536  # bytes; a secret file is a few hundred
 
 
@@ -452,6 +480,7 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
     _check_cluster_keys(values)
     _check_http_exposure(values)
     _check_tls(values)
+    _check_caller_keys(values)
     if values["tracing"] and not _otel_installed():
         raise ConfigError("tracing: needs the opentelemetry packages: pip install 'miyamoto[otel]'")
     if values["curve_public"]:
@@ -467,6 +496,8 @@ def load(config_file: str | None = None, env: Mapping[str, str] | None = None,
         if name != "default":
             _check_queue_name(name)
             queues[name] = _parse_queue(name, items, default_q)
+    for q in queues.values():
+        _check_queue_keys(q, values)
     if len(queues) > values["max_queues"]:
         raise ConfigError(f"max_queues: {values['max_queues']} is below the {len(queues)} "
                           "queues the config declares (default included)")
@@ -551,6 +582,39 @@ def _check_tls(values: Mapping[str, Any]) -> None:
             server_context(cert, key, ca)
         except TLSFileError as e:
             raise ConfigError(str(e)) from None
+
+
+def _check_caller_keys(values: Mapping[str, Any]) -> None:
+    """The OIDC options go together and every key must parse (the errors name the
+    option, never a key's text)."""
+    issuer, key = values["oidc_issuer"], values["oidc_signing_key"]
+    if bool(issuer) != bool(key):
+        raise ConfigError("oidc_issuer: oidc_issuer and oidc_signing_key go together" if key
+                          else "oidc_signing_key: oidc_issuer needs the key that signs the tokens")
+    if values["oidc_previous_public_key"] and not key:
+        raise ConfigError("oidc_previous_public_key: needs oidc_signing_key (the current key)")
+    if not (key or values["ed25519_signing_key"]):
+        return
+    from miyamoto.config import keys  # cryptography: only for a node given a key
+
+    for name, parse in (("oidc_signing_key", keys.oidc_private_key),
+                        ("oidc_previous_public_key", keys.oidc_public_keys),
+                        ("ed25519_signing_key", keys.ed25519_private_key)):
+        if values[name]:
+            try:
+                parse(values[name])
+            except ValueError as e:
+                raise ConfigError(f"{name}: {e}") from None
+
+
+def _check_queue_keys(q: QueueConfig, values: Mapping[str, Any]) -> None:
+    """A queue that asks for a token or a signature scheme needs that scheme's key."""
+    if q.oidc_audience and not values["oidc_signing_key"]:
+        raise ConfigError(f"queue:{q.name}.oidc_audience: needs oidc_signing_key and oidc_issuer")
+    if q.signature in ("hmac", "both") and not values["signing_secret"]:
+        raise ConfigError(f"queue:{q.name}.signature: {q.signature} needs signing_secret")
+    if q.signature in ("ed25519", "both") and not values["ed25519_signing_key"]:
+        raise ConfigError(f"queue:{q.name}.signature: {q.signature} needs ed25519_signing_key")
 
 
 def _check_queue_name(name: str) -> None:

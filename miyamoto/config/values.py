@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import urllib.parse
 from typing import Callable
 
 
@@ -108,6 +109,33 @@ def log_format(v: str) -> str:
     s = str(v).strip().lower()
     if s not in ("text", "json"):
         raise ValueError(f"must be text or json, not {_given(v)}")
+    return s
+
+
+MAX_AUDIENCE = 2083  # an OIDC audience: a URL as long as a target's at most
+
+
+@shows("URL")
+def issuer_url(v: str) -> str:
+    """An OIDC issuer: an http(s) URL with a host and no query or fragment (the
+    discovery document is at ISSUER/.well-known/openid-configuration); one trailing /
+    dropped."""
+    s = str(v).strip()
+    if not s:
+        return s
+    parts = urllib.parse.urlsplit(s)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+            or parts.fragment or not s.isascii() or not s.isprintable() or " " in s:
+        raise ValueError(f"must be an http(s) URL with a host and no query, not {_given(v)}")
+    return s.rstrip("/")
+
+
+def audience(v: str) -> str:
+    """An OIDC token's audience (aud): 1-2083 printable ASCII characters without spaces,
+    usually the target's URL."""
+    s = str(v).strip()
+    if len(s) > MAX_AUDIENCE or not s.isascii() or not s.isprintable() or " " in s:
+        raise ValueError(f"must be 1-{MAX_AUDIENCE} printable ASCII characters without spaces")
     return s
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import ujson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from miyamoto.tasks.task import CLOUDTASKS, HISTORY_ERROR_CHARS, LAST_BODY_BYTES, Task
 from miyamoto.version import __version__
@@ -71,10 +72,20 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def signature_header(secrets: tuple[str, ...], msg_id: str, timestamp: int, body: bytes) -> str:
-    """One ``v1,<sig>`` per secret, space-separated, as Standard Webhooks allows: while
-    a secret is rotated the worker verifies with whichever one it knows."""
-    return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
+def sign_ed25519(key: Ed25519PrivateKey, msg_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks' asymmetric signature: v1a,base64(Ed25519(id.timestamp.body))."""
+    return "v1a," + base64.b64encode(key.sign(f"{msg_id}.{timestamp}.".encode() + body)).decode()
+
+
+def signature_header(secrets: tuple[str, ...], msg_id: str, timestamp: int, body: bytes,
+                     ed25519: Ed25519PrivateKey | None = None) -> str:
+    """One ``v1,<sig>`` per secret, then ``v1a,<sig>`` with the Ed25519 key, space-separated,
+    as Standard Webhooks allows: while a secret is rotated (or a receiver moves from HMAC
+    to the public key) the worker verifies with whichever one it knows."""
+    sigs = [sign(s, msg_id, timestamp, body) for s in secrets]
+    if ed25519 is not None:
+        sigs.append(sign_ed25519(ed25519, msg_id, timestamp, body))
+    return " ".join(sigs)
 
 
 def _b64url(data: bytes) -> bytes:
@@ -120,10 +131,13 @@ def cloudtasks_headers(task: Task) -> dict[str, str]:
 
 def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
                   traceparent: str | None = None,
-                  upstash_key: str = "") -> tuple[str, str, dict[str, str], bytes]:
+                  upstash_key: str = "", ed25519: Ed25519PrivateKey | None = None,
+                  bearer: str = "") -> tuple[str, str, dict[str, str], bytes]:
     """``traceparent``: the attempt's span (tracing on); else the task's own is sent, so a
     worker's trace continues the producer's with or without tracing here. ``upstash_key``:
-    QStash's current signing key (qstash_current_signing_key), for Upstash-Signature."""
+    QStash's current signing key (qstash_current_signing_key), for Upstash-Signature.
+    ``ed25519``: the key of the v1a signature; ``bearer``: an OIDC token for Authorization
+    (both as ``delivery.identity`` gives them for the task's queue)."""
     url = task.url
     headers: dict[str, str] = {}  # the ones Miyamoto sets; the task's own are merged below
     if task.body is not None:
@@ -153,11 +167,13 @@ def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
     trace = traceparent or task.traceparent
     if trace is not None:
         headers["traceparent"] = trace
-    if secrets:
+    if secrets or ed25519 is not None:
         ts = int(now)
         headers["webhook-id"] = task.id
         headers["webhook-timestamp"] = str(ts)
-        headers["webhook-signature"] = signature_header(secrets, task.id, ts, body)
+        headers["webhook-signature"] = signature_header(secrets, task.id, ts, body, ed25519)
+    if bearer:
+        headers["Authorization"] = "Bearer " + bearer
     if upstash_key:  # what QStash's deliveries carry besides the signature
         headers["Upstash-Message-Id"] = task.id
         headers["Upstash-Retried"] = str(task.attempts)

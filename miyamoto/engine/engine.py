@@ -31,6 +31,7 @@ from miyamoto.delivery.dispatch import Dispatcher
 from miyamoto.delivery.fairness import origin
 from miyamoto.delivery.flow import spec_of
 from miyamoto.delivery.httpclient import HTTPClient
+from miyamoto.delivery.identity import Identity
 from miyamoto.delivery.retry import Action, decide, is_success
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
@@ -119,8 +120,10 @@ class Engine:
                  client: HTTPClient | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  hooks: Hooks | None = None, spawn_task: Callable[[Task], None] | None = None,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, identity: Identity | None = None):
         self.config = config
+        # the deliveries' signing keys and OIDC tokens (the node shares its one with the API)
+        self.identity = identity or Identity.from_config(config)
         self.metrics = metrics or Metrics()  # per-attempt observations (/metrics)
         self.journal = journal
         # The target rules the delivery client enforces at connect: the node builds them
@@ -411,8 +414,10 @@ class Engine:
             timeout = t.timeout or q.timeout
             if traces.on:  # the attempt's span; the target gets its traceparent
                 span, trace = traces.attempt(t, t.method, self.config.node)
-            method, url, headers, body = build_request(t, now, self.config.signing_secret, trace,
-                                                       self.config.qstash_current_signing_key)
+            secrets, ed25519 = self.identity.signing(q)
+            method, url, headers, body = build_request(
+                t, now, secrets, trace, self.config.qstash_current_signing_key, ed25519,
+                self.identity.bearer(t, q, now))
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock(),

@@ -19,6 +19,7 @@ import ujson
 from miyamoto.config.settings import Config
 from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.sync import DefSync
+from miyamoto.delivery.identity import DISCOVERY_PATH, JWKS_PATH, WEBHOOK_KEY_PATH, Identity
 from miyamoto.engine import browse, history
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth, dashboard, mediatype
@@ -51,6 +52,8 @@ _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
           # the dashboard's page and assets, and this API's description, hold no data
           "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN,
+          # what targets verify deliveries with: public keys (delivery/identity.py)
+          "oidc_discovery": auth.OPEN, "jwks": auth.OPEN, "webhook_public_key": auth.OPEN,
           # QStash's face (http/qstash.py): publishing is enqueueing, a message is a task
           "qstash_publish": auth.ENQUEUE, "qstash_enqueue": auth.ENQUEUE,
           "qstash_batch": auth.ENQUEUE, "qstash_message": auth.TASK}
@@ -106,8 +109,10 @@ class ApiService(Protocol):
 
 class Api:
     def __init__(self, service: ApiService, limits: Limits, max_batch: int,
-                 clock: Callable[[], float] = time.time, tokens: auth.Tokens | None = None):
+                 clock: Callable[[], float] = time.time, tokens: auth.Tokens | None = None,
+                 identity: Identity | None = None):
         self.service = service
+        self.identity = identity or Identity()
         self.tokens = tokens or auth.Tokens(())
         self.limits = limits
         self.max_batch = max_batch
@@ -146,6 +151,9 @@ class Api:
             (re.compile(r"/readyz"), {"GET": self.readyz}),
             (re.compile(r"/metrics"), {"GET": self.metrics}),
             (re.compile(r"/openapi.json"), {"GET": self.openapi}),
+            (re.compile(DISCOVERY_PATH), {"GET": self.oidc_discovery}),
+            (re.compile(JWKS_PATH), {"GET": self.jwks}),
+            (re.compile(WEBHOOK_KEY_PATH), {"GET": self.webhook_public_key}),
             (re.compile(r"/"), {"GET": self.dashboard}),
             (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
         ]
@@ -417,6 +425,22 @@ class Api:
     def openapi(self, environ: dict) -> tuple[int, Any]:
         return 200, SPEC
 
+    def oidc_discovery(self, environ: dict) -> tuple[int, Any]:
+        if not self.identity.mints:
+            raise HTTPError(404, "this node signs no OIDC tokens (no oidc_signing_key)")
+        return 200, _public(self.identity.discovery())
+
+    def jwks(self, environ: dict) -> tuple[int, Any]:
+        if not self.identity.mints:
+            raise HTTPError(404, "this node signs no OIDC tokens (no oidc_signing_key)")
+        return 200, _public(self.identity.jwks())
+
+    def webhook_public_key(self, environ: dict) -> tuple[int, Any]:
+        doc = self.identity.webhook_public_key()
+        if doc is None:
+            raise HTTPError(404, "this node signs no v1a signatures (no ed25519_signing_key)")
+        return 200, _public(doc)
+
     def dashboard(self, environ: dict) -> tuple[int, Any]:
         return self.dashboard_asset(environ, dashboard.PAGE)
 
@@ -426,6 +450,13 @@ class Api:
             raise HTTPError(404, "no such dashboard file")
         data, ctype, headers = found
         return 200, Raw(data, ctype, headers)
+
+
+def _public(doc: dict[str, Any]) -> "Raw":
+    """A published key document, cacheable for a minute: a verifier that meets an unknown
+    kid fetches again, and a retired key stays listed far longer than that."""
+    data = ujson.dumps(doc, escape_forward_slashes=False).encode()
+    return Raw(data, "application/json", [("Cache-Control", "public, max-age=60")])
 
 
 class Raw:

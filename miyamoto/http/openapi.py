@@ -18,6 +18,7 @@ from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
+from miyamoto.tasks.checks import MAX_AUDIENCE
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -86,10 +87,16 @@ _TASK_FIELDS: dict[str, Any] = {
     "traceparent": _nullable({"type": "string", "pattern": _TRACEPARENT_PATTERN,
                               "description": "W3C Trace Context: kept with the task and sent "
                               "on every attempt (else the traceparent header)"}),
+    "oidc_audience": _nullable({"type": "string", "minLength": 1, "maxLength": MAX_AUDIENCE,
+                                "pattern": "^[!-~]+$",
+                                "description": "each attempt carries Authorization: Bearer "
+                                "<OIDC token> for this audience (the queue's oidc_audience "
+                                "otherwise); needs oidc_signing_key"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe", "topic", "traceparent", *_DISPATCH_FIELDS)}
+    "callback", "failure_callback", "dedupe", "topic", "traceparent", "oidc_audience",
+    *_DISPATCH_FIELDS)}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -395,6 +402,22 @@ _SCHEMAS: dict[str, Any] = {
     "Ready": {"type": "object", "required": ["status", "reason"], "properties": {
         "status": {"enum": ["ready", "not ready"]}, "reason": {"type": "string"}}},
     "OpenAPI": {"type": "object", "required": ["openapi", "info", "paths"]},
+    # what targets verify deliveries with (miyamoto.delivery.identity)
+    "OpenIDConfiguration": {"type": "object", "required": ["issuer", "jwks_uri"], "properties": {
+        "issuer": {"type": "string"}, "jwks_uri": {"type": "string"},
+        "id_token_signing_alg_values_supported": {"type": "array", "items": {
+            "enum": ["RS256", "ES256"]}}}},
+    "JWKS": {"type": "object", "required": ["keys"], "properties": {"keys": {
+        "type": "array", "items": {"type": "object", "required": ["kty", "kid", "alg", "use"],
+                                   "properties": {"kty": {"enum": ["RSA", "EC"]},
+                                                  "kid": {"type": "string"},
+                                                  "alg": {"enum": ["RS256", "ES256"]},
+                                                  "use": {"const": "sig"}}}}}},
+    "WebhookPublicKey": {"type": "object", "required": ["scheme", "public_key", "pem"],
+                         "properties": {"scheme": {"const": "v1a"},
+                                        "algorithm": {"const": "ed25519"},
+                                        "public_key": {"type": "string", "pattern": "^whpk_"},
+                                        "pem": {"type": "string"}}},
     "Targets": {
         "type": "object", "required": ["targets"], "properties": {"targets": {
             "type": "array", "items": {
@@ -597,6 +620,15 @@ _PATHS: dict[str, Any] = {
                                                "content": {"text/plain": {
                                                    "schema": {"type": "string"}}}}, **_AUTH}}},
     "/openapi.json": {"get": {**_op("This description", "OpenAPI"), **_OPEN}},
+    "/.well-known/openid-configuration": {"get": {**_op(
+        "The OIDC issuer's metadata (404 without oidc_signing_key)", "OpenIDConfiguration"),
+        **_OPEN}},
+    "/.well-known/jwks.json": {"get": {**_op(
+        "The public keys of the OIDC tokens sent to targets: the current one and the retired "
+        "ones still listed (404 without oidc_signing_key)", "JWKS"), **_OPEN}},
+    "/.well-known/webhook-public-key": {"get": {**_op(
+        "The Ed25519 public key of the v1a webhook signatures (404 without "
+        "ed25519_signing_key)", "WebhookPublicKey"), **_OPEN}},
     "/": {"get": {"summary": "The dashboard page (its script reads the API with a token)",
                   **_OPEN, "responses": {"200": {"description": "HTML", "content": {
                       "text/html": {"schema": {"type": "string"}}}}}}},
@@ -656,6 +688,9 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/readyz", "get"): ("getReadiness", "operations"),
     ("/metrics", "get"): ("getMetrics", "operations"),
     ("/openapi.json", "get"): ("getOpenApi", "operations"),
+    ("/.well-known/openid-configuration", "get"): ("getOpenIdConfiguration", "operations"),
+    ("/.well-known/jwks.json", "get"): ("getJwks", "operations"),
+    ("/.well-known/webhook-public-key", "get"): ("getWebhookPublicKey", "operations"),
     ("/", "get"): ("getDashboard", "dashboard"),
     ("/dashboard/{asset}", "get"): ("getDashboardAsset", "dashboard"),
 }

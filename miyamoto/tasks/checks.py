@@ -57,6 +57,23 @@ def integer(field: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+MAX_AUDIENCE = 2083  # an OIDC audience: a URL as long as a target's at most
+
+
+def is_audience(value: Any) -> bool:
+    """An OIDC token's audience (aud): 1-2083 printable ASCII characters without spaces,
+    usually the target's URL (config.values.audience holds a queue's to the same rule)."""
+    return (isinstance(value, str) and 0 < len(value) <= MAX_AUDIENCE and value.isascii()
+            and value.isprintable() and " " not in value)
+
+
+def audience(field: str, value: Any) -> str:
+    if not is_audience(value):
+        raise ValidationError(field, f"must be 1-{MAX_AUDIENCE} printable ASCII characters "
+                                     "without spaces (usually the target's URL)")
+    return value
+
+
 def is_traceparent(value: Any) -> bool:
     """A W3C ``traceparent`` (version 00's 55 characters; version ff and all-zero ids are
     invalid), as kept with a task and sent on each attempt."""

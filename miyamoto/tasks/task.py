@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miyamoto.tasks import fields as dispatchfields
-from miyamoto.tasks.checks import is_traceparent
+from miyamoto.tasks.checks import is_audience, is_traceparent
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
 
@@ -79,6 +79,7 @@ class Task:
     flow_parallelism: int | None = None
     created: float = 0.0
     traceparent: str | None = None  # W3C Trace Context: the producer's (or enqueue's) span
+    oidc_audience: str | None = None  # an OIDC token for this audience on each attempt
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -169,6 +170,8 @@ class Task:
             dispatchfields.check_decoded(kwargs)
             if kwargs.get("traceparent") is not None and not is_traceparent(kwargs["traceparent"]):
                 raise DecodeError("task traceparent is not a W3C traceparent")
+            if kwargs.get("oidc_audience") is not None and not is_audience(kwargs["oidc_audience"]):
+                raise DecodeError("task oidc_audience is not an audience")
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -240,6 +243,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
+    "oidc_audience": (str,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -19,7 +19,7 @@ import ujson
 
 from miyamoto.tasks import dedupe
 from miyamoto.tasks import fields as dispatchfields
-from miyamoto.tasks.checks import ValidationError, integer, number, traceparent
+from miyamoto.tasks.checks import ValidationError, audience, integer, number, traceparent
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
 
@@ -33,7 +33,7 @@ _NAME_RE = re.compile(r"[^\x00-\x1f\x7f]+")
 _JSON_FIELDS = frozenset({
     "url", "method", "params", "body", "content_type", "json", "headers", "countdown", "eta",
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
-    "dedupe", "traceparent",
+    "dedupe", "traceparent", "oidc_audience",
     *dispatchfields.FIELDS,  # priority, flow_key, flow_rate, flow_parallelism
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
@@ -50,6 +50,14 @@ class Limits:
     max_name: int = 500
     # (host, port) -> the target rule that refuses it, or None (TargetGuard.check_literal)
     targets: Callable[[str, int], str | None] | None = None
+    oidc: bool = True  # whether this node signs OIDC tokens (an oidc_audience is refused if not)
+
+
+def _audience(value: Any, limits: Limits) -> str:
+    if not limits.oidc:
+        raise ValidationError("oidc_audience", "this node signs no OIDC tokens: its config "
+                              "needs oidc_issuer and oidc_signing_key")
+    return audience("oidc_audience", value)
 
 
 def check_url(field: str, value: Any, limits: Limits) -> str:
@@ -205,12 +213,14 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     failure_callback = _optional_url(fields, "failure_callback", limits)
     priority_and_flow = dispatchfields.parse(fields)
     trace = fields.get("traceparent")
+    aud = fields.get("oidc_audience")
     return dedupe.apply(Task(
         id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
         failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow,
         traceparent=None if trace is None else traceparent("traceparent", trace),
+        oidc_audience=None if aud is None else _audience(aud, limits),
     ), dedupe_mode)
 
 

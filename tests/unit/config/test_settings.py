@@ -543,7 +543,8 @@ def test_the_secrets_come_from_files_named_by_their_file_variables(tmp_path):
     assert cfg.api_tokens == (("admin", "t" * 20),)
     assert set(config_mod.FILE_OPTIONS) == {"curve_public", "curve_secret", "api_tokens",
                                             "signing_secret", "qstash_current_signing_key",
-                                            "qstash_next_signing_key"}
+                                            "qstash_next_signing_key", "oidc_signing_key",
+                                            "oidc_previous_public_key", "ed25519_signing_key"}
 
 
 @pytest.mark.parametrize("content,words", [

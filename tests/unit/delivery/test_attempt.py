@@ -12,7 +12,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import qstash  # QStash's SDK (the test extra): its Receiver checks our signatures
+import standardwebhooks  # the reference HMAC receiver (the test extra)
 import ujson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from keymaker import ed_key
+from miyamoto.config.keys import whpk
 
 from miyamoto.delivery.attempt import Outcome, build_request
 from miyamoto.tasks.task import CLOUDTASKS, Task
@@ -162,6 +168,52 @@ def test_request_signed_with_every_secret_for_rotation():
         key = base64.b64decode(secret[len("whsec_"):])
         mac = hmac.new(key, f"{t.id}.7.".encode() + body, hashlib.sha256).digest()
         assert sig == "v1," + base64.b64encode(mac).decode()
+
+
+def verify_v1a(public: str, headers: dict[str, str], body: bytes) -> None:
+    """Standard Webhooks' asymmetric check, as its spec says: the whpk_ key's Ed25519
+    signature over {id}.{timestamp}.{body}, one of the space-separated v1a, entries."""
+    key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public[len("whpk_"):]))
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    sigs = [s.split(",", 1)[1] for s in headers["webhook-signature"].split(" ")
+            if s.startswith("v1a,")]
+    assert len(sigs) == 1
+    key.verify(base64.b64decode(sigs[0]), signed)  # raises InvalidSignature
+
+
+def test_request_ed25519_signature_verifies_with_the_published_key():
+    ed = ed_key()
+    t = task(params={"foo": "bar"})
+    _, _, headers, body = build_request(t, 1_700_000_500.9, ed25519=ed)
+    assert headers["webhook-id"] == t.id and headers["webhook-timestamp"] == "1700000500"
+    assert headers["webhook-signature"].startswith("v1a,")
+    verify_v1a(whpk(ed.public_key()), headers, body)
+    with pytest.raises(InvalidSignature):  # the signature covers the body
+        verify_v1a(whpk(ed.public_key()), headers, body + b"x")
+    with pytest.raises(InvalidSignature):  # and the timestamp
+        verify_v1a(whpk(ed.public_key()), dict(headers, **{"webhook-timestamp": "1700000501"}),
+                   body)
+
+
+def test_request_both_schemes_pass_the_reference_hmac_receiver_and_the_v1a_check():
+    """A queue with signature = both: an HMAC receiver (the standardwebhooks package, which
+    skips entries of other versions) and a public-key receiver both accept the delivery."""
+    ed = ed_key()
+    t = task(body='{"a": 1}', content_type="application/json")
+    now = time.time()
+    _, _, headers, body = build_request(t, now, (SECRET,), ed25519=ed)
+    assert [s.split(",")[0] for s in headers["webhook-signature"].split(" ")] == ["v1", "v1a"]
+    assert standardwebhooks.Webhook(SECRET).verify(body.decode(), headers) == {"a": 1}
+    verify_v1a(whpk(ed.public_key()), headers, body)
+
+
+def test_request_bearer_token_goes_in_authorization_over_a_tasks_own():
+    t = task(headers={"authorization": "Bearer forged", "X-Mine": "1"})
+    _, _, headers, _ = build_request(t, 5.0, bearer="eyJ.token.sig")
+    assert headers["Authorization"] == "Bearer eyJ.token.sig"
+    assert "authorization" not in headers and headers["X-Mine"] == "1"
+    _, _, headers, _ = build_request(t, 5.0)  # no token asked: the task's header goes
+    assert headers["authorization"] == "Bearer forged" and "webhook-signature" not in headers
 
 
 def test_request_signature_covers_raw_bodies_and_empty_ones():

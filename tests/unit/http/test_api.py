@@ -13,6 +13,8 @@ import jsonschema
 import pytest
 import ujson
 
+from keymaker import ed_key, rsa_key
+from miyamoto.delivery.identity import Identity
 from miyamoto.http import auth
 from miyamoto.http.api import Api
 from miyamoto.http.openapi import SPEC
@@ -97,6 +99,30 @@ def test_the_description_is_open_like_the_dashboard() -> None:
     assert got == 200 and body["openapi"].startswith("3.1")
     assert SPEC["paths"]["/openapi.json"]["get"]["security"] == []
     assert call(app, "/queues")[0] == 401  # the data stays guarded
+
+
+def test_the_published_keys_are_open_cacheable_and_404_without_a_key() -> None:
+    tokens = auth.Tokens([("admin", ADMIN)])
+    bare = Api(Service(), Limits(), max_batch=10, tokens=tokens)  # type: ignore[arg-type]
+    for path in ("/.well-known/openid-configuration", "/.well-known/jwks.json",
+                 "/.well-known/webhook-public-key"):
+        got, _, body = call(bare, path)
+        assert got == 404 and "signs no" in body["error"], path
+        assert SPEC["paths"][path]["get"]["security"] == []
+    ident = Identity("https://tasks.example", rsa_key(), (), ed25519_key=ed_key())
+    app = Api(Service(), Limits(), max_batch=10, tokens=tokens,  # type: ignore[arg-type]
+              identity=ident)
+    got, headers, body = call(app, "/.well-known/openid-configuration")
+    assert got == 200 and body == ident.discovery()
+    assert body["jwks_uri"] == "https://tasks.example/.well-known/jwks.json"
+    assert headers["Cache-Control"] == "public, max-age=60"
+    got, headers, body = call(app, "/.well-known/jwks.json")
+    assert got == 200 and body == ident.jwks() and headers["Cache-Control"].startswith("public")
+    got, _, body = call(app, "/.well-known/webhook-public-key")
+    assert got == 200 and body["public_key"].startswith("whpk_")
+    for name, doc in (("OpenIDConfiguration", ident.discovery()), ("JWKS", ident.jwks()),
+                      ("WebhookPublicKey", ident.webhook_public_key())):
+        assert _valid(SPEC["components"]["schemas"][name], doc), name
 
 
 def _enqueue(app: Api, key: str) -> tuple[int, Any]:

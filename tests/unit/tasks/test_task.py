@@ -151,6 +151,10 @@ BAD_ROWS: list[tuple[Any, str]] = [
     (dict(ROW, face=1), "'face' is of the wrong type"),
     (dict(ROW, traceparent="00-" + "a" * 32 + "-" + "0" * 16 + "-01"), "not a W3C traceparent"),
     (dict(ROW, traceparent=5), "'traceparent' is of the wrong type"),
+    (dict(ROW, oidc_audience="a b"), "oidc_audience is not an audience"),
+    (dict(ROW, oidc_audience=""), "oidc_audience is not an audience"),
+    (dict(ROW, oidc_audience="x" * 2084), "oidc_audience is not an audience"),
+    (dict(ROW, oidc_audience=["x"]), "'oidc_audience' is of the wrong type"),
 ]
 
 
@@ -171,7 +175,8 @@ def test_a_malformed_row_is_a_decode_error_that_says_why(row: Any, why: str) -> 
     {"replica": 3},  # no replicas (an old row): any index
     {"max_attempts": 1}, {"timeout": 86400}, {"timeout": 0.001}, {"params": {"a": 1}},
     {"headers": {"a": "b"}}, {"eta": 0}, {"created": 3},
-    {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}])
+    {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+    {"oidc_audience": "https://worker.example/hook"}, {"oidc_audience": "x" * 2083}])
 def test_the_edges_of_a_good_row_decode(changes: dict) -> None:
     t = Task.decode(dict(ROW, **changes))
     for k, v in changes.items():

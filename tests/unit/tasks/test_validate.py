@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from miyamoto.tasks import validate as v
-from miyamoto.tasks.task import State
+from miyamoto.tasks.task import State, Task
 from miyamoto.tasks.validate import (
     Limits,
     ValidationError,
@@ -744,3 +744,22 @@ def test_a_traceparent_is_kept_and_a_malformed_one_refused_naming_it():
     for bad in (TRACE.upper(), TRACE[:-1], "ff" + TRACE[2:], TRACE.replace("4bf92f3577b34da6a3ce929d0e0e4736", "0" * 32),
                 TRACE.replace("00f067aa0ba902b7", "0" * 16), TRACE + "-x", 7, ""):
         refused("traceparent", build, traceparent=bad)
+
+
+def test_an_oidc_audience_is_kept_and_a_bad_one_refused_naming_it():
+    aud = "https://worker.example/hook"
+    assert build(oidc_audience=aud).oidc_audience == aud
+    assert build().oidc_audience is None
+    assert Task.decode(build(oidc_audience=aud).encode()).oidc_audience == aud  # journal, STORE
+    form = v.parse_enqueue("application/x-www-form-urlencoded",
+                           urlencode({"task.url": SHORT_URL, "task.oidc_audience": aud}).encode(),
+                           path_queue=None, idempotency_key=None, limits=v.Limits(), now=NOW)
+    assert form.oidc_audience == aud and "task.oidc_audience" not in form.params
+    for bad in ("", "a b", "x" * 2084, "caf\u00e9", "tab\there", 7, ["x"]):
+        refused("oidc_audience", build, oidc_audience=bad)
+
+
+def test_an_oidc_audience_is_refused_by_a_node_that_signs_no_tokens():
+    e = rejects(js, {"url": URL, "oidc_audience": "https://w/h"}, field="oidc_audience",
+                limits=v.Limits(oidc=False))
+    assert "oidc_signing_key" in e.message
