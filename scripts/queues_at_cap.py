@@ -6,7 +6,7 @@ names, then times each read ``--reads`` times and prints the medians, the answer
 sizes, the node's RSS and how many enqueues were refused (and with what):
 
     python scripts/queues_at_cap.py --queues 1000
-    python scripts/queues_at_cap.py --queues 10000 --repo /work/main
+    python scripts/queues_at_cap.py --queues 10000 --repo .
 """
 
 from __future__ import annotations

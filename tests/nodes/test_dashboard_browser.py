@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -73,19 +72,6 @@ def screenshot(page: Any, name: str) -> Path:
     path = base / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     print(f"dashboard screenshot: {path}")
-    return path
-
-
-NOTES_SCREENS = Path("/work/notes/screens")  # the lead's note, where the box has one
-
-
-def console_shot(page: Any, tmp_path: Path, name: str) -> Path:
-    """A full-page screenshot in the test's tmp dir, copied for the lead's note."""
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    if NOTES_SCREENS.is_dir():
-        shutil.copy(path, NOTES_SCREENS / path.name)
-    print(f"console screenshot: {path}")
     return path
 
 
@@ -282,7 +268,7 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     assert page.locator("#browse-table tbody tr").count() == 2
     page.locator(f'#browse-table tr[data-task="{stuck[0]}"] a').click()
     wait_text(page, "#task-detail .field-state .why", "circuit breaker")
-    console_shot(page, tmp_path, "console-1280-light")
+    screenshot(page, "console-1280-light")
     assert page.evaluate(BACKGROUND) == "rgb(255, 255, 255)"
 
     # the footer links, with the token: shown in the page, answered 200
@@ -297,7 +283,7 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     page.wait_for_function("() => document.documentElement.scrollWidth <= 390",
                            timeout=WAIT_MS)
     assert page.evaluate(BACKGROUND) == "rgb(22, 24, 28)"
-    console_shot(page, tmp_path, "console-390-dark")
+    screenshot(page, "console-390-dark")
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
 
 

@@ -715,7 +715,7 @@ def _fault(sim: Sim, rng: random.Random, kind: str) -> None:
 
 
 def replay_command(seed: int, faults: tuple[str, ...] = FAULTS) -> str:
-    return (f"PYTHONHASHSEED=0 PYTHONPATH=$PWD /work/main/.venv/bin/python "
+    return (f"PYTHONHASHSEED=0 PYTHONPATH=$PWD .venv/bin/python "
             f"tests/sim/cluster_sim.py {seed} {','.join(faults)}")
 
 
