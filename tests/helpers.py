@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import struct
 import sys
@@ -43,7 +44,9 @@ from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, Pr
 
 __all__ = [
     "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
-    "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "cluster_view", "as_member", "dealer", "proven_id", "free_port", "free_ports", "loaded", "member_ids", "metrics",
+    "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "as_member", "cluster_view",
+    "copy_sources", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
+    "proven_id",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
 ]
@@ -51,6 +54,18 @@ __all__ = [
 
 # (public, secret, server key) of the test cluster's key pair, as a raw DEALER sets them
 CLUSTER_CURVE = (CLUSTER_KEYS[0].encode(), CLUSTER_KEYS[1].encode(), CLUSTER_KEYS[0].encode())
+
+
+def copy_sources(dest: Path, names: list[str]) -> Path:
+    """Copy the checkout's ``names`` (files and folders, no __pycache__) into ``dest``: a
+    clean source tree to build a wheel, an sdist or an image from."""
+    for name in names:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / name, dest / name)
+    return dest
 
 
 def loaded(seconds: float, most: float = 4.0) -> float:

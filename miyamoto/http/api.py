@@ -301,12 +301,7 @@ class Api:
     def browse_tasks(self, query: dict[str, list[str]]) -> tuple[int, Any]:
         """GET /tasks?state=&queue=&target=&name_prefix=&cursor=&limit=: a page of tasks
         in one state, over the cluster (``engine.browse``)."""
-        state_name = (query.get("state") or ["scheduled"])[0]
-        try:
-            state = State(state_name)
-        except ValueError:
-            raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
-                            "state") from None
+        state = _state(query)
         queue = (query.get("queue") or [None])[0] or None
         if queue is not None:
             _check_queue(queue)
@@ -365,12 +360,7 @@ class Api:
 
     def list_tasks(self, environ: dict, queue: str) -> tuple[int, Any]:
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
-        state_name = (query.get("state") or ["scheduled"])[0]
-        try:
-            state = State(state_name)
-        except ValueError:
-            raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
-                            "state") from None
+        state = _state(query)
         limit = _limit(query, 100)
         return 200, {"queue": queue, "state": state.value,
                      "tasks": self.service.list_tasks(queue, state, limit)}
@@ -515,6 +505,15 @@ def _read(stream: Any, n: int) -> bytes:
         log.debug("api: body read failed: %r", e)
         raise HTTPError(400, "could not be read: it ended early or its chunked encoding "
                              "is broken", "body") from None
+
+
+def _state(query: dict[str, list[str]]) -> State:
+    """The ``state`` a task list asks for (scheduled when none): 400 naming it otherwise."""
+    try:
+        return State((query.get("state") or ["scheduled"])[0])
+    except ValueError:
+        raise HTTPError(400, f"must be one of {', '.join(s.value for s in State)}",
+                        "state") from None
 
 
 def _limit(query: dict[str, list[str]], default: int, most: int = MAX_PAGE) -> int:

@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from helpers import REPO, Reply, Sink, free_ports, loaded, wait_until
+from helpers import REPO, Reply, Sink, copy_sources, free_ports, loaded, wait_until
 
 BASE = "localhost/miyamoto-base:bookworm"
 BASE_RC = Path("/tmp/miyamoto-base-image.rc")  # .ci/base-image's exit code, when it ends
@@ -74,11 +74,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_until(_base_ready, timeout=600, interval=1, what=f"{BASE} (.ci/base-image)")
     ctx = tmp_path_factory.mktemp("image")
     src = ctx / "src"
-    for name in PACKAGE:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(REPO / name, src / name)
+    copy_sources(src, PACKAGE)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
                     str(src), "-w", str(ctx / "wheels")], check=True, timeout=300,
                    capture_output=True)

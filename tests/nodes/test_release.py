@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import REPO, free_ports, wait_until
+from helpers import REPO, copy_sources, free_ports, wait_until
 from miyamoto.version import __version__
 
 SOURCES = ["miyamoto", "setup.py", "README", "LICENSE", "CHANGELOG.md", "MANIFEST.in"]
@@ -51,11 +50,7 @@ def _child_env() -> dict[str, str]:
 @pytest.mark.timeout(600)
 def test_build_makes_a_wheel_and_sdist_that_install_and_serve(tmp_path: Path) -> None:
     src = tmp_path / "src"
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(REPO / name, src / name)
+    copy_sources(src, SOURCES)
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "build", "-o", str(dist), str(src)], check=True,
                    capture_output=True, timeout=300)
@@ -70,7 +65,8 @@ def test_build_makes_a_wheel_and_sdist_that_install_and_serve(tmp_path: Path) ->
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
                     "install", "-q", "--disable-pip-version-check", str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300,
+                   env=_child_env())  # a PYTHONPATH to a checkout would look installed
     env, exe = _child_env(), str(venv / "bin" / "miyamoto")
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import miyamoto; print(miyamoto.__file__)"],
                            env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
