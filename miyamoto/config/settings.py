@@ -191,7 +191,8 @@ class QueueConfig:
     tls_client_cert: str = ""  # PEM certificate (chain) shown to targets that ask for one
     tls_client_key: str = ""  # its unencrypted PEM key
     tls_ca_bundle: str = ""  # PEM CAs trusted for this queue's https targets, instead of the system's
-    proxy_url: str = ""  # http://[user:password@]host:port: every delivery through CONNECT
+    # http://[user:password@]host:port: every delivery through CONNECT (no repr: a password)
+    proxy_url: str = field(default="", repr=False)
     # the options the INI set for it ([queue:NAME] or [queue:default]): GET /queues/<name>
     # tells a value the config gave from a built-in default
     given: frozenset[str] = field(default=frozenset(), compare=False)

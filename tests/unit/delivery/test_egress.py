@@ -246,6 +246,7 @@ def test_the_queue_options_are_checked_at_start_naming_the_option(pki, tmp_path)
     assert (q.tls_client_cert, q.tls_client_key, q.tls_ca_bundle) == (
         client.cert, client.key, ca.cert)  # the bundle from [queue:default]
     assert egress_of(q).proxy.port == 3128 and egress_of(c.queue("default")).proxy is None
+    assert "pw" not in repr(q) and "pw" not in repr(egress_of(q))  # the password: never shown
     assert egress_of(settings.QueueConfig()) is None
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
