@@ -187,6 +187,12 @@ class QueueConfig:
     # who the deliveries say they are (config only: miyamoto.delivery.identity)
     oidc_audience: str = ""  # an OIDC token for this audience on each delivery; "": none
     signature: str = "auto"  # SIGNATURES: which webhook-signature schemes are sent
+    # the way out (config only: miyamoto.delivery.egress): files and a URL on this node
+    tls_client_cert: str = ""  # PEM certificate (chain) shown to targets that ask for one
+    tls_client_key: str = ""  # its unencrypted PEM key
+    tls_ca_bundle: str = ""  # PEM CAs trusted for this queue's https targets, instead of the system's
+    # http://[user:password@]host:port: every delivery through CONNECT (no repr: a password)
+    proxy_url: str = field(default="", repr=False)
     # the options the INI set for it ([queue:NAME] or [queue:default]): GET /queues/<name>
     # tells a value the config gave from a built-in default
     given: frozenset[str] = field(default=frozenset(), compare=False)
@@ -211,6 +217,13 @@ SIGNATURES = ("auto", "hmac", "ed25519", "both", "none")
 QUEUE_CALLER_FIELDS: dict[str, Callable[[str], Any]] = {
     "oidc_audience": value.audience,
     "signature": lambda v: value.one_of(v, SIGNATURES),
+}
+# [queue:NAME] options of the way out: files and a proxy on this node, not set by the API
+QUEUE_EGRESS_FIELDS: dict[str, Callable[[str], Any]] = {
+    "tls_client_cert": value.stripped,
+    "tls_client_key": value.stripped,
+    "tls_ca_bundle": value.stripped,
+    "proxy_url": value.proxy_url,
 }
 
 
@@ -347,7 +360,8 @@ def _read_ini(path: str, node: str | None) -> tuple[dict[str, str], dict[str, di
 def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueConfig:
     values: dict[str, Any] = {}
     for key, text in raw.items():
-        parse = QUEUE_FIELDS.get(key) or QUEUE_CALLER_FIELDS.get(key)
+        parse = (QUEUE_FIELDS.get(key) or QUEUE_CALLER_FIELDS.get(key)
+                 or QUEUE_EGRESS_FIELDS.get(key))
         if parse is None:
             raise ConfigError(f"queue:{name}.{key}: unknown queue option")
         try:
@@ -357,7 +371,20 @@ def _parse_queue(name: str, raw: Mapping[str, str], base: QueueConfig) -> QueueC
     q = dataclasses.replace(base, name=name, given=base.given | frozenset(values), **values)
     if q.max_backoff < q.min_backoff:
         raise ConfigError(f"queue:{name}.max_backoff: must be >= min_backoff")
+    if {"tls_client_cert", "tls_client_key", "tls_ca_bundle"} & set(values):
+        _check_queue_tls(q)  # a queue that takes [queue:default]'s files was checked there
     return q
+
+
+def _check_queue_tls(q: QueueConfig) -> None:
+    """A queue's client certificate, key and CA bundle must build its delivery context
+    (the same build as the delivery client's), or the node does not start."""
+    from miyamoto.config.tls import TLSFileError, client_context  # ssl: after the patching
+
+    try:
+        client_context(q.tls_client_cert, q.tls_client_key, q.tls_ca_bundle)
+    except TLSFileError as e:
+        raise ConfigError(f"queue:{q.name}.{e.option}: {e.message}") from None
 
 
 # MIYAMOTO_* variables that are not serve options: the config file, the client commands'

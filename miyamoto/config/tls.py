@@ -1,5 +1,6 @@
 """The HTTP API's TLS context, from the files ``tls_cert``, ``tls_key`` and (for mutual
-TLS) ``tls_client_ca`` name.
+TLS) ``tls_client_ca`` name; and a queue's delivery context, from its ``tls_client_cert``,
+``tls_client_key`` and ``tls_ca_bundle``.
 
 One function builds it, so the check at start (``settings.load``: a file that cannot be
 read, a certificate that is not one, a key that does not match the certificate exits 2
@@ -63,4 +64,55 @@ def server_context(cert: str, key: str, client_ca: str = "",
     return ctx
 
 
-__all__ = ["TLSFileError", "server_context"]
+def client_context(cert: str = "", key: str = "", ca_bundle: str = "",
+                   factory: Callable[[int], ssl.SSLContext] = ssl.SSLContext) -> ssl.SSLContext:
+    """A delivery's TLS 1.2+ client context for one queue: certificates and host names
+    verified against ``ca_bundle`` (PEM; instead of the system's trust store, so a queue
+    for targets under a private CA trusts that CA alone) or the system's, and with
+    ``cert`` and ``key`` the client certificate a target that asks for one is shown.
+    Errors are ``TLSFileError`` naming ``tls_client_cert``, ``tls_client_key`` or
+    ``tls_ca_bundle``."""
+    for option, path in (("tls_client_cert", cert), ("tls_client_key", key),
+                         ("tls_ca_bundle", ca_bundle)):
+        if path:
+            try:
+                open(path, "rb").close()
+            except OSError as e:
+                raise TLSFileError(option, f"cannot read {path}: {e.strerror}") from None
+    ctx = factory(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if ca_bundle:
+            ctx.load_verify_locations(cafile=ca_bundle)
+        else:
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except ssl.SSLError:
+        raise TLSFileError("tls_ca_bundle", f"{ca_bundle} holds no PEM certificate") from None
+    if cert or key:
+        _client_pair(ctx, cert, key)
+    return ctx
+
+
+def _client_pair(ctx: ssl.SSLContext, cert: str, key: str) -> None:
+    if not cert or not key:
+        raise TLSFileError("tls_client_key" if cert else "tls_client_cert",
+                           "tls_client_cert and tls_client_key go together")
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        probe.load_verify_locations(cafile=cert)
+    except ssl.SSLError:
+        raise TLSFileError("tls_client_cert", f"{cert} holds no PEM certificate") from None
+    try:
+        ctx.load_cert_chain(cert, key, password=_no_client_passphrase)
+    except ssl.SSLError as e:
+        if e.reason == "KEY_VALUES_MISMATCH":
+            raise TLSFileError("tls_client_key", f"{key} is not the key of {cert}") from None
+        raise TLSFileError("tls_client_key", f"{key} holds no usable PEM private key "
+                                             f"({e.reason or e})") from None
+
+
+def _no_client_passphrase() -> bytes:
+    raise TLSFileError("tls_client_key", "the key is encrypted; give it unencrypted (mode 0600)")
+
+
+__all__ = ["TLSFileError", "client_context", "server_context"]

@@ -139,6 +139,25 @@ def audience(v: str) -> str:
     return s
 
 
+def proxy_url(v: str) -> str:
+    """An HTTP CONNECT proxy: http://[user:password@]host:port, nothing after the port
+    but an optional /. A refusal never repeats the value (it may hold a password)."""
+    s = str(v).strip()
+    if not s:
+        return s
+    parts = urllib.parse.urlsplit(s)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None \
+            or parts.path not in ("", "/") or parts.query or parts.fragment \
+            or not s.isascii() or not s.isprintable() or " " in s:
+        raise ValueError("must be http://[user:password@]host:port (an HTTP CONNECT proxy; "
+                         "the value is not repeated here, it may hold a password)")
+    return s
+
+
 def stripped(v: str) -> str:
     return str(v).strip()
 

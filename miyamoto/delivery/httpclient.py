@@ -18,7 +18,11 @@ under gevent runs in a thread pool and has been seen to stall). Origins are kept
 bounded LRU; any failure other than a complete answer closes that connection, so a
 connection left half-used is never handed to the next request. No redirect is followed
 (a 3xx is the attempt's answer). https goes through ``ssl`` with certificate and host
-name verification. The answer and the errors are ``miyamoto.delivery.types``.
+name verification. A queue's way out (``delivery/egress.py``: a client certificate, a
+CA bundle, a CONNECT proxy) is part of the pool's key, so two queues never share a
+connection that shows another certificate or took another path; through a proxy the
+guard checks the proxy's addresses and the target's, and the tunnel names the checked
+address. The answer and the errors are ``miyamoto.delivery.types``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import gevent.socket
 import gevent.ssl
 import httptools
 
+from miyamoto.config.tls import TLSFileError, client_context
+from miyamoto.delivery.egress import Egress, Proxy, open_tunnel
 from miyamoto.delivery.targets import TargetGuard, parse_address
 from miyamoto.delivery.types import MAX_RESPONSE, DeliveryError, Response, TargetRefused
 from miyamoto.sockets import send_all
@@ -45,6 +51,7 @@ __all__ = ["HTTPClient", "DeliveryError", "Response", "TargetRefused"]
 
 MAX_IDLE = 128  # idle keep-alive connections kept per origin
 MAX_URLS, MAX_URL_KEPT = 1024, 512  # URLs kept split (a task's target repeats), <= 0.5 MB
+MAX_CONTEXTS = 256  # queues' TLS contexts kept (one per distinct certificate and bundle)
 _RECV = 65536
 _PEEK = stdsocket.MSG_PEEK | stdsocket.MSG_DONTWAIT
 _BODYLESS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
@@ -96,15 +103,18 @@ class _Answer:
 
 
 class _Origin:
-    """One origin's idle connections, and how to open a new one."""
+    """One origin's idle connections, and how to open a new one (directly, or through
+    the queue's proxy)."""
 
-    __slots__ = ("scheme", "host", "port", "timeout", "guard", "ssl", "idle", "host_header")
+    __slots__ = ("scheme", "host", "port", "timeout", "guard", "ssl", "idle", "host_header",
+                 "proxy")
 
     def __init__(self, scheme: str, host: str, port: int, timeout: float, guard: TargetGuard,
-                 ssl_context: Any):
+                 ssl_context: Any, proxy: Proxy | None = None):
         self.scheme, self.host, self.port, self.timeout = scheme, host, port, timeout
         self.guard = guard
         self.ssl = ssl_context if scheme == "https" else None
+        self.proxy = proxy
         self.idle: list[Any] = []
         default = 443 if scheme == "https" else 80
         name = f"[{host}]" if ":" in host else host
@@ -112,42 +122,32 @@ class _Origin:
 
     def resolve(self) -> list[tuple]:
         """Every address of the host, each checked by the guard (see the module doc)."""
-        host, port = self.host, self.port
-        addr = parse_address(host)
-        if addr is not None and str(addr) == host.strip("[]"):  # a plain literal
-            family = stdsocket.AF_INET6 if addr.version == 6 else stdsocket.AF_INET
-            sockaddr = (str(addr), port, 0, 0) if addr.version == 6 else (str(addr), port)
-            infos = [(family, stdsocket.SOCK_STREAM, stdsocket.IPPROTO_TCP, "", sockaddr)]
-        else:
-            try:
-                infos = gevent.socket.getaddrinfo(host, port, 0, stdsocket.SOCK_STREAM,
-                                                  stdsocket.IPPROTO_TCP)
-            except OSError as e:
-                raise DeliveryError(f"cannot resolve {host}: {e}") from e
-        for info in infos:
-            ip = info[4][0]
-            rule = self.guard.check_address(ip, port, "" if addr is not None else host)
-            if rule:
-                raise TargetRefused(f"target refused: {host} resolves to {ip}, denied by {rule}")
-        return infos
+        return _resolve(self.guard, self.host, self.port)
 
     def connect(self) -> Any:
-        """A new connection to the first checked address that accepts one."""
+        """A new connection to the first checked address that accepts one (through the
+        proxy: a tunnel to it), TLS on it for https."""
         error: Exception | None = None
-        for family, kind, proto, _, sockaddr in self.resolve():
-            sock = gevent.socket.socket(family, kind, proto)
+        targets = self.resolve()
+        proxies = None if self.proxy is None else _resolve(self.guard, self.proxy.host,
+                                                            self.proxy.port)
+        for info in targets:
+            sock = None
             try:
-                sock.settimeout(min(self.timeout, 10.0))
-                sock.connect(sockaddr)
-                sock.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+                if proxies is None:
+                    sock = _open(info, self.timeout)
+                else:
+                    sock = _tunnel(proxies, self.proxy, info[4][0], self.port, self.timeout)
                 if self.ssl is not None:
                     sock = self.ssl.wrap_socket(sock, server_hostname=self.host)
                 sock.settimeout(self.timeout)
                 return sock
-            except (OSError, ValueError) as e:
-                sock.close()
+            except (OSError, ValueError, DeliveryError) as e:
+                if sock is not None:
+                    sock.close()
                 error = e
-        raise DeliveryError(f"cannot connect to {self.host}:{self.port}: "
+        via = f" through {self.proxy}" if self.proxy is not None else ""
+        raise DeliveryError(f"cannot connect to {self.host}:{self.port}{via}: "
                             f"{type(error).__name__}: {error}")
 
     def checkout(self) -> tuple[Any, bool]:
@@ -170,6 +170,60 @@ class _Origin:
         for sock in self.idle:
             sock.close()
         self.idle.clear()
+
+
+def _resolve(guard: TargetGuard, host: str, port: int) -> list[tuple]:
+    """Every address of ``host``, each checked by the guard (see the module doc)."""
+    addr = parse_address(host)
+    if addr is not None and str(addr) == host.strip("[]"):  # a plain literal
+        family = stdsocket.AF_INET6 if addr.version == 6 else stdsocket.AF_INET
+        sockaddr = (str(addr), port, 0, 0) if addr.version == 6 else (str(addr), port)
+        infos = [(family, stdsocket.SOCK_STREAM, stdsocket.IPPROTO_TCP, "", sockaddr)]
+    else:
+        try:
+            infos = gevent.socket.getaddrinfo(host, port, 0, stdsocket.SOCK_STREAM,
+                                              stdsocket.IPPROTO_TCP)
+        except OSError as e:
+            raise DeliveryError(f"cannot resolve {host}: {e}") from e
+    for info in infos:
+        ip = info[4][0]
+        rule = guard.check_address(ip, port, "" if addr is not None else host)
+        if rule:
+            raise TargetRefused(f"target refused: {host} resolves to {ip}, denied by {rule}")
+    return infos
+
+
+def _open(info: tuple, timeout: float) -> Any:
+    """A TCP connection to one checked address (getaddrinfo's tuple)."""
+    family, kind, proto, _, sockaddr = info
+    sock = gevent.socket.socket(family, kind, proto)
+    try:
+        sock.settimeout(min(timeout, 10.0))
+        sock.connect(sockaddr)
+        sock.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _tunnel(proxies: list[tuple], proxy: Proxy, ip: str, port: int, timeout: float) -> Any:
+    """A tunnel to ``ip``:``port`` through the first of the proxy's checked addresses
+    that connects."""
+    error: Exception | None = None
+    for info in proxies:
+        try:
+            sock = _open(info, timeout)
+        except OSError as e:
+            error = e
+            continue
+        try:
+            open_tunnel(sock, ip, port, proxy, min(timeout, 10.0))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise DeliveryError(f"cannot connect to {proxy}: {type(error).__name__}: {error}")
 
 
 def _alive(sock: Any) -> bool:
@@ -217,21 +271,44 @@ class HTTPClient:
         self._ssl = ssl_context
         self._concurrency = concurrency  # dispatch bounds concurrent deliveries itself
         self._urls: dict[str, tuple[str, str, int, str]] = {}
+        self._contexts: dict[tuple[str, str, str], Any] = {}  # queues' TLS contexts
 
-    def _origin(self, scheme: str, host: str, port: int, timeout: float) -> _Origin:
-        key = (scheme, host, port, timeout)
+    def _origin(self, scheme: str, host: str, port: int, timeout: float,
+                egress: Egress | None = None) -> _Origin:
+        key = (scheme, host, port, timeout, egress)
         origin = self._origins.get(key)
         if origin is not None:
             self._origins.move_to_end(key)
             return origin
         if scheme == "https" and self._ssl is None:
-            self._ssl = gevent.ssl.create_default_context()
-        origin = _Origin(scheme, host, port, timeout, self.guard, self._ssl)
+            # gevent's context class, not create_default_context's (stdlib's class unless
+            # ssl is monkey-patched: its handshake would block the loop)
+            self._ssl = client_context(factory=gevent.ssl.SSLContext)
+        ssl_context = self._ssl
+        if scheme == "https" and egress is not None and egress.tls:
+            ssl_context = self._context(egress)
+        origin = _Origin(scheme, host, port, timeout, self.guard, ssl_context,
+                         egress.proxy if egress is not None else None)
         self._origins[key] = origin
         while len(self._origins) > self._max:
             _, old = self._origins.popitem(last=False)
             old.close()
         return origin
+
+    def _context(self, egress: Egress) -> Any:
+        """The TLS context of a queue's certificate and bundle, built once (the files
+        were checked at start; one gone since fails the attempt, naming the option)."""
+        key = (egress.client_cert, egress.client_key, egress.ca_bundle)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            try:
+                ctx = client_context(*key, factory=gevent.ssl.SSLContext)
+            except TLSFileError as e:
+                raise DeliveryError(f"the queue's TLS files: {e}") from None
+            if len(self._contexts) >= MAX_CONTEXTS:
+                self._contexts.clear()
+            self._contexts[key] = ctx
+        return ctx
 
     def _split(self, url: str) -> tuple[str, str, int, str]:
         """(scheme, host, port, request target); remembered for the URLs that repeat."""
@@ -255,10 +332,11 @@ class HTTPClient:
         return split
 
     def request(self, method: str, url: str, *, body: bytes, headers: dict[str, str],
-                timeout: float) -> Response:
-        """One request and its whole answer within ``timeout`` s, or DeliveryError."""
+                timeout: float, egress: Egress | None = None) -> Response:
+        """One request and its whole answer within ``timeout`` s, or DeliveryError;
+        ``egress`` is the queue's way out (None: direct, the default TLS context)."""
         scheme, host, port, target = self._urls.get(url) or self._split(url)
-        origin = self._origin(scheme, host, port, timeout)
+        origin = self._origin(scheme, host, port, timeout, egress)
         data = _request_bytes(method, target, origin.host_header, headers, body)
         deadline = time.monotonic() + timeout
         sock, _ = origin.checkout()

@@ -28,6 +28,7 @@ import ujson
 from miyamoto.config.settings import Config, QueueConfig
 from miyamoto.delivery.attempt import Outcome, build_request
 from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.delivery.egress import egress_of
 from miyamoto.delivery.fairness import origin
 from miyamoto.delivery.flow import spec_of
 from miyamoto.delivery.httpclient import HTTPClient
@@ -418,7 +419,8 @@ class Engine:
             method, url, headers, body = build_request(
                 t, now, secrets, trace, self.config.qstash_current_signing_key, ed25519,
                 self.identity.bearer(t, q, now))
-            resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout)
+            resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout,
+                                       egress=egress_of(q))
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
                               headers=resp.headers, body=resp.body, at=self.clock(),
                               start=now, node=self.config.node)

@@ -142,12 +142,13 @@ def _request_fields(req: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValidationError(f"task.httpRequest.{sorted(unknown)[0]}",
                               "is not a field of an HttpRequest")
-    for key in ("oauthToken", "oidcToken"):
-        if req.get(key):
-            raise ValidationError(f"task.httpRequest.{key}", "is not served: Miyamoto "
-                                  "mints no Google tokens; give an Authorization header, "
-                                  "or sign deliveries with signing_secret")
+    if req.get("oauthToken"):
+        raise ValidationError("task.httpRequest.oauthToken", "is not served: Miyamoto "
+                              "mints no Google access tokens; give an oidcToken, an "
+                              "Authorization header, or sign deliveries with signing_secret")
     fields: dict[str, Any] = {"url": req.get("url"), "method": http_method(req.get("httpMethod"))}
+    if req.get("oidcToken") is not None:
+        fields["oidc_audience"] = oidc_audience(req["oidcToken"], req.get("url"))
     headers = req.get("headers") or {}
     if not isinstance(headers, dict):
         raise ValidationError("task.httpRequest.headers", "must be an object of names to "
@@ -160,6 +161,20 @@ def _request_fields(req: dict[str, Any]) -> dict[str, Any]:
         fields["body"] = _body(req["body"])
         fields["content_type"] = ctype or "application/octet-stream"  # Cloud Tasks' default
     return fields
+
+
+def oidc_audience(token: Any, url: Any) -> Any:
+    """An OidcToken's audience, the task's URL when it names none (as Cloud Tasks has
+    it). Its serviceAccountEmail is taken and not used: the token is signed by this
+    node's ``oidc_signing_key`` under its ``oidc_issuer``, whose JWKS every node serves."""
+    if not isinstance(token, dict):
+        raise ValidationError("task.httpRequest.oidcToken", "must be an object "
+                              "(serviceAccountEmail, audience)")
+    unknown = set(token) - {"serviceAccountEmail", "audience"}
+    if unknown:
+        raise ValidationError(f"task.httpRequest.oidcToken.{sorted(unknown)[0]}",
+                              "is not a field of an OidcToken")
+    return token.get("audience") or url
 
 
 def http_method(value: Any) -> str:
@@ -210,7 +225,8 @@ def short_name(name: Any, queue: str) -> str:
 _AS_CLOUD = {"url": "task.httpRequest.url", "method": "task.httpRequest.httpMethod",
              "body": "task.httpRequest.body", "content_type": "task.httpRequest.headers",
              "headers": "task.httpRequest.headers", "eta": "task.scheduleTime",
-             "timeout": "task.dispatchDeadline", "name": "task.name", "queue": "parent"}
+             "timeout": "task.dispatchDeadline", "name": "task.name", "queue": "parent",
+             "oidc_audience": "task.httpRequest.oidcToken.audience"}
 
 
 def cloud_field(field: str) -> str:

@@ -175,7 +175,7 @@ class FakeWorker:
         self.draw = draw
 
     def request(self, method: str, url: str, *, body: bytes, headers: dict[str, str],
-                timeout: float) -> Response:
+                timeout: float, egress: object = None) -> Response:
         self.sim.wait_running(self.node)  # a paused node sends nothing
         kind, latency = self.draw()
         task_id = headers["X-Task-Id"]

@@ -1,4 +1,5 @@
-"""miyamoto.config.tls and its check at start: a context from good files; every bad file
+"""miyamoto.config.tls and its check at start: a context from good files (the server's, and a
+queue's delivery context); every bad file
 (unreadable, not a certificate, a key of another certificate, an encrypted key, a bad
 client CA) an error naming its option, which ``settings.load`` turns into the exit-2
 ConfigError; certificate and key only together."""
@@ -13,7 +14,7 @@ import pytest
 
 from miyamoto.config import settings
 from miyamoto.config.settings import ConfigError
-from miyamoto.config.tls import TLSFileError, server_context
+from miyamoto.config.tls import TLSFileError, client_context, server_context
 from tlscerts import Pair, make_ca, make_cert
 
 pytestmark = pytest.mark.timeout(60)
@@ -81,3 +82,20 @@ def test_load_checks_the_files_and_names_the_option(files):
     with pytest.raises(ConfigError, match="^tls_cert: cannot read"):
         settings.load(env={"MIYAMOTO_TLS_CERT": str(Path(node.cert).with_name("gone.pem")),
                            "MIYAMOTO_TLS_KEY": node.key})
+
+
+def test_a_queues_client_context_verifies_and_names_each_bad_file(files, tmp_path):
+    node, ca = files["node"], files["ca"]
+    ctx = client_context(node.cert, node.key, ca.cert)
+    assert (ctx.verify_mode, ctx.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    for args, option in [((node.cert, ""), "tls_client_key"), (("", node.key), "tls_client_cert"),
+                         ((str(junk), node.key), "tls_client_cert"),
+                         ((node.cert, files["other"].key), "tls_client_key"),
+                         (("", "", str(junk)), "tls_ca_bundle"),
+                         (("", "", str(tmp_path / "gone.pem")), "tls_ca_bundle")]:
+        with pytest.raises(TLSFileError) as info:
+            client_context(*args)
+        assert info.value.option == option, args

@@ -212,7 +212,7 @@ def test_chunked_and_close_delimited_answers(serve, client):
         _Close(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end")))
     resp = client.request("POST", srv2.url(), body=b"", headers={}, timeout=5)
     assert (resp.status, resp.body) == (200, b"to the end")
-    key = ("http", "127.0.0.1", srv2.port, 5)
+    key = ("http", "127.0.0.1", srv2.port, 5, None)
     assert client._origins[key].idle == []  # close-delimited: never reused
 
 

@@ -49,12 +49,34 @@ def test_defaults_and_the_enum_by_name() -> None:
     assert past["eta"] == NOW  # a time past is now
 
 
+def test_an_oidc_token_asks_for_one_for_its_audience_or_the_tasks_url() -> None:
+    url = "https://h.example/w?x=1"
+    given, _ = ctj.task_fields({"httpRequest": {"url": url, "oidcToken": {
+        "serviceAccountEmail": "sa@p.iam.gserviceaccount.com", "audience": "https://aud"}}},
+        "q", NOW)
+    assert given["oidc_audience"] == "https://aud"
+    default, _ = ctj.task_fields({"httpRequest": {"url": url, "oidcToken": {
+        "serviceAccountEmail": "sa@p.iam.gserviceaccount.com"}}}, "q", NOW)
+    assert default["oidc_audience"] == url  # Cloud Tasks' default: the target's URL
+    t = build_task(default, path_queue="q", idempotency_key=None, limits=Limits(), now=NOW)
+    assert t.oidc_audience == url
+    none, _ = ctj.task_fields({"httpRequest": {"url": url}}, "q", NOW)
+    assert "oidc_audience" not in none
+    with pytest.raises(ValidationError) as e:  # a node that signs no tokens says so
+        build_task(given, path_queue="q", idempotency_key=None, limits=Limits(oidc=False),
+                   now=NOW)
+    assert ctj.cloud_field(e.value.field) == "task.httpRequest.oidcToken.audience"
+
+
 @pytest.mark.parametrize("task, field", [
     ({"httpRequest": {"url": "http://h/w"}, "bogus": 1}, "task.bogus"),
     ({}, "task.httpRequest"),
     ({"appEngineHttpRequest": {}}, "task.appEngineHttpRequest"),
-    ({"httpRequest": {"url": "http://h/w", "oidcToken": {"serviceAccountEmail": "x"}}},
-     "task.httpRequest.oidcToken"),
+    ({"httpRequest": {"url": "http://h/w", "oauthToken": {"serviceAccountEmail": "x"}}},
+     "task.httpRequest.oauthToken"),
+    ({"httpRequest": {"url": "http://h/w", "oidcToken": "x"}}, "task.httpRequest.oidcToken"),
+    ({"httpRequest": {"url": "http://h/w", "oidcToken": {"scope": "x"}}},
+     "task.httpRequest.oidcToken.scope"),
     ({"httpRequest": {"url": "http://h/w", "httpMethod": 7}}, "task.httpRequest.httpMethod"),
     ({"httpRequest": {"url": "http://h/w", "body": "***"}}, "task.httpRequest.body"),
     ({"httpRequest": {"url": "http://h/w", "body": b64(b"\xff\xfe")}}, "task.httpRequest.body"),
