@@ -79,6 +79,13 @@ def text(page: Any, selector: str) -> str:
     return page.locator(selector).inner_text()
 
 
+def wait_count(page: Any, selector: str, n: int) -> None:
+    """Until exactly ``n`` elements match (a new page of rows replaces the old one)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator(selector)).to_have_count(n, timeout=WAIT_MS)
+
+
 def wait_text(page: Any, selector: str, expected: str) -> None:
     """Until the element's text contains ``expected`` (the page refreshes every 2 s)."""
     from playwright.sync_api import expect
@@ -255,7 +262,7 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     page.fill("#browse-name", "invoice")
     page.click('#browse-form button[type="submit"]')
     wait_text(page, f'#browse-table tr[data-task="{secret}"]', "invoice-42")
-    assert page.locator("#browse-table tbody tr").count() == 1
+    wait_count(page, "#browse-table tbody tr", 1)  # the filtered page, not the one before
     page.locator(f'#browse-table tr[data-task="{secret}"] a').click()
     wait_text(page, "#task-detail .field-params", "c-7")
     headers = text(page, "#task-detail .field-headers")
@@ -265,7 +272,7 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     page.fill("#browse-target", down)
     page.click('#browse-form button[type="submit"]')
     wait_text(page, f'#browse-table tr[data-task="{stuck[0]}"]', "hooks")
-    assert page.locator("#browse-table tbody tr").count() == 2
+    wait_count(page, "#browse-table tbody tr", 2)
     page.locator(f'#browse-table tr[data-task="{stuck[0]}"] a').click()
     wait_text(page, "#task-detail .field-state .why", "circuit breaker")
     screenshot(page, "console-1280-light")

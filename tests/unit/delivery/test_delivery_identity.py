@@ -18,7 +18,14 @@ from miyamoto.tasks.task import Task
 
 ISSUER = "https://tasks.example.com"
 AUD = "https://worker.example.com/hook"
-NOW = float(int(time.time()))  # PyJWT checks exp and iat against its own clock
+
+
+def _now() -> float:
+    """This second: PyJWT checks exp and iat against its own clock, so a test's tokens are
+    minted at its own run (a module-wide time taken at collection is minutes old by the
+    time a long suite reaches these tests)."""
+    return float(int(time.time()))
+
 
 
 def identity(key=None, previous=(), **kw) -> Identity:
@@ -37,44 +44,48 @@ def verify(token: str, ident: Identity, aud: str = AUD) -> dict:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("key,alg", [(rsa_key, "RS256"), (ec_key, "ES256")])
 def test_a_token_names_issuer_audience_and_queue_and_lives_five_minutes(key, alg):
+    now = _now()
     ident = identity(key())
-    token = ident.token(AUD, "emails", NOW)
+    token = ident.token(AUD, "emails", now)
     assert jwt.get_unverified_header(token)["alg"] == alg
     claims = jwt.decode(token, key().public_key(), algorithms=[alg], audience=AUD,
                         issuer=ISSUER)
-    assert claims == {"iss": ISSUER, "sub": "emails", "aud": AUD, "iat": int(NOW),
-                      "exp": int(NOW) + TOKEN_LIFETIME}
+    assert claims == {"iss": ISSUER, "sub": "emails", "aud": AUD, "iat": int(now),
+                      "exp": int(now) + TOKEN_LIFETIME}
     with pytest.raises(jwt.InvalidAudienceError):
         jwt.decode(token, key().public_key(), algorithms=[alg], audience="https://other")
 
 
 @pytest.mark.timeout(30)
 def test_a_token_is_reused_until_a_minute_before_it_expires_then_minted_anew():
+    now = _now()
     ident = identity()
-    first = ident.token(AUD, "q", NOW)
-    assert ident.token(AUD, "q", NOW + TOKEN_REUSE - 1) is first
-    assert ident.token(AUD, "other-queue", NOW) != first  # sub differs
-    assert ident.token("https://other", "q", NOW) != first
-    again = ident.token(AUD, "q", NOW + TOKEN_REUSE)
+    first = ident.token(AUD, "q", now)
+    assert ident.token(AUD, "q", now + TOKEN_REUSE - 1) is first
+    assert ident.token(AUD, "other-queue", now) != first  # sub differs
+    assert ident.token("https://other", "q", now) != first
+    again = ident.token(AUD, "q", now + TOKEN_REUSE)
     assert again != first
     exp = jwt.decode(again, options={"verify_signature": False})["exp"]
-    assert exp == int(NOW + TOKEN_REUSE) + TOKEN_LIFETIME
+    assert exp == int(now + TOKEN_REUSE) + TOKEN_LIFETIME
     # whatever a target's clock, a sent token has at least a minute of life left
-    assert exp - (NOW + TOKEN_REUSE + TOKEN_REUSE - 1) >= TOKEN_LIFETIME - TOKEN_REUSE
-    assert ident.token(AUD, "q", NOW - 10) != again  # a clock stepped back: minted anew
+    assert exp - (now + TOKEN_REUSE + TOKEN_REUSE - 1) >= TOKEN_LIFETIME - TOKEN_REUSE
+    assert ident.token(AUD, "q", now - 10) != again  # a clock stepped back: minted anew
 
 
 @pytest.mark.timeout(30)
 def test_an_expired_token_is_refused_by_pyjwt():
+    now = _now()
     ident = identity()
-    verify(ident.token(AUD, "q", NOW), ident)
-    old = ident.token(AUD, "q", NOW - TOKEN_LIFETIME - 1)
+    verify(ident.token(AUD, "q", now), ident)
+    old = ident.token(AUD, "q", now - TOKEN_LIFETIME - 1)
     with pytest.raises(jwt.ExpiredSignatureError):
         verify(old, ident)
 
 
 @pytest.mark.timeout(30)
 def test_the_jwks_lists_the_current_key_first_then_the_retired_ones_once():
+    now = _now()
     old_rsa, old_ec = rsa_key(1), ec_key()
     ident = identity(previous=[old_rsa.public_key(), old_ec.public_key(),
                                old_rsa.public_key(), rsa_key().public_key()])
@@ -86,7 +97,7 @@ def test_the_jwks_lists_the_current_key_first_then_the_retired_ones_once():
     assert set(listed[0]) == {"kty", "n", "e", "kid", "alg", "use"}  # no private member
     assert set(listed[2]) == {"kty", "crv", "x", "y", "kid", "alg", "use"}
     # a token of the retired key (made before the rotation) still verifies
-    before = Identity(ISSUER, old_rsa).token(AUD, "q", NOW)
+    before = Identity(ISSUER, old_rsa).token(AUD, "q", now)
     assert verify(before, ident)["sub"] == "q"
     doc = ident.discovery()
     assert doc["issuer"] == ISSUER and doc["jwks_uri"] == ISSUER + "/.well-known/jwks.json"
@@ -105,19 +116,21 @@ def test_the_kid_is_the_rfc7638_thumbprint():
 
 
 def test_a_node_without_a_key_mints_nothing_and_publishes_nothing():
+    now = _now()
     ident = Identity()
     assert not ident.mints and ident.webhook_public_key() is None
     with pytest.raises(DeliveryError, match="oidc_signing_key"):
-        ident.token(AUD, "q", NOW)
+        ident.token(AUD, "q", now)
     task = Task(id="t", queue="q", url=AUD)
-    assert ident.bearer(task, QueueConfig(), NOW) == ""  # nobody asked: no token, no error
+    assert ident.bearer(task, QueueConfig(), now) == ""  # nobody asked: no token, no error
 
 
 @pytest.mark.timeout(30)
 def test_the_tasks_audience_wins_over_the_queues():
+    now = _now()
     ident = identity()
     q = dataclasses.replace(QueueConfig(), oidc_audience="https://queue-aud")
-    aud = lambda t: jwt.decode(ident.bearer(t, q, NOW), options={"verify_signature": False})["aud"]
+    aud = lambda t: jwt.decode(ident.bearer(t, q, now), options={"verify_signature": False})["aud"]
     assert aud(Task(id="t", queue="q", url=AUD)) == "https://queue-aud"
     assert aud(Task(id="t", queue="q", url=AUD, oidc_audience="https://mine")) == "https://mine"
 
