@@ -73,7 +73,8 @@ def add_commands(sub: Any) -> None:
     tasks = sub.add_parser("tasks", parents=[common], help="list a queue's tasks in one state")
     tasks.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
     tasks.add_argument("--state", default="scheduled",
-                       choices=("scheduled", "running", "succeeded", "failed", "cancelled"))
+                       choices=("scheduled", "running", "succeeded", "failed", "cancelled",
+                                "expired"))
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
     tasks.add_argument("--json", action="store_true", help="the raw answer, not a table")
     tasks.set_defaults(func=_command(_tasks))

@@ -21,7 +21,8 @@ from miyamoto.wire.verbs import DecodeError
 
 log = logging.getLogger(__name__)
 
-_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "running": 2,
+_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "expired": 4,
+          "running": 2,
           "scheduled": 1}
 BULK_MAX = 10_000  # failed copies one node retries or deletes per request
 TOTAL_PREFIX = "total:"  # a queue's totals among its state counts (see counts_local)

@@ -18,6 +18,7 @@ from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
+from miyamoto.tasks.options import RETRY_DELAY_MAX, RETRY_DELAYS_MAX
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -86,10 +87,21 @@ _TASK_FIELDS: dict[str, Any] = {
     "traceparent": _nullable({"type": "string", "pattern": _TRACEPARENT_PATTERN,
                               "description": "W3C Trace Context: kept with the task and sent "
                               "on every attempt (else the traceparent header)"}),
+    "expires_at": _nullable({"type": "number", "description": "a unix time after the eta: "
+                             "no attempt starts after it, the task ends as expired (its "
+                             "failure_callback told); wins over ttl"}),
+    "ttl": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 2 * _D.max_delay,
+                      "description": "seconds from now to expires_at"}),
+    "retry_delays": _nullable({"type": "array", "minItems": 1, "maxItems": RETRY_DELAYS_MAX,
+                               "items": {"type": "number", "minimum": 0,
+                                         "maximum": RETRY_DELAY_MAX},
+                               "description": "seconds before each retry instead of the "
+                               "queue's backoff, the last repeating (a form: 1,10,60)"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
-    "callback", "failure_callback", "dedupe", "topic", "traceparent", *_DISPATCH_FIELDS)}
+    "callback", "failure_callback", "dedupe", "topic", "traceparent", *_DISPATCH_FIELDS,
+    "expires_at", "ttl", "retry_delays")}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -235,6 +247,8 @@ _SCHEMAS: dict[str, Any] = {
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
                  **_DISPATCH_FIELDS,
+                 "expires_at": {"type": ["number", "null"]},
+                 "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
                                  "type": "object", "properties": {

@@ -441,8 +441,8 @@ class Siblings:
         msg: m.Done | m.Failed | m.Retry
         if t.state == State.SUCCEEDED:
             msg = m.Done(t.id, t.attempts, t.last, attempt)
-        elif t.state == State.FAILED:
-            msg = m.Failed(t.id, t.attempts, t.last, attempt)
+        elif t.state in (State.FAILED, State.EXPIRED):
+            msg = m.Failed(t.id, t.attempts, t.last, attempt, t.state == State.EXPIRED)
         elif t.state == State.SCHEDULED:
             # a sibling claimed while our attempt ran (its CLAIM crossed ours): our retry
             # waits for its lease like any held copy, and the others wait with us
@@ -489,7 +489,8 @@ class Siblings:
         self.claims.pop(t.id, None)
         if isinstance(msg, (m.Done, m.Failed)):
             self._forget(t.id)
-            state = State.SUCCEEDED if isinstance(msg, m.Done) else State.FAILED
+            state = State.SUCCEEDED if isinstance(msg, m.Done) else \
+                State.EXPIRED if msg.expired else State.FAILED
             return [Update(t.id, state=state, attempts=msg.attempts, last=msg.last,
                            attempt=msg.attempt)]
         if isinstance(msg, m.Cancel):

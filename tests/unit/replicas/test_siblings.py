@@ -953,12 +953,25 @@ def test_done_failed_and_cancel_end_the_copy_and_its_ask():
     for msg, effect in [(m.Done("t1", 2, {"status": 200}),
                          fx.Update("t1", state=State.SUCCEEDED, attempts=2, last={"status": 200})),
                         (m.Failed("t1", 3), fx.Update("t1", state=State.FAILED, attempts=3)),
+                        (m.Failed("t1", 0, expired=True),
+                         fx.Update("t1", state=State.EXPIRED, attempts=0)),
                         (m.Cancel("t1"), fx.CancelCopy("t1", False))]:
         s = machine()
         fire(s, task(), 110.0, 30.0)  # it asks (every copy does)
         assert recv(s, "b", msg, task(), 110.1) == [effect]
         assert tick(s, 110.0 + T.ask_timeout, True) == []  # no ask left to send again
         assert "t1" not in s.must_ask
+
+
+def test_an_expired_copy_tells_its_siblings_with_failed_news_that_says_so():
+    s = machine()
+    effects = outcome(s, task(state=State.EXPIRED, finished=120.0), 120.0)
+    assert sorted(e.to for e in effects) == ["b", "c"]
+    assert {e.msg for e in effects} == {m.Failed("t1", 0, None, None, True)}
+    assert m.Failed.from_payload(m.Failed("t1", expired=True).payload()).expired
+    assert "expired" not in m.Failed("t1").payload()  # a plain failure's bytes as before
+    assert m.Answer.from_payload({"id": "t1", "verdict": m.ENDED, "state": "expired"}).state \
+        == "expired"
 
 
 def test_replicas_news_moves_the_copy_or_leaves_it_alone():

@@ -721,3 +721,29 @@ def test_a_traceparent_is_kept_and_a_malformed_one_refused_naming_it():
     for bad in (TRACE.upper(), TRACE[:-1], "ff" + TRACE[2:], TRACE.replace("4bf92f3577b34da6a3ce929d0e0e4736", "0" * 32),
                 TRACE.replace("00f067aa0ba902b7", "0" * 16), TRACE + "-x", 7, ""):
         refused("traceparent", build, traceparent=bad)
+
+
+def test_expiry_from_expires_at_or_ttl_and_refused_when_it_could_never_run():
+    assert js({"url": URL, "ttl": 60}).expires_at == NOW + 60
+    assert js({"url": URL, "ttl": 60, "expires_at": NOW + 5}).expires_at == NOW + 5  # wins
+    assert form([("task.url", URL), ("task.ttl", "30")]).expires_at == NOW + 30
+    assert js({"url": URL}).expires_at is None
+    assert "before the task is due" in rejects(js, {"url": URL, "countdown": 60, "ttl": 30},
+                                               field="ttl").message
+    rejects(js, {"url": URL, "eta": NOW + 60, "expires_at": NOW + 60}, field="expires_at")
+    assert "in the past" in rejects(js, {"url": URL, "expires_at": NOW - 1},
+                                    field="expires_at").message
+    for bad in (0, -1, "soon", True, 1e12):
+        rejects(js, {"url": URL, "ttl": bad}, field="ttl")
+
+
+def test_retry_delays_as_a_json_list_or_a_form_list_and_their_bounds():
+    assert js({"url": URL, "retry_delays": [1, 10, 60]}).retry_delays == (1.0, 10.0, 60.0)
+    assert form([("task.url", URL), ("task.retry_delays", "1, 10,60")]).retry_delays == \
+        (1.0, 10.0, 60.0)
+    assert js({"url": URL}).retry_delays == ()
+    for bad in ([], "", {"a": 1}, 5, list(range(21))):
+        rejects(js, {"url": URL, "retry_delays": bad}, field="retry_delays")
+    rejects(js, {"url": URL, "retry_delays": [1, -1]}, field="retry_delays[1]")
+    rejects(js, {"url": URL, "retry_delays": [1, "x"]}, field="retry_delays[1]")
+    rejects(js, {"url": URL, "retry_delays": [1e9]}, field="retry_delays[0]")
