@@ -195,8 +195,8 @@ class Client:
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
-        dedupe="content"); None values are left out. Raises DuplicateTask, InvalidTask,
-        Unavailable ... A task named by the server after its content is retried on a 503
+        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60]); None values are
+        left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the server after its content is retried on a 503
         like a named one: sent twice, it is stored once."""
         task = _task(url, params, fields)
         named = task.get("name") is not None or task.get("dedupe") == "content"
@@ -320,6 +320,14 @@ class Client:
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
         return self._call("POST", f"/schedules/{_seg(name)}/resume", safe=True)
+
+    def run_schedule(self, name: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Enqueue the schedule's task once, now (``schedule``, ``status``, ``id``);
+        NotFound if there is no such schedule. With a key, a repeat is DuplicateTask
+        (so it is retried on a 503 like a named enqueue)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call("POST", f"/schedules/{_seg(name)}/run", headers=headers,
+                          safe=idempotency_key is not None)
 
     # ------------------------------------------------------------ topics
     def put_topic(self, name: str, urls: Sequence[str]) -> dict[str, Any]:

@@ -159,7 +159,7 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("schedules", parents=[common], help="list the recurring schedules")
     p.set_defaults(func=_command(lambda c, a: _show(c.schedules(), a)))
 
-    sched = sub.add_parser("schedule", help="add, show, delete, pause or resume a schedule")
+    sched = sub.add_parser("schedule", help="add, show, delete, pause, resume or run a schedule")
     ops = sched.add_subparsers(dest="op", required=True, metavar="OP")
     add = ops.add_parser("add", parents=[common], help="create or replace a schedule")
     add.add_argument("name")
@@ -178,7 +178,8 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument("--task-json", metavar="JSON", help="more enqueue fields, as JSON")
     add.set_defaults(func=_command(_schedule_add))
     for op, fn in (("show", "get_schedule"), ("delete", "unschedule"),
-                   ("pause", "pause_schedule"), ("resume", "resume_schedule")):
+                   ("pause", "pause_schedule"), ("resume", "resume_schedule"),
+                   ("run", "run_schedule")):
         q = ops.add_parser(op, parents=[common], help=f"{op} a schedule")
         q.add_argument("name")
         q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name), a)))
@@ -237,6 +238,13 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flow-key", help="flow-control key: tasks sharing it share its limits")
     p.add_argument("--flow-rate", type=float, help="tasks/s for --flow-key")
     p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
+    p.add_argument("--ttl", type=float, help="seconds from now: a task not started by then "
+                                             "ends as expired")
+    p.add_argument("--expires-at", type=_eta, metavar="TIME",
+                   help="as --ttl, a time: unix seconds or RFC 3339")
+    p.add_argument("--retry-delays", type=_delays, metavar="S,S,...",
+                   help="seconds before each retry instead of the backoff, the last "
+                        "repeating (1,10,60)")
 
 
 def _eta(text: str) -> float:
@@ -347,7 +355,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "dedupe")}
+        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays")}
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)
@@ -356,6 +364,14 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.header:
         fields["headers"] = _headers(args.header)
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _delays(value: str) -> list[float]:
+    """``--retry-delays 1,10,60``: the node checks the bounds and says which is wrong."""
+    try:
+        return [float(v) for v in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not seconds separated by commas") from None
 
 
 def _params(pairs: list[str]) -> dict[str, Any]:

@@ -127,6 +127,7 @@ class Api:
                                               "DELETE": d.delete_schedule}),
             (re.compile(rf"/schedules/{s}/(?P<action>pause|resume)"),
              {"POST": d.schedule_control}),
+            (re.compile(rf"/schedules/{s}/run"), {"POST": d.run_schedule}),
             (re.compile(r"/topics/?"), {"GET": d.list_topics}),
             (re.compile(rf"/topics/{tp}"), {"GET": d.get_topic, "PUT": d.put_topic,
                                             "DELETE": d.delete_topic}),

@@ -223,6 +223,11 @@ _SCHEMAS: dict[str, Any] = {
         "queue": {"type": "string"}, "eta": {"type": "number"},
         "name": {"type": ["string", "null"]},
         "replicas": {"type": "array", "items": {"type": "string"}}}},
+    "ScheduleRun": {"type": "object", "required": ["schedule", "status", "id"], "properties": {
+        "schedule": {"type": "string"}, "status": {"const": "scheduled"},
+        "id": {"type": "string"}, "queue": {"type": "string"}, "eta": {"type": "number"},
+        "name": {"type": ["string", "null"]},
+        "replicas": {"type": "array", "items": {"type": "string"}}}},
     "BatchResult": {"type": "object", "required": ["status", "tasks"], "properties": {
         "status": {"const": "ok"}, "tasks": {"type": "array", "items": {"anyOf": [
             _ref("Enqueued"), _ref("Duplicate"),
@@ -427,6 +432,12 @@ def _definition_paths() -> dict[str, Any]:
                                                  extra=write, scope="admin")},
         "/schedules/{sname}/resume": {"post": _op("Resume a schedule", "Schedule", params=[s],
                                                   extra=write, scope="admin")},
+        "/schedules/{sname}/run": {"post": _op(
+            "Enqueue the schedule's task once, now (paused or not; the next tick stays as "
+            "planned). With an Idempotency-Key a repeat is 409", "ScheduleRun",
+            params=[s, _IDEMPOTENCY], scope="admin", extra={
+                "409": _answer("a run with this Idempotency-Key exists", "Duplicate"),
+                "503": _answer("the task could not be stored", "Error")})},
         "/topics": {"get": _op("Every topic", "Topics")},
         "/topics/{tname}": {
             "get": _op("One topic", "Topic", params=[t]),
@@ -559,6 +570,7 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/schedules/{sname}", "delete"): ("deleteSchedule", "schedules"),
     ("/schedules/{sname}/pause", "post"): ("pauseSchedule", "schedules"),
     ("/schedules/{sname}/resume", "post"): ("resumeSchedule", "schedules"),
+    ("/schedules/{sname}/run", "post"): ("runSchedule", "schedules"),
     ("/topics", "get"): ("listTopics", "topics"),
     ("/topics/{tname}", "get"): ("getTopic", "topics"),
     ("/topics/{tname}", "put"): ("putTopic", "topics"),
