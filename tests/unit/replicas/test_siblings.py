@@ -541,6 +541,24 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
             random_run(seed)
 
 
+def _expiry_told_as_failure(orig):
+    def outcome(self, t, now):
+        return [Send(e.to, m.Failed(e.msg.id, e.msg.attempts, e.msg.last, e.msg.attempt))
+                if isinstance(e, Send) and isinstance(e.msg, m.Failed) else e
+                for e in orig(self, t, now)]
+    return outcome
+
+
+@pytest.mark.timeout(120)
+def test_the_checker_catches_an_expiry_heard_as_a_failure(monkeypatch):
+    """Runs with expiring tasks: FAILED news without its expired flag ends the siblings'
+    copies as failed with attempts left, and the checker says so."""
+    monkeypatch.setattr(Siblings, "_outcome", _expiry_told_as_failure(Siblings._outcome))
+    with pytest.raises(SafetyViolation, match="an expiry heard as a failure"):
+        for seed in range(100):
+            random_run(seed, expiry_rate=0.3)
+
+
 # ---------------------------------------------------------------- restore and hand-off planning
 def _t(tid: str, **kw) -> Task:
     return task(**kw).evolve(id=tid)
