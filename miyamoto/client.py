@@ -232,6 +232,20 @@ class Client:
         """Run a failed (or cancelled) task again."""
         return self._call("POST", f"/tasks/{_seg(task_id)}/retry", safe=True)
 
+    def resend(self, task_id: str) -> dict[str, Any]:
+        """Run an ended task again (a succeeded one too), under the same id; Conflict if
+        it has not ended."""
+        return self._call("POST", f"/tasks/{_seg(task_id)}/resend")
+
+    def resend_many(self, queue: str = "default", state: str = "failed",
+                    target: str | None = None, since: float | None = None,
+                    until: float | None = None) -> dict[str, Any]:
+        """Resend a queue's ended tasks in ``state`` whose url starts with ``target`` and
+        that ended in [since, until), cluster-wide: ``count``, and ``more`` (call again)."""
+        params = {k: v for k, v in (("state", state), ("target", target), ("since", since),
+                                    ("until", until)) if v is not None}
+        return self._call("POST", f"/queues/{_seg(queue)}/resend", params=params)
+
     def tasks(self, queue: str = "default", state: str = "scheduled",
               limit: int = 100) -> list[dict[str, Any]]:
         """Up to ``limit`` (1-1000) of a queue's tasks in ``state``."""

@@ -65,6 +65,17 @@ def add_commands(sub: Any) -> None:
         p.add_argument("id", help="task id")
         p.set_defaults(func=_command(fn))
 
+    resend = sub.add_parser("resend", parents=[common],
+                            help="run an ended task again (ID), or a queue's ended tasks")
+    resend.add_argument("id", nargs="?", help="task id (else: --queue and the filters)")
+    resend.add_argument("--queue", help="resend this queue's tasks in --state (default failed)")
+    resend.add_argument("--state", default=None, choices=("succeeded", "failed", "cancelled",
+                                                         "expired"))
+    resend.add_argument("--target", help="only tasks whose URL starts with this")
+    resend.add_argument("--since", type=_eta, metavar="TIME", help="only tasks ended since")
+    resend.add_argument("--until", type=_eta, metavar="TIME", help="only tasks ended before")
+    resend.set_defaults(func=_command(_resend))
+
     find = sub.add_parser("find", parents=[common], help="show the task holding a name")
     find.add_argument("name", help="the task's name")
     find.add_argument("--queue", default="default", help="its queue (default: default)")
@@ -440,6 +451,20 @@ def _cancel(client: Any, args: argparse.Namespace) -> int:
 
 def _retry(client: Any, args: argparse.Namespace) -> int:
     _print(client.retry(args.id), args)
+    return 0
+
+
+def _resend(client: Any, args: argparse.Namespace) -> int:
+    bulk = {k: getattr(args, k) for k in ("state", "target", "since", "until")}
+    if args.id is not None:
+        if args.queue is not None or any(v is not None for v in bulk.values()):
+            raise UsageError("give a task id, or --queue with filters, not both")
+        _print(client.resend(args.id), args)
+        return 0
+    if args.queue is None:
+        raise UsageError("a task id, or --queue (with --state, --target, --since, --until)")
+    _print(client.resend_many(args.queue, **{k: v for k, v in bulk.items() if v is not None}),
+           args)
     return 0
 
 

@@ -617,12 +617,18 @@ class Engine:
         except Conflict:
             pass
 
-    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:
-        """Run a task again now: a failed or cancelled one with a fresh set of attempts,
-        a scheduled one at once. None if unknown; Conflict if running or succeeded."""
+    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0,
+              resend: bool = False) -> Task | None:
+        """Run a task again now: a failed, cancelled or expired one with a fresh set of
+        attempts (and no expiry: the new run is not bound by the old one's), a scheduled
+        one at once. ``resend``: an ended task only, a succeeded one too (POST
+        /tasks/<id>/resend). None if unknown; Conflict if running or succeeded (resend:
+        if not ended)."""
         now = self.clock() + delay
         t = self.live.get(task_id)
         if t is not None:
+            if resend:
+                raise Conflict(f"task is {t.state.value}: only an ended task is resent")
             if t.state != State.SCHEDULED:
                 raise Conflict(f"task is {t.state.value}")
             t = t.evolve(fire_at=now)
@@ -632,10 +638,10 @@ class Engine:
         t = self.journal.get(task_id)
         if t is None:
             return None
-        if t.state == State.SUCCEEDED:
+        if t.state == State.SUCCEEDED and not resend:
             raise Conflict("task already succeeded")
         t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
-                     finished=None, reruns=t.reruns + 1)
+                     finished=None, reruns=t.reruns + 1, expires_at=None)
         self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
         try:
             self.journal.put(t, wait=wait)

@@ -303,7 +303,7 @@ _SCHEMAS: dict[str, Any] = {
         "purged": {"type": "integer", "minimum": 0}}},
     "FailedBulk": {"type": "object", "required": ["status", "queue", "action", "count", "more"],
                    "properties": {"status": {"const": "ok"}, "queue": {"type": "string"},
-                                  "action": {"enum": ["retry", "delete"]},
+                                  "action": {"enum": ["retry", "delete", "resend"]},
                                   "count": {"type": "integer", "minimum": 0},
                                   "more": {"type": "boolean"}}},
     "Cluster": {"type": "object", "required": ["node", "role", "leader", "term", "members"],
@@ -387,6 +387,16 @@ _TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
                 "description": "W3C Trace Context of the producer: kept with the task (the "
                 "traceparent field wins) and sent to the target on every attempt",
                 "schema": {"type": "string", "pattern": _TRACEPARENT_PATTERN}}
+_RESEND_FILTER = [
+    {"name": "state", "in": "query", "description": "the ended state to resend",
+     "schema": {"enum": [s for s in _STATES if s not in ("scheduled", "running")],
+                "default": "failed"}},
+    {"name": "target", "in": "query", "description": "only tasks whose url starts with this",
+     "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_url}},
+    {"name": "since", "in": "query", "description": "only tasks that ended at or after "
+     "this unix time", "schema": {"type": "number"}},
+    {"name": "until", "in": "query", "description": "only tasks that ended before this "
+     "unix time", "schema": {"type": "number"}}]
 _TASK_BODY = {"application/json": {"schema": _ref("EnqueueRequest")},
               "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
 _ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
@@ -489,6 +499,14 @@ _PATHS: dict[str, Any] = {
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
                                       scope="admin")},
+    "/tasks/{id}/resend": {"post": _op(
+        "Resend an ended task (a succeeded one too): a new run under the same id (reruns "
+        "+ 1, attempts from 0, no expiry), its history kept", "Task", params=[_ID],
+        extra={**_CONFLICT, "503": _answer("stopping")}, scope="admin")},
+    "/queues/{queue}/resend": {"post": _op(
+        "Resend the queue's ended tasks in one state, to a target, ended in a time range, "
+        "cluster-wide (each node looks through its last 10,000 of that state a call: more)",
+        "FailedBulk", params=[_QUEUE, *_RESEND_FILTER], scope="admin")},
     "/queues": {"get": _op("Queues with config and counts, a page at a time by name",
                            "Queues", params=[
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
@@ -554,6 +572,8 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}", "get"): ("getTask", "tasks"),
     ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
+    ("/tasks/{id}/resend", "post"): ("resendTask", "tasks"),
+    ("/queues/{queue}/resend", "post"): ("resendTasks", "queues"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),
     ("/queues/{queue}", "put"): ("putQueue", "queues"),

@@ -321,8 +321,8 @@ class Stored:
                    c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer)
 
 
-OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",
-                 "failed", "name"})
+OPS = frozenset({"get", "cancel", "rerun", "resend", "paused", "counts", "list", "control",
+                 "delete", "failed", "resend_many", "name"})
 
 
 @message(Verb.REQUEST)

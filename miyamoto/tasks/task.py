@@ -52,6 +52,7 @@ for _state in State:
     _state.ended = _state.value in ("succeeded", "failed", "cancelled", "expired")
 
 
+ENDED = tuple(s.value for s in State if s.ended)  # what POST /queues/<q>/resend may pick
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 
 

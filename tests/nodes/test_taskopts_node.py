@@ -48,6 +48,20 @@ def test_expiry_retry_delays_and_a_schedule_run_on_one_node(node: NodeProcess,
     assert len(gaps) == 2 and gaps[0] >= 0.35 and gaps[1] >= 0.95, gaps
     assert node.task(rid)["retry_delays"] == [0.4, 1.0]
 
+    # resend: an ended task runs again under its id (a succeeded one too), a live one is 409
+    assert node.post(f"/tasks/{rid}/resend").status_code == 200
+    node.wait_task_state(rid, "succeeded")
+    sink.wait_for(count=4, path="/r")
+    live = node.enqueue(url=sink.url_for("/later"), countdown=60)["id"]
+    assert node.post(f"/tasks/{live}/resend").status_code == 409
+    # in bulk, by state and target: the expired task, now delivered
+    r = node.post("/queues/ratelimited/resend", params={
+        "state": "expired", "target": sink.url_for("/late")})
+    assert r.status_code == 200 and (r.json()["count"], r.json()["more"]) == (1, False), r.text
+    sink.wait_for(count=1, path="/late")
+    assert node.post("/queues/ratelimited/resend", params={"state": "scheduled"}
+                     ).json()["field"] == "state"
+
     # a schedule run now, paused or not; an Idempotency-Key makes a repeat 409
     r = node.post("/schedules", json={"name": "nightly", "cron": "@daily",
                                       "task": {"url": sink.url_for("/nightly")}})
@@ -82,3 +96,10 @@ def test_an_expired_task_ends_on_every_copy_and_tells_once(
     wait_until(lambda: sum(metric(n, "miyamoto_tasks_expired_total") for n in nodes) >= 1, 5)
     assert sum(metric(n, "miyamoto_tasks_expired_total") for n in nodes) == 1
     assert sink.count("/late") == 0 and sink.count("/dead") == 1
+    # resent in bulk from any node: one task, delivered once
+    r = nodes[2].post("/queues/ratelimited/resend", params={"state": "expired"})
+    assert (r.json()["count"], r.json()["more"]) == (1, False), r.text
+    sink.wait_for(count=1, path="/late")
+    wait_until(lambda: nodes[0].task(tid)["state"] == "succeeded" and all(
+        c["state"] == "succeeded" for c in nodes[0].task(tid)["copies"]), 10)
+    assert sink.count("/late") == 1

@@ -116,3 +116,23 @@ def test_stale_entries_do_not_grow_the_heap_past_twice_the_live_ones():
         e.discard(f"t{i}")
     e.add("x", 1.0)
     assert len(e._heap) <= 2 * 1024 + 2
+
+
+def test_resend_runs_an_ended_task_again_under_its_id_and_refuses_a_live_one(parts):
+    from miyamoto.errors import Conflict
+
+    engine, clock, hooks = parts
+    engine.add(_task())
+    with pytest.raises(Conflict, match="only an ended task"):
+        engine.rerun("t1", resend=True)
+    clock["now"] = NOW + 11
+    engine._due("t1")  # expired
+    again = engine.rerun("t1", resend=True)
+    assert again.state == State.SCHEDULED and again.reruns == 1 and again.attempts == 0
+    assert again.expires_at is None  # the new run is not bound by the old one's expiry
+    engine._begin("t1")
+    engine.finish("t1", Outcome(ok=True, status=200, headers={}, body=b"", at=clock["now"]))
+    assert engine.journal.get("t1").state == State.SUCCEEDED
+    with pytest.raises(Conflict, match="succeeded"):
+        engine.rerun("t1")  # retry stays for what did not succeed
+    assert engine.rerun("t1", resend=True).reruns == 2  # resend takes a succeeded one too
