@@ -143,6 +143,9 @@ SYNOPSIS = {
         "miyamoto schedule show daily", "miyamoto schedule pause daily",
         "miyamoto schedule resume daily", "miyamoto schedule run daily",
         "miyamoto schedule delete fast"],
+    "miyamoto resend ID; miyamoto resend --queue Q --state expired --target URL --since TIME": [
+        "miyamoto resend {later}",  # retried above: it has run (succeeded) since
+        "miyamoto resend --queue default --state failed --target {sink}/ --since {eta}"],
     "miyamoto enqueue URL --ttl 300 --retry-delays 1,10,60": [
         "miyamoto enqueue {sink}/ttl --ttl 300 --retry-delays 1,10,60",
         "miyamoto enqueue {sink}/ttl --expires-at {eta}"],
