@@ -61,6 +61,11 @@ class Hooks:
         """About to deliver; False vetoes it (the copy was already dealt with)."""
         return True
 
+    def may_expire(self, task: Task) -> bool:
+        """Its expiry came while it waits: False if a sibling may be delivering it (the
+        hooks pushed it back past that sibling's claim)."""
+        return True
+
     def done(self, task: Task) -> None: ...
     def retried(self, task: Task) -> None: ...
     def failed(self, task: Task) -> None: ...
@@ -361,8 +366,9 @@ class Engine:
         if at is None:
             return False
         if at <= self.clock():
-            self._expire(t)
-            return True
+            if self.hooks.may_expire(t):
+                self._expire(t)
+            return True  # ended, or pushed back past a sibling's claim: timed again
         if self.expiries.add(t.id, at):
             self._expiry_wake.set()  # the earliest now: the loop's wait is too long
         return False
@@ -383,7 +389,8 @@ class Engine:
         n = 0
         for task_id in self.expiries.pop_due(now):
             t = self.live.mem.get(task_id)
-            if t is not None and t.state == State.SCHEDULED and t.fire_at <= now:
+            if t is not None and t.state == State.SCHEDULED and t.fire_at <= now \
+                    and self.hooks.may_expire(t):
                 self._expire(t)
                 n += 1
         return n

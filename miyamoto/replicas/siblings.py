@@ -91,7 +91,8 @@ from miyamoto.replicas import placement as replication
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
                                        MoveLone, Ready, Replay, RestoreLost, SetReplicas, Update)
-from miyamoto.replicas.events import (EMPTY, Due, Event, Folded, HandoffReceived, LostPage,
+from miyamoto.replicas.events import (EMPTY, Due, Event, Expiring, Folded, HandoffReceived,
+                                      LostPage,
                                       Members, Outcome, Received, Reloaded, Restored, Stopping,
                                       Stored, Tick)
 from miyamoto.tasks.task import State, Task
@@ -200,6 +201,11 @@ class Siblings:
             case Due(copy, deadline):
                 go, effects = self._fire(copy, now, deadline)
                 return Ready(tuple(effects), go)
+            case Expiring(copy):
+                held = self._held_until(copy, now)
+                if held > now:  # a sibling may be delivering it: not expired under it
+                    return Ready((Update(copy.id, at=held, how=Move.LATER),), False)
+                return Ready((), True)
             case Folded(copy, deadline):
                 return Ready(n=self._fold(copy, now, deadline + self.t.claim_lease))
             case Outcome(copy):

@@ -391,7 +391,11 @@ class Sim:
         if t is None or t.state != State.SCHEDULED or t.fire_at > self.now + 1e-9:
             return
         if t.expires_at is not None and self.now >= t.expires_at + t.replica * OFFSET:
-            self._end_expired(nd, t)  # as Engine._expires: it ends instead of asking
+            ready = self._step(nd, ev.Expiring(t))  # as Engine._expires
+            if ready.go:
+                self._end_expired(nd, t)
+            else:  # a sibling may be delivering it: pushed back past its claim
+                self._apply(nd, ready.effects)
             return
         ready = self._step(nd, ev.Due(t, DEADLINE))
         self._apply(nd, ready.effects)
@@ -400,6 +404,11 @@ class Sim:
             self._start(nd, t)
 
     def _end_expired(self, nd: SimNode, t: Task) -> None:
+        claim = nd.claims_seen.get(t.id)
+        if claim is not None and claim[1] > self.now:
+            claimer = self.nodes[claim[0]]
+            if claimer.up and t.id in claimer.running:
+                raise SafetyViolation(f"{nd.id} expires {t.id} under {claim[0]}'s live claim")
         t = t.evolve(state=State.EXPIRED, finished=self.now)
         nd.copies[t.id] = t
         self.expired.add(t.id)

@@ -981,6 +981,17 @@ def test_done_failed_and_cancel_end_the_copy_and_its_ask():
         assert "t1" not in s.must_ask
 
 
+def test_a_copy_expires_unless_a_sibling_it_answered_go_may_be_delivering_it():
+    s = machine()
+    assert s.step(ev.Expiring(task()), 100.0).go  # nobody holds it
+    recv(s, "b", m.Ask("t1", 1), task(), 100.0)  # b is told go: our copy is held for it
+    ready = s.step(ev.Expiring(task()), 100.1)
+    assert not ready.go
+    (push,) = ready.effects
+    assert push.how is fx.Move.LATER and push.at > 100.1 + T.ask_lease / 2
+    assert s.step(ev.Expiring(task()), push.at + 0.01).go  # its hold over, it may end
+
+
 def test_an_expired_copy_tells_its_siblings_with_failed_news_that_says_so():
     s = machine()
     effects = outcome(s, task(state=State.EXPIRED, finished=120.0), 120.0)
