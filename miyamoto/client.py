@@ -196,8 +196,9 @@ class Client:
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
         dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60]); None values are
-        left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the server after its content is retried on a 503
-        like a named one: sent twice, it is stored once."""
+        left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the
+        server after its content is retried on a 503 like a named one: sent twice, it is
+        stored once."""
         task = _task(url, params, fields)
         named = task.get("name") is not None or task.get("dedupe") == "content"
         return self._call("POST", "/queue", json=task, safe=named)

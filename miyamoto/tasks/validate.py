@@ -209,7 +209,8 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         id=new_id(), queue=queue, url=url, method=method, params=params, body=body,
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
-        failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow, **lifetime,
+        failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow,
+        **lifetime,
         traceparent=None if trace is None else traceparent("traceparent", trace),
     ), dedupe_mode)
 
