@@ -195,9 +195,10 @@ class Client:
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
-        dedupe="content"); None values are left out. Raises DuplicateTask, InvalidTask,
-        Unavailable ... A task named by the server after its content is retried on a 503
-        like a named one: sent twice, it is stored once."""
+        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60]); None values are
+        left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the
+        server after its content is retried on a 503 like a named one: sent twice, it is
+        stored once."""
         task = _task(url, params, fields)
         named = task.get("name") is not None or task.get("dedupe") == "content"
         return self._call("POST", "/queue", json=task, safe=named)
@@ -231,6 +232,20 @@ class Client:
     def retry(self, task_id: str) -> dict[str, Any]:
         """Run a failed (or cancelled) task again."""
         return self._call("POST", f"/tasks/{_seg(task_id)}/retry", safe=True)
+
+    def resend(self, task_id: str) -> dict[str, Any]:
+        """Run an ended task again (a succeeded one too), under the same id; Conflict if
+        it has not ended."""
+        return self._call("POST", f"/tasks/{_seg(task_id)}/resend")
+
+    def resend_many(self, queue: str = "default", state: str = "failed",
+                    target: str | None = None, since: float | None = None,
+                    until: float | None = None) -> dict[str, Any]:
+        """Resend a queue's ended tasks in ``state`` whose url starts with ``target`` and
+        that ended in [since, until), cluster-wide: ``count``, and ``more`` (call again)."""
+        params = {k: v for k, v in (("state", state), ("target", target), ("since", since),
+                                    ("until", until)) if v is not None}
+        return self._call("POST", f"/queues/{_seg(queue)}/resend", params=params)
 
     def tasks(self, queue: str = "default", state: str = "scheduled",
               limit: int = 100) -> list[dict[str, Any]]:
@@ -337,6 +352,14 @@ class Client:
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
         return self._call("POST", f"/schedules/{_seg(name)}/resume", safe=True)
+
+    def run_schedule(self, name: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Enqueue the schedule's task once, now (``schedule``, ``status``, ``id``);
+        NotFound if there is no such schedule. With a key, a repeat is DuplicateTask
+        (so it is retried on a 503 like a named enqueue)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call("POST", f"/schedules/{_seg(name)}/run", headers=headers,
+                          safe=idempotency_key is not None)
 
     # ------------------------------------------------------------ topics
     def put_topic(self, name: str, urls: Sequence[str]) -> dict[str, Any]:

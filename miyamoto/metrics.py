@@ -102,6 +102,7 @@ class TaskCounts(Protocol):
     failed: int
     retried: int
     cancelled: int
+    expired: int
     attempts: int
 
 
@@ -273,6 +274,9 @@ class NodeCollector(Collector):
         yield _counter("miyamoto_retries", "failed attempts scheduled again", s.retried)
         yield _counter("miyamoto_tasks_cancelled", "copies cancelled here (per copy: each "
                        "replica of a cancelled task counts)", s.cancelled)
+        yield _counter("miyamoto_tasks_expired", "tasks not started by their expires_at, "
+                       "ended by this node (the first copy to expire tells the others: a "
+                       "sum over nodes counts tasks)", s.expired)
         yield _counter("miyamoto_attempts_started", "delivery attempts started", s.attempts)
         yield _gauge("miyamoto_tasks_live", "copies scheduled or running on this node "
                      "(per copy; GET /queues counts tasks)",

@@ -237,6 +237,16 @@ class Node:
         self._check_open()
         return self.cluster.queries.rerun(task_id)
 
+    def resend(self, task_id: str) -> dict[str, Any] | None:
+        self._check_open()
+        return self.cluster.queries.resend(task_id)
+
+    def resend_many(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
+        """POST /queues/<q>/resend: the queue's ended tasks that ``f`` picks, cluster-wide."""
+        self._check_open()
+        result = self.cluster.queries.resend_many(queue, f)
+        return {"status": "ok", "queue": queue, "action": "resend", **result}
+
     # ------------------------------------------------------------ queues
     def queues(self, limit: int, cursor: str = "") -> dict[str, Any]:
         """GET /queues: a page of the queues this node holds and those holding tasks on

@@ -65,6 +65,8 @@ def add_commands(sub: Any) -> None:
         p.add_argument("id", help="task id")
         p.set_defaults(func=_command(fn))
 
+    _resend_command(sub, common)
+
     find = sub.add_parser("find", parents=[common], help="show the task holding a name")
     find.add_argument("name", help="the task's name")
     find.add_argument("--queue", default="default", help="its queue (default: default)")
@@ -73,7 +75,8 @@ def add_commands(sub: Any) -> None:
     tasks = sub.add_parser("tasks", parents=[common], help="list a queue's tasks in one state")
     tasks.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
     tasks.add_argument("--state", default="scheduled",
-                       choices=("scheduled", "running", "succeeded", "failed", "cancelled"))
+                       choices=("scheduled", "running", "succeeded", "failed", "cancelled",
+                                "expired"))
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
     tasks.add_argument("--json", action="store_true", help="the raw answer, not a table")
     tasks.set_defaults(func=_command(_tasks))
@@ -99,6 +102,20 @@ def add_commands(sub: Any) -> None:
     _schedule_commands(sub, common)
     _topic_commands(sub, common)
     _queue_commands(sub, common)
+
+
+def _resend_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto resend ID`` or ``miyamoto resend --queue Q [filters]``."""
+    resend = sub.add_parser("resend", parents=[common],
+                            help="run an ended task again (ID), or a queue's ended tasks")
+    resend.add_argument("id", nargs="?", help="task id (else: --queue and the filters)")
+    resend.add_argument("--queue", help="resend this queue's tasks in --state (default failed)")
+    resend.add_argument("--state", default=None, choices=("succeeded", "failed", "cancelled",
+                                                         "expired"))
+    resend.add_argument("--target", help="only tasks whose URL starts with this")
+    resend.add_argument("--since", type=_eta, metavar="TIME", help="only tasks ended since")
+    resend.add_argument("--until", type=_eta, metavar="TIME", help="only tasks ended before")
+    resend.set_defaults(func=_command(_resend))
 
 
 def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -174,7 +191,7 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("schedules", parents=[common], help="list the recurring schedules")
     p.set_defaults(func=_command(lambda c, a: _show(c.schedules(), a)))
 
-    sched = sub.add_parser("schedule", help="add, show, delete, pause or resume a schedule")
+    sched = sub.add_parser("schedule", help="add, show, delete, pause, resume or run a schedule")
     ops = sched.add_subparsers(dest="op", required=True, metavar="OP")
     add = ops.add_parser("add", parents=[common], help="create or replace a schedule")
     add.add_argument("name")
@@ -193,7 +210,8 @@ def _schedule_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument("--task-json", metavar="JSON", help="more enqueue fields, as JSON")
     add.set_defaults(func=_command(_schedule_add))
     for op, fn in (("show", "get_schedule"), ("delete", "unschedule"),
-                   ("pause", "pause_schedule"), ("resume", "resume_schedule")):
+                   ("pause", "pause_schedule"), ("resume", "resume_schedule"),
+                   ("run", "run_schedule")):
         q = ops.add_parser(op, parents=[common], help=f"{op} a schedule")
         q.add_argument("name")
         q.set_defaults(func=_command(lambda c, a, fn=fn: _show(getattr(c, fn)(a.name), a)))
@@ -252,6 +270,13 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flow-key", help="flow-control key: tasks sharing it share its limits")
     p.add_argument("--flow-rate", type=float, help="tasks/s for --flow-key")
     p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
+    p.add_argument("--ttl", type=float, help="seconds from now: a task not started by then "
+                                             "ends as expired")
+    p.add_argument("--expires-at", type=_eta, metavar="TIME",
+                   help="as --ttl, a time: unix seconds or RFC 3339")
+    p.add_argument("--retry-delays", type=_delays, metavar="S,S,...",
+                   help="seconds before each retry instead of the backoff, the last "
+                        "repeating (1,10,60)")
 
 
 def _eta(text: str) -> float:
@@ -362,7 +387,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "dedupe")}
+        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays")}
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)
@@ -371,6 +396,14 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.header:
         fields["headers"] = _headers(args.header)
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _delays(value: str) -> list[float]:
+    """``--retry-delays 1,10,60``: the node checks the bounds and says which is wrong."""
+    try:
+        return [float(v) for v in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not seconds separated by commas") from None
 
 
 def _params(pairs: list[str]) -> dict[str, Any]:
@@ -452,6 +485,20 @@ def _browse(client: Any, args: argparse.Namespace) -> int:
         print("\n".join(task_lines(page.get("tasks", []))))
         cursor = page.get("next_cursor")
         print(f"next page: --cursor {cursor}" if cursor else "(the last page)", file=sys.stderr)
+    return 0
+
+
+def _resend(client: Any, args: argparse.Namespace) -> int:
+    bulk = {k: getattr(args, k) for k in ("state", "target", "since", "until")}
+    if args.id is not None:
+        if args.queue is not None or any(v is not None for v in bulk.values()):
+            raise UsageError("give a task id, or --queue with filters, not both")
+        _print(client.resend(args.id), args)
+        return 0
+    if args.queue is None:
+        raise UsageError("a task id, or --queue (with --state, --target, --since, --until)")
+    _print(client.resend_many(args.queue, **{k: v for k, v in bulk.items() if v is not None}),
+           args)
     return 0
 
 

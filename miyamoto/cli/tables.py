@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from miyamoto.cli.times import relative
 
-STATES = ("scheduled", "running", "succeeded", "failed", "cancelled")
+STATES = ("scheduled", "running", "succeeded", "failed", "cancelled", "expired")
 LAST_CHARS = 40  # an error message in the failed list's LAST column
 
 

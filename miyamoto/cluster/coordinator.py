@@ -203,6 +203,8 @@ class Coordinator:
         # the copy's times are on the sender's clock: fire it by ours
         local = {k: self.members.to_local(sender, getattr(task, k))
                  for k in ("eta", "fire_at", "created")}
+        if task.expires_at is not None:
+            local["expires_at"] = self.members.to_local(sender, task.expires_at)
         copy = task.evolve(state=State.SCHEDULED, **local)
         try:
             if self.engine.admit(copy) is not copy:

@@ -662,6 +662,9 @@ class _Hooks(Hooks):
     def claim(self, t: Task) -> bool:
         return self.c._step(ev.Due(t, self.c._deadline(t))).go
 
+    def may_expire(self, t: Task) -> bool:
+        return self.c._step(ev.Expiring(t)).go
+
     def _outcome(self, t: Task) -> None:
         self.c._step(ev.Outcome(t))
 

@@ -17,13 +17,14 @@ from miyamoto.engine import browse, history
 from miyamoto.engine.engine import Engine
 from miyamoto.errors import Conflict
 from miyamoto.tasks import redact
-from miyamoto.tasks.task import HISTORY_MAX, State
+from miyamoto.tasks.task import ENDED, HISTORY_MAX, State
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
 
 log = logging.getLogger(__name__)
 
-_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "running": 2,
+_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, "cancelled": 4, "expired": 4,
+          "running": 2,
           "scheduled": 1}
 BULK_MAX = 10_000  # failed copies one node retries or deletes per request
 TOTAL_PREFIX = "total:"  # a queue's totals among its state counts (see counts_local)
@@ -143,11 +144,17 @@ class Queries:
         results += list(self.ask(op, {"id": task_id}).values())
         return pick(results)
 
-    def rerun_local(self, task_id: str) -> dict | None:
+    def resend(self, task_id: str) -> dict[str, Any] | None:
+        return self._everywhere("resend", self.resend_local, task_id)
+
+    def resend_local(self, task_id: str) -> dict | None:
+        return self.rerun_local(task_id, resend=True)
+
+    def rerun_local(self, task_id: str, resend: bool = False) -> dict | None:
         t = self.engine.get(task_id)
         if t is None:
             return None
-        t = self.engine.rerun(task_id, delay=t.replica * self.offset)
+        t = self.engine.rerun(task_id, delay=t.replica * self.offset, resend=resend)
         if t is None:
             return None
         self.peers.replay(task_id)  # a sibling's rerun copy may already have claimed or finished
@@ -332,6 +339,34 @@ class Queries:
             self.engine.journal.flush()
         return {"count": sum(1 for t in copies if t.replica == 0), "more": more}
 
+    def resend_many(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
+        """Resend the queue's ended tasks that ``f`` picks (``resend_filter``), on every
+        node: ``count`` distinct tasks, ``more`` if some node had more to look through."""
+        result = self.resend_many_local(queue, f)
+        for r in self.ask("resend_many", {"queue": queue, **f}).values():
+            if isinstance(r, dict) and type(r.get("count")) is int \
+                    and type(r.get("more")) is bool:
+                result["count"] += r["count"]
+                result["more"] = result["more"] or r["more"]
+        return result
+
+    def resend_many_local(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
+        """This node's copies of ``queue`` in state ``f["state"]`` (the last BULK_MAX to
+        end), those that ended within [since, until) and whose url starts with target
+        resent as ``resend_local`` does; one journal commit for them all."""
+        copies = self.engine.journal.list(queue, f["state"], BULK_MAX + 1)
+        more, copies = len(copies) > BULK_MAX, copies[:BULK_MAX]
+        since, until, target = f.get("since"), f.get("until"), f.get("target")
+        picked = [t for t in copies if (target is None or t.url.startswith(target))
+                  and (since is None or (t.finished or 0.0) >= since)
+                  and (until is None or (t.finished or 0.0) < until)]
+        for t in picked:
+            self.engine.rerun(t.id, wait=False, delay=t.replica * self.offset, resend=True)
+            self.peers.replay(t.id)
+        if picked:
+            self.engine.journal.flush()
+        return {"count": sum(1 for t in picked if t.replica == 0), "more": more}
+
     def _restagger(self, queue: str) -> None:
         """Before a queue resumes: copies that fell due while it was paused would all fire
         at once, every replica of a task together, their CLAIMs crossing (a duplicate for
@@ -363,7 +398,7 @@ class Queries:
             t = self.engine.get(checks.string(args, "id"))
             return dict(t.summary(), **redact.request_view(t)) if t is not None else None
         local = {"cancel": self.cancel_local, "rerun": self.rerun_local,
-                 "delete": self.delete_local}.get(op)
+                 "resend": self.resend_local, "delete": self.delete_local}.get(op)
         if local is not None:
             try:
                 return local(checks.string(args, "id"))
@@ -379,6 +414,8 @@ class Queries:
         if op == "rates":
             seconds = checks.integer(args, "seconds", 1, history.SECONDS)
             return self.rates_local(seconds, checks.integer(args, "step", 1, seconds))
+        if op == "resend_many":
+            return self.resend_many_local(checks.string(args, "queue"), resend_filter(args))
         if op == "paused":
             return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":
@@ -397,6 +434,21 @@ class Queries:
         if action not in ("pause", "resume", "purge"):
             raise DecodeError("unknown control action")
         return self.control_local(checks.string(args, "queue"), action)
+
+
+def resend_filter(args: dict) -> dict[str, Any]:
+    """A peer's bulk-resend filter, checked: ``state`` (an ended one), optional
+    ``target`` (a URL prefix), ``since`` and ``until`` (unix times of the end)."""
+    state = checks.string(args, "state")
+    if state not in ENDED:
+        raise DecodeError("state is not an ended task state")
+    f: dict[str, Any] = {"state": state}
+    if args.get("target") is not None:
+        f["target"] = checks.string(args, "target", 2083)
+    for k in ("since", "until"):
+        if args.get(k) is not None:
+            f[k] = checks.number(args, k)
+    return f
 
 
 def merge_history(histories: Any) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.attempt import Outcome
 from miyamoto.delivery.backoff import Rng, backoff, jittered, retry_after
+from miyamoto.tasks import options
 from miyamoto.tasks.task import State, Task, add_attempt
 
 
@@ -22,6 +23,8 @@ class Action(enum.Enum):
     SUCCEEDED = "succeeded"  # a 2xx: end the task, tell the siblings, run its callback
     RETRY = "retry"  # a failed attempt with attempts and time left: fire again at ``at``
     FAILED = "failed"  # out of attempts or of retry time: end it in the dead-letter list
+    EXPIRED = "expired"  # a failed attempt whose retry would start after the task's
+    #                      expires_at: end it as expired (told like a failure)
     RECORD = "record"  # the copy ended (cancel, a sibling's news) while the attempt ran:
     #                    only the attempt is recorded, the end stands and nobody is told
 
@@ -54,13 +57,16 @@ def exhausted(attempts: int, task: Task, queue: QueueConfig, now: float) -> bool
 
 
 def retry_delay(attempts: int, outcome: Outcome, queue: QueueConfig, now: float,
-                rng: Rng) -> float:
+                rng: Rng, task: Task | None = None) -> float:
     """Seconds until the next attempt: the worker's ``Retry-After`` when it sent one
-    (capped at max_backoff), else the backoff formula with +/-10% jitter, so that tasks
-    failing together do not all come back in the same instant."""
+    (capped at max_backoff), else the task's own ``retry_delays``, else the backoff
+    formula with +/-10% jitter, so that tasks failing together do not all come back
+    in the same instant."""
     asked = retry_after(outcome.retry_after(), now, queue.max_backoff)
     if asked is not None:
         return asked
+    if task is not None and task.retry_delays:  # the task's own delays, as given: no jitter
+        return options.next_delay(task.retry_delays, attempts)
     return jittered(backoff(attempts, queue), rng)
 
 
@@ -79,5 +85,7 @@ def decide(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
                         task.evolve(state=State.SUCCEEDED, finished=now, **counted))
     if exhausted(attempts, task, queue, now):
         return Decision(Action.FAILED, task.evolve(state=State.FAILED, finished=now, **counted))
-    at = now + retry_delay(attempts, outcome, queue, now, rng)
+    at = now + retry_delay(attempts, outcome, queue, now, rng, task)
+    if task.expires_at is not None and at >= task.expires_at:
+        return Decision(Action.EXPIRED, task.evolve(state=State.EXPIRED, finished=now, **counted))
     return Decision(Action.RETRY, task.evolve(state=State.SCHEDULED, fire_at=at, **counted))

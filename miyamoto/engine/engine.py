@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
 import gevent
+import gevent.event
 import gevent.pool
 import ujson
 
@@ -38,6 +39,7 @@ from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
 from miyamoto.engine import browse
 from miyamoto.engine.history import Latency, Rates
+from miyamoto.engine.expiry import Expiries, copy_expiry
 from miyamoto.engine.queues import Queues
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
@@ -63,6 +65,11 @@ class Hooks:
         """About to deliver; False vetoes it (the copy was already dealt with)."""
         return True
 
+    def may_expire(self, task: Task) -> bool:
+        """Its expiry came while it waits: False if a sibling may be delivering it (the
+        hooks pushed it back past that sibling's claim)."""
+        return True
+
     def done(self, task: Task) -> None: ...
     def retried(self, task: Task) -> None: ...
     def failed(self, task: Task) -> None: ...
@@ -82,6 +89,7 @@ class Stats:
     failed: int = 0
     retried: int = 0
     cancelled: int = 0
+    expired: int = 0  # copies this node ended as expired (one per task: the first tells)
     # per queue since this node started: first copies stored, deliveries, final failures;
     # GET /queues sums them over the cluster ("totals") and the dashboard turns the
     # differences of successive reads into rates (the state counts cannot: they shrink
@@ -155,6 +163,8 @@ class Engine:
         self.queues = Queues(config.queues, config.max_queues, config.auto_create_queues,
                              config.queue_idle_expiry)
         self.stats = Stats()
+        self.expiries = Expiries()  # due copies with an expires_at, waiting to start
+        self._expiry_wake = gevent.event.Event()
         self._group = gevent.pool.Group()
 
     # ------------------------------------------------------------ lifecycle
@@ -179,6 +189,7 @@ class Engine:
         self.scheduler.start()
         self.dispatcher.start()
         self._group.spawn(self._sweep_loop)
+        self._group.spawn(self._expiry_loop)
         self._group.spawn(self.live.run)
 
     def stop(self, timeout: float) -> None:
@@ -378,7 +389,62 @@ class Engine:
     def _due(self, task_id: str) -> None:
         t = self.live.mem.get(task_id)
         if t is not None and t.state == State.SCHEDULED:
+            if t.expires_at is not None and self._expires(t):
+                return
             self.dispatcher.submit(t.queue, task_id, origin(t.url), t.priority, spec_of(t))
+
+    # ------------------------------------------------------------ expiry
+    def _expires(self, t: Task) -> bool:
+        """True if due copy ``t`` has expired (it is ended); else its expiry is noted,
+        so that it ends then if it still waits (a pause, a limit, a breaker, a key)."""
+        at = copy_expiry(t, self.config.replica_offset)
+        if at is None:
+            return False
+        if at <= self.clock():
+            if self.hooks.may_expire(t):
+                self._expire(t)
+            return True  # ended, or pushed back past a sibling's claim: timed again
+        if self.expiries.add(t.id, at):
+            self._expiry_wake.set()  # the earliest now: the loop's wait is too long
+        return False
+
+    def _expiry_loop(self) -> None:
+        while True:
+            at = self.expiries.next_at()
+            self._expiry_wake.wait(None if at is None else max(0.0, at - self.clock()))
+            self._expiry_wake.clear()
+            try:
+                self.expire_due(self.clock())
+            except Exception:
+                log.exception("engine: task expiry failed")
+
+    def expire_due(self, now: float) -> int:
+        """End the waiting copies whose expiry has come; returns how many. A copy pushed
+        back meanwhile (a sibling's claim: it may be delivering) is judged when due."""
+        n = 0
+        for task_id in self.expiries.pop_due(now):
+            t = self.live.mem.get(task_id)
+            if t is not None and t.state == State.SCHEDULED and t.fire_at <= now \
+                    and self.hooks.may_expire(t):
+                self._expire(t)
+                n += 1
+        return n
+
+    def _expire(self, t: Task) -> None:
+        self.expiries.discard(t.id)
+        t = t.evolve(state=State.EXPIRED, finished=self.clock())
+        self._end(t)
+        self._expired(t)
+
+    def _expired(self, t: Task) -> None:
+        """Copy ``t`` ended as expired here: counted, the siblings told (their copies
+        end as expired: FAILED news), the failure_callback called, like a failure."""
+        self.stats.expired += 1
+        log.info("task %s expired (not started by %s, after %d attempts)", t.id,
+                 t.expires_at, t.attempts)
+        self.hooks.failed(t)
+        if t.failure_callback:
+            self._callback(t, t.failure_callback)
 
     def _begin(self, task_id: str) -> tuple[Task, float, float | None] | None:
         """The part of a delivery that does not block (the dispatcher calls it before it
@@ -389,6 +455,8 @@ class Engine:
             return None
         if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
             self.scheduler.schedule(task_id, t.fire_at)
+            return None
+        if t.expires_at is not None and self._expires(t):  # it waited past its expiry
             return None
         if not self.hooks.claim(t):
             return None  # the hooks rescheduled, ended or dropped the copy
@@ -469,6 +537,9 @@ class Engine:
             self.hooks.failed(t)
             if t.failure_callback:
                 self._callback(t, t.failure_callback)
+        elif decision.action is Action.EXPIRED:  # its retry would start too late
+            self._end(t)
+            self._expired(t)
         else:
             self.journal.put(t)
             self.live[task_id] = t  # a retry due beyond the window leaves memory
@@ -596,12 +667,18 @@ class Engine:
         except Conflict:
             pass
 
-    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0) -> Task | None:
-        """Run a task again now: a failed or cancelled one with a fresh set of attempts,
-        a scheduled one at once. None if unknown; Conflict if running or succeeded."""
+    def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0,
+              resend: bool = False) -> Task | None:
+        """Run a task again now: a failed, cancelled or expired one with a fresh set of
+        attempts (and no expiry: the new run is not bound by the old one's), a scheduled
+        one at once. ``resend``: an ended task only, a succeeded one too (POST
+        /tasks/<id>/resend). None if unknown; Conflict if running or succeeded (resend:
+        if not ended)."""
         now = self.clock() + delay
         t = self.live.get(task_id)
         if t is not None:
+            if resend:
+                raise Conflict(f"task is {t.state.value}: only an ended task is resent")
             if t.state != State.SCHEDULED:
                 raise Conflict(f"task is {t.state.value}")
             t = t.evolve(fire_at=now)
@@ -611,10 +688,10 @@ class Engine:
         t = self.journal.get(task_id)
         if t is None:
             return None
-        if t.state == State.SUCCEEDED:
+        if t.state == State.SUCCEEDED and not resend:
             raise Conflict("task already succeeded")
         t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
-                     finished=None, reruns=t.reruns + 1)
+                     finished=None, reruns=t.reruns + 1, expires_at=None)
         self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
         try:
             self.journal.put(t, wait=wait)

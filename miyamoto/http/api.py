@@ -29,8 +29,8 @@ from miyamoto.http.definitions import DefsApi
 from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
-from miyamoto.tasks.checks import traceparent
-from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
+from miyamoto.tasks.checks import number, traceparent
+from miyamoto.tasks.task import ENDED, QUEUE_NAME_RE, State, Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
     json_fields, parse_batch
 
@@ -93,6 +93,8 @@ class ApiService(Protocol):
     def rates(self, seconds: int, step: int, node: str | None) -> View | None: ...
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
+    def resend(self, task_id: str) -> View | None: ...
+    def resend_many(self, queue: str, f: dict[str, Any]) -> View: ...  # {count, more}
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
     def queue(self, name: str) -> View | None: ...
     def put_queue(self, name: str, changes: dict[str, Any]) -> View: ...  # settings
@@ -129,6 +131,7 @@ class Api:
             (re.compile(r"/tasks"), {"GET": self.find_task}),
             (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
+            (re.compile(rf"/tasks/{t}/resend"), {"POST": self.resend_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
             (re.compile(rf"/queues/{q}"), {"GET": self.get_queue, "PUT": self.put_queue,
                                            "DELETE": self.delete_queue}),
@@ -136,11 +139,13 @@ class Api:
             (re.compile(rf"/queues/{q}/(?P<action>pause|resume|purge)"), {"POST": self.control}),
             (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
              {"POST": self.failed}),
+            (re.compile(rf"/queues/{q}/resend"), {"POST": self.resend_many}),
             (re.compile(r"/schedules/?"), {"GET": d.list_schedules, "POST": d.post_schedule}),
             (re.compile(rf"/schedules/{s}"), {"GET": d.get_schedule,
                                               "DELETE": d.delete_schedule}),
             (re.compile(rf"/schedules/{s}/(?P<action>pause|resume)"),
              {"POST": d.schedule_control}),
+            (re.compile(rf"/schedules/{s}/run"), {"POST": d.run_schedule}),
             (re.compile(r"/topics/?"), {"GET": d.list_topics}),
             (re.compile(rf"/topics/{tp}"), {"GET": d.get_topic, "PUT": d.put_topic,
                                             "DELETE": d.delete_topic}),
@@ -328,6 +333,14 @@ class Api:
             raise HTTPError(404, "names no known task", "id")
         return 200, found
 
+    def resend_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        """A new run of an ended task (a succeeded one too) under the same id: 409 if it
+        has not ended."""
+        found = self.service.resend(task_id)
+        if found is None:
+            raise HTTPError(404, "names no known task", "id")
+        return 200, found
+
     # ------------------------------------------------------------ queues
     def list_queues(self, environ: dict) -> tuple[int, Any]:
         """GET /queues?limit=&cursor=: a page of queues by name; ``next_cursor`` (null on
@@ -373,6 +386,24 @@ class Api:
 
     def failed(self, environ: dict, queue: str, action: str) -> tuple[int, Any]:
         return 200, self.service.failed(queue, action)
+
+    def resend_many(self, environ: dict, queue: str) -> tuple[int, Any]:
+        """POST /queues/<q>/resend?state=&target=&since=&until=: the ended tasks picked."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        state = (query.get("state") or ["failed"])[0]
+        if state not in ENDED:
+            raise HTTPError(400, f"must be an ended state: {', '.join(ENDED)}", "state")
+        f: dict[str, Any] = {"state": state}
+        target = (query.get("target") or [None])[0]
+        if target is not None:
+            if not 0 < len(target) <= self.limits.max_url:
+                raise HTTPError(400, f"must be 1-{self.limits.max_url} characters of a URL "
+                                     "(its start)", "target")
+            f["target"] = target
+        for k in ("since", "until"):
+            if query.get(k):
+                f[k] = number(k, query[k][0])
+        return 200, self.service.resend_many(queue, f)
 
     # ------------------------------------------------------------ operations
     def cluster(self, environ: dict) -> tuple[int, Any]:

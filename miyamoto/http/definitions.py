@@ -19,7 +19,7 @@ from miyamoto.definitions.schedules import MAX_SCHEDULES, check_name, parse_sche
 from miyamoto.definitions.topics import MAX_TOPICS, expand, parse_topic, topic_name
 from miyamoto.tasks.checks import ValidationError
 from miyamoto.tasks.task import Task
-from miyamoto.tasks.validate import Limits, json_fields
+from miyamoto.tasks.validate import Limits, build_task, json_fields
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,25 @@ class DefsApi:
         status, body = self._defs.op(action, "schedule", check_name(sname))
         cursor = self._defs.machine.get("cursor", sname)
         return self._answer(status, body, lambda v: view(v, cursor, self.api.clock()))
+
+    def run_schedule(self, environ: dict, sname: str) -> tuple[int, Any]:
+        """POST /schedules/<name>/run: enqueue the schedule's task once, now, as a tick
+        would, paused or not. Not a tick: the cursor does not move, so the next tick
+        comes as planned, and it needs no leader (any node enqueues; the definitions are
+        on every member). Unnamed, so each run is a task of its own, unless the request
+        has an Idempotency-Key: then a repeat within the dedup window is 409."""
+        value = self._defs.machine.get("schedule", check_name(sname))
+        if value is None or not isinstance(value.get("task"), dict):
+            return 404, _err("names no known schedule", "name")
+        fields = {k: v for k, v in value["task"].items() if k not in ("name", "dedupe")}
+        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        if key:
+            fields["name"] = f"schedule:{sname}:run:{key}"
+        task = build_task(fields, path_queue=None, idempotency_key=None,
+                          limits=self.api.limits, now=self.api.clock())
+        (r,) = self.api.service.enqueue_many([task])
+        status = {"scheduled": 200, "duplicate": 409}.get(r["status"], 503)
+        return status, {"schedule": sname, **r}
 
     # ------------------------------------------------------------ topics
     def list_topics(self, environ: dict) -> tuple[int, Any]:

@@ -19,6 +19,7 @@ from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
+from miyamoto.tasks.options import RETRY_DELAY_MAX, RETRY_DELAYS_MAX
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -92,11 +93,21 @@ _TASK_FIELDS: dict[str, Any] = {
                                 "description": "each attempt carries Authorization: Bearer "
                                 "<OIDC token> for this audience (the queue's oidc_audience "
                                 "otherwise); needs oidc_signing_key"}),
+    "expires_at": _nullable({"type": "number", "description": "a unix time after the eta: "
+                             "no attempt starts after it, the task ends as expired (its "
+                             "failure_callback told); wins over ttl"}),
+    "ttl": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 2 * _D.max_delay,
+                      "description": "seconds from now to expires_at"}),
+    "retry_delays": _nullable({"type": "array", "minItems": 1, "maxItems": RETRY_DELAYS_MAX,
+                               "items": {"type": "number", "minimum": 0,
+                                         "maximum": RETRY_DELAY_MAX},
+                               "description": "seconds before each retry instead of the "
+                               "queue's backoff, the last repeating (a form: 1,10,60)"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
     "callback", "failure_callback", "dedupe", "topic", "traceparent", "oidc_audience",
-    *_DISPATCH_FIELDS)}
+    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays")}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -244,6 +255,11 @@ _SCHEMAS: dict[str, Any] = {
         "queue": {"type": "string"}, "eta": {"type": "number"},
         "name": {"type": ["string", "null"]},
         "replicas": {"type": "array", "items": {"type": "string"}}}},
+    "ScheduleRun": {"type": "object", "required": ["schedule", "status", "id"], "properties": {
+        "schedule": {"type": "string"}, "status": {"const": "scheduled"},
+        "id": {"type": "string"}, "queue": {"type": "string"}, "eta": {"type": "number"},
+        "name": {"type": ["string", "null"]},
+        "replicas": {"type": "array", "items": {"type": "string"}}}},
     "BatchResult": {"type": "object", "required": ["status", "tasks"], "properties": {
         "status": {"const": "ok"}, "tasks": {"type": "array", "items": {"anyOf": [
             _ref("Enqueued"), _ref("Duplicate"),
@@ -268,6 +284,8 @@ _SCHEMAS: dict[str, Any] = {
                  "callback": {"type": ["string", "null"]},
                  "failure_callback": {"type": ["string", "null"]},
                  **_DISPATCH_FIELDS,
+                 "expires_at": {"type": ["number", "null"]},
+                 "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
@@ -341,7 +359,7 @@ _SCHEMAS: dict[str, Any] = {
         "purged": {"type": "integer", "minimum": 0}}},
     "FailedBulk": {"type": "object", "required": ["status", "queue", "action", "count", "more"],
                    "properties": {"status": {"const": "ok"}, "queue": {"type": "string"},
-                                  "action": {"enum": ["retry", "delete"]},
+                                  "action": {"enum": ["retry", "delete", "resend"]},
                                   "count": {"type": "integer", "minimum": 0},
                                   "more": {"type": "boolean"}}},
     "Cluster": {"type": "object", "required": ["node", "role", "leader", "term", "members"],
@@ -476,6 +494,16 @@ _TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
                 "description": "W3C Trace Context of the producer: kept with the task (the "
                 "traceparent field wins) and sent to the target on every attempt",
                 "schema": {"type": "string", "pattern": _TRACEPARENT_PATTERN}}
+_RESEND_FILTER = [
+    {"name": "state", "in": "query", "description": "the ended state to resend",
+     "schema": {"enum": [s for s in _STATES if s not in ("scheduled", "running")],
+                "default": "failed"}},
+    {"name": "target", "in": "query", "description": "only tasks whose url starts with this",
+     "schema": {"type": "string", "minLength": 1, "maxLength": _D.max_url}},
+    {"name": "since", "in": "query", "description": "only tasks that ended at or after "
+     "this unix time", "schema": {"type": "number"}},
+    {"name": "until", "in": "query", "description": "only tasks that ended before this "
+     "unix time", "schema": {"type": "number"}}]
 _TASK_BODY = {"application/json": {"schema": _ref("EnqueueRequest")},
               "application/x-www-form-urlencoded": {"schema": _ref("TaskForm")}}
 _ENQ_EXTRA = {"409": _answer("a task of this name exists", "Duplicate"),
@@ -535,6 +563,12 @@ def _definition_paths() -> dict[str, Any]:
                                                  extra=write, scope="admin")},
         "/schedules/{sname}/resume": {"post": _op("Resume a schedule", "Schedule", params=[s],
                                                   extra=write, scope="admin")},
+        "/schedules/{sname}/run": {"post": _op(
+            "Enqueue the schedule's task once, now (paused or not; the next tick stays as "
+            "planned). With an Idempotency-Key a repeat is 409", "ScheduleRun",
+            params=[s, _IDEMPOTENCY], scope="admin", extra={
+                "409": _answer("a run with this Idempotency-Key exists", "Duplicate"),
+                "503": _answer("the task could not be stored", "Error")})},
         "/topics": {"get": _op("Every topic", "Topics")},
         "/topics/{tname}": {
             "get": _op("One topic", "Topic", params=[t]),
@@ -580,6 +614,14 @@ _PATHS: dict[str, Any] = {
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
                                       scope="admin")},
+    "/tasks/{id}/resend": {"post": _op(
+        "Resend an ended task (a succeeded one too): a new run under the same id (reruns "
+        "+ 1, attempts from 0, no expiry), its history kept", "Task", params=[_ID],
+        extra={**_CONFLICT, "503": _answer("stopping")}, scope="admin")},
+    "/queues/{queue}/resend": {"post": _op(
+        "Resend the queue's ended tasks in one state, to a target, ended in a time range, "
+        "cluster-wide (each node looks through its last 10,000 of that state a call: more)",
+        "FailedBulk", params=[_QUEUE, *_RESEND_FILTER], scope="admin")},
     "/queues": {"get": _op("Queues with config and counts, a page at a time by name",
                            "Queues", params=[
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
@@ -661,6 +703,8 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}", "get"): ("getTask", "tasks"),
     ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
+    ("/tasks/{id}/resend", "post"): ("resendTask", "tasks"),
+    ("/queues/{queue}/resend", "post"): ("resendTasks", "queues"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),
     ("/queues/{queue}", "put"): ("putQueue", "queues"),
@@ -677,6 +721,7 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/schedules/{sname}", "delete"): ("deleteSchedule", "schedules"),
     ("/schedules/{sname}/pause", "post"): ("pauseSchedule", "schedules"),
     ("/schedules/{sname}/resume", "post"): ("resumeSchedule", "schedules"),
+    ("/schedules/{sname}/run", "post"): ("runSchedule", "schedules"),
     ("/topics", "get"): ("listTopics", "topics"),
     ("/topics/{tname}", "get"): ("getTopic", "topics"),
     ("/topics/{tname}", "put"): ("putTopic", "topics"),

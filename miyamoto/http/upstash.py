@@ -217,7 +217,8 @@ def _state(view: Mapping[str, Any]) -> str:
     if state == "scheduled":
         return "RETRY" if view.get("attempts") else "CREATED"
     return {"running": "ACTIVE", "succeeded": "DELIVERED", "failed": "FAILED",
-            "cancelled": "CANCELLED", "deleted": "CANCELLED"}.get(str(state), "CREATED")
+            "cancelled": "CANCELLED", "deleted": "CANCELLED",
+            "expired": "FAILED"}.get(str(state), "CREATED")
 
 
 def message_view(view: Mapping[str, Any]) -> dict[str, Any]:

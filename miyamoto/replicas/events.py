@@ -65,6 +65,15 @@ class Due:
 
 
 @dataclass(frozen=True)
+class Expiring:
+    """Our due copy's expiry has come while it waits to start. ``Ready.go``: it may end
+    as expired now; else a sibling we answered ``go`` (or that claimed) may be
+    delivering it, and the copy is pushed back past that claim (an ``Update``), to be
+    judged again when due: a task a sibling started is not expired under it."""
+    copy: Task
+
+
+@dataclass(frozen=True)
 class Folded:
     """Our new ``copy`` is about to be sent to its siblings in STOREs: if it is copy 0
     and due at once, its ASK rides in them (``Ready.n``: the round; 0: it asks when due).
@@ -116,5 +125,5 @@ class Stopping:
     copies: tuple[Task, ...]
 
 
-Event = (Tick | Members | Received | HandoffReceived | Due | Folded | Outcome | Reloaded
-         | Stored | LostPage | Restored | Stopping)
+Event = (Tick | Members | Received | HandoffReceived | Due | Expiring | Folded | Outcome
+         | Reloaded | Stored | LostPage | Restored | Stopping)

@@ -97,7 +97,20 @@ class Done(_Ended):
 @message(Verb.FAILED)
 @dataclass(frozen=True, slots=True)
 class Failed(_Ended):
-    """A copy used the task's last attempt: the task failed."""
+    """A copy used the task's last attempt: the task failed; or, ``expired``, it was
+    not started by its ``expires_at`` (it ends as expired on every copy)."""
+    expired: bool = False
+
+    def payload(self) -> dict:
+        d = _Ended.payload(self)
+        if self.expired:
+            d["expired"] = True
+        return d
+
+    @classmethod
+    def from_payload(cls, d: dict) -> "Failed":
+        return cls(c.string(d, "id"), c.integer(d, "attempts"), _last(d),
+                   c.opt_attempt(d, "attempt"), c.boolean(d, "expired", False))
 
 
 @message(Verb.CANCEL)
@@ -195,7 +208,7 @@ def _round(d: dict) -> int:
 
 GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED = "go", "wait", "claimed", "ended", "unknown", "rehomed"
 VERDICTS = frozenset({GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED})
-ENDED_STATES = frozenset({"succeeded", "failed", "cancelled"})
+ENDED_STATES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 
 
 @message(Verb.ANSWER)
@@ -308,8 +321,8 @@ class Stored:
                    c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer)
 
 
-OPS = frozenset({"get", "cancel", "rerun", "paused", "counts", "list", "control", "delete",
-                 "failed", "name", "browse", "rates"})
+OPS = frozenset({"get", "cancel", "rerun", "resend", "paused", "counts", "list", "control",
+                 "delete", "failed", "resend_many", "name", "browse", "rates"})
 
 
 @message(Verb.REQUEST)

@@ -66,8 +66,9 @@ def restored(me: str, r: Restore, now_copy: Task | None,
         news = m.Claim(r.id, now_copy.replica, lease)
     elif now_copy is not None and now_copy.state == State.SUCCEEDED:
         news = m.Done(r.id, now_copy.attempts, now_copy.last)
-    elif now_copy is not None and now_copy.state == State.FAILED:
-        news = m.Failed(r.id, now_copy.attempts, now_copy.last)
+    elif now_copy is not None and now_copy.state in (State.FAILED, State.EXPIRED):
+        news = m.Failed(r.id, now_copy.attempts, now_copy.last,
+                        expired=now_copy.state == State.EXPIRED)
     elif now_copy is not None and now_copy.state.ended:
         news = m.Cancel(r.id)
     if news is not None:

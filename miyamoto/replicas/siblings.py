@@ -91,7 +91,8 @@ from miyamoto.replicas import placement as replication
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
                                        MoveLone, Ready, Replay, RestoreLost, SetReplicas, Update)
-from miyamoto.replicas.events import (EMPTY, Due, Event, Folded, HandoffReceived, LostPage,
+from miyamoto.replicas.events import (EMPTY, Due, Event, Expiring, Folded, HandoffReceived,
+                                      LostPage,
                                       Members, Outcome, Received, Reloaded, Restored, Stopping,
                                       Stored, Tick)
 from miyamoto.tasks.task import State, Task
@@ -200,6 +201,11 @@ class Siblings:
             case Due(copy, deadline):
                 go, effects = self._fire(copy, now, deadline)
                 return Ready(tuple(effects), go)
+            case Expiring(copy):
+                held = self._held_until(copy, now)
+                if held > now:  # a sibling may be delivering it: not expired under it
+                    return Ready((Update(copy.id, at=held, how=Move.LATER),), False)
+                return Ready((), True)
             case Folded(copy, deadline):
                 return Ready(n=self._fold(copy, now, deadline + self.t.claim_lease))
             case Outcome(copy):
@@ -441,8 +447,8 @@ class Siblings:
         msg: m.Done | m.Failed | m.Retry
         if t.state == State.SUCCEEDED:
             msg = m.Done(t.id, t.attempts, t.last, attempt)
-        elif t.state == State.FAILED:
-            msg = m.Failed(t.id, t.attempts, t.last, attempt)
+        elif t.state in (State.FAILED, State.EXPIRED):
+            msg = m.Failed(t.id, t.attempts, t.last, attempt, t.state == State.EXPIRED)
         elif t.state == State.SCHEDULED:
             # a sibling claimed while our attempt ran (its CLAIM crossed ours): our retry
             # waits for its lease like any held copy, and the others wait with us
@@ -489,7 +495,8 @@ class Siblings:
         self.claims.pop(t.id, None)
         if isinstance(msg, (m.Done, m.Failed)):
             self._forget(t.id)
-            state = State.SUCCEEDED if isinstance(msg, m.Done) else State.FAILED
+            state = State.SUCCEEDED if isinstance(msg, m.Done) else \
+                State.EXPIRED if msg.expired else State.FAILED
             return [Update(t.id, state=state, attempts=msg.attempts, last=msg.last,
                            attempt=msg.attempt)]
         if isinstance(msg, m.Cancel):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miyamoto.tasks import fields as dispatchfields
+from miyamoto.tasks import options
 from miyamoto.tasks.checks import is_audience, is_traceparent
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
@@ -40,15 +41,18 @@ class State(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # not started by its expires_at (ends like a failure: the
+    #                      failure_callback is told, the siblings' copies end too)
 
     ended: bool  # set on each member below: a plain attribute (a property was a
     #              visible share of a node's CPU: it runs on every state check)
 
 
 for _state in State:
-    _state.ended = _state.value in ("succeeded", "failed", "cancelled")
+    _state.ended = _state.value in ("succeeded", "failed", "cancelled", "expired")
 
 
+ENDED = tuple(s.value for s in State if s.ended)  # what POST /queues/<q>/resend may pick
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 # the API face a task came through, when not the native one: its deliveries carry that
 # service's headers (delivery/attempt.py)
@@ -80,6 +84,8 @@ class Task:
     created: float = 0.0
     traceparent: str | None = None  # W3C Trace Context: the producer's (or enqueue's) span
     oidc_audience: str | None = None  # an OIDC token for this audience on each attempt
+    expires_at: float | None = None  # no attempt starts after this (unix time): it expires
+    retry_delays: tuple[float, ...] = ()  # seconds before retry n (the last repeats), not backoff
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -118,7 +124,8 @@ class Task:
             "replicas": list(self.replicas), "replica": self.replica,
             "callback": self.callback, "failure_callback": self.failure_callback,
             "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
-            "flow_parallelism": self.flow_parallelism,
+            "flow_parallelism": self.flow_parallelism, "expires_at": self.expires_at,
+            "retry_delays": list(self.retry_delays) or None,
         }
 
     @classmethod
@@ -172,6 +179,7 @@ class Task:
                 raise DecodeError("task traceparent is not a W3C traceparent")
             if kwargs.get("oidc_audience") is not None and not is_audience(kwargs["oidc_audience"]):
                 raise DecodeError("task oidc_audience is not an audience")
+            options.check_decoded(kwargs)
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -224,6 +232,7 @@ def _compile_copiers() -> None:
         else:
             en += [f"    v = self.{n}", f"    if v != _D[{n!r}]:", f"        d[{n!r}] = v"]
     en += ["    d['state'] = self.state._value_",
+           "    if self.retry_delays:", "        d['retry_delays'] = list(self.retry_delays)",
            "    if self.replicas:", "        d['replicas'] = list(self.replicas)",
            "    if self.history:", "        d['history'] = list(self.history)",
            "    return d"]
@@ -243,7 +252,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "attempts": (int,), "executions": (int,), "replica": (int,), "created": (int, float),
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
-    "oidc_audience": (str,),
+    "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

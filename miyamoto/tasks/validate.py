@@ -19,6 +19,7 @@ import ujson
 
 from miyamoto.tasks import dedupe
 from miyamoto.tasks import fields as dispatchfields
+from miyamoto.tasks import options
 from miyamoto.tasks.checks import ValidationError, audience, integer, number, traceparent
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
@@ -35,6 +36,7 @@ _JSON_FIELDS = frozenset({
     "name", "queue", "max_attempts", "timeout", "callback", "failure_callback",
     "dedupe", "traceparent", "oidc_audience",
     *dispatchfields.FIELDS,  # priority, flow_key, flow_rate, flow_parallelism
+    *options.FIELDS,  # expires_at, ttl, retry_delays
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
@@ -212,6 +214,7 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     callback = _optional_url(fields, "callback", limits)
     failure_callback = _optional_url(fields, "failure_callback", limits)
     priority_and_flow = dispatchfields.parse(fields)
+    lifetime = options.parse(fields, eta, now, limits.max_delay)
     trace = fields.get("traceparent")
     aud = fields.get("oidc_audience")
     return dedupe.apply(Task(
@@ -219,6 +222,7 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
         failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow,
+        **lifetime,
         traceparent=None if trace is None else traceparent("traceparent", trace),
         oidc_audience=None if aud is None else _audience(aud, limits),
     ), dedupe_mode)

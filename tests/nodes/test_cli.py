@@ -211,11 +211,11 @@ def test_status_table_json_and_a_closed_pipe(node, sink, tmp_path):
     assert lines[0].startswith(f"node {node.node_id} (leader), leader {node.node_id}")
     header = [line for line in lines if line.startswith("QUEUE")][0].split()
     assert header == ["QUEUE", "PAUSED", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED",
-                      "CANCELLED", "COPIES"]  # tasks by state; copies of them (one per replica)
+                      "CANCELLED", "EXPIRED", "COPIES"]  # tasks by state; copies of them (one per replica)
     rows = {line.split()[0]: line.split()[1:] for line in lines[lines.index(
         [x for x in lines if x.startswith("QUEUE")][0]) + 1:]}
-    assert rows["default"] == ["no", "0", "0", "1", "0", "0", "1"]
-    assert rows["big"] == ["no", "700", "0", "0", "0", "0", "700"]
+    assert rows["default"] == ["no", "0", "0", "1", "0", "0", "0", "1"]
+    assert rows["big"] == ["no", "700", "0", "0", "0", "0", "0", "700"]
     assert any(line.split()[:2] == [node.node_id, "*"] for line in lines)
     raw = json.loads(ok(run_cli("status", "--json", env=env)).stdout)
     assert raw["cluster"]["leader"] == node.node_id

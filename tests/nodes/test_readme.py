@@ -142,9 +142,16 @@ SYNOPSIS = {
         "miyamoto schedule add beat {sink}/b --every 3600 --catch-up last"],
     "miyamoto schedule add NAME URL --cron '*/5 * * * * *' --cron-seconds-last": [
         "miyamoto schedule add fast {sink}/s --cron '*/5 * * * * *' --cron-seconds-last"],
-    "miyamoto schedule show|delete|pause|resume NAME": [
+    "miyamoto schedule show|delete|pause|resume|run NAME": [
         "miyamoto schedule show daily", "miyamoto schedule pause daily",
-        "miyamoto schedule resume daily", "miyamoto schedule delete fast"],
+        "miyamoto schedule resume daily", "miyamoto schedule run daily",
+        "miyamoto schedule delete fast"],
+    "miyamoto resend ID; miyamoto resend --queue Q --state expired --target URL --since TIME": [
+        "miyamoto resend {later}",  # retried above: it has run (succeeded) since
+        "miyamoto resend --queue default --state failed --target {sink}/ --since {eta}"],
+    "miyamoto enqueue URL --ttl 300 --retry-delays 1,10,60": [
+        "miyamoto enqueue {sink}/ttl --ttl 300 --retry-delays 1,10,60",
+        "miyamoto enqueue {sink}/ttl --expires-at {eta}"],
     "miyamoto topics; miyamoto topic put NAME URL...; miyamoto topic show|delete NAME": [
         "miyamoto topics", "miyamoto topic put news {sink}/n1 {sink}/n2",
         "miyamoto topic show news", "miyamoto topic put gone {sink}/g",

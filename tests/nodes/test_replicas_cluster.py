@@ -194,7 +194,7 @@ def test_queue_counts_count_tasks_not_copies_after_a_replica_is_killed_and_resta
     for n in nodes:
         q = default_queue(n)
         assert q["counts"] == {"scheduled": 0, "running": 0, "succeeded": 30, "failed": 0,
-                               "cancelled": 0}, (n.node_id, q)
+                               "cancelled": 0, "expired": 0}, (n.node_id, q)
         # two copies per task: the victim's stale ones, told their task moved, are gone
         assert q["copies"]["succeeded"] == 60, (n.node_id, q)
 

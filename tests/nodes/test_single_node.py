@@ -68,7 +68,8 @@ def total_counts(node: NodeProcess) -> dict[str, int]:
 def wait_counts(node: NodeProcess, queue: str = "default", timeout: float = 10.0,
                 **expected: int) -> dict[str, int]:
     """Wait until the queue's counts show ``expected`` (states not named: 0)."""
-    want = {"scheduled": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
+    want = {"scheduled": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0,
+            "expired": 0}
     want.update(expected)
     seen: list[dict[str, int]] = []
 
@@ -928,7 +929,8 @@ def test_operations_endpoints(node):
     assert q["name"] == "narrow" and q["paused"] is False
     assert q["config"]["max_concurrent"] == 2
     assert q["config"]["min_backoff"] == 0.05  # inherited from [queue:default]
-    assert set(q["counts"]) == {"scheduled", "running", "succeeded", "failed", "cancelled"}
+    assert set(q["counts"]) == {"scheduled", "running", "succeeded", "failed", "cancelled",
+                                "expired"}
     # a read makes no queue: it comes from the config or an enqueue
     assert_error(node.get("/queues/made-up"), 404, "queue")
 

@@ -29,7 +29,12 @@ The checker watches every delivery start and raises ``SafetyViolation`` when
     knew). A cut is no excuse here: a real link loses nothing but what a cut stops.
   A sibling's claim that never reached N is no excuse: N may deliver only once O has
   answered it (or left N's roster), so O's claim must have been acknowledged by N.
-At the end every acknowledged task that was not cancelled must have been delivered.
+At the end every acknowledged task that was not cancelled (or expired) must have been
+delivered. With ``expiry_rate``, that share of the tasks has an ``expires_at``: a copy
+due after its own expiry (copy i's is i offsets later), or whose retry would come after
+it, ends as expired and tells its siblings (FAILED news that says so); the checker then
+also raises when a copy starts after its expiry, or when a copy ended as failed with
+attempts left (an expiry heard as a failure).
 """
 
 from __future__ import annotations
@@ -100,8 +105,11 @@ class LiveView(Mapping[str, Task]):
 class Sim:
     def __init__(self, seed: int, n: int, replication_n: int, *, loss: float = 0.0,
                  latency: tuple[float, float] = (0.001, 0.05), fail_rate: float = 0.1,
-                 slow_rate: float = 0.05):
+                 slow_rate: float = 0.05, expiry_rate: float = 0.0):
         self.rng = random.Random(seed)
+        # its own rng: runs without expiry draw exactly the numbers they drew before it
+        self.expiry_rate, self.erng = expiry_rate, random.Random(seed * 7919 + 1)
+        self.expired: set[str] = set()
         self.now = 0.0
         self.ids = [chr(ord("a") + i) for i in range(n)]
         self.replication = replication_n
@@ -171,8 +179,12 @@ class Sim:
         if not nd.up or nd.paused or at_node not in nd.machine.members or not nd.contact:
             return None
         ring = sorted(nd.machine.members)
+        expires_at = None
+        if self.expiry_rate and self.erng.random() < self.expiry_rate:
+            expires_at = self.now + countdown + self.erng.uniform(0.05, 3.0)
         task = Task(id=f"t{len(self.acked) + len(self.cancelled)}-{self.rng.randrange(10**6)}",
-                    queue="q", url="http://w/", eta=self.now + countdown, created=self.now)
+                    queue="q", url="http://w/", eta=self.now + countdown, created=self.now,
+                    expires_at=expires_at)
         replicas = replication.place(ring, self.replication, task, self.cursor)
         self.cursor += 1
         stored = 0
@@ -378,11 +390,29 @@ class Sim:
         t = nd.copies.get(task_id)
         if t is None or t.state != State.SCHEDULED or t.fire_at > self.now + 1e-9:
             return
+        if t.expires_at is not None and self.now >= t.expires_at + t.replica * OFFSET:
+            ready = self._step(nd, ev.Expiring(t))  # as Engine._expires
+            if ready.go:
+                self._end_expired(nd, t)
+            else:  # a sibling may be delivering it: pushed back past its claim
+                self._apply(nd, ready.effects)
+            return
         ready = self._step(nd, ev.Due(t, DEADLINE))
         self._apply(nd, ready.effects)
         t = nd.copies.get(task_id)
         if ready.go and t is not None and t.state == State.SCHEDULED and t.fire_at <= self.now + 1e-9:
             self._start(nd, t)
+
+    def _end_expired(self, nd: SimNode, t: Task) -> None:
+        claim = nd.claims_seen.get(t.id)
+        if claim is not None and claim[1] > self.now:
+            claimer = self.nodes[claim[0]]
+            if claimer.up and t.id in claimer.running:
+                raise SafetyViolation(f"{nd.id} expires {t.id} under {claim[0]}'s live claim")
+        t = t.evolve(state=State.EXPIRED, finished=self.now)
+        nd.copies[t.id] = t
+        self.expired.add(t.id)
+        self._apply(nd, self._step(nd, ev.Outcome(t)).effects)
 
     def _start(self, nd: SimNode, t: Task) -> None:
         self.check_start(nd, t)
@@ -416,6 +446,9 @@ class Sim:
             t = t.evolve(state=State.SUCCEEDED, attempts=attempts, finished=self.now)
         elif attempts >= MAX_ATTEMPTS:
             t = t.evolve(state=State.FAILED, attempts=attempts, finished=self.now)
+        elif t.expires_at is not None and self.now + 0.5 >= t.expires_at:  # retry.decide
+            t = t.evolve(state=State.EXPIRED, attempts=attempts, finished=self.now)
+            self.expired.add(t.id)
         else:
             t = t.evolve(state=State.SCHEDULED, attempts=attempts, fire_at=self.now + 0.5)
         nd.copies[task_id] = t
@@ -483,6 +516,8 @@ class Sim:
 
     # ------------------------------------------------------------ the checker
     def check_start(self, nd: SimNode, t: Task) -> None:
+        if t.expires_at is not None and self.now >= t.expires_at + t.replica * OFFSET:
+            raise SafetyViolation(f"{nd.id} starts {t.id} after its expiry")
         if t.id in nd.ended_by_news:
             raise SafetyViolation(f"{nd.id} starts {t.id} after applying a sibling's end of it")
         out = nd.id not in nd.machine.members or \
@@ -527,9 +562,15 @@ class Sim:
                 self._on_restart(i)
 
     def check_delivered(self) -> None:
-        missing = [i for i in self.acked if i not in self.cancelled and i not in self.deliveries]
+        missing = [i for i in self.acked if i not in self.cancelled and i not in self.deliveries
+                   and i not in self.expired]
         if missing:
             raise SafetyViolation(f"acknowledged tasks never delivered: {missing[:5]}")
+        for nd in self.nodes.values():
+            for t in nd.copies.values():
+                if t.state == State.FAILED and t.attempts < MAX_ATTEMPTS:
+                    raise SafetyViolation(f"{nd.id} ended {t.id} as failed after {t.attempts} "
+                                          "attempts: an expiry heard as a failure")
 
     def duplicates(self) -> int:
         """Deliveries of a task after its first successful one."""
@@ -541,12 +582,12 @@ class Sim:
         return dups
 
 
-def random_run(seed: int) -> Sim:
+def random_run(seed: int, expiry_rate: float = 0.0) -> Sim:
     """One seeded run: 2-5 nodes, replication 1-3, loss, faults; checked throughout."""
     rng = random.Random(seed)
     n = rng.randint(2, 5)
     sim = Sim(seed, n, rng.randint(1, 3), loss=rng.choice([0.0, 0.01, 0.05]),
-              latency=(0.001, rng.choice([0.01, 0.05, 0.2])))
+              latency=(0.001, rng.choice([0.01, 0.05, 0.2])), expiry_rate=expiry_rate)
     faults = sorted(rng.uniform(2, 25) for _ in range(rng.randint(1, 4)))
     for t in range(0, 250):  # enqueues over the first 25 s
         at = t * 0.1

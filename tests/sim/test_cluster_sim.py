@@ -226,3 +226,43 @@ def test_a_skewed_leader_ticking_on_its_own_clock_is_caught(
     monkeypatch.setattr(layer.Cluster, "may_fire", lambda self: self.in_contact())
     with pytest.raises(cs.SafetyViolation, match="schedule:tick.*early"):
         cs.skew_scenario(1, "n1", 30.0)
+
+
+@pytest.mark.timeout(120)
+def test_expired_tasks_end_on_every_copy_and_are_counted_once() -> None:
+    """Tasks that wait behind a paused queue past their expires_at, on the composed
+    cluster: every copy ends as expired (copy 0 expires first, its FAILED news says so
+    and ends copy 1 before its own expiry, one replica_offset later), none is delivered,
+    and each task is counted once over the nodes (the failure_callback's count too)."""
+    from miyamoto.tasks.task import State
+
+    def main() -> tuple[int, list[str], int, int]:
+        cs.gevent.get_hub().threadpool = cs.InlinePool()
+        sim = cs.Sim(22, 3, fail=0.0)
+        try:
+            sim.start()
+            sim.run_until(cs.BOOT)
+            for nd in sim.nodes.values():
+                nd.cluster.engine.pause("default", True)
+            for i in range(12):
+                nd = sim.nodes[sim.ids[i % 3]]
+                t = sim.task(0.0)
+                now = nd.clock.wall()
+
+                def client(c=nd.cluster, t=t, now=now) -> None:
+                    stored = c.enqueue(t.evolve(eta=now, created=now, fire_at=now,
+                                                expires_at=now + 1.0))
+                    sim.checker.acked.add(stored.id)
+                cs.gevent.spawn(client)
+            sim.run_until(cs.BOOT + 5.0)
+            engines = [nd.cluster.engine for nd in sim.nodes.values()]
+            states = [e.get(tid).state.value for tid in sorted(sim.checker.acked)
+                      for e in engines if e.get(tid) is not None]
+            return (len(sim.checker.acked), states, sum(e.stats.expired for e in engines),
+                    sim.checker.starts)
+        finally:
+            sim.stop()
+    acked, states, expired, starts = cs.run_virtual(main, start=cs.START)
+    assert acked == 12 and starts == 0
+    assert states == [State.EXPIRED.value] * 24, states  # replication 2: two copies each
+    assert expired == 12

@@ -22,3 +22,17 @@ def test_random_runs_are_safe(chunk):
         acked += len(sim.acked)
     assert acked > 1000
     print(f"chunk {chunk}: {acked} acknowledged, {dups} excused duplicates")
+
+
+@pytest.mark.timeout(300)
+def test_random_runs_with_expiring_tasks_are_safe():
+    """100 seeded runs where a third of the tasks expire 0.05-3 s after their eta: no copy
+    starts after its expiry, every copy of an expired task ends as expired (never as a
+    failure with attempts left), and every other acknowledged task is delivered."""
+    expired = acked = 0
+    for seed in range(100):
+        sim = random_run(seed, expiry_rate=0.3)
+        expired += len(sim.expired)
+        acked += len(sim.acked)
+    assert expired > 100 and acked > 1000
+    print(f"{acked} acknowledged, {expired} expired")

@@ -82,7 +82,7 @@ class Node:
         queues = {"mail": SimpleNamespace(ready=[1, 2, 3], paused=True),
                   "web": SimpleNamespace(ready=[], paused=False)}
         self.engine = SimpleNamespace(
-            stats=SimpleNamespace(stored=11, succeeded=7, failed=2, retried=3, cancelled=1,
+            stats=SimpleNamespace(stored=11, succeeded=7, failed=2, retried=3, cancelled=1, expired=4,
                                   attempts=12),
             live=[1, 2, 3, 4],
             dispatcher=SimpleNamespace(breakers=breakers, busy=2, queues=queues),
@@ -117,7 +117,7 @@ def test_the_task_counters_and_gauges() -> None:
     got = scrape(Node())
     for name, value in [("miyamoto_tasks_stored_total", 11), ("miyamoto_tasks_succeeded_total", 7),
                         ("miyamoto_tasks_failed_total", 2), ("miyamoto_retries_total", 3),
-                        ("miyamoto_tasks_cancelled_total", 1),
+                        ("miyamoto_tasks_cancelled_total", 1), ("miyamoto_tasks_expired_total", 4),
                         ("miyamoto_attempts_started_total", 12), ("miyamoto_tasks_live", 6),
                         ("miyamoto_tasks_in_memory", 4), ("miyamoto_deliveries_in_flight", 2),
                         ("miyamoto_journal_commits_total", 42), ("miyamoto_journal_healthy", 1),

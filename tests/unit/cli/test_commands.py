@@ -70,3 +70,32 @@ def test_queue_set_names_a_bad_setting(server: Node, capsys) -> None:
     assert code == 1 and "(404)" in err
     code, _, err = run(capsys, "pause", "nosuchqueue")  # a control makes no queue
     assert code == 1 and "names no queue" in err and "(404)" in err
+
+
+def test_enqueue_lifetime_flags_resend_and_schedule_run(server: Node, capsys) -> None:
+    server.engine.pause("mail", True)  # nothing is delivered: the tasks stay as enqueued
+    code, out, _ = run(capsys, "enqueue", "http://127.0.0.1:9/x", "--queue", "mail",
+                       "--ttl", "300", "--retry-delays", "1,10,60")
+    assert code == 0
+    t = server.engine.get(json.loads(out)["id"])
+    assert t.retry_delays == (1.0, 10.0, 60.0) and t.expires_at == pytest.approx(
+        t.created + 300, abs=0.01)
+    with pytest.raises(SystemExit) as exited:  # argparse's: before any request
+        cli.main(["enqueue", "http://127.0.0.1:9/x", "--retry-delays", "1,x"])
+    assert exited.value.code == 2 and "--retry-delays" in capsys.readouterr().err
+    code, _, err = run(capsys, "enqueue", "http://127.0.0.1:9/x", "--retry-delays", "-1")
+    assert code == 1 and "retry_delays[0]" in err and "(400)" in err
+    code, _, err = run(capsys, "resend", t.id)  # not ended
+    assert code == 1 and "(409)" in err
+    server.engine.cancel(t.id)
+    code, out, _ = run(capsys, "resend", t.id)
+    assert code == 0 and json.loads(out)["state"] == "scheduled"
+    assert server.engine.get(t.id).reruns == 1
+    server.engine.cancel(t.id)
+    code, out, _ = run(capsys, "resend", "--queue", "mail", "--state", "cancelled",
+                       "--target", "http://127.0.0.1:9/")
+    assert code == 0 and (json.loads(out)["count"], json.loads(out)["more"]) == (1, False)
+    code, _, err = run(capsys, "resend", t.id, "--queue", "mail")
+    assert code == 2 and "not both" in err
+    code, _, err = run(capsys, "schedule", "run", "none")
+    assert code == 1 and "(404)" in err

@@ -248,3 +248,34 @@ def test_engine_keeps_the_end_of_a_copy_cancelled_during_its_attempt(engine):
     stored = engine.journal.get("t1")
     assert stored.state == State.CANCELLED and stored.attempts == 1
     assert engine.stats.succeeded == 0
+
+
+# ================================================================ a task's own retry delays and expiry
+
+
+def test_retry_delays_replace_the_backoff_and_the_last_one_repeats():
+    t = running(retry_delays=(1.0, 10.0, 60.0))
+    rng = FixedRng(0.99)  # no jitter on the task's own delays
+    assert [decide(t.evolve(attempts=n), answer(500), Q, NOW, rng).retry_at - NOW
+            for n in range(5)] == [1.0, 10.0, 60.0, 60.0, 60.0]
+    assert rng.calls == 0
+
+
+def test_retry_after_wins_over_retry_delays_and_max_attempts_still_ends_it():
+    t = running(retry_delays=(1.0,))
+    d = decide(t, answer(503, {"Retry-After": "7"}), Q, NOW, FixedRng())
+    assert d.retry_at == NOW + 7
+    d = decide(t.evolve(max_attempts=2, attempts=1), answer(500), Q, NOW, FixedRng())
+    assert d.action is Action.FAILED
+
+
+def test_a_retry_that_would_start_at_or_after_the_expiry_expires_the_task():
+    t = running(retry_delays=(10.0,), expires_at=NOW + 10)
+    d = decide(t, answer(500), Q, NOW, FixedRng())
+    assert d.action is Action.EXPIRED and d.task.state == State.EXPIRED
+    assert d.task.finished == NOW and d.task.attempts == 1 and d.retry_at is None
+    d = decide(t.evolve(expires_at=NOW + 10.5), answer(500), Q, NOW, FixedRng())
+    assert d.action is Action.RETRY and d.retry_at == NOW + 10
+    # a success is a success, however late
+    assert decide(t.evolve(expires_at=NOW - 1), answer(200), Q, NOW, FixedRng()).action \
+        is Action.SUCCEEDED

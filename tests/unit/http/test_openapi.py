@@ -263,7 +263,7 @@ def test_a_tasks_answer_fits_with_a_full_history() -> None:
 
 
 def test_answers_of_a_quiet_node_fit_with_their_zeros() -> None:
-    states = ("scheduled", "running", "succeeded", "failed", "cancelled")
+    states = ("scheduled", "running", "succeeded", "failed", "cancelled", "expired")
     queue = {"name": "default", "paused": False, "config": {"rate": None},
              "counts": {s: 0 for s in states},
              "totals": {"enqueued": 0, "delivered": 0, "failed": 0}}

@@ -541,6 +541,24 @@ def test_the_checker_catches_a_planted_bug(bug, monkeypatch):
             random_run(seed)
 
 
+def _expiry_told_as_failure(orig):
+    def outcome(self, t, now):
+        return [Send(e.to, m.Failed(e.msg.id, e.msg.attempts, e.msg.last, e.msg.attempt))
+                if isinstance(e, Send) and isinstance(e.msg, m.Failed) else e
+                for e in orig(self, t, now)]
+    return outcome
+
+
+@pytest.mark.timeout(120)
+def test_the_checker_catches_an_expiry_heard_as_a_failure(monkeypatch):
+    """Runs with expiring tasks: FAILED news without its expired flag ends the siblings'
+    copies as failed with attempts left, and the checker says so."""
+    monkeypatch.setattr(Siblings, "_outcome", _expiry_told_as_failure(Siblings._outcome))
+    with pytest.raises(SafetyViolation, match="an expiry heard as a failure"):
+        for seed in range(100):
+            random_run(seed, expiry_rate=0.3)
+
+
 # ---------------------------------------------------------------- restore and hand-off planning
 def _t(tid: str, **kw) -> Task:
     return task(**kw).evolve(id=tid)
@@ -953,12 +971,36 @@ def test_done_failed_and_cancel_end_the_copy_and_its_ask():
     for msg, effect in [(m.Done("t1", 2, {"status": 200}),
                          fx.Update("t1", state=State.SUCCEEDED, attempts=2, last={"status": 200})),
                         (m.Failed("t1", 3), fx.Update("t1", state=State.FAILED, attempts=3)),
+                        (m.Failed("t1", 0, expired=True),
+                         fx.Update("t1", state=State.EXPIRED, attempts=0)),
                         (m.Cancel("t1"), fx.CancelCopy("t1", False))]:
         s = machine()
         fire(s, task(), 110.0, 30.0)  # it asks (every copy does)
         assert recv(s, "b", msg, task(), 110.1) == [effect]
         assert tick(s, 110.0 + T.ask_timeout, True) == []  # no ask left to send again
         assert "t1" not in s.must_ask
+
+
+def test_a_copy_expires_unless_a_sibling_it_answered_go_may_be_delivering_it():
+    s = machine()
+    assert s.step(ev.Expiring(task()), 100.0).go  # nobody holds it
+    recv(s, "b", m.Ask("t1", 1), task(), 100.0)  # b is told go: our copy is held for it
+    ready = s.step(ev.Expiring(task()), 100.1)
+    assert not ready.go
+    (push,) = ready.effects
+    assert push.how is fx.Move.LATER and push.at > 100.1 + T.ask_lease / 2
+    assert s.step(ev.Expiring(task()), push.at + 0.01).go  # its hold over, it may end
+
+
+def test_an_expired_copy_tells_its_siblings_with_failed_news_that_says_so():
+    s = machine()
+    effects = outcome(s, task(state=State.EXPIRED, finished=120.0), 120.0)
+    assert sorted(e.to for e in effects) == ["b", "c"]
+    assert {e.msg for e in effects} == {m.Failed("t1", 0, None, None, True)}
+    assert m.Failed.from_payload(m.Failed("t1", expired=True).payload()).expired
+    assert "expired" not in m.Failed("t1").payload()  # a plain failure's bytes as before
+    assert m.Answer.from_payload({"id": "t1", "verdict": m.ENDED, "state": "expired"}).state \
+        == "expired"
 
 
 def test_replicas_news_moves_the_copy_or_leaves_it_alone():

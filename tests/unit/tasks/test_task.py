@@ -43,7 +43,8 @@ def test_new_ids_are_random_uuid4_strings() -> None:
 
 
 def test_ended_states() -> None:
-    assert [s for s in State if s.ended] == [State.SUCCEEDED, State.FAILED, State.CANCELLED]
+    assert [s for s in State if s.ended] == [State.SUCCEEDED, State.FAILED, State.CANCELLED,
+                                             State.EXPIRED]
 
 
 def test_the_documented_bounds() -> None:
@@ -155,6 +156,13 @@ BAD_ROWS: list[tuple[Any, str]] = [
     (dict(ROW, oidc_audience=""), "oidc_audience is not an audience"),
     (dict(ROW, oidc_audience="x" * 2084), "oidc_audience is not an audience"),
     (dict(ROW, oidc_audience=["x"]), "'oidc_audience' is of the wrong type"),
+    (dict(ROW, expires_at="soon"), "'expires_at' is of the wrong type"),
+    (dict(ROW, expires_at=math.inf), "expires_at is not finite"),
+    (dict(ROW, retry_delays=[1, -1]), "retry_delays is not a short list"),
+    (dict(ROW, retry_delays=[1] * 21), "retry_delays is not a short list"),
+    (dict(ROW, retry_delays=[True]), "retry_delays is not a short list"),
+    (dict(ROW, retry_delays=5), "'retry_delays' is of the wrong type"),
+    (dict(ROW, state="gone"), "malformed task"),
 ]
 
 
@@ -176,7 +184,8 @@ def test_a_malformed_row_is_a_decode_error_that_says_why(row: Any, why: str) -> 
     {"max_attempts": 1}, {"timeout": 86400}, {"timeout": 0.001}, {"params": {"a": 1}},
     {"headers": {"a": "b"}}, {"eta": 0}, {"created": 3},
     {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-    {"oidc_audience": "https://worker.example/hook"}, {"oidc_audience": "x" * 2083}])
+    {"oidc_audience": "https://worker.example/hook"}, {"oidc_audience": "x" * 2083},
+    {"expires_at": 5.5}, {"retry_delays": [1, 10.5, 60]}, {"state": "expired"}])
 def test_the_edges_of_a_good_row_decode(changes: dict) -> None:
     t = Task.decode(dict(ROW, **changes))
     for k, v in changes.items():

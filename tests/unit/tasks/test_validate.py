@@ -763,3 +763,29 @@ def test_an_oidc_audience_is_refused_by_a_node_that_signs_no_tokens():
     e = rejects(js, {"url": URL, "oidc_audience": "https://w/h"}, field="oidc_audience",
                 limits=v.Limits(oidc=False))
     assert "oidc_signing_key" in e.message
+
+
+def test_expiry_from_expires_at_or_ttl_and_refused_when_it_could_never_run():
+    assert js({"url": URL, "ttl": 60}).expires_at == NOW + 60
+    assert js({"url": URL, "ttl": 60, "expires_at": NOW + 5}).expires_at == NOW + 5  # wins
+    assert form([("task.url", URL), ("task.ttl", "30")]).expires_at == NOW + 30
+    assert js({"url": URL}).expires_at is None
+    assert "before the task is due" in rejects(js, {"url": URL, "countdown": 60, "ttl": 30},
+                                               field="ttl").message
+    rejects(js, {"url": URL, "eta": NOW + 60, "expires_at": NOW + 60}, field="expires_at")
+    assert "in the past" in rejects(js, {"url": URL, "expires_at": NOW - 1},
+                                    field="expires_at").message
+    for bad in (0, -1, "soon", True, 1e12):
+        rejects(js, {"url": URL, "ttl": bad}, field="ttl")
+
+
+def test_retry_delays_as_a_json_list_or_a_form_list_and_their_bounds():
+    assert js({"url": URL, "retry_delays": [1, 10, 60]}).retry_delays == (1.0, 10.0, 60.0)
+    assert form([("task.url", URL), ("task.retry_delays", "1, 10,60")]).retry_delays == \
+        (1.0, 10.0, 60.0)
+    assert js({"url": URL}).retry_delays == ()
+    for bad in ([], "", {"a": 1}, 5, list(range(21))):
+        rejects(js, {"url": URL, "retry_delays": bad}, field="retry_delays")
+    rejects(js, {"url": URL, "retry_delays": [1, -1]}, field="retry_delays[1]")
+    rejects(js, {"url": URL, "retry_delays": [1, "x"]}, field="retry_delays[1]")
+    rejects(js, {"url": URL, "retry_delays": [1e9]}, field="retry_delays[0]")
