@@ -26,35 +26,46 @@ class TLSFileError(ValueError):
         self.message = message
 
 
-def _no_passphrase() -> bytes:
-    raise TLSFileError("tls_key", "the key is encrypted; give it unencrypted (mode 0600)")
+def _readable(files: tuple[tuple[str, str], ...]) -> None:
+    """Each (option, path) given names a file we can open, else TLSFileError naming it."""
+    for option, path in files:
+        if path:
+            try:
+                open(path, "rb").close()
+            except OSError as e:
+                raise TLSFileError(option, f"cannot read {path}: {e.strerror}") from None
+
+
+def _load_pair(ctx: ssl.SSLContext, cert: str, key: str, cert_option: str,
+               key_option: str) -> None:
+    """``cert`` (a PEM chain, the leaf first) and its unencrypted ``key`` into ``ctx``;
+    a file that is not one, or a key that is not the certificate's, names its option."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        probe.load_verify_locations(cafile=cert)
+    except ssl.SSLError:
+        raise TLSFileError(cert_option, f"{cert} holds no PEM certificate") from None
+
+    def no_passphrase() -> bytes:  # asked only for an encrypted key: refused, not prompted
+        raise TLSFileError(key_option, "the key is encrypted; give it unencrypted (mode 0600)")
+    try:
+        ctx.load_cert_chain(cert, key, password=no_passphrase)
+    except ssl.SSLError as e:
+        if e.reason == "KEY_VALUES_MISMATCH":
+            raise TLSFileError(key_option, f"{key} is not the key of {cert}") from None
+        raise TLSFileError(key_option, f"{key} holds no usable PEM private key "
+                                       f"({e.reason or e})") from None
 
 
 def server_context(cert: str, key: str, client_ca: str = "",
                    factory: Callable[[int], ssl.SSLContext] = ssl.SSLContext) -> ssl.SSLContext:
     """A TLS 1.2+ server context serving ``cert`` (PEM, the chain after the leaf) with
     ``key``; with ``client_ca`` every client must show a certificate it signed."""
-    for option, path in (("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)):
-        if path:
-            try:
-                open(path, "rb").close()
-            except OSError as e:
-                raise TLSFileError(option, f"cannot read {path}: {e.strerror}") from None
-    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    try:
-        probe.load_verify_locations(cafile=cert)
-    except ssl.SSLError:
-        raise TLSFileError("tls_cert", f"{cert} holds no PEM certificate") from None
+    _readable((("tls_cert", cert), ("tls_key", key), ("tls_client_ca", client_ca)))
     ctx = factory(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_alpn_protocols(["http/1.1"])
-    try:
-        ctx.load_cert_chain(cert, key, password=_no_passphrase)
-    except ssl.SSLError as e:
-        if e.reason == "KEY_VALUES_MISMATCH":
-            raise TLSFileError("tls_key", f"{key} is not the key of {cert}") from None
-        raise TLSFileError("tls_key", f"{key} holds no usable PEM private key "
-                                      f"({e.reason or e})") from None
+    _load_pair(ctx, cert, key, "tls_cert", "tls_key")
     if client_ca:
         try:
             ctx.load_verify_locations(cafile=client_ca)
@@ -72,13 +83,7 @@ def client_context(cert: str = "", key: str = "", ca_bundle: str = "",
     ``cert`` and ``key`` the client certificate a target that asks for one is shown.
     Errors are ``TLSFileError`` naming ``tls_client_cert``, ``tls_client_key`` or
     ``tls_ca_bundle``."""
-    for option, path in (("tls_client_cert", cert), ("tls_client_key", key),
-                         ("tls_ca_bundle", ca_bundle)):
-        if path:
-            try:
-                open(path, "rb").close()
-            except OSError as e:
-                raise TLSFileError(option, f"cannot read {path}: {e.strerror}") from None
+    _readable((("tls_client_cert", cert), ("tls_client_key", key), ("tls_ca_bundle", ca_bundle)))
     ctx = factory(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -97,22 +102,7 @@ def _client_pair(ctx: ssl.SSLContext, cert: str, key: str) -> None:
     if not cert or not key:
         raise TLSFileError("tls_client_key" if cert else "tls_client_cert",
                            "tls_client_cert and tls_client_key go together")
-    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    try:
-        probe.load_verify_locations(cafile=cert)
-    except ssl.SSLError:
-        raise TLSFileError("tls_client_cert", f"{cert} holds no PEM certificate") from None
-    try:
-        ctx.load_cert_chain(cert, key, password=_no_client_passphrase)
-    except ssl.SSLError as e:
-        if e.reason == "KEY_VALUES_MISMATCH":
-            raise TLSFileError("tls_client_key", f"{key} is not the key of {cert}") from None
-        raise TLSFileError("tls_client_key", f"{key} holds no usable PEM private key "
-                                             f"({e.reason or e})") from None
-
-
-def _no_client_passphrase() -> bytes:
-    raise TLSFileError("tls_client_key", "the key is encrypted; give it unencrypted (mode 0600)")
+    _load_pair(ctx, cert, key, "tls_client_cert", "tls_client_key")
 
 
 __all__ = ["TLSFileError", "client_context", "server_context"]
