@@ -88,7 +88,7 @@ def test_the_cli_sends_its_token(guarded, sink):
     env = {"MIYAMOTO_SERVER": guarded.url}
     cp = run_cli("enqueue", f"{sink.url}/cli", "a=1", env=env)
     assert cp.returncode == 1 and "Bearer" in cp.stderr, cp.stdout + cp.stderr
-    cp = run_cli("enqueue", f"{sink.url}/cli", "a=1", "--token", ENQ, env=env)
+    cp = run_cli("enqueue", f"{sink.url}/cli", "a=1", f"--token={ENQ}", env=env)  # may start with -
     assert cp.returncode == 0, cp.stdout + cp.stderr
     cp = run_cli("status", env=dict(env, MIYAMOTO_API_TOKEN=READ))
     assert cp.returncode == 0, cp.stdout + cp.stderr
