@@ -195,8 +195,10 @@ class Client:
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
-        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60]); None values are
-        left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the
+        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60]; with a name:
+        on_duplicate="keep"|"replace", debounce, debounce_max, when the answer's ``status``
+        is ``kept``, ``replaced`` or ``debounced`` and its ``id`` the held task's); None
+        values are left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the
         server after its content is retried on a 503 like a named one: sent twice, it is
         stored once."""
         task = _task(url, params, fields)

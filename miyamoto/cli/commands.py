@@ -277,6 +277,13 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-delays", type=_delays, metavar="S,S,...",
                    help="seconds before each retry instead of the backoff, the last "
                         "repeating (1,10,60)")
+    p.add_argument("--on-duplicate", choices=("reject", "replace", "keep"),
+                   help="a repeat of a held --name: reject (the default), keep the held "
+                        "task, or replace its params, body and eta while it has not started")
+    p.add_argument("--debounce", type=float, metavar="S",
+                   help="with --name: each repeat pushes the held task's eta to now + S")
+    p.add_argument("--debounce-max", type=float, metavar="S",
+                   help="the eta never passes the first enqueue + S (default 10 x --debounce)")
 
 
 def _eta(text: str) -> float:
@@ -387,7 +394,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays")}
+        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
+        "debounce", "debounce_max")}
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)

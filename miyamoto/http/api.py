@@ -29,6 +29,7 @@ from miyamoto.http.definitions import DefsApi
 from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
+from miyamoto.tasks import repeat
 from miyamoto.tasks.checks import number, traceparent
 from miyamoto.tasks.task import ENDED, QUEUE_NAME_RE, State, Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
@@ -84,7 +85,7 @@ class ApiService(Protocol):
     @property
     def definitions(self) -> DefSync: ...  # schedules and topics (http.definitions)
 
-    def enqueue(self, task: Task) -> View: ...
+    def enqueue(self, task: Task, again: repeat.Repeat = repeat.REJECT) -> View: ...
     def enqueue_many(self, tasks: list[Task]) -> list[View]: ...
     def get_task(self, task_id: str) -> View | None: ...
     def find_task(self, queue: str, name: str) -> View | None: ...
@@ -264,9 +265,13 @@ class Api:
                             IDEMPOTENCY_KEY)
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
+        again = repeat.parse(fields, fields.get("name") is not None or key is not None
+                             or fields.get("dedupe") == "content", self.limits.max_delay)
+        for f in repeat.FIELDS:
+            fields.pop(f, None)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
                           now=self.clock(), offset=self.service.clock_offset())
-        return 200, self.service.enqueue(task)
+        return 200, self.service.enqueue(task, again)
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
         mediatype.check_batch(environ.get("CONTENT_TYPE") or "")

@@ -26,6 +26,7 @@ from miyamoto.wire.verbs import DecodeError
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 LAST_BODY_BYTES = 4096
 HISTORY_MAX = 20  # attempts kept with a task (newest last)
+REVISION_MAX = 80  # characters of a replace's revision stamp (tasks/repeat.py)
 HISTORY_ERROR_CHARS = 200  # an attempt's error text is cut to this
 
 
@@ -99,6 +100,7 @@ class Task:
     replica: int = 0  # this copy's index in replicas
     reruns: int = 0  # times it was run again after it ended (retry of a failed task)
     face: str | None = None  # one of FACES, or None: made through the native API
+    revision: str = ""  # the last replace applied to this copy (tasks/repeat.py): newer wins
 
     def evolve(self, **changes: Any) -> "Task":
         """A copy with ``changes``: dataclasses.replace without re-running __init__.
@@ -180,6 +182,8 @@ class Task:
             if kwargs.get("oidc_audience") is not None and not is_audience(kwargs["oidc_audience"]):
                 raise DecodeError("task oidc_audience is not an audience")
             options.check_decoded(kwargs)
+            if len(kwargs.get("revision", "")) > REVISION_MAX:
+                raise DecodeError("task revision is too long")
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -253,6 +257,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
     "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
+    "revision": (str,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

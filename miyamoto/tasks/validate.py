@@ -20,6 +20,7 @@ import ujson
 from miyamoto.tasks import dedupe
 from miyamoto.tasks import fields as dispatchfields
 from miyamoto.tasks import options
+from miyamoto.tasks import repeat
 from miyamoto.tasks.checks import ValidationError, audience, integer, number, traceparent
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
@@ -39,6 +40,7 @@ _JSON_FIELDS = frozenset({
     *options.FIELDS,  # expires_at, ttl, retry_delays
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
+_FORM_ONLY = frozenset(repeat.FIELDS)  # POST /queue takes them out before build_task
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
 MAX_FORM_FIELDS = 10000
@@ -376,7 +378,7 @@ def form_fields(body: bytes) -> dict[str, Any]:
             headers[key[len("task.header."):]] = value
         elif key.startswith("task."):
             name = key[len("task."):]
-            if name not in _JSON_FIELDS or name in ("params", "json", "headers", "body",
+            if name not in _FORM_ONLY and name not in _JSON_FIELDS or name in ("params", "json", "headers", "body",
                                                     "content_type"):
                 raise ValidationError(key, "unknown task option")
             fields[name] = value
