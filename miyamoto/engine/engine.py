@@ -817,7 +817,8 @@ class Engine:
                 rows = [r for r in rows if (r[0], r[1].id) > after]
             return browse.local_page(rows, None, flt, limit)
         rows, last, read = self.journal.browse(flt.state.value, flt.queue, after,
-                                               browse.SCAN_ROWS, flt.keeps_raw, limit)
+                                               browse.SCAN_ROWS, flt.keeps_raw, limit,
+                                               flt.label, flt.since, flt.until)
         # read to the end: fewer rows than asked for, and not cut at the limit
         done = read < browse.SCAN_ROWS and len(rows) < limit
         if flt.state == State.SCHEDULED:  # memory's copy is the newer (it may be running)

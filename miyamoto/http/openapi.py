@@ -19,6 +19,7 @@ from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
+from miyamoto.tasks.labels import MAX_LABELS, MAX_VALUE as MAX_LABEL_VALUE
 from miyamoto.tasks.options import RETRY_DELAY_MAX, RETRY_DELAYS_MAX
 from miyamoto.tasks.repeat import MODES as REPEAT_MODES
 from miyamoto.tasks.task import METHODS, State
@@ -104,6 +105,11 @@ _TASK_FIELDS: dict[str, Any] = {
                                          "maximum": RETRY_DELAY_MAX},
                                "description": "seconds before each retry instead of the "
                                "queue's backoff, the last repeating (a form: 1,10,60)"}),
+    "labels": _nullable({"type": "object", "maxProperties": MAX_LABELS,
+                         "propertyNames": {"pattern": "^[a-z0-9_.-]{1,64}$"},
+                         "additionalProperties": {"type": "string", "maxLength": MAX_LABEL_VALUE},
+                         "description": "a few key=value pairs to find the task by (GET "
+                         "/tasks?label=k=v; a form: task.labels=k=v,k2=v2)"}),
 }
 # what a repeat of a held name does (tasks/repeat.py): POST /queue only, with a name
 _REPEAT_FIELDS: dict[str, Any] = {
@@ -121,7 +127,7 @@ _REPEAT_FIELDS: dict[str, Any] = {
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
     "callback", "failure_callback", "dedupe", "topic", "traceparent", "oidc_audience",
-    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays", *_REPEAT_FIELDS)}
+    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays", "labels", *_REPEAT_FIELDS)}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -234,6 +240,13 @@ _PAGE_PARAMS: list[dict[str, Any]] = [
      "starts with this (an origin, or more)", "schema": {"type": "string", "maxLength": 2083}},
     {"name": "name_prefix", "in": "query", "description": "without name: tasks whose name "
      "starts with this", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "label", "in": "query", "description": "without name: tasks with this label, "
+     "key=value", "schema": {"type": "string", "pattern": "^[a-z0-9_.-]{1,64}=.{0,256}$"}},
+    {"name": "since", "in": "query", "description": "without name: tasks whose next "
+     "attempt (ended: end) is at or after this unix time", "schema": {
+         "type": "number", "minimum": 0, "exclusiveMaximum": 1e11}},
+    {"name": "until", "in": "query", "description": "without name: ... and before this "
+     "unix time", "schema": {"type": "number", "minimum": 0, "exclusiveMaximum": 1e11}},
     {"name": "cursor", "in": "query", "description": "without name: the next_cursor of the "
      "previous page", "schema": {"type": "string"}},
     {"name": "limit", "in": "query", "description": "without name: the most tasks a page "
@@ -307,6 +320,7 @@ _SCHEMAS: dict[str, Any] = {
                  **_DISPATCH_FIELDS,
                  "expires_at": {"type": ["number", "null"]},
                  "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
+                 "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
