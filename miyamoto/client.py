@@ -195,8 +195,11 @@ class Client:
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
-        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60]); None values are
-        left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the
+        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60], labels={"k": "v"};
+        with a name:
+        on_duplicate="keep"|"replace", debounce, debounce_max, when the answer's ``status``
+        is ``kept``, ``replaced`` or ``debounced`` and its ``id`` the held task's); None
+        values are left out. Raises DuplicateTask, InvalidTask, Unavailable ... A task named by the
         server after its content is retried on a 503 like a named one: sent twice, it is
         stored once."""
         task = _task(url, params, fields)
@@ -256,12 +259,18 @@ class Client:
 
     def browse(self, state: str = "scheduled", *, queue: str | None = None,
                target: str | None = None, name_prefix: str | None = None,
-               cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+               label: str | None = None, since: float | None = None,
+               until: float | None = None, cursor: str | None = None,
+               limit: int = 50) -> dict[str, Any]:
         """A page of tasks in ``state`` over the cluster, filtered by queue, target (a URL
-        prefix) and name prefix: ``tasks`` and ``next_cursor`` (None on the last page),
-        the next call's ``cursor``."""
+        prefix), name prefix, a ``label`` ("key=value") and a time range (``since`` /
+        ``until``: unix times of the page's order, a live task's next attempt, an ended
+        one's end): ``tasks`` and ``next_cursor`` (None on the last page), the next
+        call's ``cursor``."""
         params = {"state": state, "limit": str(limit), "queue": queue, "target": target,
-                  "name_prefix": name_prefix, "cursor": cursor}
+                  "name_prefix": name_prefix, "label": label, "cursor": cursor,
+                  "since": None if since is None else repr(float(since)),
+                  "until": None if until is None else repr(float(until))}
         return self._call("GET", "/tasks", params={k: v for k, v in params.items()
                                                    if v is not None})
 

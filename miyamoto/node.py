@@ -38,7 +38,7 @@ from miyamoto.engine.engine import Engine
 from miyamoto.engine.history import BUCKETS, quantiles
 from miyamoto.engine.queues import page
 from miyamoto.definitions import queues as queue_defs
-from miyamoto.errors import Conflict, Unavailable
+from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http.api import Api
 from miyamoto.http.auth import Tokens
 from miyamoto.http.fdlimit import connection_cap
@@ -46,6 +46,7 @@ from miyamoto.http.server import BACKLOG, HTTPServer
 from miyamoto.logs import AccessLog
 from miyamoto.metrics import Metrics
 from miyamoto.store.journal import Journal
+from miyamoto.tasks import repeat
 from miyamoto.tasks.task import State, Task
 from miyamoto.tasks.validate import Limits
 from miyamoto.tracing import traces, wanted
@@ -188,16 +189,39 @@ class Node:
         if self.draining:
             raise Unavailable("node is stopping")
 
-    def enqueue(self, task: Task) -> dict[str, Any]:
+    def enqueue(self, task: Task, again: repeat.Repeat = repeat.REJECT) -> dict[str, Any]:
+        """Store a new task; a repeat of a held name does what ``again`` says."""
         self._check_open()
         self.engine.queues.admit(task.queue, self.clock())  # 400 naming queue past the cap
-        if traces.on:
-            with traces.enqueue([task]) as traced:
-                stored = self.cluster.enqueue(traced[0])
-        else:
-            stored = self.cluster.enqueue(task)
+        try:
+            if traces.on:
+                with traces.enqueue([task]) as traced:
+                    stored = self.cluster.enqueue(traced[0])
+            else:
+                stored = self.cluster.enqueue(task)
+        except Duplicate as e:
+            if again is repeat.REJECT:
+                raise
+            return self._repeated(e, task, again)
         return {"status": "scheduled", "id": stored.id, "queue": stored.queue,
                 "eta": stored.eta, "name": stored.name, "replicas": list(stored.replicas)}
+
+    def _repeated(self, dup: Duplicate, task: Task, again: repeat.Repeat) -> dict[str, Any]:
+        """The held task kept, or its new version on every copy (``tasks/repeat.py``)."""
+        held = self.cluster.queries.get_task(dup.original_id)
+        if held is None:  # ended and gone meanwhile: the name is still held
+            raise dup
+        new = {"params": task.params, "body": task.body, "content_type": task.content_type,
+               "eta": task.eta}
+        decision = repeat.decide(again, held, new, self.clock())
+        status = "kept"
+        if not decision.keep:
+            held = self.cluster.queries.replace(
+                dup.original_id, decision.changes, decision.delay,
+                repeat.stamp(time.time_ns(), task.id)) or held
+            status = "replaced" if decision.changes else "debounced"
+        return {"status": status, "id": held["id"], "queue": held["queue"],
+                "eta": held["eta"], "name": held["name"], "replicas": held["replicas"]}
 
     def enqueue_many(self, tasks: list[Task]) -> list[dict[str, Any]]:
         self._check_open()

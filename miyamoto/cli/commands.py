@@ -161,6 +161,10 @@ def _browse_command(sub: Any, common: argparse.ArgumentParser) -> None:
     browse.add_argument("--queue", help="only this queue's tasks")
     browse.add_argument("--target", help="only tasks whose URL starts with this")
     browse.add_argument("--name-prefix", help="only tasks whose name starts with this")
+    browse.add_argument("--label", metavar="K=V", help="only tasks with this label")
+    browse.add_argument("--since", type=_eta, metavar="TIME",
+                        help="only tasks due (ended: that ended) at or after TIME")
+    browse.add_argument("--until", type=_eta, metavar="TIME", help="... and before TIME")
     browse.add_argument("--cursor", help="the next page: the cursor the last one printed")
     browse.add_argument("--limit", type=int, default=50, help="at most this many (1-500)")
     browse.add_argument("--json", action="store_true", help="the raw answer, not a table")
@@ -277,6 +281,15 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-delays", type=_delays, metavar="S,S,...",
                    help="seconds before each retry instead of the backoff, the last "
                         "repeating (1,10,60)")
+    p.add_argument("--label", action="append", metavar="K=V",
+                   help="a label to find the task by (repeat for more, at most 10)")
+    p.add_argument("--on-duplicate", choices=("reject", "replace", "keep"),
+                   help="a repeat of a held --name: reject (the default), keep the held "
+                        "task, or replace its params, body and eta while it has not started")
+    p.add_argument("--debounce", type=float, metavar="S",
+                   help="with --name: each repeat pushes the held task's eta to now + S")
+    p.add_argument("--debounce-max", type=float, metavar="S",
+                   help="the eta never passes the first enqueue + S (default 10 x --debounce)")
 
 
 def _eta(text: str) -> float:
@@ -387,7 +400,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays")}
+        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
+        "debounce", "debounce_max")}
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)
@@ -395,6 +409,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"--json is not JSON: {e}") from None
     if args.header:
         fields["headers"] = _headers(args.header)
+    if getattr(args, "label", None):
+        fields["labels"] = dict(kv.partition("=")[::2] for kv in args.label)
     return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -478,7 +494,8 @@ def _retry(client: Any, args: argparse.Namespace) -> int:
 def _browse(client: Any, args: argparse.Namespace) -> int:
     """A page of tasks; the next page's cursor on stderr (stdout stays the table)."""
     page = client.browse(args.state, queue=args.queue, target=args.target,
-                         name_prefix=args.name_prefix, cursor=args.cursor, limit=args.limit)
+                         name_prefix=args.name_prefix, label=args.label, since=args.since,
+                         until=args.until, cursor=args.cursor, limit=args.limit)
     if args.json:
         _print(page, args)
     else:

@@ -144,6 +144,30 @@ class Queries:
         results += list(self.ask(op, {"id": task_id}).values())
         return pick(results)
 
+    def replace(self, task_id: str, changes: dict[str, Any], delay: float | None,
+                revision: str) -> dict[str, Any] | None:
+        """A repeat's new version on every copy (``tasks/repeat.py``); Conflict if any
+        copy refused (it has started: the task runs as it was)."""
+        args = {"id": task_id, "changes": changes, "delay": delay, "revision": revision}
+        results: list[Any] = []
+        try:
+            found = self.replace_local(args)
+            if found is not None:
+                results.append(found)
+        except Conflict as e:
+            results.append({"conflict": str(e)})
+        results += list(self.ask("replace", args).values())
+        conflict = next((r for r in results if isinstance(r, dict) and "conflict" in r), None)
+        if conflict is not None:
+            raise Conflict(str(conflict["conflict"]))
+        return pick(results)
+
+    def replace_local(self, args: dict) -> dict | None:
+        t = self.engine.replace(checks.string(args, "id"), _replace_changes(args),
+                                _opt_delay(args), checks.string(args, "revision"),
+                                self.offset)
+        return t.summary() if t is not None else None
+
     def resend(self, task_id: str) -> dict[str, Any] | None:
         return self._everywhere("resend", self.resend_local, task_id)
 
@@ -404,6 +428,11 @@ class Queries:
                 return local(checks.string(args, "id"))
             except Conflict as e:
                 return {"conflict": str(e)}
+        if op == "replace":
+            try:
+                return self.replace_local(args)
+            except Conflict as e:
+                return {"conflict": str(e)}
         if op == "failed":
             action = checks.string(args, "action")
             if action not in ("retry", "delete"):
@@ -434,6 +463,33 @@ class Queries:
         if action not in ("pause", "resume", "purge"):
             raise DecodeError("unknown control action")
         return self.control_local(checks.string(args, "queue"), action)
+
+
+def _replace_changes(args: dict) -> dict[str, Any]:
+    """A replace's new params, body and content_type (a peer's: checked)."""
+    changes = args.get("changes")
+    if not isinstance(changes, dict) or not set(changes) <= {"params", "body", "content_type"}:
+        raise DecodeError("replace changes are not params, body and content_type")
+    params = changes.get("params", {})
+    if not isinstance(params, dict) or not all(
+            isinstance(k, str) and (isinstance(v, str) or (
+                isinstance(v, list) and all(isinstance(x, str) for x in v)))
+            for k, v in params.items()):
+        raise DecodeError("replace params are not text")
+    for k in ("body", "content_type"):
+        if changes.get(k) is not None and not isinstance(changes[k], str):
+            raise DecodeError(f"replace {k} is not text")
+    return {"params": params, "body": changes.get("body"),
+            "content_type": changes.get("content_type")} if changes else {}
+
+
+def _opt_delay(args: dict) -> float | None:
+    delay = args.get("delay")
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 1e8:
+        raise DecodeError("replace delay is not a number of seconds")
+    return float(delay)
 
 
 def resend_filter(args: dict) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Browsing tasks a page at a time: by state, with filters (queue, target, name prefix),
+"""Browsing tasks a page at a time: by state, with filters (queue, target, name prefix,
+label, a range of the page key's time),
 under a cursor, on one node and merged over the cluster.
 
 A page is ordered by a key (time, task id): a live task's fire time, next first; an
@@ -23,6 +24,7 @@ from typing import Any, Iterable
 
 import ujson
 
+from miyamoto.tasks import labels
 from miyamoto.tasks.task import QUEUE_NAME_RE, State, Task
 
 SCAN_ROWS = 2000  # rows one node reads for one page, whatever the filters leave
@@ -37,6 +39,9 @@ class Filter:
     queue: str | None = None
     target: str | None = None  # a prefix of the task's URL (an origin, a path)
     name_prefix: str | None = None
+    label: tuple[str, str] | None = None  # (key, value): the journal's labels index
+    since: float | None = None  # the page key's time (next fire, or end) at or after
+    until: float | None = None  # ... and before
 
     def keeps_raw(self, replica: int, data: str) -> bool:
         """Whether a journal row may match, from its replica and its record's JSON
@@ -51,7 +56,13 @@ class Filter:
     def keeps(self, t: Task) -> bool:
         return t.replica == 0 and t.state == self.state and \
             (self.target is None or t.url.startswith(self.target)) and \
-            (self.name_prefix is None or (t.name or "").startswith(self.name_prefix))
+            (self.name_prefix is None or (t.name or "").startswith(self.name_prefix)) and \
+            (self.queue is None or t.queue == self.queue) and \
+            (self.label is None or t.labels.get(self.label[0]) == self.label[1])
+
+    def in_range(self, at: float) -> bool:
+        return (self.since is None or at >= self.since) and \
+            (self.until is None or at < self.until)
 
     @property
     def descending(self) -> bool:
@@ -59,7 +70,9 @@ class Filter:
 
     def payload(self) -> dict[str, Any]:
         return {"state": self.state.value, "queue": self.queue, "target": self.target,
-                "name_prefix": self.name_prefix}
+                "name_prefix": self.name_prefix,
+                "label": list(self.label) if self.label is not None else None,
+                "since": self.since, "until": self.until}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +87,7 @@ def local_page(rows: list[tuple[float, Task]], last: Key | None, flt: Filter,
     (decoded or not), None if it read to the end."""
     items: list[tuple[Key, dict[str, Any]]] = []
     for at, t in rows:
-        if flt.keeps(t):
+        if flt.keeps(t) and flt.in_range(at):
             items.append(((at, t.id), t.summary()))
             if len(items) == limit:
                 return Page(items, (at, t.id))
@@ -150,7 +163,20 @@ def filter_of(d: Any) -> Filter | None:
     for v in (target, prefix):
         if v is not None and not (isinstance(v, str) and 0 < len(v) <= 2083):
             return None
-    return Filter(state, queue, target, prefix)
+    label = d.get("label")
+    if label is not None:
+        if not (isinstance(label, list) and len(label) == 2 and all(
+                isinstance(x, str) for x in label)):
+            return None
+        try:
+            label = labels.label_filter(f"{label[0]}={label[1]}")
+        except ValueError:
+            return None
+    times = [d.get("since"), d.get("until")]
+    if any(v is not None and (type(v) not in (int, float) or not abs(v) < 1e12)
+           for v in times):
+        return None
+    return Filter(state, queue, target, prefix, label, *times)
 
 
 @lru_cache(maxsize=64)

@@ -700,6 +700,31 @@ class Engine:
         self.live[task_id] = t
         return t
 
+    def replace(self, task_id: str, changes: dict[str, Any], delay: float | None,
+                revision: str, offset: float = 0.0) -> Task | None:
+        """A repeat of its name replaces this copy's ``changes`` (params, body,
+        content_type) and, with ``delay``, its eta (now + delay; the copy fires
+        ``offset`` x its replica later), unless the copy holds an equal or newer
+        ``revision`` already (``tasks/repeat.py``). None if unknown; Conflict once the
+        task has started (an attempt made or running) or ended."""
+        t = self.live.get(task_id)
+        if t is None:
+            ended = self.journal.get(task_id)
+            if ended is None:
+                return None
+            raise Conflict(f"task is already {ended.state.value}: it cannot be replaced")
+        if t.state != State.SCHEDULED or t.attempts:
+            raise Conflict("task has started: it cannot be replaced")
+        if revision <= t.revision:
+            return t  # a repeated or overtaken replace
+        if delay is not None:
+            eta = self.clock() + delay
+            changes = dict(changes, eta=eta, fire_at=eta + t.replica * offset)
+        t = t.evolve(revision=revision, **changes)
+        self.journal.put(t)
+        self.live[task_id] = t  # timed again, or journal only if pushed beyond the window
+        return t
+
     def purge(self, queue: str) -> int:
         """Cancel every scheduled copy of the queue on this node; returns how many
         of them were first copies (replica 0), i.e. distinct tasks cluster-wide."""
@@ -792,7 +817,8 @@ class Engine:
                 rows = [r for r in rows if (r[0], r[1].id) > after]
             return browse.local_page(rows, None, flt, limit)
         rows, last, read = self.journal.browse(flt.state.value, flt.queue, after,
-                                               browse.SCAN_ROWS, flt.keeps_raw, limit)
+                                               browse.SCAN_ROWS, flt.keeps_raw, limit,
+                                               flt.label, flt.since, flt.until)
         # read to the end: fewer rows than asked for, and not cut at the limit
         done = read < browse.SCAN_ROWS and len(rows) < limit
         if flt.state == State.SCHEDULED:  # memory's copy is the newer (it may be running)

@@ -29,6 +29,7 @@ from miyamoto.http.definitions import DefsApi
 from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
+from miyamoto.tasks import labels, repeat
 from miyamoto.tasks.checks import number, traceparent
 from miyamoto.tasks.task import ENDED, QUEUE_NAME_RE, State, Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
@@ -84,7 +85,7 @@ class ApiService(Protocol):
     @property
     def definitions(self) -> DefSync: ...  # schedules and topics (http.definitions)
 
-    def enqueue(self, task: Task) -> View: ...
+    def enqueue(self, task: Task, again: repeat.Repeat = repeat.REJECT) -> View: ...
     def enqueue_many(self, tasks: list[Task]) -> list[View]: ...
     def get_task(self, task_id: str) -> View | None: ...
     def find_task(self, queue: str, name: str) -> View | None: ...
@@ -264,9 +265,13 @@ class Api:
                             IDEMPOTENCY_KEY)
         if "topic" in fields:  # fan-out: one task per URL of the topic (miyamoto.definitions.topics)
             return self.defs.enqueue_topic(fields, queue, key)
+        again = repeat.parse(fields, fields.get("name") is not None or key is not None
+                             or fields.get("dedupe") == "content", self.limits.max_delay)
+        for f in repeat.FIELDS:
+            fields.pop(f, None)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
                           now=self.clock(), offset=self.service.clock_offset())
-        return 200, self.service.enqueue(task)
+        return 200, self.service.enqueue(task, again)
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
         mediatype.check_batch(environ.get("CONTENT_TYPE") or "")
@@ -304,7 +309,8 @@ class Api:
         return 200, found
 
     def browse_tasks(self, query: dict[str, list[str]]) -> tuple[int, Any]:
-        """GET /tasks?state=&queue=&target=&name_prefix=&cursor=&limit=: a page of tasks
+        """GET /tasks?state=&queue=&target=&name_prefix=&label=k=v&since=&until=&cursor=
+        &limit=: a page of tasks
         in one state, over the cluster (``engine.browse``)."""
         state = _state(query)
         queue = (query.get("queue") or [None])[0] or None
@@ -317,7 +323,8 @@ class Api:
         if cursor and after is None:
             raise HTTPError(400, "must be the next_cursor of a previous page", "cursor")
         limit = _limit(query, 50, browse.MAX_LIMIT)
-        flt = browse.Filter(state, queue, target, prefix)
+        flt = browse.Filter(state, queue, target, prefix, _label(query),
+                            *(_opt_number(query, k) for k in ("since", "until")))
         return 200, dict(self.service.browse(flt, after, limit), state=state.value)
 
     def delete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
@@ -567,6 +574,28 @@ def _text(query: dict[str, list[str]], key: str, most: int) -> str | None:
     if len(value) > most:
         raise HTTPError(400, f"must be at most {most} characters", key)
     return value or None
+
+
+def _label(query: dict[str, list[str]]) -> tuple[str, str] | None:
+    """GET /tasks?label=k=v: (key, value), or None; a 400 naming it if it is not one."""
+    given = (query.get("label") or [""])[0]
+    if not given:
+        return None
+    try:
+        return labels.label_filter(given)
+    except ValueError as e:
+        raise HTTPError(400, str(e), "label") from None
+
+
+def _opt_number(query: dict[str, list[str]], key: str) -> float | None:
+    """An optional unix time of a filter (since, until); a 400 naming it if it is not one."""
+    given = (query.get(key) or [""])[0]
+    if not given:
+        return None
+    at = number(key, given)
+    if not 0 <= at < 1e11:
+        raise HTTPError(400, "must be a unix time in seconds", key)
+    return at
 
 
 def _idempotency_key(environ: dict) -> str | None:

@@ -19,7 +19,9 @@ from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
+from miyamoto.tasks.labels import MAX_LABELS, MAX_VALUE as MAX_LABEL_VALUE
 from miyamoto.tasks.options import RETRY_DELAY_MAX, RETRY_DELAYS_MAX
+from miyamoto.tasks.repeat import MODES as REPEAT_MODES
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -103,11 +105,29 @@ _TASK_FIELDS: dict[str, Any] = {
                                          "maximum": RETRY_DELAY_MAX},
                                "description": "seconds before each retry instead of the "
                                "queue's backoff, the last repeating (a form: 1,10,60)"}),
+    "labels": _nullable({"type": "object", "maxProperties": MAX_LABELS,
+                         "propertyNames": {"pattern": "^[a-z0-9_.-]{1,64}$"},
+                         "additionalProperties": {"type": "string", "maxLength": MAX_LABEL_VALUE},
+                         "description": "a few key=value pairs to find the task by (GET "
+                         "/tasks?label=k=v; a form: task.labels=k=v,k2=v2)"}),
+}
+# what a repeat of a held name does (tasks/repeat.py): POST /queue only, with a name
+_REPEAT_FIELDS: dict[str, Any] = {
+    "on_duplicate": ({"enum": [*REPEAT_MODES, None], "description": "a repeat of a "
+                               "held name: reject (409, the default), keep (200 with the "
+                               "held task) or replace (its params, body and eta, on every "
+                               "copy, while it has not started)"}),
+    "debounce": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": _D.max_delay,
+                           "description": "seconds: each repeat moves the held task's eta "
+                           "to at least now + debounce"}),
+    "debounce_max": _nullable({"type": "number", "exclusiveMinimum": 0,
+                               "maximum": _D.max_delay, "description": "seconds from the "
+                               "first enqueue the eta never passes (10 debounces)"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
     "callback", "failure_callback", "dedupe", "topic", "traceparent", "oidc_audience",
-    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays")}
+    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays", "labels", *_REPEAT_FIELDS)}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -220,6 +240,13 @@ _PAGE_PARAMS: list[dict[str, Any]] = [
      "starts with this (an origin, or more)", "schema": {"type": "string", "maxLength": 2083}},
     {"name": "name_prefix", "in": "query", "description": "without name: tasks whose name "
      "starts with this", "schema": {"type": "string", "maxLength": 2083}},
+    {"name": "label", "in": "query", "description": "without name: tasks with this label, "
+     "key=value", "schema": {"type": "string", "pattern": "^[a-z0-9_.-]{1,64}=.{0,256}$"}},
+    {"name": "since", "in": "query", "description": "without name: tasks whose next "
+     "attempt (ended: end) is at or after this unix time", "schema": {
+         "type": "number", "minimum": 0, "exclusiveMaximum": 1e11}},
+    {"name": "until", "in": "query", "description": "without name: ... and before this "
+     "unix time", "schema": {"type": "number", "minimum": 0, "exclusiveMaximum": 1e11}},
     {"name": "cursor", "in": "query", "description": "without name: the next_cursor of the "
      "previous page", "schema": {"type": "string"}},
     {"name": "limit", "in": "query", "description": "without name: the most tasks a page "
@@ -232,7 +259,12 @@ _SCHEMAS: dict[str, Any] = {
                     "description": "a task as JSON (Content-Type: application/json)"},
     # One schema per media type, each an object or a union of objects: a code generator
     # maps a schema of bare ``required`` alternatives to Any (and then fails on it)
-    "EnqueueRequest": {"anyOf": [_ref("TaskRequest"), _ref("TopicTaskRequest")],
+    "EnqueueTaskRequest": {"type": "object", "required": ["url"],
+                           "properties": {**_TASK_FIELDS, **_REPEAT_FIELDS},
+                           "additionalProperties": False, "not": _BOTH_BODIES,
+                           "description": "a task as JSON; on_duplicate and debounce "
+                                          "need a name (or an Idempotency-Key)"},
+    "EnqueueRequest": {"anyOf": [_ref("EnqueueTaskRequest"), _ref("TopicTaskRequest")],
                        "description": "a task for one url, or one per URL of a topic"},
     "TaskForm": {"type": "object", "properties": _FORM_FIELDS,
                  "additionalProperties": {"type": "string"},
@@ -251,7 +283,9 @@ _SCHEMAS: dict[str, Any] = {
         "id": {"type": "string", "description": "the task first enqueued under this name"},
         "name": {"type": ["string", "null"]}}},
     "Enqueued": {"type": "object", "required": ["status", "id", "queue", "eta"], "properties": {
-        "status": {"const": "scheduled"}, "id": {"type": "string"},
+        "status": {"enum": ["scheduled", "kept", "replaced", "debounced"],
+                   "description": "kept, replaced, debounced: a repeat of a held name "
+                                  "(on_duplicate, debounce); id is the held task's"}, "id": {"type": "string"},
         "queue": {"type": "string"}, "eta": {"type": "number"},
         "name": {"type": ["string", "null"]},
         "replicas": {"type": "array", "items": {"type": "string"}}}},
@@ -286,6 +320,7 @@ _SCHEMAS: dict[str, Any] = {
                  **_DISPATCH_FIELDS,
                  "expires_at": {"type": ["number", "null"]},
                  "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
+                 "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {

@@ -66,6 +66,9 @@ CREATE TABLE IF NOT EXISTS meta (
 # the copies that were running; so a pending task pays for two.
 # ``counts`` is kept by triggers in the same transaction as the rows it counts, so it
 # cannot drift from them (REPLACE fires the delete trigger: recursive_triggers).
+# ``labels`` is a first copy's labels with its state and ``at``, kept the same way (a
+# row without labels pays one instr() per write), so a page of one label's tasks in one
+# state is a range of its primary key in the page's order, as the tasks indexes give.
 INDEXES = """
 DROP INDEX IF EXISTS tasks_queue_state;
 DROP INDEX IF EXISTS tasks_state_finished;
@@ -85,6 +88,24 @@ CREATE TABLE IF NOT EXISTS counts (
 CREATE TRIGGER IF NOT EXISTS tasks_counted AFTER INSERT ON tasks BEGIN
     INSERT INTO counts (queue, state, first, n) VALUES (NEW.queue, NEW.state, NEW.replica = 0, 1)
     ON CONFLICT (queue, state, first) DO UPDATE SET n = n + 1;
+END;
+CREATE TABLE IF NOT EXISTS labels (
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    state TEXT NOT NULL,
+    at REAL,
+    id TEXT NOT NULL,
+    PRIMARY KEY (key, value, state, at, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS labels_id ON labels (id);
+CREATE TRIGGER IF NOT EXISTS tasks_labelled AFTER INSERT ON tasks
+WHEN NEW.replica = 0 AND instr(NEW.data, '"labels":{') > 0 BEGIN
+    INSERT OR IGNORE INTO labels (key, value, state, at, id)
+    SELECT j.key, j.value, NEW.state, NEW.at, NEW.id FROM json_each(NEW.data, '$.labels') j;
+END;
+CREATE TRIGGER IF NOT EXISTS tasks_unlabelled AFTER DELETE ON tasks
+WHEN OLD.replica = 0 AND instr(OLD.data, '"labels":{') > 0 BEGIN
+    DELETE FROM labels WHERE id = OLD.id;
 END;
 CREATE TRIGGER IF NOT EXISTS tasks_uncounted AFTER DELETE ON tasks BEGIN
     UPDATE counts SET n = n - 1

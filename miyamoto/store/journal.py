@@ -472,33 +472,25 @@ class Journal:
         return [t for t in map(decode_row, rows) if t is not None]
 
     def browse(self, state: str, queue: str | None, after: tuple[float, str] | None,
-               scan: int, keep: Callable[[int, str], bool] | None = None, want: int = 0
+               scan: int, keep: Callable[[int, str], bool] | None = None, want: int = 0,
+               label: tuple[str, str] | None = None, since: float | None = None,
+               until: float | None = None
                ) -> tuple[list[tuple[float, Task]], tuple[float, str] | None, int]:
         """The copies of up to ``scan`` rows in ``state`` (of ``queue``, if given) that
         come after the key ``after`` (time, id) in a list's order: live ones next to
         fire first, ended ones last ended first; as ([(key time, copy)], the last key
         read, rows read). Each shape rides an index (``queue, state, at``; the live or
-        the ended partial one) from the cursor on, so a page costs ``scan`` rows however
-        many the journal holds; every other filter is the caller's, on these rows, for
-        the same reason. ``keep(replica, data)`` sees a row's raw record first: only the
-        rows it keeps are decoded (the decoding, on the hub, is what a page costs), and
-        with ``want`` no more than that many (the rows read then end at the last)."""
+        the ended partial one; with ``label``, the labels table's key, which holds the
+        first copies' labels by state and ``at``) from the cursor on, so a page costs
+        ``scan`` rows however many the journal holds; ``since``/``until`` bound ``at``
+        in the same index. Every other filter is the caller's, on these rows, for the
+        same reason (with ``label``, ``queue`` is too). ``keep(replica, data)`` sees a
+        row's raw record first: only the rows it keeps are decoded (the decoding, on the
+        hub, is what a page costs), and with ``want`` no more than that many (the rows
+        read then end at the last)."""
         self._flush_for_read()
-        live = state in _LIVE
-        op, order = (">", "ASC") if live else ("<", "DESC")
-        where = ["state = ?"]
-        args: list[Any] = [state]
-        if queue is not None:
-            where.insert(0, "queue = ?")
-            args.insert(0, queue)
-        else:  # the partial index's own condition, spelled out (see LIVE_SQL)
-            where.insert(0, f"state {'' if live else 'NOT '}IN {LIVE_SQL}")
-        if after is not None:
-            # the bound alone first: it is what lets the index start at the cursor
-            where.append(f"at {op}= ? AND (at {op} ? OR id {op} ?)")
-            args += [after[0], after[0], after[1]]
-        rows = self._query(f"SELECT {ROW}, replica FROM tasks WHERE {' AND '.join(where)} "
-                           f"ORDER BY at {order}, id {order} LIMIT ?", (*args, scan))
+        sql, args = _browse_sql(state, queue, after, label, since, until)
+        rows = self._query(sql, (*args, scan))
         out = []
         for n, r in enumerate(rows, 1):
             if keep is None or keep(r[6], r[5]):
@@ -533,6 +525,42 @@ class Journal:
             return None
         rows = self._query("SELECT queue, state, id FROM tasks LIMIT ?", (limit + 1,))
         return None if len(rows) > limit else [(q, s, i) for q, s, i in rows]
+
+
+def _browse_sql(state: str, queue: str | None, after: tuple[float, str] | None,
+                label: tuple[str, str] | None, since: float | None,
+                until: float | None) -> tuple[str, list[Any]]:
+    """``Journal.browse``'s query (less its LIMIT's value) and arguments."""
+    live = state in _LIVE
+    op, order = (">", "ASC") if live else ("<", "DESC")
+    col = "l.at" if label is not None else "at"
+    where = [f"{'l.' if label is not None else ''}state = ?"]
+    args: list[Any] = [state]
+    if label is not None:
+        where[:0] = ["l.key = ?", "l.value = ?"]
+        args[:0] = list(label)
+    elif queue is not None:
+        where.insert(0, "queue = ?")
+        args.insert(0, queue)
+    else:  # the partial index's own condition, spelled out (see LIVE_SQL)
+        where.insert(0, f"state {'' if live else 'NOT '}IN {LIVE_SQL}")
+    if since is not None:
+        where.append(f"{col} >= ?")
+        args.append(since)
+    if until is not None:
+        where.append(f"{col} < ?")
+        args.append(until)
+    if after is not None:
+        # the bound alone first: it is what lets the index start at the cursor
+        idc = "l.id" if label is not None else "id"
+        where.append(f"{col} {op}= ? AND ({col} {op} ? OR {idc} {op} ?)")
+        args += [after[0], after[0], after[1]]
+    if label is None:
+        return (f"SELECT {ROW}, replica FROM tasks WHERE {' AND '.join(where)} "
+                f"ORDER BY at {order}, id {order} LIMIT ?"), args
+    cols = ", ".join(f"t.{c.strip()}" for c in ROW.split(","))
+    return (f"SELECT {cols}, t.replica FROM labels l JOIN tasks t ON t.id = l.id "
+            f"WHERE {' AND '.join(where)} ORDER BY l.at {order}, l.id {order} LIMIT ?"), args
 
 
 def _rows(tasks: dict[str, Task | None], names: dict, queues: dict[str, bool]) -> tuple:

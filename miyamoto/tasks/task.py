@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miyamoto.tasks import fields as dispatchfields
-from miyamoto.tasks import options
+from miyamoto.tasks import labels, options
 from miyamoto.tasks.checks import is_audience, is_traceparent
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
@@ -26,6 +26,7 @@ from miyamoto.wire.verbs import DecodeError
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 LAST_BODY_BYTES = 4096
 HISTORY_MAX = 20  # attempts kept with a task (newest last)
+REVISION_MAX = 80  # characters of a replace's revision stamp (tasks/repeat.py)
 HISTORY_ERROR_CHARS = 200  # an attempt's error text is cut to this
 
 
@@ -86,6 +87,7 @@ class Task:
     oidc_audience: str | None = None  # an OIDC token for this audience on each attempt
     expires_at: float | None = None  # no attempt starts after this (unix time): it expires
     retry_delays: tuple[float, ...] = ()  # seconds before retry n (the last repeats), not backoff
+    labels: dict[str, str] = field(default_factory=dict)  # a few k=v to find it by (labels.py)
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -99,6 +101,7 @@ class Task:
     replica: int = 0  # this copy's index in replicas
     reruns: int = 0  # times it was run again after it ended (retry of a failed task)
     face: str | None = None  # one of FACES, or None: made through the native API
+    revision: str = ""  # the last replace applied to this copy (tasks/repeat.py): newer wins
 
     def evolve(self, **changes: Any) -> "Task":
         """A copy with ``changes``: dataclasses.replace without re-running __init__.
@@ -125,7 +128,7 @@ class Task:
             "callback": self.callback, "failure_callback": self.failure_callback,
             "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
             "flow_parallelism": self.flow_parallelism, "expires_at": self.expires_at,
-            "retry_delays": list(self.retry_delays) or None,
+            "retry_delays": list(self.retry_delays) or None, "labels": self.labels,
         }
 
     @classmethod
@@ -180,6 +183,9 @@ class Task:
             if kwargs.get("oidc_audience") is not None and not is_audience(kwargs["oidc_audience"]):
                 raise DecodeError("task oidc_audience is not an audience")
             options.check_decoded(kwargs)
+            labels.check_decoded(kwargs)
+            if len(kwargs.get("revision", "")) > REVISION_MAX:
+                raise DecodeError("task revision is too long")
             return cls(**kwargs)
         except DecodeError:
             raise
@@ -253,6 +259,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
     "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
+    "revision": (str,), "labels": (dict,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -19,7 +19,8 @@ import ujson
 
 from miyamoto.tasks import dedupe
 from miyamoto.tasks import fields as dispatchfields
-from miyamoto.tasks import options
+from miyamoto.tasks import labels, options
+from miyamoto.tasks import repeat
 from miyamoto.tasks.checks import ValidationError, audience, integer, number, traceparent
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
@@ -37,8 +38,10 @@ _JSON_FIELDS = frozenset({
     "dedupe", "traceparent", "oidc_audience",
     *dispatchfields.FIELDS,  # priority, flow_key, flow_rate, flow_parallelism
     *options.FIELDS,  # expires_at, ttl, retry_delays
+    "labels",
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
+_FORM_ONLY = frozenset(repeat.FIELDS)  # POST /queue takes them out before build_task
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
 MAX_FORM_FIELDS = 10000
@@ -222,7 +225,7 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
         content_type=content_type, headers=headers, name=name, eta=eta,
         max_attempts=max_attempts, timeout=timeout, callback=callback,
         failure_callback=failure_callback, created=now, fire_at=eta, **priority_and_flow,
-        **lifetime,
+        **lifetime, labels=labels.parse(fields),
         traceparent=None if trace is None else traceparent("traceparent", trace),
         oidc_audience=None if aud is None else _audience(aud, limits),
     ), dedupe_mode)
@@ -376,7 +379,7 @@ def form_fields(body: bytes) -> dict[str, Any]:
             headers[key[len("task.header."):]] = value
         elif key.startswith("task."):
             name = key[len("task."):]
-            if name not in _JSON_FIELDS or name in ("params", "json", "headers", "body",
+            if name not in _FORM_ONLY and name not in _JSON_FIELDS or name in ("params", "json", "headers", "body",
                                                     "content_type"):
                 raise ValidationError(key, "unknown task option")
             fields[name] = value

@@ -232,7 +232,7 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     for i in range(6):
         node.enqueue("mail", url=sink.url_for("/ok"), params={"n": str(i)})
     secret = node.enqueue("mail", url=sink.url_for("/later"), countdown=600, name="invoice-42",
-                          params={"customer": "c-7"},
+                          params={"customer": "c-7"}, labels={"team": "billing"},
                           headers={"Authorization": "Bearer tgt-secret", "X-Signature": "sig-9",
                                    "X-Trace": "trace-1"})["id"]
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens: its breaker opens
@@ -268,7 +268,16 @@ def test_console_an_operator_keeps_open(node_factory: Callable[..., NodeProcess]
     headers = text(page, "#task-detail .field-headers")
     assert "trace-1" in headers and headers.count("[redacted]") == 2, headers
     assert "tgt-secret" not in page.content() and "sig-9" not in page.content()
+    wait_text(page, "#task-detail .field-labels", "billing")
     page.fill("#browse-name", "")
+    page.fill("#browse-label", "team=nobody")  # the label box filters: none has it
+    page.click('#browse-form button[type="submit"]')
+    wait_count(page, "#browse-table tbody tr", 0)
+    page.fill("#browse-label", "team=billing")
+    page.click('#browse-form button[type="submit"]')
+    wait_text(page, f'#browse-table tr[data-task="{secret}"]', "invoice-42")
+    wait_count(page, "#browse-table tbody tr", 1)
+    page.fill("#browse-label", "")
     page.fill("#browse-target", down)
     page.click('#browse-form button[type="submit"]')
     wait_text(page, f'#browse-table tr[data-task="{stuck[0]}"]', "hooks")

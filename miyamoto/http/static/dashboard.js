@@ -558,6 +558,7 @@ function renderDetail(t) {
     ["id", t.id], ["name", t.name ?? "-"], ["queue", t.queue],
     ["state", el("span", {}, el("span", {class: `task-state state-${t.state}`}, t.state), waiting(t))],
     ["url", `${t.method} ${t.url}`],
+    ["labels", pairs(t.labels)],
     ["params", pairs(t.params)], ["headers", pairs(t.headers)], ["body", bodyView(t)],
     ["attempts", `${t.attempts}${t.max_attempts ? ` of ${t.max_attempts}` : ""}`],
     ["created", when(t.created)], ["next attempt", when(t.next_attempt)],
@@ -588,7 +589,7 @@ function renderDetail(t) {
 
 function browseFilter() {
   const f = {state: $("browse-state").value};
-  for (const [k, id] of [["queue", "browse-queue"], ["target", "browse-target"], ["name_prefix", "browse-name"]]) {
+  for (const [k, id] of [["queue", "browse-queue"], ["target", "browse-target"], ["name_prefix", "browse-name"], ["label", "browse-label"]]) {
     const v = $(id).value.trim();
     if (v) f[k] = v;
   }

@@ -35,9 +35,10 @@ def test_browse_prints_a_page_and_where_the_next_begins(capsys) -> None:
                        "url": "http://w/x", "finished": 1.7e9}], "next_cursor": "1.7e9~t-1"}
     client = Client(page)
     args = parsed("browse", "--state", "failed", "--queue", "mail", "--name-prefix", "inv-",
-                  "--limit", "10")
+                  "--limit", "10", "--label", "team=a", "--since", "1700000000")
     assert commands._browse(client, args) == 0
     assert client.asked == [("failed", {"queue": "mail", "target": None, "name_prefix": "inv-",
+                                        "label": "team=a", "since": 1.7e9, "until": None,
                                         "cursor": None, "limit": 10})]
     out = capsys.readouterr()
     assert "t-1" in out.out and "inv-1" in out.out

@@ -112,6 +112,10 @@ def test_a_peer_s_page_and_filter_are_checked() -> None:
     assert got == Page([((1.0, "t001"), {"id": "t001"})], None)
     flt = Filter(State.FAILED, "q", "http://w", "mail")
     assert browse.filter_of(flt.payload()) == flt
+    flt = Filter(State.FAILED, "q", None, None, ("team", "a"), 10.0, 20.0)
+    assert browse.filter_of(flt.payload()) == flt
     for bad in (None, {"state": "lost"}, {"state": "failed", "queue": "a/b"},
-                {"state": "failed", "target": 7}, {"state": "failed", "name_prefix": ""}):
+                {"state": "failed", "target": 7}, {"state": "failed", "name_prefix": ""},
+                {"state": "failed", "label": ["Team", "a"]}, {"state": "failed", "label": "a"},
+                {"state": "failed", "since": "1"}, {"state": "failed", "until": 1e13}):
         assert browse.filter_of(bad) is None, bad

@@ -34,7 +34,7 @@ class Service:
         self.enqueued: list[Any] = []
         self.listed: list[tuple[str, str, int]] = []
 
-    def enqueue(self, task: Any) -> dict[str, Any]:
+    def enqueue(self, task: Any, again: Any = None) -> dict[str, Any]:
         self.enqueued.append(task)
         return {"status": "scheduled", "id": task.id, "queue": task.queue, "eta": task.eta,
                 "name": task.name, "replicas": ["n1"]}

@@ -56,7 +56,7 @@ class Service:
         if self.raise_ is not None:
             raise self.raise_
 
-    def enqueue(self, task: Task) -> dict:
+    def enqueue(self, task: Task, again: object = None) -> dict:
         self._record("enqueue", task)
         return {"status": "scheduled", "id": task.id}
 

@@ -49,7 +49,7 @@ class Service:
         if self.raise_ is not None:
             raise self.raise_
 
-    def enqueue(self, task: Task) -> dict:
+    def enqueue(self, task: Task, again: object = None) -> dict:
         self._call("enqueue", task)
         return {"status": "scheduled", "id": task.id}
 

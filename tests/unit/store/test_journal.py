@@ -548,3 +548,37 @@ def test_journal_browse_reads_from_the_cursor_through_an_index(journal_factory, 
             for plan in plans:
                 assert "USING INDEX" in plan and re.search(r"\bat[<>]\?", plan), plan
                 assert "SCAN tasks" not in plan, plan
+
+
+def test_journal_browse_by_label_and_time_range(journal_factory, monkeypatch):
+    """A label's first copies, in a list's order, from the labels table's key: kept by
+    the triggers as a task changes state and is deleted; since/until bound ``at``."""
+    j = journal_factory()
+    j.put_many([jtask(i, labels={"team": "a" if i % 2 else "b", "env": "prod"})
+                for i in range(8)] + [jtask(8), jtask(9, replica=1, replicas=("x", "y"),
+                                                     labels={"team": "a"})], wait=True)
+    rows, last, read = j.browse("scheduled", None, None, 10, label=("team", "a"))
+    assert [t.id for _, t in rows] == ["t00001", "t00003", "t00005", "t00007"]  # no replica 1
+    after = (103.0, "t00003")
+    assert [t.id for _, t in j.browse("scheduled", None, after, 10, label=("team", "a"))[0]] \
+        == ["t00005", "t00007"]
+    assert [t.id for _, t in j.browse("scheduled", None, None, 10, label=("team", "a"),
+                                      since=102.0, until=106.0)[0]] == ["t00003", "t00005"]
+    assert [t.id for _, t in j.browse("scheduled", "q", None, 10, since=107.5)[0]] == \
+        ["t00008", "t00009"]
+    # an ended task moves to its state's range; a deleted one leaves the table
+    j.put(jtask(1, labels={"team": "a"}, state=State.FAILED, finished=300.0))
+    j.delete("t00003")
+    j.flush()
+    assert [t.id for _, t in j.browse("scheduled", None, None, 10, label=("team", "a"))[0]] \
+        == ["t00005", "t00007"]
+    assert [t.id for _, t in j.browse("failed", None, None, 10, label=("team", "a"))[0]] == \
+        ["t00001"]
+    assert j._query("SELECT COUNT(*) FROM labels WHERE id = 't00003'") == [(0,)]
+    for state in ("scheduled", "failed"):
+        plans = _plans(j, lambda: j.browse(state, None, (101.0, "t00001"), 10,
+                                           label=("env", "prod"), since=50.0), monkeypatch)
+        assert plans
+        for plan in plans:
+            assert "SEARCH l USING PRIMARY KEY" in plan and "SCAN" not in plan, plan
+            assert "TEMP B-TREE" not in plan, plan  # in the page's order already
