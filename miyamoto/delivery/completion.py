@@ -1,0 +1,113 @@
+"""The completion URL of a long task: its signed token and the worker's report.
+
+A worker that answers ``202`` to an attempt of a task with a ``lease`` takes it
+asynchronously; the attempt's request carried ``X-Task-Complete-Url``, whose token is an
+HMAC-SHA256 over (task id, run, attempt, expiry) under the cluster's completion key. Any
+node that holds the key checks a token without a lookup, so the worker may reach any
+node; a token names one attempt, so an old attempt's token cannot end a later one.
+Pure: no clock read, no I/O; the key is handed in and never logged or put in an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ujson
+
+LEASE_DEFAULT = 300.0  # s: a long task's lease when it asks for `async` without one
+LEASE_MAX = 7 * 86400.0  # s: the longest lease (and heartbeat extension) a task may hold
+TOKEN_SLACK = 86400.0  # s: a token outlives the lease by this, so a late report gets 409
+RESULT_MAX_BYTES = 4096  # a report's result, encoded (kept with the task like a body)
+STATES = ("succeeded", "failed")
+_DERIVE = b"miyamoto completion key v1"
+
+
+class TokenError(ValueError):
+    """A token that is malformed, forged, for another task or out of date (a 403)."""
+
+
+class ReportError(ValueError):
+    """A completion body that is not a report (a 400 naming the field)."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a valid token allows: reporting on attempt ``attempt`` of run ``run``."""
+
+    task_id: str
+    run: int
+    attempt: int
+    expiry: float
+
+
+@dataclass(frozen=True)
+class Report:
+    state: str  # one of STATES
+    result: Any = None
+
+
+def derive_key(secret: bytes) -> bytes:
+    """The completion key from a secret every node shares (never the secret itself, so
+    a token's MAC tells nothing of the key that signs webhooks)."""
+    return hmac.digest(secret, _DERIVE, "sha256")
+
+
+def _mac(key: bytes, task_id: str, run: int, attempt: int, expiry: int) -> str:
+    msg = f"{task_id}\n{run}\n{attempt}\n{expiry}".encode()
+    return base64.urlsafe_b64encode(hmac.digest(key, msg, "sha256")).rstrip(b"=").decode()
+
+
+def mint(key: bytes, task_id: str, run: int, attempt: int, expiry: float) -> str:
+    """The token for one attempt: ``run.attempt.expiry.mac`` (URL-safe)."""
+    exp = int(math.ceil(expiry))
+    return f"{run}.{attempt}.{exp}.{_mac(key, task_id, run, attempt, exp)}"
+
+
+def verify(key: bytes, task_id: str, token: str, now: float) -> Grant:
+    """The grant ``token`` carries for ``task_id``; TokenError when it is malformed,
+    signed for another task or attempt, or expired."""
+    parts = str(token).split(".")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 12 for p in parts[:3]):
+        raise TokenError("the completion token is malformed")
+    run, attempt, exp = (int(p) for p in parts[:3])
+    if not hmac.compare_digest(parts[3], _mac(key, task_id, run, attempt, exp)):
+        raise TokenError("the completion token is not valid for this task")
+    if exp <= now:
+        raise TokenError("the completion token has expired")
+    return Grant(task_id, run, attempt, float(exp))
+
+
+def url(base: str, task_id: str, token: str) -> str:
+    """The completion URL a delivery carries (``base``: the node's public HTTP URL)."""
+    return f"{base.rstrip('/')}/tasks/{task_id}/complete?token={token}"
+
+
+def parse_report(body: Any) -> Report:
+    """A decoded JSON body as a report: ``state`` succeeded or failed, an optional
+    ``result`` at most RESULT_MAX_BYTES encoded."""
+    if not isinstance(body, dict):
+        raise ReportError("the body must be a JSON object with a state")
+    unknown = set(body) - {"state", "result"}
+    if unknown:
+        raise ReportError(f"unknown field {sorted(unknown)[0]!r}: a report has state and result")
+    state = body.get("state")
+    if state not in STATES:
+        raise ReportError("state must be \"succeeded\" or \"failed\"")
+    result = body.get("result")
+    if result is not None and len(ujson.dumps(result)) > RESULT_MAX_BYTES:
+        raise ReportError(f"result is longer than {RESULT_MAX_BYTES} bytes")
+    return Report(state, result)
+
+
+def check_lease(v: Any, field: str = "lease") -> float:
+    """A lease in seconds: finite, above 0, at most LEASE_MAX; ValueError naming ``field``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{field} must be a number of seconds")
+    if not 0 < v <= LEASE_MAX:
+        raise ValueError(f"{field} must be above 0 and at most {int(LEASE_MAX)} seconds (7 days)")
+    return float(v)
+
