@@ -18,8 +18,6 @@ from typing import Any
 
 import ujson
 
-LEASE_DEFAULT = 300.0  # s: a long task's lease when it asks for `async` without one
-LEASE_MAX = 7 * 86400.0  # s: the longest lease (and heartbeat extension) a task may hold
 TOKEN_SLACK = 86400.0  # s: a token outlives the lease by this, so a late report gets 409
 RESULT_MAX_BYTES = 4096  # a report's result, encoded (kept with the task like a body)
 STATES = ("succeeded", "failed")
@@ -101,13 +99,4 @@ def parse_report(body: Any) -> Report:
     if result is not None and len(ujson.dumps(result)) > RESULT_MAX_BYTES:
         raise ReportError(f"result is longer than {RESULT_MAX_BYTES} bytes")
     return Report(state, result)
-
-
-def check_lease(v: Any, field: str = "lease") -> float:
-    """A lease in seconds: finite, above 0, at most LEASE_MAX; ValueError naming ``field``."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{field} must be a number of seconds")
-    if not 0 < v <= LEASE_MAX:
-        raise ValueError(f"{field} must be above 0 and at most {int(LEASE_MAX)} seconds (7 days)")
-    return float(v)
 

@@ -19,7 +19,7 @@ from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
-from miyamoto.tasks.options import RETRY_DELAY_MAX, RETRY_DELAYS_MAX
+from miyamoto.tasks.options import LEASE_MAX, RETRY_DELAY_MAX, RETRY_DELAYS_MAX
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
 from miyamoto.version import __version__
@@ -103,11 +103,18 @@ _TASK_FIELDS: dict[str, Any] = {
                                          "maximum": RETRY_DELAY_MAX},
                                "description": "seconds before each retry instead of the "
                                "queue's backoff, the last repeating (a form: 1,10,60)"}),
+    "async": _nullable({"type": "boolean", "description": "a long task: a 202 from the "
+                        "worker keeps it running until the worker POSTs its "
+                        "X-Task-Complete-Url or the lease runs out (lease 300 s unless "
+                        "given); without it a 202 is a success"}),
+    "lease": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": LEASE_MAX,
+                        "description": "seconds a long task's 202 holds it running "
+                        "(implies async; a heartbeat extends it)"}),
 }
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
     "callback", "failure_callback", "dedupe", "topic", "traceparent", "oidc_audience",
-    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays")}
+    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays", "async", "lease")}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -286,6 +293,7 @@ _SCHEMAS: dict[str, Any] = {
                  **_DISPATCH_FIELDS,
                  "expires_at": {"type": ["number", "null"]},
                  "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
+                 "lease": {"type": ["number", "null"]},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {

@@ -86,6 +86,7 @@ class Task:
     oidc_audience: str | None = None  # an OIDC token for this audience on each attempt
     expires_at: float | None = None  # no attempt starts after this (unix time): it expires
     retry_delays: tuple[float, ...] = ()  # seconds before retry n (the last repeats), not backoff
+    lease: float | None = None  # a long task: a 202 holds it running this long (options.py)
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -125,7 +126,7 @@ class Task:
             "callback": self.callback, "failure_callback": self.failure_callback,
             "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
             "flow_parallelism": self.flow_parallelism, "expires_at": self.expires_at,
-            "retry_delays": list(self.retry_delays) or None,
+            "retry_delays": list(self.retry_delays) or None, "lease": self.lease,
         }
 
     @classmethod
@@ -253,6 +254,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
     "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
+    "lease": (int, float),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -60,9 +60,3 @@ def test_a_report_is_a_state_and_a_bounded_result():
         with pytest.raises(c.ReportError, match=word):
             c.parse_report(body)
 
-
-def test_a_lease_is_bounded():
-    assert c.check_lease(600) == 600.0
-    for bad in (0, -1, True, "5", float("inf"), c.LEASE_MAX + 1):
-        with pytest.raises(ValueError, match="lease"):
-            c.check_lease(bad)
