@@ -13,12 +13,15 @@ from __future__ import annotations
 import base64
 import hmac
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import ujson
 
-TOKEN_SLACK = 86400.0  # s: a token outlives the lease by this, so a late report gets 409
+TOKEN_LIFETIME = 8 * 86400.0  # s: a token outlives a lease's longest span (7 days) by a
+#                             day, so a late report is told 409 (over), not 403
+LEASE_FALLBACK = 300.0  # s: a heartbeat's extension when neither it nor the task names one
 RESULT_MAX_BYTES = 4096  # a report's result, encoded (kept with the task like a body)
 STATES = ("succeeded", "failed")
 _DERIVE = b"miyamoto completion key v1"
@@ -54,6 +57,16 @@ def derive_key(secret: bytes) -> bytes:
     return hmac.digest(secret, _DERIVE, "sha256")
 
 
+def key_of(completion_secret: str, signing_secrets: tuple[str, ...]) -> bytes:
+    """The node's completion key: from ``completion_secret``, else from the first webhook
+    signing secret (both the same on every node), else random (this process only)."""
+    if completion_secret:
+        return derive_key(completion_secret.encode())
+    if signing_secrets:
+        return derive_key(signing_secrets[0].encode())
+    return os.urandom(32)
+
+
 def _mac(key: bytes, task_id: str, run: int, attempt: int, expiry: int) -> str:
     msg = f"{task_id}\n{run}\n{attempt}\n{expiry}".encode()
     return base64.urlsafe_b64encode(hmac.digest(key, msg, "sha256")).rstrip(b"=").decode()
@@ -79,9 +92,10 @@ def verify(key: bytes, task_id: str, token: str, now: float) -> Grant:
     return Grant(task_id, run, attempt, float(exp))
 
 
-def url(base: str, task_id: str, token: str) -> str:
-    """The completion URL a delivery carries (``base``: the node's public HTTP URL)."""
-    return f"{base.rstrip('/')}/tasks/{task_id}/complete?token={token}"
+def url(base: str, task_id: str, token: str, action: str = "complete") -> str:
+    """The completion (or heartbeat) URL a delivery carries (``base``: the node's public
+    HTTP URL)."""
+    return f"{base.rstrip('/')}/tasks/{task_id}/{action}?token={token}"
 
 
 def parse_report(body: Any) -> Report:

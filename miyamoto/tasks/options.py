@@ -125,6 +125,8 @@ def check_decoded(kwargs: dict[str, Any]) -> None:
         kwargs["retry_delays"] = tuple(float(d) for d in delays)
     if kwargs.get("lease") is not None and not check_lease(kwargs["lease"]):
         raise DecodeError("task lease is out of range")
+    if kwargs.get("accepted", 0) < 0:
+        raise DecodeError("task accepted is below 0")
 
 
 def next_delay(delays: tuple[float, ...], attempts: int) -> float:

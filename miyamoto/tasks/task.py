@@ -99,6 +99,7 @@ class Task:
     replicas: tuple[str, ...] = ()
     replica: int = 0  # this copy's index in replicas
     reruns: int = 0  # times it was run again after it ended (retry of a failed task)
+    accepted: int = 0  # the attempt whose 202 holds this copy running till fire_at (0: none)
     face: str | None = None  # one of FACES, or None: made through the native API
 
     def evolve(self, **changes: Any) -> "Task":
@@ -127,6 +128,8 @@ class Task:
             "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
             "flow_parallelism": self.flow_parallelism, "expires_at": self.expires_at,
             "retry_delays": list(self.retry_delays) or None, "lease": self.lease,
+            "lease_until": self.fire_at if self.accepted and self.state == State.RUNNING
+            else None,
         }
 
     @classmethod
@@ -254,7 +257,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
     "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
-    "lease": (int, float),
+    "lease": (int, float), "accepted": (int,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),
