@@ -28,11 +28,16 @@ _DERIVE = b"miyamoto completion key v1"
 
 
 class TokenError(ValueError):
-    """A token that is malformed, forged, for another task or out of date (a 403)."""
+    """A token that is malformed, forged, for another task or out of date (a 403);
+    its message follows the word "token"."""
 
 
 class ReportError(ValueError):
-    """A completion body that is not a report (a 400 naming the field)."""
+    """A completion body that is not a report (a 400 naming ``field``)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field} {message}")
+        self.field, self.message = field, message
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,12 @@ def verify(key: bytes, task_id: str, token: str, now: float) -> Grant:
     signed for another task or attempt, or expired."""
     parts = str(token).split(".")
     if len(parts) != 4 or not all(p.isdigit() and len(p) <= 12 for p in parts[:3]):
-        raise TokenError("the completion token is malformed")
+        raise TokenError("is malformed")
     run, attempt, exp = (int(p) for p in parts[:3])
     if not hmac.compare_digest(parts[3], _mac(key, task_id, run, attempt, exp)):
-        raise TokenError("the completion token is not valid for this task")
+        raise TokenError("is not valid for this task")
     if exp <= now:
-        raise TokenError("the completion token has expired")
+        raise TokenError("has expired")
     return Grant(task_id, run, attempt, float(exp))
 
 
@@ -102,15 +107,15 @@ def parse_report(body: Any) -> Report:
     """A decoded JSON body as a report: ``state`` succeeded or failed, an optional
     ``result`` at most RESULT_MAX_BYTES encoded."""
     if not isinstance(body, dict):
-        raise ReportError("the body must be a JSON object with a state")
+        raise ReportError("body", "must be a JSON object with a state")
     unknown = set(body) - {"state", "result"}
     if unknown:
-        raise ReportError(f"unknown field {sorted(unknown)[0]!r}: a report has state and result")
+        raise ReportError(sorted(unknown)[0], "is not a field of a report (state, result)")
     state = body.get("state")
     if state not in STATES:
-        raise ReportError("state must be \"succeeded\" or \"failed\"")
+        raise ReportError("state", "must be \"succeeded\" or \"failed\"")
     result = body.get("result")
     if result is not None and len(ujson.dumps(result)) > RESULT_MAX_BYTES:
-        raise ReportError(f"result is longer than {RESULT_MAX_BYTES} bytes")
+        raise ReportError("result", f"is longer than {RESULT_MAX_BYTES} bytes")
     return Report(state, result)
 

@@ -233,7 +233,15 @@ _PAGE_PARAMS: list[dict[str, Any]] = [
      "holds", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
 ]
 
+_REPORT = {"type": "object", "required": ["state"], "additionalProperties": False,
+           "properties": {"state": {"enum": ["succeeded", "failed"]},
+                          "result": {"description": "any JSON, at most 4096 bytes encoded; "
+                                     "kept as the task's last response body"}}}
+_HEARTBEAT = {"type": "object", "additionalProperties": False,
+              "properties": {"lease": {"type": "number", "exclusiveMinimum": 0,
+                                       "maximum": LEASE_MAX}}}
 _SCHEMAS: dict[str, Any] = {
+    "Report": _REPORT, "Heartbeat": _HEARTBEAT,
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False, "not": _BOTH_BODIES,
                     "description": "a task as JSON (Content-Type: application/json)"},
@@ -604,6 +612,12 @@ def _queue_paths() -> dict[str, Any]:
 
 
 _OPEN = {"security": [], "description": "Open: needs no token."}
+_TOKEN = {"name": "token", "in": "query", "required": True,
+          "description": "the completion token of the attempt (from X-Task-Complete-Url)",
+          "schema": {"type": "string", "maxLength": 200}}
+_COMPLETION = {"403": _answer("the token is missing, forged, for another task or expired"),
+               "409": _answer("the attempt is over: reported, its lease ran out, or the "
+                              "task ended")}
 
 _PATHS: dict[str, Any] = {
     "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY, _TRACEPARENT])},
@@ -622,6 +636,17 @@ _PATHS: dict[str, Any] = {
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
                                       scope="admin")},
+    "/tasks/{id}/complete": {"post": {**_op(
+        "A long task's worker reports its outcome at the X-Task-Complete-Url its attempt "
+        "carried (the task ends, or is retried on failed)", "Task", params=[_ID, _TOKEN],
+        body=_json("Report"), extra=_COMPLETION), **_OPEN,
+        "description": "Open: the URL's token (one attempt's, signed) is the credential."}},
+    "/tasks/{id}/heartbeat": {"post": {**_op(
+        "A long task's worker extends its lease from now (its own lease unless given); "
+        "the siblings keep waiting", "Task", params=[_ID, _TOKEN],
+        extra=_COMPLETION), **_OPEN, "requestBody": {
+            "required": False, "content": _json("Heartbeat")},
+        "description": "Open: the URL's token (one attempt's, signed) is the credential."}},
     "/tasks/{id}/resend": {"post": _op(
         "Resend an ended task (a succeeded one too): a new run under the same id (reruns "
         "+ 1, attempts from 0, no expiry), its history kept", "Task", params=[_ID],
@@ -712,6 +737,8 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
     ("/tasks/{id}/resend", "post"): ("resendTask", "tasks"),
+    ("/tasks/{id}/complete", "post"): ("completeTask", "tasks"),
+    ("/tasks/{id}/heartbeat", "post"): ("heartbeatTask", "tasks"),
     ("/queues/{queue}/resend", "post"): ("resendTasks", "queues"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),

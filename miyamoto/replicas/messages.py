@@ -322,7 +322,8 @@ class Stored:
 
 
 OPS = frozenset({"get", "cancel", "rerun", "resend", "paused", "counts", "list", "control",
-                 "delete", "failed", "resend_many", "name", "browse", "rates"})
+                 "delete", "failed", "resend_many", "name", "browse", "rates",
+                 "complete", "heartbeat"})
 
 
 @message(Verb.REQUEST)
