@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from helpers import NodeProcess, Sink, wait_until
+from miyamoto import Client
 
 
 def _accepted(node: NodeProcess, sink: Sink, path: str, **fields) -> tuple[str, str, str]:
@@ -36,8 +37,8 @@ def test_a_worker_takes_a_task_with_202_and_reports_later(node: NodeProcess,
     assert beat.status_code == 200 and beat.json()["lease_until"] > until + 250, beat.text
     forged = requests.post(done_url[:-3] + "AAA", json={"state": "succeeded"}, timeout=10)
     assert forged.status_code == 403 and forged.json()["field"] == "token"
-    r = requests.post(done_url, json={"state": "succeeded", "result": {"rows": 3}}, timeout=10)
-    assert r.status_code == 200, r.text
+    with Client(node.url) as client:  # the Python client, given the URL as it came
+        assert client.complete(done_url, "succeeded", {"rows": 3})["state"] == "succeeded"
     got = node.wait_task_state(tid, "succeeded")
     assert got["attempts"] == 1 and got["last_response"]["body"] == '{"rows":3}'
     again = requests.post(done_url, json={"state": "failed"}, timeout=10)
