@@ -41,10 +41,11 @@ waits included, fit in ``timeout``.
 from __future__ import annotations
 
 import logging
+import re
 import random
 import time
 from typing import Any, Iterable, Mapping, Sequence
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
@@ -240,6 +241,36 @@ class Client:
         """Run an ended task again (a succeeded one too), under the same id; Conflict if
         it has not ended."""
         return self._call("POST", f"/tasks/{_seg(task_id)}/resend")
+
+    def complete(self, url_or_id: str, state: str = "succeeded", result: Any = None, *,
+                 token: str | None = None) -> dict[str, Any]:
+        """A long task's worker reports: ``url_or_id`` is the X-Task-Complete-Url its
+        delivery carried (sent to that node), or the task's id with ``token`` (sent to
+        this client's nodes). ``state``: succeeded or failed; ``result``: any JSON, at
+        most 4 KiB. Forbidden for a bad token, Conflict when the attempt is over."""
+        body: dict[str, Any] = {"state": state}
+        if result is not None:
+            body["result"] = result
+        return self._long_task(url_or_id, "complete", token, json=body)
+
+    def heartbeat(self, url_or_id: str, lease: float | None = None, *,
+                  token: str | None = None) -> dict[str, Any]:
+        """Extend a long task's lease from now (by ``lease`` seconds, else its own):
+        ``url_or_id`` as for ``complete`` (its complete or heartbeat URL)."""
+        return self._long_task(url_or_id, "heartbeat", token,
+                               json={} if lease is None else {"lease": lease})
+
+    def _long_task(self, url_or_id: str, action: str, token: str | None,
+                   **kw: Any) -> dict[str, Any]:
+        parts = urlsplit(url_or_id)
+        if parts.scheme in ("http", "https"):
+            path = re.sub(r"/(complete|heartbeat)$", "/" + action, parts.path)
+            base = f"{parts.scheme}://{parts.netloc}"
+            return self._once("POST", base, f"{path}?{parts.query}", self.timeout, **kw)
+        if not token:
+            raise MiyamotoError("give the completion URL, or the task's id and its token")
+        return self._call("POST", f"/tasks/{_seg(url_or_id)}/{action}",
+                          params={"token": token}, **kw)
 
     def resend_many(self, queue: str = "default", state: str = "failed",
                     target: str | None = None, since: float | None = None,

@@ -29,6 +29,7 @@ from miyamoto.cluster.queries import BREAKER_PREFIX, COPIES_PREFIX, LATENCY_PREF
 from miyamoto.config.settings import Config, QueueConfig
 from miyamoto.config.tls import TLSFileError, server_context
 from miyamoto.definitions.schedules import Ticker
+from miyamoto.delivery import completion
 from miyamoto.delivery.fairness import queue_limit
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.identity import Identity
@@ -260,6 +261,18 @@ class Node:
     def rerun(self, task_id: str) -> dict[str, Any] | None:
         self._check_open()
         return self.cluster.queries.rerun(task_id)
+
+    def complete(self, task_id: str, token: str,
+                 report: completion.Report) -> dict[str, Any] | None:
+        """POST /tasks/<id>/complete: TokenError (403) unless ``token`` is this task's;
+        Conflict (409) when its attempt is over; None when no node knows the task."""
+        grant = completion.verify(self.engine.completion_key, task_id, token, self.clock())
+        return self.cluster.queries.complete(grant, report)
+
+    def heartbeat(self, task_id: str, token: str, lease: float | None) -> dict[str, Any] | None:
+        """POST /tasks/<id>/heartbeat: the lease extended by ``lease`` (else the task's)."""
+        grant = completion.verify(self.engine.completion_key, task_id, token, self.clock())
+        return self.cluster.queries.heartbeat(grant, lease)
 
     def resend(self, task_id: str) -> dict[str, Any] | None:
         self._check_open()

@@ -66,6 +66,7 @@ def add_commands(sub: Any) -> None:
         p.set_defaults(func=_command(fn))
 
     _resend_command(sub, common)
+    _long_task_commands(sub, common)
 
     find = sub.add_parser("find", parents=[common], help="show the task holding a name")
     find.add_argument("name", help="the task's name")
@@ -102,6 +103,45 @@ def add_commands(sub: Any) -> None:
     _schedule_commands(sub, common)
     _topic_commands(sub, common)
     _queue_commands(sub, common)
+
+
+def _long_task_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``miyamoto complete URL|ID`` and ``miyamoto heartbeat URL|ID``: a long task's worker
+    (a script, a shell job) reports, or extends its lease."""
+    done = sub.add_parser("complete", parents=[common],
+                          help="report a long task's outcome at its completion URL")
+    done.add_argument("target", metavar="URL|ID",
+                      help="the X-Task-Complete-Url the delivery carried, or the task id")
+    done.add_argument("--state", default="succeeded", choices=("succeeded", "failed"))
+    done.add_argument("--result", metavar="JSON", help="the result, any JSON (4 KiB at most)")
+    done.add_argument("--completion-token", dest="completion_token",
+                      help="the completion token, with a task id")
+    done.set_defaults(func=_command(_complete))
+    beat = sub.add_parser("heartbeat", parents=[common],
+                          help="extend a long task's lease from now")
+    beat.add_argument("target", metavar="URL|ID",
+                      help="its X-Task-Heartbeat-Url (or complete URL), or the task id")
+    beat.add_argument("--lease", type=float, metavar="SECONDS",
+                      help="seconds from now (default: the task's own lease)")
+    beat.add_argument("--completion-token", dest="completion_token",
+                      help="the completion token, with a task id")
+    beat.set_defaults(func=_command(_heartbeat))
+
+
+def _complete(client: Any, args: argparse.Namespace) -> int:
+    result = None
+    if args.result is not None:
+        try:
+            result = json.loads(args.result)
+        except ValueError as e:
+            raise UsageError(f"--result is not JSON: {e}") from None
+    _print(client.complete(args.target, args.state, result, token=args.completion_token), args)
+    return 0
+
+
+def _heartbeat(client: Any, args: argparse.Namespace) -> int:
+    _print(client.heartbeat(args.target, args.lease, token=args.completion_token), args)
+    return 0
 
 
 def _resend_command(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -290,6 +330,11 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
                    help="with --name: each repeat pushes the held task's eta to now + S")
     p.add_argument("--debounce-max", type=float, metavar="S",
                    help="the eta never passes the first enqueue + S (default 10 x --debounce)")
+    p.add_argument("--async", dest="async_", action="store_true", default=None,
+                   help="a long task: a 202 keeps it running until the worker reports at "
+                        "its X-Task-Complete-Url (lease 300 s unless --lease)")
+    p.add_argument("--lease", type=float, metavar="SECONDS",
+                   help="a long task's lease (implies --async; at most 7 days)")
 
 
 def _eta(text: str) -> float:
@@ -401,7 +446,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
         "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
-        "debounce", "debounce_max")}
+        "debounce", "debounce_max", "lease")}
+    fields["async"] = args.async_
     if args.json_body is not None:
         try:
             fields["json"] = json.loads(args.json_body)

@@ -677,6 +677,9 @@ class _Hooks(Hooks):
     def done(self, t: Task) -> None:
         self._outcome(t)
 
+    def accepted(self, t: Task, lease: float) -> None:
+        self.c._step(ev.LeaseExtended(t, lease))
+
     def retried(self, t: Task) -> None:
         self._outcome(t)
 

@@ -13,11 +13,12 @@ import logging
 from typing import Any, Callable, Protocol
 
 from miyamoto.cluster.requests import Requests
+from miyamoto.delivery import completion
 from miyamoto.engine import browse, history
 from miyamoto.engine.engine import Engine
 from miyamoto.errors import Conflict
-from miyamoto.tasks import redact
-from miyamoto.tasks.task import ENDED, HISTORY_MAX, State
+from miyamoto.tasks import options, redact
+from miyamoto.tasks.task import ENDED, HISTORY_MAX, State, Task
 from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
 
@@ -183,6 +184,47 @@ class Queries:
             return None
         self.peers.replay(task_id)  # a sibling's rerun copy may already have claimed or finished
         return (self.engine.get(task_id) or t).summary()
+
+    # ------------------------------------------------------------ long tasks
+    def complete(self, grant: completion.Grant,
+                 report: completion.Report) -> dict[str, Any] | None:
+        """A long task's report, on whichever node holds its accepted attempt (the
+        worker may reach any node; the others answer a conflict or nothing)."""
+        args = _grant_args(grant, state=report.state, result=report.result)
+        return self._held("complete", args, lambda: self.engine.complete(grant, report))
+
+    def heartbeat(self, grant: completion.Grant, lease: float | None) -> dict[str, Any] | None:
+        """A long task's lease extended, on whichever node holds its accepted attempt."""
+        args = _grant_args(grant, lease=lease)
+        return self._held("heartbeat", args, lambda: self.engine.heartbeat(grant, lease))
+
+    def _held(self, op: str, args: dict, local: Callable[[], Task]) -> dict[str, Any] | None:
+        """``local`` here if our copy holds the attempt, else ``op`` on the peers."""
+        results: list[Any] = []
+        try:
+            return local().summary()
+        except Conflict as e:
+            if self.engine.get(args["id"]) is not None:  # ours is not the accepted copy
+                results.append({"conflict": str(e)})
+        return pick([*results, *self.ask(op, args).values()])
+
+    def serve_held(self, op: str, args: dict) -> dict[str, Any] | None:
+        """A peer's ``complete`` or ``heartbeat``: only our own copy is tried."""
+        grant = completion.Grant(checks.string(args, "id"), checks.integer(args, "run"),
+                                 checks.integer(args, "attempt", 1), 0.0)
+        try:
+            if op == "complete":
+                report = completion.parse_report({"state": args.get("state"),
+                                                  "result": args.get("result")})
+                return self.engine.complete(grant, report).summary()
+            lease = args.get("lease")
+            if lease is not None and not options.check_lease(lease):
+                raise DecodeError("heartbeat lease is out of range")
+            return self.engine.heartbeat(grant, lease).summary()
+        except completion.ReportError as e:
+            raise DecodeError(str(e)) from e
+        except Conflict as e:
+            return {"conflict": str(e)} if self.engine.get(grant.task_id) else None
 
     # ------------------------------------------------------------ queues
     def find_name(self, queue: str, name: str) -> str | None:
@@ -433,6 +475,8 @@ class Queries:
                 return self.replace_local(args)
             except Conflict as e:
                 return {"conflict": str(e)}
+        if op in ("complete", "heartbeat"):
+            return self.serve_held(op, args)
         if op == "failed":
             action = checks.string(args, "action")
             if action not in ("retry", "delete"):
@@ -490,6 +534,10 @@ def _opt_delay(args: dict) -> float | None:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 1e8:
         raise DecodeError("replace delay is not a number of seconds")
     return float(delay)
+
+
+def _grant_args(grant: completion.Grant, **more: Any) -> dict[str, Any]:
+    return {"id": grant.task_id, "run": grant.run, "attempt": grant.attempt, **more}
 
 
 def resend_filter(args: dict) -> dict[str, Any]:

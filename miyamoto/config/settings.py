@@ -54,6 +54,8 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     "http",
     Setting("http", value.hostport, "127.0.0.1:8088", "HTTP API address HOST:PORT"),
     Setting("reuse_port", value.boolean, False, "bind the HTTP port with SO_REUSEPORT (set by --processes)"),
+    Setting("public_url", value.public_url, "", "the base URL workers reach this node's API "
+            "at, for the completion URL of a long task's attempt (default: http(s)://HTTP)"),
     Setting("http_header_timeout", value.float_ge(0.1), 10.0,
             "seconds a client has to send a request's headers and body"),
     Setting("http_idle_timeout", value.float_ge(0.1), 30.0, "seconds an idle keep-alive connection stays open"),
@@ -109,6 +111,11 @@ SETTINGS: tuple[Setting, ...] = (*_group(
     Setting("signing_secret", value.secret, (),
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
+    Setting("completion_secret", value.signing_key, "",
+            "the key that signs the completion tokens of long tasks, the same on every node "
+            "(16-200 characters); unset: derived from signing_secret, else random at each "
+            "start (a token is then checked only by the node that made it, until it stops)",
+            flag=False, secret=True),
     Setting("qstash_current_signing_key", value.signing_key, "",
             "QStash signing key: every delivery carries an Upstash-Signature JWT signed with it",
             flag=False, secret=True),
@@ -253,6 +260,7 @@ class Config:
     insecure_http: bool
     target_allow: tuple[str, ...]
     target_deny: tuple[str, ...]
+    public_url: str
     http_header_timeout: float
     http_idle_timeout: float
     max_header_bytes: int
@@ -261,6 +269,7 @@ class Config:
     breaker_failures: int
     breaker_cooldown: float
     signing_secret: tuple[str, ...]
+    completion_secret: str
     qstash_current_signing_key: str
     qstash_next_signing_key: str
     oidc_issuer: str
@@ -300,6 +309,11 @@ class Config:
     @property
     def http_port(self) -> int:
         return int(self.http.rpartition(":")[2])
+
+    @property
+    def public_base(self) -> str:
+        """The base URL of this node's API as workers reach it (completion URLs)."""
+        return self.public_url or f"{'https' if self.tls_cert else 'http'}://{self.http}"
 
     def queue(self, name: str) -> QueueConfig:
         """The declared queue, or a new one with [queue:default]'s values."""

@@ -139,6 +139,23 @@ def audience(v: str) -> str:
     return s
 
 
+def public_url(v: str) -> str:
+    """The base URL workers reach this node's API at: http(s)://host[:port][/path],
+    kept without a trailing /."""
+    s = str(v).strip()
+    if not s:
+        return s
+    parts = urllib.parse.urlsplit(s)
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError("must be http(s)://host[:port][/path] (its port is not a port)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+            or parts.fragment or not s.isascii() or not s.isprintable() or " " in s:
+        raise ValueError("must be http(s)://host[:port][/path], no query or fragment")
+    return s.rstrip("/")
+
+
 def proxy_url(v: str) -> str:
     """An HTTP CONNECT proxy: http://[user:password@]host:port, nothing after the port
     but an optional /. A refusal never repeats the value (it may hold a password)."""

@@ -25,6 +25,8 @@ class Action(enum.Enum):
     FAILED = "failed"  # out of attempts or of retry time: end it in the dead-letter list
     EXPIRED = "expired"  # a failed attempt whose retry would start after the task's
     #                      expires_at: end it as expired (told like a failure)
+    ACCEPTED = "accepted"  # a long task's 202: it stays running, its lease timed, until
+    #                        the worker reports at the completion URL or the lease runs out
     RECORD = "record"  # the copy ended (cancel, a sibling's news) while the attempt ran:
     #                    only the attempt is recorded, the end stands and nobody is told
 
@@ -40,6 +42,9 @@ class Decision:
     def retry_at(self) -> float | None:
         """When a retried task fires next; None for any other action."""
         return self.task.fire_at if self.action is Action.RETRY else None
+
+
+ACCEPTED_STATUS = 202
 
 
 def is_success(status: int | None) -> bool:
@@ -72,7 +77,10 @@ def retry_delay(attempts: int, outcome: Outcome, queue: QueueConfig, now: float,
 
 def decide(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
            rng: Rng) -> Decision:
-    """What to do with ``task`` after the attempt that produced ``outcome`` at ``now``."""
+    """What to do with ``task`` after the attempt that produced ``outcome`` at ``now``.
+    A task with a lease whose worker answers 202 is accepted: running until its worker
+    reports (``reported``) or ``fire_at``, the lease's end; any other task's 202 is a
+    success, as it always was."""
     attempts = task.attempts + 1
     counted = {"attempts": attempts,
                "executions": task.executions + (outcome.status is not None),
@@ -80,7 +88,27 @@ def decide(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
                "history": add_attempt(task.history, outcome.attempt())}
     if task.state.ended:
         return Decision(Action.RECORD, task.evolve(finished=task.finished or now, **counted))
-    if is_success(outcome.status):
+    if task.lease is not None and outcome.status == ACCEPTED_STATUS:
+        return Decision(Action.ACCEPTED, task.evolve(state=State.RUNNING, accepted=attempts,
+                                                     fire_at=now + task.lease, **counted))
+    return _settle(task, is_success(outcome.status), outcome, queue, now, rng, counted)
+
+
+def reported(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
+             rng: Rng) -> Decision:
+    """The end of a long task's accepted attempt: its worker's report (``outcome.ok``:
+    succeeded) or its lease run out (a failed attempt, retried like any other). The
+    attempt was counted when it was accepted; here only its last response changes."""
+    counted = {"last": outcome.record(), "accepted": 0}
+    if task.state.ended:
+        return Decision(Action.RECORD, task.evolve(finished=task.finished or now, **counted))
+    return _settle(task, outcome.ok, outcome, queue, now, rng, counted)
+
+
+def _settle(task: Task, ok: bool, outcome: Outcome, queue: QueueConfig, now: float,
+            rng: Rng, counted: dict) -> Decision:
+    attempts = counted.get("attempts", task.attempts)
+    if ok:
         return Decision(Action.SUCCEEDED,
                         task.evolve(state=State.SUCCEEDED, finished=now, **counted))
     if exhausted(attempts, task, queue, now):

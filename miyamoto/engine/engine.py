@@ -27,6 +27,7 @@ import gevent.pool
 import ujson
 
 from miyamoto.config.settings import Config, QueueConfig
+from miyamoto.delivery import completion
 from miyamoto.delivery.attempt import Outcome, build_request
 from miyamoto.delivery.dispatch import Dispatcher
 from miyamoto.delivery.egress import egress_of
@@ -34,7 +35,7 @@ from miyamoto.delivery.fairness import origin
 from miyamoto.delivery.flow import spec_of
 from miyamoto.delivery.httpclient import HTTPClient
 from miyamoto.delivery.identity import Identity
-from miyamoto.delivery.retry import Action, decide, is_success
+from miyamoto.delivery.retry import ACCEPTED_STATUS, Action, Decision, decide, is_success, reported
 from miyamoto.delivery.targets import TargetGuard
 from miyamoto.delivery.types import DeliveryError
 from miyamoto.engine import browse
@@ -71,6 +72,8 @@ class Hooks:
         return True
 
     def done(self, task: Task) -> None: ...
+    def accepted(self, task: Task, lease: float) -> None:
+        """A long task's worker holds it ``lease`` more seconds (its 202, a heartbeat)."""
     def retried(self, task: Task) -> None: ...
     def failed(self, task: Task) -> None: ...
 
@@ -164,6 +167,8 @@ class Engine:
                              config.queue_idle_expiry)
         self.stats = Stats()
         self.expiries = Expiries()  # due copies with an expires_at, waiting to start
+        # signs and checks long tasks' completion tokens (never logged)
+        self.completion_key = completion.key_of(config.completion_secret, config.signing_secret)
         self._expiry_wake = gevent.event.Event()
         self._group = gevent.pool.Group()
 
@@ -388,6 +393,13 @@ class Engine:
     # ------------------------------------------------------------ running
     def _due(self, task_id: str) -> None:
         t = self.live.mem.get(task_id)
+        if t is not None and t.accepted and t.state == State.RUNNING:
+            if t.fire_at <= self.clock() + 0.001:  # its lease ran out: a failed attempt
+                log.info("task %s: the lease of attempt %d ran out", t.id, t.accepted)
+                self._report(t, Outcome(ok=False, error="the worker's lease ran out",
+                                        at=self.clock(), start=self.clock(),
+                                        node=self.config.node))
+            return
         if t is not None and t.state == State.SCHEDULED:
             if t.expires_at is not None and self._expires(t):
                 return
@@ -487,6 +499,8 @@ class Engine:
             method, url, headers, body = build_request(
                 t, now, secrets, trace, self.config.qstash_current_signing_key, ed25519,
                 self.identity.bearer(t, q, now))
+            if t.lease is not None:  # a long task: where its worker reports
+                headers.update(self._completion_headers(t, now))
             resp = self.client.request(method, url, body=body, headers=headers, timeout=timeout,
                                        egress=egress_of(q))
             outcome = Outcome(ok=is_success(resp.status), status=resp.status,
@@ -509,14 +523,37 @@ class Engine:
                              time.monotonic() - started, first_delay)
         return True
 
+    def _completion_headers(self, t: Task, now: float) -> dict[str, str]:
+        """The URLs of attempt ``t.attempts + 1``: its token lets the worker report (and
+        heartbeat) for this attempt only, for a lease's longest span after it."""
+        token = completion.mint(self.completion_key, t.id, t.reruns, t.attempts + 1,
+                                now + completion.TOKEN_LIFETIME)
+        base = self.config.public_base
+        return {"X-Task-Complete-Url": completion.url(base, t.id, token),
+                "X-Task-Heartbeat-Url": completion.url(base, t.id, token, "heartbeat"),
+                "X-Task-Lease": f"{t.lease:g}"}
+
     def finish(self, task_id: str, outcome: Outcome) -> Action | None:
         """Record an attempt's outcome: carry out what ``retry.decide`` rules for it."""
         t = self.live.get(task_id)
         if t is None:
             return None
-        decision = decide(t, outcome, self.queue_config(t.queue), self.clock(), self.rng)
+        return self._carry_out(
+            decide(t, outcome, self.queue_config(t.queue), self.clock(), self.rng), outcome)
+
+    def _report(self, t: Task, outcome: Outcome) -> Action:
+        """The end of long task ``t``'s accepted attempt (a report, or its lease's end)."""
+        return self._carry_out(
+            reported(t, outcome, self.queue_config(t.queue), self.clock(), self.rng), outcome)
+
+    def _carry_out(self, decision: Decision, outcome: Outcome) -> Action:
         t = decision.task
-        if decision.action is Action.RECORD:  # it ended while this attempt ran
+        task_id = t.id
+        if decision.action is Action.ACCEPTED:
+            self.journal.put(t)
+            self.live[task_id] = t  # timed to its lease's end
+            self.hooks.accepted(t, t.fire_at - self.clock())
+        elif decision.action is Action.RECORD:  # it ended while this attempt ran
             self._end(t)
         elif decision.action is Action.SUCCEEDED:
             self._end(t)
@@ -546,6 +583,37 @@ class Engine:
             self.stats.retried += 1
             self.hooks.retried(t)
         return decision.action
+
+    def complete(self, grant: completion.Grant, report: completion.Report) -> Task:
+        """A long task's worker reports the outcome of its accepted attempt; Conflict
+        when that attempt is over (reported, its lease ran out, the task ended)."""
+        t = self._accepted(grant)
+        now = self.clock()
+        ok = report.state == "succeeded"
+        body = b"" if report.result is None else ujson.dumps(report.result).encode()
+        self._report(t, Outcome(ok=ok, status=ACCEPTED_STATUS, body=body, at=now, start=now,
+                                error=None if ok else "the worker reported failure",
+                                node=self.config.node))
+        return self.live.get(t.id) or self.journal.get(t.id) or t
+
+    def heartbeat(self, grant: completion.Grant, lease: float | None) -> Task:
+        """Extend a long task's lease from now (its own ``lease`` unless given); the
+        siblings are claimed again so that their copies keep waiting."""
+        t = self._accepted(grant)
+        lease = lease or t.lease or completion.LEASE_FALLBACK
+        t = t.evolve(fire_at=self.clock() + lease)
+        self.journal.put(t)
+        self.live[t.id] = t
+        self.hooks.accepted(t, lease)
+        return t
+
+    def _accepted(self, grant: completion.Grant) -> Task:
+        t = self.live.get(grant.task_id)
+        if (t is None or t.state != State.RUNNING or t.accepted != grant.attempt
+                or t.reruns != grant.run):
+            raise Conflict("this attempt is over: it was reported, its lease ran out, or "
+                           "the task ended")
+        return t
 
     def _end(self, t: Task) -> None:
         self.live.forget(t.id)

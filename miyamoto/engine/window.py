@@ -126,8 +126,8 @@ class Window(Mapping[str, Task]):
             self.mem[task_id] = t
             self._cache.pop(task_id, None)
             self._count(t, 1)
-            if t.state == State.SCHEDULED and task_id not in self.pinned:
-                self.scheduler.schedule(task_id, t.fire_at)
+            if (t.state == State.SCHEDULED or t.accepted) and task_id not in self.pinned:
+                self.scheduler.schedule(task_id, t.fire_at)  # a fire time, or a lease's end
             elif t.state != State.SCHEDULED:
                 self.scheduler.cancel(task_id)
         else:
@@ -211,7 +211,7 @@ class Window(Mapping[str, Task]):
         for rowid, t in rows:
             if t.id in self.mem or t.id in touched:
                 continue  # memory's record is newer than the one read
-            if t.state == State.RUNNING:  # running when the node stopped: deliver again
+            if t.state == State.RUNNING and not t.accepted:  # its attempt died: again
                 t = t.evolve(state=State.SCHEDULED, fire_at=min(t.fire_at, self.clock()))
             self._cache.pop(t.id, None)
             self.mem[t.id] = t

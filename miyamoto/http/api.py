@@ -19,6 +19,7 @@ import ujson
 from miyamoto.config.settings import Config
 from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.sync import DefSync
+from miyamoto.delivery import completion
 from miyamoto.delivery.identity import DISCOVERY_PATH, JWKS_PATH, WEBHOOK_KEY_PATH, Identity
 from miyamoto.engine import browse, history
 from miyamoto.errors import Conflict, Duplicate, Unavailable
@@ -29,7 +30,7 @@ from miyamoto.http.definitions import DefsApi
 from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
 from miyamoto.metrics import CONTENT_TYPE_LATEST
-from miyamoto.tasks import labels, repeat
+from miyamoto.tasks import labels, options, repeat
 from miyamoto.tasks.checks import number, traceparent
 from miyamoto.tasks.task import ENDED, QUEUE_NAME_RE, State, Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, enqueue_fields, \
@@ -51,6 +52,8 @@ _NO_QUEUE = ("names no queue: queues come from the config, a PUT /queues/<name> 
 # what each route needs from a token (auth.py); any other GET needs read, anything else admin
 _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
+          # a long task's worker reports with the token its delivery's URL carries
+          "complete_task": auth.OPEN, "heartbeat_task": auth.OPEN,
           # the dashboard's page and assets, and this API's description, hold no data
           "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN,
           # what targets verify deliveries with: public keys (delivery/identity.py)
@@ -95,6 +98,8 @@ class ApiService(Protocol):
     def delete(self, task_id: str) -> View | None: ...
     def rerun(self, task_id: str) -> View | None: ...
     def resend(self, task_id: str) -> View | None: ...
+    def complete(self, task_id: str, token: str, report: completion.Report) -> View | None: ...
+    def heartbeat(self, task_id: str, token: str, lease: float | None) -> View | None: ...
     def resend_many(self, queue: str, f: dict[str, Any]) -> View: ...  # {count, more}
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
     def queue(self, name: str) -> View | None: ...
@@ -132,6 +137,8 @@ class Api:
             (re.compile(r"/tasks"), {"GET": self.find_task}),
             (re.compile(rf"/tasks/{t}"), {"GET": self.get_task, "DELETE": self.delete_task}),
             (re.compile(rf"/tasks/{t}/retry"), {"POST": self.retry_task}),
+            (re.compile(rf"/tasks/{t}/complete"), {"POST": self.complete_task}),
+            (re.compile(rf"/tasks/{t}/heartbeat"), {"POST": self.heartbeat_task}),
             (re.compile(rf"/tasks/{t}/resend"), {"POST": self.resend_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
             (re.compile(rf"/queues/{q}"), {"GET": self.get_queue, "PUT": self.put_queue,
@@ -340,6 +347,45 @@ class Api:
             raise HTTPError(404, "names no known task", "id")
         return 200, found
 
+    def complete_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        """A long task's worker reports {"state": "succeeded"|"failed", "result": ...}
+        at the URL its attempt carried (its token in the query)."""
+        try:
+            report = completion.parse_report(self._json_body(environ))
+        except completion.ReportError as e:
+            raise HTTPError(400, e.message, e.field) from None
+        token = _completion_token(environ)
+        return _found(self._granted(lambda: self.service.complete(task_id, token, report)))
+
+    def heartbeat_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
+        """A long task's worker extends its lease: {"lease": seconds} or no body (the
+        task's own lease, from now)."""
+        body = self._json_body(environ, empty={})
+        if not isinstance(body, dict) or set(body) - {"lease"}:
+            raise HTTPError(400, "must be a JSON object with at most a lease", "body")
+        lease = body.get("lease")
+        if lease is not None and not options.check_lease(lease):
+            raise HTTPError(400, f"must be a number of seconds in (0, {options.LEASE_MAX:g}]",
+                            "lease")
+        token = _completion_token(environ)
+        return _found(self._granted(lambda: self.service.heartbeat(task_id, token, lease)))
+
+    def _json_body(self, environ: dict, empty: Any = None) -> Any:
+        data = self.body(environ)
+        if not data.strip() and empty is not None:
+            return empty
+        try:
+            return ujson.loads(data)
+        except ValueError:
+            raise HTTPError(400, "is not JSON", "body") from None
+
+    @staticmethod
+    def _granted(call: Callable[[], View | None]) -> View | None:
+        try:
+            return call()
+        except completion.TokenError as e:
+            raise HTTPError(403, str(e), "token") from None
+
     def resend_task(self, environ: dict, task_id: str) -> tuple[int, Any]:
         """A new run of an ended task (a succeeded one too) under the same id: 409 if it
         has not ended."""
@@ -508,6 +554,19 @@ def _qstash_error(body: Any) -> dict[str, Any]:
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return {"error": body["error"]}
     return {"error": "request failed"}
+
+
+def _completion_token(environ: dict) -> str:
+    tokens = parse_qs(environ.get("QUERY_STRING", "")).get("token")
+    if not tokens or len(tokens) != 1:
+        raise HTTPError(403, "is missing: use the URL the attempt carried", "token")
+    return tokens[0]
+
+
+def _found(view: View | None) -> tuple[int, Any]:
+    if view is None:
+        raise HTTPError(404, "names no known task", "id")
+    return 200, view
 
 
 def _need(handler: Handler, method: str) -> str:

@@ -20,7 +20,7 @@ from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_R
                                   PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
 from miyamoto.tasks.labels import MAX_LABELS, MAX_VALUE as MAX_LABEL_VALUE
-from miyamoto.tasks.options import RETRY_DELAY_MAX, RETRY_DELAYS_MAX
+from miyamoto.tasks.options import LEASE_MAX, RETRY_DELAY_MAX, RETRY_DELAYS_MAX
 from miyamoto.tasks.repeat import MODES as REPEAT_MODES
 from miyamoto.tasks.task import METHODS, State
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT, Limits
@@ -105,6 +105,13 @@ _TASK_FIELDS: dict[str, Any] = {
                                          "maximum": RETRY_DELAY_MAX},
                                "description": "seconds before each retry instead of the "
                                "queue's backoff, the last repeating (a form: 1,10,60)"}),
+    "async": _nullable({"type": "boolean", "description": "a long task: a 202 from the "
+                        "worker keeps it running until the worker POSTs its "
+                        "X-Task-Complete-Url or the lease runs out (lease 300 s unless "
+                        "given); without it a 202 is a success"}),
+    "lease": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": LEASE_MAX,
+                        "description": "seconds a long task's 202 holds it running "
+                        "(implies async; a heartbeat extends it)"}),
     "labels": _nullable({"type": "object", "maxProperties": MAX_LABELS,
                          "propertyNames": {"pattern": "^[a-z0-9_.-]{1,64}$"},
                          "additionalProperties": {"type": "string", "maxLength": MAX_LABEL_VALUE},
@@ -127,7 +134,8 @@ _REPEAT_FIELDS: dict[str, Any] = {
 _FORM_FIELDS = {f"task.{k}": {"type": "string"} for k in (
     "url", "method", "countdown", "eta", "name", "queue", "max_attempts", "timeout",
     "callback", "failure_callback", "dedupe", "topic", "traceparent", "oidc_audience",
-    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays", "labels", *_REPEAT_FIELDS)}
+    *_DISPATCH_FIELDS, "expires_at", "ttl", "retry_delays", "labels", "async", "lease",
+    *_REPEAT_FIELDS)}
 
 def _queue_settings() -> dict[str, Any]:
     """PUT /queues/{queue}'s body: the fields and bounds of ``definitions.queues.FIELDS``."""
@@ -253,7 +261,15 @@ _PAGE_PARAMS: list[dict[str, Any]] = [
      "holds", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
 ]
 
+_REPORT = {"type": "object", "required": ["state"], "additionalProperties": False,
+           "properties": {"state": {"enum": ["succeeded", "failed"]},
+                          "result": {"description": "any JSON, at most 4096 bytes encoded; "
+                                     "kept as the task's last response body"}}}
+_HEARTBEAT = {"type": "object", "additionalProperties": False,
+              "properties": {"lease": {"type": "number", "exclusiveMinimum": 0,
+                                       "maximum": LEASE_MAX}}}
 _SCHEMAS: dict[str, Any] = {
+    "Report": _REPORT, "Heartbeat": _HEARTBEAT,
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False, "not": _BOTH_BODIES,
                     "description": "a task as JSON (Content-Type: application/json)"},
@@ -321,6 +337,7 @@ _SCHEMAS: dict[str, Any] = {
                  "expires_at": {"type": ["number", "null"]},
                  "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
                  "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                 "lease": {"type": ["number", "null"]},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
@@ -631,6 +648,12 @@ def _queue_paths() -> dict[str, Any]:
 
 
 _OPEN = {"security": [], "description": "Open: needs no token."}
+_TOKEN = {"name": "token", "in": "query", "required": True,
+          "description": "the completion token of the attempt (from X-Task-Complete-Url)",
+          "schema": {"type": "string", "maxLength": 200}}
+_COMPLETION = {"403": _answer("the token is missing, forged, for another task or expired"),
+               "409": _answer("the attempt is over: reported, its lease ran out, or the "
+                              "task ended")}
 
 _PATHS: dict[str, Any] = {
     "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY, _TRACEPARENT])},
@@ -649,6 +672,17 @@ _PATHS: dict[str, Any] = {
     "/tasks/{id}/retry": {"post": _op("Run a task again", "Task", params=[_ID],
                                       extra={**_CONFLICT, "503": _answer("stopping")},
                                       scope="admin")},
+    "/tasks/{id}/complete": {"post": {**_op(
+        "A long task's worker reports its outcome at the X-Task-Complete-Url its attempt "
+        "carried (the task ends, or is retried on failed)", "Task", params=[_ID, _TOKEN],
+        body=_json("Report"), extra=_COMPLETION), **_OPEN,
+        "description": "Open: the URL's token (one attempt's, signed) is the credential."}},
+    "/tasks/{id}/heartbeat": {"post": {**_op(
+        "A long task's worker extends its lease from now (its own lease unless given); "
+        "the siblings keep waiting", "Task", params=[_ID, _TOKEN],
+        extra=_COMPLETION), **_OPEN, "requestBody": {
+            "required": False, "content": _json("Heartbeat")},
+        "description": "Open: the URL's token (one attempt's, signed) is the credential."}},
     "/tasks/{id}/resend": {"post": _op(
         "Resend an ended task (a succeeded one too): a new run under the same id (reruns "
         "+ 1, attempts from 0, no expiry), its history kept", "Task", params=[_ID],
@@ -739,6 +773,8 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}", "delete"): ("cancelTask", "tasks"),
     ("/tasks/{id}/retry", "post"): ("retryTask", "tasks"),
     ("/tasks/{id}/resend", "post"): ("resendTask", "tasks"),
+    ("/tasks/{id}/complete", "post"): ("completeTask", "tasks"),
+    ("/tasks/{id}/heartbeat", "post"): ("heartbeatTask", "tasks"),
     ("/queues/{queue}/resend", "post"): ("resendTasks", "queues"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),

@@ -89,6 +89,14 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class LeaseExtended:
+    """Our running ``copy``'s worker took it for ``lease`` more seconds (a long task's
+    202, or its heartbeat): the siblings are claimed that long, so their copies wait."""
+    copy: Task
+    lease: float
+
+
+@dataclass(frozen=True)
 class Reloaded:
     """Copies read from the journal that the cluster may have handled without us (a
     restart, or paged in after this node was out of touch): each asks first."""
@@ -126,4 +134,4 @@ class Stopping:
 
 
 Event = (Tick | Members | Received | HandoffReceived | Due | Expiring | Folded | Outcome
-         | Reloaded | Stored | LostPage | Restored | Stopping)
+         | LeaseExtended | Reloaded | Stored | LostPage | Restored | Stopping)

@@ -92,9 +92,8 @@ from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
                                        MoveLone, Ready, Replay, RestoreLost, SetReplicas, Update)
 from miyamoto.replicas.events import (EMPTY, Due, Event, Expiring, Folded, HandoffReceived,
-                                      LostPage,
-                                      Members, Outcome, Received, Reloaded, Restored, Stopping,
-                                      Stored, Tick)
+                                      LeaseExtended, LostPage, Members, Outcome, Received,
+                                      Reloaded, Restored, Stopping, Stored, Tick)
 from miyamoto.tasks.task import State, Task
 from miyamoto.wire.messages import Send
 
@@ -210,6 +209,8 @@ class Siblings:
                 return Ready(n=self._fold(copy, now, deadline + self.t.claim_lease))
             case Outcome(copy):
                 return Ready(tuple(self._outcome(copy, now)))
+            case LeaseExtended(copy, lease):
+                return Ready(tuple(self._extend(copy, lease)))
             case Reloaded(task_ids):
                 self.must_ask.update(task_ids)
                 self.away.update(task_ids)
@@ -417,6 +418,16 @@ class Siblings:
             claim = m.Claim(task_id, replica, until - now)
             effects += [Send(r, claim) for r in replicas if r != self.me and r in self.members]
         return effects
+
+    def _extend(self, t: Task, lease: float) -> list[Effect]:
+        """Our attempt of ``t`` holds it ``lease`` more seconds: CLAIM that (plus
+        claim_lease) from every live sibling now; a claim is honoured until it runs out,
+        so a sibling delivers only once the lease ends without news (the holder died)."""
+        self.claiming.pop(t.id, None)  # this CLAIM replaces the attempt's own
+        if t.state != State.RUNNING:
+            return []
+        claim = m.Claim(t.id, t.replica, lease + self.t.claim_lease)
+        return [Send(r, claim) for r in self._live_siblings(t)]
 
     def _fold(self, t: Task, now: float, lease: float) -> int:
         """Our new copy ``t`` is about to be stored on its siblings: if it is copy 0 and

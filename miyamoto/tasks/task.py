@@ -88,6 +88,7 @@ class Task:
     expires_at: float | None = None  # no attempt starts after this (unix time): it expires
     retry_delays: tuple[float, ...] = ()  # seconds before retry n (the last repeats), not backoff
     labels: dict[str, str] = field(default_factory=dict)  # a few k=v to find it by (labels.py)
+    lease: float | None = None  # a long task: a 202 holds it running this long (options.py)
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -100,6 +101,7 @@ class Task:
     replicas: tuple[str, ...] = ()
     replica: int = 0  # this copy's index in replicas
     reruns: int = 0  # times it was run again after it ended (retry of a failed task)
+    accepted: int = 0  # the attempt whose 202 holds this copy running till fire_at (0: none)
     face: str | None = None  # one of FACES, or None: made through the native API
     revision: str = ""  # the last replace applied to this copy (tasks/repeat.py): newer wins
 
@@ -129,6 +131,9 @@ class Task:
             "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
             "flow_parallelism": self.flow_parallelism, "expires_at": self.expires_at,
             "retry_delays": list(self.retry_delays) or None, "labels": self.labels,
+            "lease": self.lease,
+            "lease_until": self.fire_at if self.accepted and self.state == State.RUNNING
+            else None,
         }
 
     @classmethod
@@ -259,7 +264,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "priority": (int,), "flow_key": (str,), "flow_rate": (int, float), "flow_parallelism": (int,),
     "reruns": (int,), "face": (str,), "traceparent": (str,),
     "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
-    "revision": (str,), "labels": (dict,),
+    "revision": (str,), "labels": (dict,), "lease": (int, float), "accepted": (int,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

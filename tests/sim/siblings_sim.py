@@ -29,6 +29,11 @@ The checker watches every delivery start and raises ``SafetyViolation`` when
     knew). A cut is no excuse here: a real link loses nothing but what a cut stops.
   A sibling's claim that never reached N is no excuse: N may deliver only once O has
   answered it (or left N's roster), so O's claim must have been acknowledged by N.
+With ``long_rate``, that share of the deliveries is a long task's: its worker answers 202
+and works for 8-15 s (past any attempt's claim), heartbeating every HEARTBEAT seconds for
+LEASE more (``LeaseExtended``); the checker then also raises when a sibling starts the task
+while the holder's worker still holds a lease it took through a heartbeat (one not sent
+across a cut), whatever the holder's state in the roster.
 At the end every acknowledged task that was not cancelled (or expired) must have been
 delivered. With ``expiry_rate``, that share of the tasks has an ``expires_at``: a copy
 due after its own expiry (copy i's is i offsets later), or whose retry would come after
@@ -61,6 +66,8 @@ TICK = 0.1
 FAILURE_TIMEOUT = 1.5   # the oracle drops a member unreachable this long
 REJOIN = 0.4            # ... and takes it back once reachable this long
 MAX_ATTEMPTS = 3
+LEASE = 2.0             # a long task's lease, taken again at each heartbeat
+HEARTBEAT = 0.6         # a long task's worker heartbeats this often
 
 
 class SafetyViolation(AssertionError):
@@ -105,11 +112,13 @@ class LiveView(Mapping[str, Task]):
 class Sim:
     def __init__(self, seed: int, n: int, replication_n: int, *, loss: float = 0.0,
                  latency: tuple[float, float] = (0.001, 0.05), fail_rate: float = 0.1,
-                 slow_rate: float = 0.05, expiry_rate: float = 0.0):
+                 slow_rate: float = 0.05, expiry_rate: float = 0.0, long_rate: float = 0.0):
         self.rng = random.Random(seed)
         # its own rng: runs without expiry draw exactly the numbers they drew before it
         self.expiry_rate, self.erng = expiry_rate, random.Random(seed * 7919 + 1)
         self.expired: set[str] = set()
+        self.long_rate, self.lrng = long_rate, random.Random(seed * 104729 + 3)
+        self.leases: dict[tuple[str, str], float] = {}  # (task, holder) -> its lease's end
         self.now = 0.0
         self.ids = [chr(ord("a") + i) for i in range(n)]
         self.replication = replication_n
@@ -420,11 +429,36 @@ class Sim:
         nd.running[t.id] = self.now
         slow = self.rng.random() < self.slow_rate
         took = self.rng.uniform(2.0, 8.0) if slow else self.rng.uniform(0.005, 0.1)
-        if took > DEADLINE + TIMING.claim_lease:
+        if self.long_rate and self.lrng.random() < self.long_rate:  # a 202, then the work
+            took = self.lrng.uniform(8.0, 15.0)
+            self._at(self.now + 0.05, "heartbeat", (nd.id, t.id, nd.machine))
+        elif took > DEADLINE + TIMING.claim_lease:
             self.outlived.add((t.id, nd.id))
         ok = self.rng.random() >= self.fail_rate
         self.deliveries.setdefault(t.id, []).append((nd.id, self.now, ok))
         self._at(self.now + took, "finish", (nd.id, t.id, nd.machine, ok))
+
+    def _on_heartbeat(self, data: tuple[str, str, Siblings]) -> None:
+        """A long task's worker takes LEASE more seconds (its 202's, then a heartbeat's);
+        a paused node reads it when it resumes, a crashed one never."""
+        node_id, task_id, machine = data
+        nd = self.nodes[node_id]
+        if not nd.up or nd.machine is not machine or task_id not in nd.running:
+            return
+        self._at(self.now + HEARTBEAT, "heartbeat", data)
+        t = nd.copies.get(task_id)
+        if nd.paused or t is None or t.state != State.RUNNING:
+            return
+        if all(self.connected(node_id, r) and self._same_copies(self.nodes[r], t)
+               for r in t.replicas):  # its CLAIM reaches copies that know it as the holder
+            self.leases[(task_id, node_id)] = self.now + LEASE
+        self._apply(nd, self._step(nd, ev.LeaseExtended(t, LEASE)).effects)
+
+    @staticmethod
+    def _same_copies(nd: SimNode, t: Task) -> bool:
+        """``nd``'s copy of ``t`` has the same replicas (not restored elsewhere meanwhile)."""
+        mine = nd.copies.get(t.id)
+        return mine is not None and mine.replicas == t.replicas
 
     def _on_finish(self, data: tuple[str, str, Siblings, bool]) -> None:
         node_id, task_id, machine, ok = data
@@ -531,6 +565,11 @@ class Sim:
             claimer = self.nodes[claim[0]]
             if claimer.up and t.id in claimer.running:
                 raise SafetyViolation(f"{nd.id} starts {t.id} under {claim[0]}'s live claim")
+        for (task_id, holder), until in self.leases.items():
+            h = self.nodes[holder]
+            if task_id == t.id and holder != nd.id and until > self.now and h.up \
+                    and t.id in h.running:
+                raise SafetyViolation(f"{nd.id} starts {t.id} under {holder}'s long lease")
         latest: dict[str, float] = {}
         for other, start, ok in self.deliveries.get(t.id, []):
             if other != nd.id and ok:  # a failed attempt is retried, not duplicated
@@ -582,12 +621,13 @@ class Sim:
         return dups
 
 
-def random_run(seed: int, expiry_rate: float = 0.0) -> Sim:
+def random_run(seed: int, expiry_rate: float = 0.0, long_rate: float = 0.0) -> Sim:
     """One seeded run: 2-5 nodes, replication 1-3, loss, faults; checked throughout."""
     rng = random.Random(seed)
     n = rng.randint(2, 5)
     sim = Sim(seed, n, rng.randint(1, 3), loss=rng.choice([0.0, 0.01, 0.05]),
-              latency=(0.001, rng.choice([0.01, 0.05, 0.2])), expiry_rate=expiry_rate)
+              latency=(0.001, rng.choice([0.01, 0.05, 0.2])), expiry_rate=expiry_rate,
+              long_rate=long_rate)
     faults = sorted(rng.uniform(2, 25) for _ in range(rng.randint(1, 4)))
     for t in range(0, 250):  # enqueues over the first 25 s
         at = t * 0.1

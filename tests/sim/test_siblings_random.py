@@ -36,3 +36,15 @@ def test_random_runs_with_expiring_tasks_are_safe():
         acked += len(sim.acked)
     assert expired > 100 and acked > 1000
     print(f"{acked} acknowledged, {expired} expired")
+
+
+@pytest.mark.timeout(300)
+def test_random_runs_with_long_tasks_are_safe():
+    """60 seeded runs where a third of the deliveries are long tasks (a 202, 8-15 s of
+    work, a heartbeat every 0.6 s): no sibling starts one under a lease its holder's
+    worker holds, and every acknowledged task is delivered."""
+    acked = 0
+    for seed in range(60):
+        sim = random_run(seed, long_rate=0.3)
+        acked += len(sim.acked)
+    assert acked > 600

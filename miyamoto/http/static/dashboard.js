@@ -562,6 +562,8 @@ function renderDetail(t) {
     ["params", pairs(t.params)], ["headers", pairs(t.headers)], ["body", bodyView(t)],
     ["attempts", `${t.attempts}${t.max_attempts ? ` of ${t.max_attempts}` : ""}`],
     ["created", when(t.created)], ["next attempt", when(t.next_attempt)],
+    ["lease", t.lease_until ? el("span", {}, "held by its worker until ", when(t.lease_until))
+      : t.lease ? `${t.lease} s once its worker answers 202` : "-"],
     ["finished", when(t.finished)],
     ["last response", el("span", {}, responseText(last),
       last && last.body ? el("pre", {class: "body"}, clip(last.body, BODY_CHARS)) : null)],

@@ -14,6 +14,8 @@ import pytest
 
 from miyamoto.cli import main as cli
 from miyamoto.config.settings import load
+from miyamoto.delivery import completion
+from miyamoto.delivery.attempt import Outcome
 from miyamoto.node import Node
 
 pytestmark = pytest.mark.timeout(60)
@@ -99,3 +101,29 @@ def test_enqueue_lifetime_flags_resend_and_schedule_run(server: Node, capsys) ->
     assert code == 2 and "not both" in err
     code, _, err = run(capsys, "schedule", "run", "none")
     assert code == 1 and "(404)" in err
+
+
+def test_a_long_task_enqueued_heartbeated_and_completed(server: Node, capsys) -> None:
+    """``enqueue --lease``, then (its worker's 202 stood in by the engine's own outcome)
+    ``heartbeat URL --lease`` and ``complete ID --completion-token`` with a result."""
+    server.engine.pause("mail", True)
+    code, out, _ = run(capsys, "enqueue", "http://127.0.0.1:9/x", "--queue", "mail",
+                       "--lease", "120")
+    assert code == 0
+    tid = json.loads(out)["id"]
+    assert server.engine.get(tid).lease == 120.0
+    assert server.engine._begin(tid) is not None
+    server.engine.finish(tid, Outcome(ok=True, status=202, at=server.clock(),
+                                      start=server.clock()))
+    token = completion.mint(server.engine.completion_key, tid, 0, 1, server.clock() + 600)
+    url = completion.url(f"http://127.0.0.1:{server.http_port}", tid, token, "heartbeat")
+    code, out, _ = run(capsys, "heartbeat", url, "--lease", "300", "--raw")
+    assert code == 0 and json.loads(out)["lease_until"] > server.clock() + 290
+    code, _, err = run(capsys, "complete", tid, "--completion-token", token[:-2] + "xx")
+    assert code == 1 and "(403)" in err
+    code, out, _ = run(capsys, "complete", tid, "--completion-token", token,
+                       "--result", '{"rows": 3}')
+    assert code == 0 and json.loads(out)["state"] == "succeeded"
+    assert server.engine.get(tid).last["body"] == '{"rows":3}'
+    code, _, err = run(capsys, "complete", tid, "--completion-token", token)
+    assert code == 1 and "(409)" in err

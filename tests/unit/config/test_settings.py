@@ -544,7 +544,7 @@ def test_the_secrets_come_from_files_named_by_their_file_variables(tmp_path):
     assert set(config_mod.FILE_OPTIONS) == {"curve_public", "curve_secret", "api_tokens",
                                             "signing_secret", "qstash_current_signing_key",
                                             "qstash_next_signing_key", "oidc_signing_key",
-                                            "oidc_previous_public_key", "ed25519_signing_key"}
+                                            "oidc_previous_public_key", "ed25519_signing_key", "completion_secret"}
 
 
 @pytest.mark.parametrize("content,words", [
@@ -610,3 +610,13 @@ def test_config_bad_qstash_keys_fail_naming_the_option(env, named):
         config_mod.load(env=env)
     assert str(info.value).startswith(named)
     assert QSTASH_KEY not in str(info.value) and "has a space" not in str(info.value)
+
+
+def test_public_url_is_checked_and_gives_the_completion_base():
+    cfg = config_mod.load(env={}, flags={"data_dir": ":memory:"})
+    assert cfg.public_base == "http://127.0.0.1:8088"
+    cfg = config_mod.load(env={}, flags={"data_dir": ":memory:",
+                                         "public_url": "https://q.example/api/"})
+    assert cfg.public_base == "https://q.example/api"
+    with pytest.raises(config_mod.ConfigError, match="public_url"):
+        config_mod.load(env={}, flags={"data_dir": ":memory:", "public_url": "ftp://x"})

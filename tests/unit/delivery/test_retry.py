@@ -12,7 +12,7 @@ from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.attempt import Outcome
 from miyamoto.engine.engine import Engine
 from miyamoto.store.journal import Journal
-from miyamoto.delivery.retry import Action, decide, is_success
+from miyamoto.delivery.retry import Action, decide, is_success, reported
 from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -279,3 +279,32 @@ def test_a_retry_that_would_start_at_or_after_the_expiry_expires_the_task():
     # a success is a success, however late
     assert decide(t.evolve(expires_at=NOW - 1), answer(200), Q, NOW, FixedRng()).action \
         is Action.SUCCEEDED
+
+
+# ================================================================ long tasks (a lease)
+
+
+def test_a_202_of_a_task_with_a_lease_is_accepted_and_counted():
+    d = decide(running(lease=600.0), answer(202), Q, NOW, FixedRng())
+    assert d.action is Action.ACCEPTED
+    assert d.task.state == State.RUNNING and d.task.fire_at == NOW + 600
+    assert d.task.attempts == 1 and d.task.accepted == 1 and d.task.last["status"] == 202
+
+
+def test_a_200_of_a_task_with_a_lease_is_a_success_and_a_202_without_one_too():
+    assert decide(running(lease=600.0), answer(200), Q, NOW, FixedRng()).action \
+        is Action.SUCCEEDED
+    assert decide(running(), answer(202), Q, NOW, FixedRng()).action is Action.SUCCEEDED
+
+
+def test_a_report_ends_the_accepted_attempt_without_counting_it_again():
+    t = decide(running(lease=600.0), answer(202), Q, NOW, FixedRng()).task
+    ok = reported(t, Outcome(ok=True, status=202, body=b'{"n":1}', at=NOW), Q, NOW + 5,
+                  FixedRng())
+    assert ok.action is Action.SUCCEEDED and ok.task.attempts == 1 and ok.task.accepted == 0
+    assert ok.task.last["body"] == '{"n":1}'
+    bad = reported(t, Outcome(ok=False, error="lease ran out", at=NOW), Q, NOW + 5, FixedRng())
+    assert bad.action is Action.RETRY and bad.task.attempts == 1
+    assert bad.task.state == State.SCHEDULED and bad.task.fire_at == NOW + 5 + Q.min_backoff
+    last = reported(t.evolve(max_attempts=1), Outcome(ok=False, at=NOW), Q, NOW, FixedRng())
+    assert last.action is Action.FAILED

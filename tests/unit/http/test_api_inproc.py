@@ -17,6 +17,7 @@ import ujson
 
 from miyamoto.definitions import schedules, topics
 from miyamoto.definitions.sync import DefSync
+from miyamoto.delivery import completion
 from miyamoto.engine.browse import Filter
 from miyamoto.errors import Conflict, Duplicate, Unavailable
 from miyamoto.http import auth
@@ -651,3 +652,57 @@ def test_queue_and_operation_routes(app: Api, svc: Service) -> None:
     a = call(app, "GET", "/metrics")
     assert a.body == b"# metrics\n" and a.headers["Content-Type"] == CONTENT_TYPE_LATEST
     assert call(app, "GET", "/openapi.json").json() == ujson.loads(ujson.dumps(SPEC))
+
+
+# ================================================================ long tasks' completion URL
+
+class LongTasks(Service):
+    """A service whose completion and heartbeat check the token as the node does."""
+
+    def complete(self, task_id: str, token: str, report: Any) -> dict | None:
+        self._record("complete", task_id, token, report)
+        if token != "good":
+            raise completion.TokenError("is not valid for this task")
+        return self.tasks.get(task_id)
+
+    def heartbeat(self, task_id: str, token: str, lease: float | None) -> dict | None:
+        self._record("heartbeat", task_id, token, lease)
+        return self.tasks.get(task_id)
+
+
+def test_a_report_at_the_completion_url_needs_no_api_token_but_its_own() -> None:
+    s = LongTasks()
+    app = Api(s, Limits(max_body=10000), max_batch=3, clock=lambda: NOW,
+              tokens=auth.Tokens([("admin", "a" * 24)]))
+    a = post_json(app, "/tasks/t-1/complete", {"state": "succeeded", "result": [1]},
+                  query="token=good")
+    assert a.status == 200 and s.calls[-1] == ("complete", "t-1", "good",
+                                               completion.Report("succeeded", [1]))
+    error_of(post_json(app, "/tasks/t-1/complete", {"state": "failed"}, query="token=bad"),
+             403, "token")
+    error_of(post_json(app, "/tasks/t-1/complete", {"state": "failed"}), 403, "token")
+    error_of(post_json(app, "/tasks/t-1/complete", {"state": "done"}, query="token=good"),
+             400, "state")
+    error_of(post_json(app, "/tasks/t-1/complete", {"state": "failed", "result": "r" * 5000},
+                       query="token=good"), 400, "result")
+    error_of(call(app, "POST", "/tasks/t-1/complete", b"{", query="token=good"), 400, "body")
+    error_of(post_json(app, "/tasks/t-9/complete", {"state": "failed"}, query="token=good"),
+             404, "id")
+    s.raise_ = Conflict("this attempt is over")
+    assert post_json(app, "/tasks/t-1/complete", {"state": "failed"},
+                     query="token=good").status == 409
+
+
+def test_a_heartbeat_takes_a_bounded_lease_or_none(app: Api) -> None:
+    s = LongTasks()
+    app = Api(s, Limits(max_body=1000), max_batch=3, clock=lambda: NOW)
+    assert call(app, "POST", "/tasks/t-1/heartbeat", b"", query="token=good").status == 200
+    assert s.calls[-1] == ("heartbeat", "t-1", "good", None)
+    assert post_json(app, "/tasks/t-1/heartbeat", {"lease": 60},
+                     query="token=good").status == 200
+    assert s.calls[-1][-1] == 60
+    error_of(post_json(app, "/tasks/t-1/heartbeat", {"lease": 0}, query="token=good"),
+             400, "lease")
+    error_of(post_json(app, "/tasks/t-1/heartbeat", {"lease": 10 ** 7}, query="token=good"),
+             400, "lease")
+    error_of(post_json(app, "/tasks/t-1/heartbeat", {"x": 1}, query="token=good"), 400, "body")

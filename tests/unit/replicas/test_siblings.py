@@ -1268,3 +1268,33 @@ def test_a_lost_askers_acknowledged_hold_lasts_the_lease_its_ask_named():
     members(s, ("a", "b"), 101.0)  # c is lost, not the asker
     assert fire(s, t, 102.0) == (False, [fx.Update("t1", at=105.0 + T.offset,
                                                    how=fx.Move.LATER)])
+
+
+# ---------------------------------------------------------------- long tasks: a lease extended
+def test_a_long_tasks_lease_claims_every_live_sibling_at_once():
+    """A 202 (or a heartbeat) steps LeaseExtended: CLAIM of lease + claim_lease to each live
+    sibling now, in place of the attempt's own CLAIM; the sibling holds its copy that long."""
+    a = machine(me="a", members=("a", "b"))
+    t = task(replicas=("a", "b", "c"))
+    go, _ = fire(a, t, 100.0)
+    running = t.evolve(state=State.RUNNING)
+    claims = sends(a.step(ev.LeaseExtended(running, 600.0), 100.1).effects, m.Claim)
+    assert set(claims) == {"b"} and claims["b"].lease == 600.0 + T.claim_lease
+    assert "t1" not in a.claiming  # the attempt's own CLAIM is not sent after it
+    b = machine(me="b", members=("a", "b"))
+    mine = task(replica=1, replicas=("a", "b", "c"), fire_at=101.0)
+    assert recv(b, "a", claims["b"], mine, 100.2) == []
+    go, effects = fire(b, mine, 200.0)
+    assert not go and updates(effects)[0].at >= 100.2 + 600.0 + T.claim_lease
+    ended = running.evolve(state=State.SUCCEEDED)
+    assert a.step(ev.LeaseExtended(ended, 600.0), 100.3).effects == ()
+
+
+@pytest.mark.timeout(120)
+def test_the_checker_catches_a_lease_not_told_to_the_siblings(monkeypatch):
+    """Runs with long tasks: a heartbeat that sends no CLAIM lets a sibling start the task
+    while the holder's worker still holds its lease (the holder paused or cut off)."""
+    monkeypatch.setattr(Siblings, "_extend", lambda self, t, lease: [])
+    with pytest.raises(SafetyViolation, match="long lease"):
+        for seed in range(60):
+            random_run(seed, long_rate=0.3)

@@ -162,6 +162,8 @@ BAD_ROWS: list[tuple[Any, str]] = [
     (dict(ROW, retry_delays=[1] * 21), "retry_delays is not a short list"),
     (dict(ROW, retry_delays=[True]), "retry_delays is not a short list"),
     (dict(ROW, retry_delays=5), "'retry_delays' is of the wrong type"),
+    (dict(ROW, lease=0), "lease is out of range"),
+    (dict(ROW, lease=8 * 86400), "lease is out of range"),
     (dict(ROW, state="gone"), "malformed task"),
 ]
 
@@ -185,7 +187,8 @@ def test_a_malformed_row_is_a_decode_error_that_says_why(row: Any, why: str) -> 
     {"headers": {"a": "b"}}, {"eta": 0}, {"created": 3},
     {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
     {"oidc_audience": "https://worker.example/hook"}, {"oidc_audience": "x" * 2083},
-    {"expires_at": 5.5}, {"retry_delays": [1, 10.5, 60]}, {"state": "expired"}])
+    {"expires_at": 5.5}, {"retry_delays": [1, 10.5, 60]}, {"state": "expired"},
+    {"lease": 3600}])
 def test_the_edges_of_a_good_row_decode(changes: dict) -> None:
     t = Task.decode(dict(ROW, **changes))
     for k, v in changes.items():

@@ -789,3 +789,24 @@ def test_retry_delays_as_a_json_list_or_a_form_list_and_their_bounds():
     rejects(js, {"url": URL, "retry_delays": [1, -1]}, field="retry_delays[1]")
     rejects(js, {"url": URL, "retry_delays": [1, "x"]}, field="retry_delays[1]")
     rejects(js, {"url": URL, "retry_delays": [1e9]}, field="retry_delays[0]")
+
+
+@pytest.mark.parametrize("fields,lease", [
+    ({}, None), ({"async": True}, 300.0), ({"async": False}, None), ({"lease": 7200}, 7200.0),
+    ({"async": True, "lease": 30}, 30.0), ({"lease": 7 * 86400}, 7 * 86400.0)])
+def test_json_async_and_lease_make_a_long_task(fields, lease):
+    assert js({"url": "http://w.example/x", **fields}).lease == lease
+
+
+def test_form_async_and_lease():
+    assert form("task.url=http://w.example/x&task.async=true").lease == 300.0
+    assert form("task.url=http://w.example/x&task.lease=60").lease == 60.0
+    assert form("task.url=http://w.example/x&task.async=0").lease is None
+
+
+@pytest.mark.parametrize("fields,field", [
+    ({"async": "maybe"}, "async"), ({"async": 1}, "async"), ({"lease": 0}, "lease"),
+    ({"lease": 7 * 86400 + 1}, "lease"), ({"lease": "x"}, "lease"),
+    ({"async": False, "lease": 60}, "lease")])
+def test_bad_async_or_lease_is_named(fields, field):
+    rejects(js, {"url": "http://w.example/x", **fields}, field=field)
