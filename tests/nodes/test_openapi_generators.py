@@ -104,8 +104,10 @@ def test_a_generated_python_client_enqueues_reads_and_cancels(node: NodeProcess,
 
     client = gen.Client(base_url=node.url, timeout=10.0, raise_on_unexpected_status=True)
     url = sink.url_for("/never")
-    body = models.TaskRequest(url=url, countdown=120, name="generated-json",
-                              params=models.TaskRequestParamsType0.from_dict({"a": "1"}))
+    # POST /queue's JSON task: TaskRequest and the repeat fields (on_duplicate, debounce)
+    body = models.EnqueueTaskRequest(url=url, countdown=120, name="generated-json",
+                                     params=models.EnqueueTaskRequestParamsType0.from_dict(
+                                         {"a": "1"}))
     got = enqueue.sync(client=client, body=body)
     assert isinstance(got, models.Enqueued), got
     form = models.TaskForm.from_dict({"task.url": url, "task.countdown": "120", "b": "2"})
