@@ -69,6 +69,13 @@ class QStashApi:
     def _defs(self) -> DefSync:
         return self.api.service.definitions
 
+    def _op(self, op: str, kind: str, name: str, value: dict | None = None,
+            done: Any = None) -> Answer:
+        """A definitions op (``DefSync.op``) answered as QStash does: ``done`` (else ``{}``)
+        when it is made, else the op's own status and error."""
+        status, body = self._defs.op(op, kind, name, value)
+        return (200, {} if done is None else done) if status == 200 else (status, body)
+
     def routes(self) -> list[tuple[re.Pattern[str], dict[str, Callable[..., Answer]]]]:
         """The v2 routes, in the order they must be tried (a schedule's pause before a
         destination URL, which holds slashes)."""
@@ -263,8 +270,7 @@ class QStashApi:
         m = self._defs.machine
         if m.get("schedule", name) is None and len(m.items("schedule")) >= MAX_SCHEDULES:
             raise ValidationError("Upstash-Schedule-Id", f"would be schedule {MAX_SCHEDULES + 1}")
-        status, body = self._defs.op("put", "schedule", name, value)
-        return (200, {"scheduleId": name}) if status == 200 else (status, body)
+        return self._op("put", "schedule", name, value, done={"scheduleId": name})
 
     def qstash_schedules(self, environ: dict) -> Answer:
         m = self._defs.machine
@@ -283,12 +289,10 @@ class QStashApi:
         return 200, self._schedule_out(sname)
 
     def qstash_schedule_delete(self, environ: dict, sname: str) -> Answer:
-        status, body = self._defs.op("delete", "schedule", check_name(sname))
-        return (200, {}) if status == 200 else (status, body)
+        return self._op("delete", "schedule", check_name(sname))
 
     def qstash_schedule_control(self, environ: dict, sname: str, action: str) -> Answer:
-        status, body = self._defs.op(action, "schedule", check_name(sname))
-        return (200, {}) if status == 200 else (status, body)
+        return self._op(action, "schedule", check_name(sname))
 
     # ------------------------------------------------------------ URL groups
     def qstash_topics(self, environ: dict) -> Answer:
@@ -301,8 +305,7 @@ class QStashApi:
         return 200, _group_view(tname, value)
 
     def qstash_topic_delete(self, environ: dict, tname: str) -> Answer:
-        status, body = self._defs.op("delete", "topic", check_name(tname))
-        return (200, {}) if status == 200 else (status, body)
+        return self._op("delete", "topic", check_name(tname))
 
     def _endpoint_urls(self, environ: dict) -> list[str]:
         data = json_fields(self.api.body(environ))
@@ -320,9 +323,7 @@ class QStashApi:
         urls = list(old) + [u for u in self._endpoint_urls(environ) if u not in old]
         if not old and len(self._defs.machine.items("topic")) >= MAX_TOPICS:
             raise ValidationError("name", f"would be URL group {MAX_TOPICS + 1}: too many")
-        value = parse_topic({"urls": urls}, self.api.limits)
-        status, body = self._defs.op("put", "topic", tname, value)
-        return (200, {}) if status == 200 else (status, body)
+        return self._op("put", "topic", tname, parse_topic({"urls": urls}, self.api.limits))
 
     def qstash_endpoints_remove(self, environ: dict, tname: str) -> Answer:
         value = self._defs.machine.get("topic", check_name(tname))
@@ -331,10 +332,8 @@ class QStashApi:
         gone = set(self._endpoint_urls(environ))
         urls = [u for u in value.get("urls", []) if u not in gone]
         if urls:  # QStash deletes a group whose last endpoint is removed
-            status, body = self._defs.op("put", "topic", tname, {"urls": urls})
-        else:
-            status, body = self._defs.op("delete", "topic", tname)
-        return (200, {}) if status == 200 else (status, body)
+            return self._op("put", "topic", tname, {"urls": urls})
+        return self._op("delete", "topic", tname)
 
     # ------------------------------------------------------------ queues
     def qstash_queue_upsert(self, environ: dict) -> Answer:
