@@ -237,9 +237,11 @@ class QStashApi:
     def qstash_dlq_delete_many(self, environ: dict) -> Answer:
         deleted = 0
         for i in _id_list(self._json_or_none(environ), "dlqIds"):
-            found = self.api.service.get_task(i)
-            if found is not None and found.get("state") == State.FAILED.value:
-                deleted += self.api.service.delete(i) is not None
+            try:
+                self._failed(i)
+            except NotFound:  # not in the DLQ: not counted
+                continue
+            deleted += self.api.service.delete(i) is not None
         return 200, {"deleted": deleted}
 
     # ------------------------------------------------------------ schedules
