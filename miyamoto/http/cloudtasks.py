@@ -282,20 +282,20 @@ class CloudTasks:
         dropped; the name stays known (a declared queue is the config's; another one
         expires when idle)."""
         if self.service.control(queue, "purge") is None:
-            raise CloudError(404, f"queue {queue} does not exist", "name")
+            raise _no_queue(queue)
         self.service.reset_queue(queue)
         return 200, {}
 
     def control(self, environ: dict, project: str, location: str, queue: str,
                 action: str) -> tuple[int, Any]:
         if self.service.control(queue, action) is None:
-            raise CloudError(404, f"queue {queue} does not exist", "name")
+            raise _no_queue(queue)
         return 200, ctj.queue_view(_loc(project, location), self._queue(queue))
 
     def _queue(self, queue: str) -> View:
         found = self.service.queue(queue)
         if found is None:
-            raise CloudError(404, f"queue {queue} does not exist", "name")
+            raise _no_queue(queue)
         return found
 
 
@@ -305,6 +305,10 @@ def _loc(project: str, location: str) -> str:
 
 def _parent(project: str, location: str, queue: str) -> str:
     return f"{_loc(project, location)}/queues/{queue}"
+
+
+def _no_queue(queue: str) -> CloudError:
+    return CloudError(404, f"queue {queue} does not exist", "name")
 
 
 def _gone(task: str, found: View | None = None) -> CloudError:
