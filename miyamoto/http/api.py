@@ -500,14 +500,16 @@ class Api:
         return 200, SPEC
 
     def oidc_discovery(self, environ: dict) -> tuple[int, Any]:
-        if not self.identity.mints:
-            raise HTTPError(404, "this node signs no OIDC tokens (no oidc_signing_key)")
-        return 200, _public(self.identity.discovery())
+        return 200, _public(self._minter().discovery())
 
     def jwks(self, environ: dict) -> tuple[int, Any]:
+        return 200, _public(self._minter().jwks())
+
+    def _minter(self) -> Identity:
+        """The identity that signs OIDC tokens; a 404 when this node signs none."""
         if not self.identity.mints:
             raise HTTPError(404, "this node signs no OIDC tokens (no oidc_signing_key)")
-        return 200, _public(self.identity.jwks())
+        return self.identity
 
     def webhook_public_key(self, environ: dict) -> tuple[int, Any]:
         doc = self.identity.webhook_public_key()
