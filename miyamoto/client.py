@@ -317,8 +317,8 @@ class Client:
         out: list[dict[str, Any]] = []
         cursor = None
         while True:
-            path = "/queues" if cursor is None else f"/queues?cursor={_seg(cursor)}"
-            answer = self._call("GET", path)
+            answer = self._call("GET", "/queues",
+                                params=None if cursor is None else {"cursor": cursor})
             out.extend(answer.get("queues", []))
             cursor = answer.get("next_cursor")
             if not cursor:
