@@ -65,6 +65,7 @@ class Service(Protocol):
     def reset_queue(self, name: str) -> View | None: ...
     def list_tasks(self, queue: str, state: State, limit: int) -> list[View]: ...
     def control(self, queue: str, action: str) -> View | None: ...
+    def clock_offset(self) -> float: ...  # the cluster's clock minus ours (absolute times)
 
 
 class CloudTasks:
@@ -169,10 +170,11 @@ class CloudTasks:
         if set(body) - {"task", "responseView"}:
             raise CloudError(400, "the body must be a CreateTaskRequest: {\"task\": {...}}",
                              "task")
-        now = self.clock()
-        fields, _ = ctj.task_fields(body.get("task"), queue, now)
+        now, offset = self.clock(), self.service.clock_offset()
+        # scheduleTime is absolute: judged on the cluster's clock, as every face's eta is
+        fields, _ = ctj.task_fields(body.get("task"), queue, now + offset)
         task = build_task(fields, path_queue=queue, idempotency_key=None, limits=self.limits,
-                          now=now).evolve(face=CLOUDTASKS)
+                          now=now, offset=offset).evolve(face=CLOUDTASKS)
         self.service.enqueue(task)
         return 200, ctj.task_view(_parent(project, location, queue), task.summary())
 

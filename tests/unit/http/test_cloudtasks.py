@@ -43,11 +43,15 @@ class Service:
         self.tasks = {ID: record()}
         self.known_queues = {"q"}
         self.raise_: Exception | None = None
+        self.offset = 0.0  # the cluster's clock minus this node's
 
     def _call(self, *call: Any) -> None:
         self.calls.append(call)
         if self.raise_ is not None:
             raise self.raise_
+
+    def clock_offset(self) -> float:
+        return self.offset
 
     def enqueue(self, task: Task, again: object = None) -> dict:
         self._call("enqueue", task)
@@ -138,6 +142,21 @@ def test_a_task_is_created_as_a_native_one_marked_for_the_face() -> None:
     assert out["name"] == "projects/p/locations/l/queues/q/tasks/t2" and out["view"] == "BASIC"
     status, out = call(api, f"{QP}/tasks", "POST", task_body())
     assert out["name"].endswith("/tasks/" + service.calls[-1][1].id)  # its id names it
+
+
+def test_a_schedule_time_is_judged_on_the_clusters_clock() -> None:
+    """scheduleTime is absolute: on a node 30 s behind the cluster, a task due 60 s on by
+    the cluster's clock fires 60 s on here, not 90 s."""
+    from miyamoto.http.cloudtasksjson import timestamp
+
+    api, service = app()
+    service.offset = 30.0
+    body = task_body()
+    body["task"]["scheduleTime"] = timestamp(NOW + 30.0 + 60.0)
+    status, out = call(api, f"{QP}/tasks", "POST", body)
+    assert status == 200, out
+    (_, task), = [c for c in service.calls if c[0] == "enqueue"]
+    assert task.fire_at == pytest.approx(NOW + 60.0, abs=1e-3)
 
 
 @pytest.mark.parametrize("raise_, status, code", [
