@@ -492,7 +492,7 @@ class Cluster:
                 for inner_verb, inner in unbatch(payload):
                     count(inner_verb.value, "received")
                     self._on_message(sender, key, inner_verb, inner, admitted)
-            elif sender in self._keys and self._keys[sender] != key and verb != Verb.JOIN:
+            elif self._keys.get(sender, key) != key and verb != Verb.JOIN:
                 self._spoofed(sender, verb)  # a JOIN: membership's rule (live_namesake)
             elif verb not in _OPEN and sender not in self._members:
                 self._stranger(sender, verb)
@@ -543,11 +543,7 @@ class Cluster:
         holder of the join secret speaking as that member. Dropped; logged like a
         stranger's (first of each (verb, sender), then every 1000th)."""
         self.spoofed += 1
-        key = (verb, "key:" + sender[:64])
-        first = key not in self._strangers_seen and len(self._strangers_seen) < MAX_FORMER
-        if first:
-            self._strangers_seen.add(key)
-        if first or self.spoofed % 1000 == 0:
+        if self._first_or_every_1000((verb, "key:" + sender[:64]), self.spoofed):
             log.warning("cluster: dropped %s from %r: not the key %s joined with (%d so far)",
                         verb.value, sender[:64], sender[:64], self.spoofed)
 
@@ -562,13 +558,17 @@ class Cluster:
             log.debug("cluster: %s from %r before our roster: ignored", verb.value, sender[:64])
             return
         self.strangers += 1
-        key = (verb, sender[:64])
+        if self._first_or_every_1000((verb, sender[:64]), self.strangers):
+            log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
+                        verb.value, sender[:64], self.strangers)
+
+    def _first_or_every_1000(self, key: tuple[Verb, str], count: int) -> bool:
+        """Whether to log a drop: the first of each ``key`` (while fewer than MAX_FORMER
+        are remembered), and every 1000th drop of its kind (``count``)."""
         first = key not in self._strangers_seen and len(self._strangers_seen) < MAX_FORMER
         if first:
             self._strangers_seen.add(key)
-        if first or self.strangers % 1000 == 0:
-            log.warning("cluster: dropped %s from %r: not a roster member (%d so far)",
-                        verb.value, sender[:64], self.strangers)
+        return first or count % 1000 == 0
 
     def _on_sibling(self, sender: str, msg: rm.SiblingNews) -> None:
         copy = self.engine.get(msg.id) if isinstance(msg, rm.Ask) else self.engine.live.get(msg.id)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import uuid
 from typing import Any, Callable, Protocol
 
@@ -29,6 +28,7 @@ from miyamoto.definitions.machine import Definitions, Finished, Full, NotLeader,
     Tick, View, Write
 from miyamoto.wire.messages import Send
 from miyamoto.errors import Unavailable
+from miyamoto.wire.atomic import atomic_write as _atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -237,26 +237,3 @@ def _err(message: str, field: str | None = None) -> dict[str, Any]:
     if field is not None:
         out["error"], out["field"] = f"{field} {message}", field
     return out
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write temp, fsync, rename over, fsync the directory: all of it or none."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".definitions.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -68,8 +68,8 @@ class Freshness:
         if last is not None and boot == last[0] and seq <= last[1]:
             return Verdict.OLD_SEQ
         if highest is None or boot > highest:
-            _put(self._boots, sender, boot, self.max_senders)
-        _put(self._conns, conn, (boot, seq), self.max_senders)
+            put_bounded(self._boots, sender, boot, self.max_senders)
+        put_bounded(self._conns, conn, (boot, seq), self.max_senders)
         return Verdict.FRESH
 
     def boot(self, sender: tuple[str, str]) -> int | None:
@@ -79,7 +79,8 @@ class Freshness:
         return self._conns.get(conn)
 
 
-def _put(d: dict, key: object, value: object, bound: int) -> None:
+def put_bounded(d: dict, key: object, value: object, bound: int) -> None:
+    """``d[key] = value``, a new key first making room (oldest first out) under ``bound``."""
     if key not in d:
         while len(d) >= bound:
             d.pop(next(iter(d)))

@@ -27,6 +27,7 @@ import os
 import time
 from typing import Callable
 
+from miyamoto.wire.atomic import atomic_write
 from miyamoto.wire.transport import CurveKeys, keygen
 
 log = logging.getLogger(__name__)
@@ -38,22 +39,6 @@ KEY_FILE = "node.key"
 
 class BadKeyFile(ValueError):
     """The data dir's key file does not hold a key pair (a usage error: exit code 2)."""
-
-
-def _replace(path: str, data: bytes, mode: int = 0o644) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def next_boot(data_dir: str, clock: Callable[[], float] = time.time) -> int:
@@ -72,7 +57,7 @@ def next_boot(data_dir: str, clock: Callable[[], float] = time.time) -> int:
         log.warning("%s is not a number: the incarnation starts from the clock", path)
         last = 0
     boot = max(last + 1, int(clock() * 1000))
-    _replace(path, f"{boot}\n".encode())
+    atomic_write(path, f"{boot}\n".encode(), mode=0o644)
     return boot
 
 
@@ -86,8 +71,8 @@ def node_key(data_dir: str) -> CurveKeys:
     path = os.path.join(data_dir, KEY_FILE)
     if not os.path.exists(path):
         keys = keygen()
-        _replace(path, json.dumps({"public": keys.public, "secret": keys.secret}).encode(),
-                 mode=0o600)
+        atomic_write(path, json.dumps({"public": keys.public, "secret": keys.secret}).encode(),
+                     mode=0o600)
         log.info("made this node's own key pair in %s (public key %s)", path, keys.public)
         return keys
     try:

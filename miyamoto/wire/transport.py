@@ -59,7 +59,7 @@ from gevent.pool import Group
 from zmq.utils import z85
 
 from miyamoto.wire import verbs as protocol
-from miyamoto.wire.freshness import Freshness, Verdict, read_stamp, stamp
+from miyamoto.wire.freshness import Freshness, Verdict, put_bounded, read_stamp, stamp
 from miyamoto.wire.handshakes import EVENTS, HandshakeWatch
 from miyamoto.wire.verbs import DecodeError, Verb
 from miyamoto.wire.zmqio import NOBLOCK, Readable, send_frames
@@ -536,9 +536,7 @@ class Transport:
                 raw = b""
             ok = len(raw) == 32 and hmac.compare_digest(identity[-PROOF_SIZE:],
                                                         join_proof(self.curve, raw))
-            while len(self._proven) >= MAX_PROVEN:
-                self._proven.pop(next(iter(self._proven)))
-            self._proven[(identity, key)] = ok
+            put_bounded(self._proven, (identity, key), ok, MAX_PROVEN)
             if not ok:
                 self.stats.auth_refused += 1
                 self._warn.warning(
