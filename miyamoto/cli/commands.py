@@ -50,6 +50,10 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+# a task's states, as GET /tasks?state= and /queues/<q>/tasks?state= take them (the server's
+# State enum; spelt here so the CLI's start-up does not load the task module)
+STATES = ("scheduled", "running", "succeeded", "failed", "cancelled", "expired")
+
 def add_commands(sub: Any) -> None:
     """Add every client command to the ``miyamoto`` subparsers."""
     common = _common()
@@ -76,8 +80,7 @@ def add_commands(sub: Any) -> None:
     tasks = sub.add_parser("tasks", parents=[common], help="list a queue's tasks in one state")
     tasks.add_argument("queue", nargs="?", default="default", help="queue (default: default)")
     tasks.add_argument("--state", default="scheduled",
-                       choices=("scheduled", "running", "succeeded", "failed", "cancelled",
-                                "expired"))
+                       choices=STATES)
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
     tasks.add_argument("--json", action="store_true", help="the raw answer, not a table")
     tasks.set_defaults(func=_command(_tasks))
@@ -197,7 +200,7 @@ def _browse_command(sub: Any, common: argparse.ArgumentParser) -> None:
     browse = sub.add_parser("browse", parents=[common],
                             help="page through tasks in one state, over every queue or one")
     browse.add_argument("--state", default="scheduled",
-                        choices=("scheduled", "running", "succeeded", "failed", "cancelled"))
+                        choices=STATES)
     browse.add_argument("--queue", help="only this queue's tasks")
     browse.add_argument("--target", help="only tasks whose URL starts with this")
     browse.add_argument("--name-prefix", help="only tasks whose name starts with this")

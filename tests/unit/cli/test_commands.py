@@ -127,3 +127,12 @@ def test_a_long_task_enqueued_heartbeated_and_completed(server: Node, capsys) ->
     assert server.engine.get(tid).last["body"] == '{"rows":3}'
     code, _, err = run(capsys, "complete", tid, "--completion-token", token)
     assert code == 1 and "(409)" in err
+
+
+def test_the_clis_states_are_the_servers() -> None:
+    """The --state choices of tasks and browse spell the server's states (the CLI does not
+    import the task module at start-up, so the list is its own and must not drift)."""
+    from miyamoto.cli.commands import STATES
+    from miyamoto.tasks.task import State
+
+    assert set(STATES) == {s.value for s in State}
