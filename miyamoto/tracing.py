@@ -104,12 +104,13 @@ class Traces:
                               trace_flags=api.TraceFlags(int(flags, 16)))
         return api.set_span_in_context(api.NonRecordingSpan(ctx))
 
-    def _start(self, name: str, task: Task, kind: str, **attributes: Any) -> Any:
+    def _start(self, name: str, task: Task, kind: str, start_time: int | None = None,
+               **attributes: Any) -> Any:
         attributes["miyamoto.task.id"] = task.id
         attributes["miyamoto.queue"] = task.queue
         return self._tracer.start_span(name, context=self._parent(task.traceparent),
                                        kind=getattr(self._api.SpanKind, kind),
-                                       attributes=attributes)
+                                       attributes=attributes, start_time=start_time)
 
     @contextmanager
     def enqueue(self, tasks: list[Task]) -> Iterator[list[Task]]:
@@ -130,12 +131,8 @@ class Traces:
         """A ``miyamoto store`` span per copy committed here since ``start_ns``."""
         end = time.time_ns()
         for t in tasks:
-            self._tracer.start_span(
-                "miyamoto store", context=self._parent(t.traceparent),
-                kind=self._api.SpanKind.INTERNAL, start_time=start_ns,
-                attributes={"miyamoto.task.id": t.id, "miyamoto.queue": t.queue,
-                            "miyamoto.node": node, "miyamoto.replica": t.replica},
-            ).end(end_time=end)
+            self._start("miyamoto store", t, "INTERNAL", start_ns, **{
+                "miyamoto.node": node, "miyamoto.replica": t.replica}).end(end_time=end)
 
     def attempt(self, task: Task, method: str, node: str) -> tuple[Any, str]:
         """An attempt's span (ended by ``attempted``) and the traceparent to send."""

@@ -24,7 +24,7 @@ from miyamoto.version import __version__
 USER_AGENT = f"miyamoto/{__version__}"
 FORM = "application/x-www-form-urlencoded"
 UPSTASH_JWT_LIFETIME = 300  # s: QStash's signatures expire 5 minutes after they are made
-_JWT_HEAD = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=")
+RETRY_REASON_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,9 @@ def _b64url(data: bytes) -> bytes:
     return base64.urlsafe_b64encode(data).rstrip(b"=")
 
 
+_JWT_HEAD = _b64url(b'{"alg":"HS256","typ":"JWT"}')
+
+
 def upstash_signature(key: str, url: str, body: bytes, now: float) -> str:
     """QStash's ``Upstash-Signature``: a JWT (HS256, the signing key's text as the HMAC
     key) whose claims are iss "Upstash", sub the URL the request goes to, iat/nbf now,
@@ -104,9 +107,6 @@ def upstash_signature(key: str, url: str, body: bytes, now: float) -> str:
     signed = _JWT_HEAD + b"." + _b64url(ujson.dumps(claims, escape_forward_slashes=False).encode())
     mac = hmac.digest(key.encode(), signed, "sha256")  # one C call: ~2x hmac.new's speed
     return (signed + b"." + _b64url(mac)).decode()
-
-
-RETRY_REASON_CHARS = 200
 
 
 def cloudtasks_headers(task: Task) -> dict[str, str]:

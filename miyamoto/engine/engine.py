@@ -848,8 +848,8 @@ class Engine:
         running = {t.id for t in self.live.values() if t.state == State.RUNNING}
         out: dict[str, dict[str, list[str]]] = {}
         for q, s, task_id in rows:
-            if s == State.SCHEDULED.value and task_id in running:
-                s = State.RUNNING.value
+            if s == _SCHEDULED and task_id in running:
+                s = _RUNNING
             out.setdefault(q, {}).setdefault(s, []).append(task_id)
         return out
 

@@ -240,13 +240,11 @@ def _compile_copiers() -> None:
     for n in _FIELD_ORDER:
         if n in _ALWAYS:
             en.append(f"    d[{n!r}] = self.{n}")
+        elif _DEFAULTS.get(n) == ():  # a tuple field: stored as a list, left out when empty
+            en += [f"    v = self.{n}", "    if v:", f"        d[{n!r}] = list(v)"]
         else:
             en += [f"    v = self.{n}", f"    if v != _D[{n!r}]:", f"        d[{n!r}] = v"]
-    en += ["    d['state'] = self.state._value_",
-           "    if self.retry_delays:", "        d['retry_delays'] = list(self.retry_delays)",
-           "    if self.replicas:", "        d['replicas'] = list(self.replicas)",
-           "    if self.history:", "        d['history'] = list(self.history)",
-           "    return d"]
+    en += ["    d['state'] = self.state._value_", "    return d"]
     setters = {n: Task.__dict__[n].__set__ for n in _FIELD_ORDER}
     scope = {"_FIELD_NAMES": _FIELD_NAMES, "_new": object.__new__, "Task": Task,
              "_S": setters, "_D": _DEFAULTS, **{f"_s_{n}": f for n, f in setters.items()}}

@@ -19,8 +19,7 @@ import ujson
 
 from miyamoto.tasks import dedupe
 from miyamoto.tasks import fields as dispatchfields
-from miyamoto.tasks import labels, options
-from miyamoto.tasks import repeat
+from miyamoto.tasks import labels, options, repeat
 from miyamoto.tasks.checks import ValidationError, audience, integer, number, traceparent
 from miyamoto.tasks.formdata import form_pairs
 from miyamoto.tasks.task import METHODS, QUEUE_NAME_RE, Task, new_id
@@ -41,7 +40,10 @@ _JSON_FIELDS = frozenset({
     "labels",
     "topic",  # instead of url: one task per URL of the topic (miyamoto.definitions.topics)
 })
-_FORM_ONLY = frozenset(repeat.FIELDS)  # POST /queue takes them out before build_task
+# a form's task.X options: params, the body and the headers come as form fields instead;
+# the repeat fields too (POST /queue takes them out before build_task)
+_FORM_OPTIONS = (_JSON_FIELDS | set(repeat.FIELDS)) - {"params", "json", "headers", "body",
+                                                       "content_type"}
 MAX_TIMEOUT = 1800.0  # Cloud Tasks' longest dispatch deadline for HTTP targets
 MAX_ATTEMPTS = 10000
 MAX_FORM_FIELDS = 10000
@@ -379,8 +381,7 @@ def form_fields(body: bytes) -> dict[str, Any]:
             headers[key[len("task.header."):]] = value
         elif key.startswith("task."):
             name = key[len("task."):]
-            if name not in _FORM_ONLY and name not in _JSON_FIELDS or name in ("params", "json", "headers", "body",
-                                                    "content_type"):
+            if name not in _FORM_OPTIONS:
                 raise ValidationError(key, "unknown task option")
             fields[name] = value
         elif key in params:
