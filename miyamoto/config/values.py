@@ -11,6 +11,8 @@ import ipaddress
 import urllib.parse
 from typing import Callable
 
+from miyamoto.tasks.checks import MAX_AUDIENCE, is_audience
+
 
 def shows(metavar: str) -> Callable[[Callable], Callable]:
     """Name the form a parser takes, as `miyamoto serve --help` shows it (``--http HOST:PORT``)."""
@@ -112,7 +114,6 @@ def log_format(v: str) -> str:
     return s
 
 
-MAX_AUDIENCE = 2083  # an OIDC audience: a URL as long as a target's at most
 
 
 @shows("URL")
@@ -134,7 +135,7 @@ def audience(v: str) -> str:
     """An OIDC token's audience (aud): 1-2083 printable ASCII characters without spaces,
     usually the target's URL."""
     s = str(v).strip()
-    if len(s) > MAX_AUDIENCE or not s.isascii() or not s.isprintable() or " " in s:
+    if s and not is_audience(s):  # the task field's rule (empty: none)
         raise ValueError(f"must be 1-{MAX_AUDIENCE} printable ASCII characters without spaces")
     return s
 
