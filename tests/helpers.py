@@ -46,8 +46,9 @@ from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, Pr
 
 __all__ = [
     "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
-    "LocalServer", "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "as_member", "cluster_view",
-    "copy_sources", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
+    "LocalServer", "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "as_member",
+    "cluster_view", "copy_sources", "dealer", "definition_write", "free_port", "free_ports",
+    "loaded", "member_ids", "metrics",
     "proven_id",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
@@ -87,6 +88,18 @@ def copy_sources(dest: Path, names: list[str]) -> Path:
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / name, dest / name)
     return dest
+
+
+def definition_write(node: NodeProcess, method: str, path: str, **kw: Any) -> Any:
+    """A definition write (a queue's settings, a topic, a schedule), again while the answer
+    is 503: a cluster just formed or just re-led takes no write until its leader holds a
+    majority's set (``definitions``). The last answer once 20 s are gone."""
+    deadline = time.monotonic() + 20
+    while True:
+        r = node.request(method, path, timeout=15, **kw)
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
 
 
 def loaded(seconds: float, most: float = 4.0) -> float:
