@@ -20,12 +20,14 @@ For cluster tests::
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import socket
 import struct
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -44,12 +46,32 @@ from harness import (CLUSTER_KEYS, REPO, HarnessError, NodeDied, NodeProcess, Pr
 
 __all__ = [
     "CLUSTER_CURVE", "CLUSTER_KEYS", "REPO", "SCRIPTS", "HarnessError", "NodeDied", "NodeProcess",
-    "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "as_member", "cluster_view",
-    "copy_sources", "dealer", "free_port", "free_ports", "loaded", "member_ids", "metrics",
+    "LocalServer", "NotifySocket", "ProcessRegistry", "Reply", "Request", "Sink", "as_member",
+    "cluster_view", "copy_sources", "dealer", "definition_write", "free_port", "free_ports",
+    "loaded", "member_ids", "metrics",
     "proven_id",
     "plan_cluster", "port_refuses", "probe_view", "run_cli", "stop_all", "wait_converged",
     "wait_until", "write_ini",
 ]
+
+
+class LocalServer:
+    """A ``ThreadingHTTPServer`` of ``handler`` on an OS-given port of 127.0.0.1, serving in
+    a daemon thread of the test process until ``close``: a stand-in for a node or a proxy
+    whose answers a test scripts in the handler (for a worker endpoint use ``Sink``)."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]):
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 # (public, secret, server key) of the test cluster's key pair, as a raw DEALER sets them
@@ -66,6 +88,18 @@ def copy_sources(dest: Path, names: list[str]) -> Path:
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / name, dest / name)
     return dest
+
+
+def definition_write(node: NodeProcess, method: str, path: str, **kw: Any) -> Any:
+    """A definition write (a queue's settings, a topic, a schedule), again while the answer
+    is 503: a cluster just formed or just re-led takes no write until its leader holds a
+    majority's set (``definitions``). The last answer once 20 s are gone."""
+    deadline = time.monotonic() + 20
+    while True:
+        r = node.request(method, path, timeout=15, **kw)
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
 
 
 def loaded(seconds: float, most: float = 4.0) -> float:

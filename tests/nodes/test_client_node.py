@@ -11,13 +11,12 @@ import http.server
 import json
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Iterator
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, LocalServer
 from miyamoto import (Client, Conflict, DuplicateTask, Forbidden, InvalidTask, MiyamotoError,
                       NotFound, Unauthorized, Unavailable)
 
@@ -33,7 +32,7 @@ def client(node) -> Iterator[Client]:
 
 
 # ---------------------------------------------------------------- a scripted 503 server
-class Scripted:
+class Scripted(LocalServer):
     """Answers POSTs with the next status of ``script`` (the last repeats), counting them."""
 
     def __init__(self, *script: int, retry_after: str | None = None):
@@ -61,17 +60,7 @@ class Scripted:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

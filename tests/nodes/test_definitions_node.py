@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any
 
 import pytest
 
-from helpers import NodeProcess, dealer, wait_converged, wait_until
+from helpers import NodeProcess, dealer, definition_write, wait_converged, wait_until
 from miyamoto.definitions import messages as dm
 from miyamoto.wire import verbs as protocol
 
@@ -22,28 +21,17 @@ def topics_of(node: NodeProcess) -> list[dict]:
     return r.json()["topics"]
 
 
-def _write(node, method: str, path: str, **kw):
-    """A definition write, again while the answer is 503: a cluster just formed or just
-    re-led takes no write until its leader holds a majority's set (``definitions``)."""
-    deadline = time.monotonic() + 20
-    while True:
-        r = node.request(method, path, **kw, timeout=15)
-        if r.status_code != 503 or time.monotonic() > deadline:
-            return r
-        time.sleep(0.2)
-
-
 @pytest.mark.timeout(120)
 def test_definitions_converge_after_a_member_was_down_during_writes(cluster_factory) -> None:
     a, b, c = nodes = cluster_factory(3)
-    assert _write(a, "PUT", "/topics/gone", json={"urls": ["http://127.0.0.1:9/g"]}
+    assert definition_write(a, "PUT", "/topics/gone", json={"urls": ["http://127.0.0.1:9/g"]}
                   ).status_code == 200
     wait_until(lambda: all(topics_of(n) for n in nodes), timeout=20)
     c.kill()
     wait_converged([a, b], timeout=30)
-    r = _write(b, "PUT", "/topics/t", json={"urls": ["http://127.0.0.1:9/x"]})
+    r = definition_write(b, "PUT", "/topics/t", json={"urls": ["http://127.0.0.1:9/x"]})
     assert r.status_code == 200, r.text  # a majority (a, b) has it on disk
-    assert _write(b, "DELETE", "/topics/gone").status_code == 200
+    assert definition_write(b, "DELETE", "/topics/gone").status_code == 200
     c.restart().wait_ready(30)
     wait_converged(nodes, timeout=30)
     want = [{"name": "t", "urls": ["http://127.0.0.1:9/x"]}]

@@ -5,22 +5,9 @@ tests/unit/definitions/test_definitions.py)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from helpers import wait_converged, wait_until
-
-
-def _put(node, path: str, body: dict):
-    """A definitions write, again while the answer is 503 (a cluster just formed or
-    restarted takes none until its leader holds a majority's set)."""
-    deadline = time.monotonic() + 20
-    while True:
-        r = node.request("PUT", path, json=body, timeout=15)
-        if r.status_code != 503 or time.monotonic() > deadline:
-            return r
-        time.sleep(0.2)
+from helpers import definition_write, wait_converged, wait_until
 
 
 def _queue(node, name: str) -> dict:
@@ -33,7 +20,8 @@ def _queue(node, name: str) -> dict:
 def test_a_put_on_one_node_holds_on_every_node_and_through_a_full_restart(
         cluster_factory, sink) -> None:
     a, b, c = nodes = cluster_factory(3)
-    r = _put(a, "/queues/held", {"paused": True, "max_attempts": 2, "timeout": 4})
+    r = definition_write(a, "PUT", "/queues/held",
+                         json={"paused": True, "max_attempts": 2, "timeout": 4})
     assert r.status_code == 200, r.text
     assert r.json()["sources"]["paused"] == "api" and r.json()["paused"] is True
 
@@ -55,7 +43,8 @@ def test_a_put_on_one_node_holds_on_every_node_and_through_a_full_restart(
     assert got["sources"]["max_attempts"] == "api" and got["sources"]["burst"] == "default"
     assert sink.count("/held") == 0  # due since before the restart, and still held
 
-    r = _put(b, "/queues/held", {"paused": None})  # back to the config's: running
+    # back to the config's: running
+    r = definition_write(b, "PUT", "/queues/held", json={"paused": None})
     assert r.status_code == 200 and r.json()["paused"] is False, r.text
     sink.wait_for(count=1, path="/held", timeout=20)
     assert c.wait_task_state(task_id, "succeeded", timeout=20)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from helpers import NodeProcess, Sink, cluster_view, wait_converged, wait_until
+from helpers import NodeProcess, Sink, cluster_view, definition_write, wait_converged, wait_until
 
 
 def ticks_of(sink: Sink, path: str) -> collections.Counter:
@@ -48,12 +48,7 @@ def assert_once_but_in_flight(sink: Sink, path: str, killed_at: list[float]) -> 
 def post_schedule(node: NodeProcess, **body: Any) -> Any:
     """POST /schedules, again while the answer is 503: a cluster just formed (or just
     re-led) takes no definition write until its leader holds a majority's set."""
-    deadline = time.monotonic() + 20
-    while True:
-        r = node.post("/schedules", json=body, timeout=15)
-        if r.status_code != 503 or time.monotonic() > deadline:
-            return r
-        time.sleep(0.2)
+    return definition_write(node, "POST", "/schedules", json=body)
 
 
 def leader_of(nodes: list[NodeProcess]) -> NodeProcess:

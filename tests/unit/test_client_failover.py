@@ -8,19 +8,19 @@ from __future__ import annotations
 import http.server
 import json
 import socket
-import threading
 import time
 from typing import Any, Callable, Iterator
 
 import pytest
 
+from helpers import LocalServer
 from miyamoto.client import Client, Unavailable, retry_policy
 
 CLOSE = 0  # a "status": read the request, then close the connection without an answer
 W = "http://127.0.0.1:9/w"
 
 
-class Node:
+class Node(LocalServer):
     """A stand-in node: answers every request with ``status`` and counts them."""
 
     def __init__(self, status: int):
@@ -48,17 +48,7 @@ class Node:
 
             do_GET = do_POST = do_DELETE = do_PUT = _answer
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def closed_port() -> str:

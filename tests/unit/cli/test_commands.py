@@ -12,6 +12,7 @@ from typing import Iterator
 import gevent
 import pytest
 
+from dispatchkit import wait_for
 from miyamoto.cli import main as cli
 from miyamoto.config.settings import load
 from miyamoto.delivery import completion
@@ -28,9 +29,7 @@ def server(tmp_path: Path, monkeypatch) -> Iterator[Node]:
     node = Node(load(str(ini), env={}, flags={"data_dir": str(tmp_path / "data"),
                                               "http": "127.0.0.1:0", "shutdown_timeout": 1}))
     node.start()
-    with gevent.Timeout(10, AssertionError("the node never led its definitions")):
-        while not node.definitions.machine.ready:
-            gevent.sleep(0.01)
+    wait_for(lambda: node.definitions.machine.ready, 10)
     monkeypatch.setenv("MIYAMOTO_SERVER", f"http://127.0.0.1:{node.http_port}")
     yield node
     node.stop()

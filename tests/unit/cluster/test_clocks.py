@@ -67,30 +67,33 @@ def _probe(c: PeerClocks, peer: str, offset: float, at: float) -> None:
     c.sample(peer, at, at + 0.005 + offset, at + 0.01)
 
 
-def test_cluster_time_is_the_low_median_of_the_members_offsets():
-    """A node 30 s ahead places itself 30 s off the cluster's clock; the others are
-    placed at 0, however far the one runs. Every node picks the same clock."""
-    clocks = {"a": 0.0, "b": 0.0, "fast": 30.0}
-    offsets = {}
+def _placings(clocks: dict[str, float]) -> dict:
+    """Each member's placing, from one probe of every other member (``clocks``: each
+    member's clock, in s from true time)."""
+    out = {}
     for me, mine in clocks.items():
         c = PeerClocks(max_skew=1.0)
         for peer, theirs in clocks.items():
             if peer != me:
                 _probe(c, peer, theirs - mine, 100.0)
-        p = c.place(list(clocks), me, 100.1)
+        out[me] = c.place(list(clocks), me, 100.1)
+    return out
+
+
+def test_cluster_time_is_the_low_median_of_the_members_offsets():
+    """A node 30 s ahead places itself 30 s off the cluster's clock; the others are
+    placed at 0, however far the one runs. Every node picks the same clock."""
+    clocks = {"a": 0.0, "b": 0.0, "fast": 30.0}
+    offsets = {}
+    for me, p in _placings(clocks).items():
         assert p.placed
         offsets[me] = p.offset
         assert p.skewed == (me == "fast")
     assert offsets == {"a": 0.0, "b": 0.0, "fast": pytest.approx(-30.0)}
     # four clocks 0, 0.5, 60, -8: each lands on the second lowest (0)
     four = {"a": 0.0, "b": 0.5, "c": 60.0, "d": -8.0}
-    for me, mine in four.items():
-        c = PeerClocks(max_skew=1.0)
-        for peer, theirs in four.items():
-            if peer != me:
-                _probe(c, peer, theirs - mine, 100.0)
-        p = c.place(list(four), me, 100.1)
-        assert mine + p.offset == pytest.approx(0.0) and p.skewed == (me in "cd")
+    for me, p in _placings(four).items():
+        assert four[me] + p.offset == pytest.approx(0.0) and p.skewed == (me in "cd")
 
 
 def test_two_clocks_that_disagree_place_nobody_and_noise_is_not_an_offset():

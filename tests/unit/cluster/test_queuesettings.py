@@ -12,10 +12,10 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
-import gevent
 import pytest
 import ujson
 
+from dispatchkit import wait_for
 from miyamoto.config.settings import load
 from miyamoto.definitions.messages import Entry
 from miyamoto.node import Node
@@ -35,9 +35,7 @@ def _node(tmp_path: Path) -> Node:
     node = Node(cfg)
     node.start()
     # a cluster of one leads its definitions a loop turn or two after it starts
-    with gevent.Timeout(10, AssertionError("the node never led its definitions")):
-        while not node.definitions.machine.ready:
-            gevent.sleep(0.01)
+    wait_for(lambda: node.definitions.machine.ready, 10)
     return node
 
 

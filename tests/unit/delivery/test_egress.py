@@ -1,7 +1,7 @@
 """A queue's way out (``miyamoto.delivery.egress``) as the delivery client takes it, on
 real sockets in one process: a local TLS server that requires a client certificate
 (made with openssl, under a private CA that only the queue's bundle trusts), and a tiny
-CONNECT proxy (a gevent StreamServer) that records what it is asked for. The guard
+CONNECT proxy (tests/proxykit.py) that records what it is asked for. The guard
 checks the proxy's address and the CONNECT target; the pool never mixes two queues'
 ways out; the proxy's password shows in no error."""
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import gevent
 import gevent.server
-import gevent.socket
 import gevent.ssl
 import pytest
 
@@ -21,6 +20,7 @@ from miyamoto.config.settings import ConfigError
 from miyamoto.delivery.egress import Egress, egress_of, proxy_of
 from miyamoto.delivery.httpclient import DeliveryError, HTTPClient, TargetRefused
 from miyamoto.delivery.targets import TargetGuard
+from proxykit import ConnectProxy
 from tlscerts import Pair, make_ca, make_cert
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,71 +83,20 @@ def _target(tls: gevent.ssl.SSLContext | None) -> Target:
     return target
 
 
-@dataclass
-class ProxyServer:
-    """A CONNECT proxy: records each CONNECT's target and Proxy-Authorization, answers
-    ``status`` (200: then it pipes both ways)."""
-
-    server: gevent.server.StreamServer
-    asked: list = field(default_factory=list)
-    auth: list = field(default_factory=list)
-    status: int = 200
-
-    @property
-    def port(self) -> int:
-        return self.server.server_port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-def _pipe(a, b) -> None:
-    try:
-        while chunk := a.recv(65536):
-            b.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        b.close()
-
-
-def _proxy() -> ProxyServer:
-    proxy = ProxyServer(None)  # type: ignore[arg-type]
-
-    def handle(sock, _addr) -> None:
-        head = _read_head(sock).decode("latin-1").split("\r\n")
-        verb, target, _ = head[0].split(" ", 2)
-        proxy.asked.append(f"{verb} {target}")
-        proxy.auth.extend(line.split(": ", 1)[1] for line in head[1:]
-                          if line.lower().startswith("proxy-authorization:"))
-        if proxy.status != 200:
-            sock.sendall(f"HTTP/1.1 {proxy.status} No\r\nContent-Length: 0\r\n\r\n".encode())
-            sock.close()
-            return
-        host, _, port = target.rpartition(":")
-        upstream = gevent.socket.create_connection((host.strip("[]"), int(port)))
-        sock.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        back = gevent.spawn(_pipe, upstream, sock)
-        _pipe(sock, upstream)
-        back.join(5)
-
-    proxy.server = gevent.server.StreamServer(("127.0.0.1", 0), handle)
-    proxy.server.start()
-    return proxy
-
-
 @pytest.fixture
 def servers():
     made: list = []
 
     def make(kind: str, tls: gevent.ssl.SSLContext | None = None):
-        made.append(_proxy() if kind == "proxy" else _target(tls))
+        made.append(ConnectProxy() if kind == "proxy" else _target(tls))
         return made[-1]
 
     yield make
     for s in made:
-        s.server.stop(timeout=1)
+        if isinstance(s, ConnectProxy):
+            s.close()
+        else:
+            s.server.stop(timeout=1)
 
 
 def _mtls(pki) -> gevent.ssl.SSLContext:

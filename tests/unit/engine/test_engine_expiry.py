@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from miyamoto.config import settings as config_mod
+from enginekit import memory_engine
 from miyamoto.delivery.attempt import Outcome
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.engine.expiry import Expiries, copy_expiry
-from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -29,14 +28,9 @@ class Told(Hooks):
 
 @pytest.fixture
 def parts():
-    cfg = config_mod.load(env={}, flags={"data_dir": ":memory:"})
-    journal = Journal(":memory:")
-    journal.open()
-    clock = {"now": NOW}
     hooks = Told()
-    e = Engine(cfg, journal, clock=lambda: clock["now"], hooks=hooks)
-    yield e, clock, hooks
-    journal.close()
+    with memory_engine(NOW, hooks) as (e, clock):
+        yield e, clock, hooks
 
 
 def _task(**kw) -> Task:

@@ -10,11 +10,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from miyamoto.config import settings as config_mod
+from enginekit import memory_engine
 from miyamoto.delivery import completion
 from miyamoto.engine.engine import Engine, Hooks
 from miyamoto.errors import Conflict
-from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -59,15 +58,9 @@ class Told(Hooks):
 
 @pytest.fixture
 def parts():
-    cfg = config_mod.load(env={}, flags={"data_dir": ":memory:",
-                                         "public_url": "http://api.example:8088/"})
-    journal = Journal(":memory:")
-    journal.open()
-    clock = {"now": NOW}
     hooks, worker = Told(), Worker()
-    e = Engine(cfg, journal, client=worker, clock=lambda: clock["now"], hooks=hooks)
-    yield e, clock, hooks, worker
-    journal.close()
+    with memory_engine(NOW, hooks, worker, public_url="http://api.example:8088/") as (e, clock):
+        yield e, clock, hooks, worker
 
 
 def _attempt(engine: Engine, **kw) -> completion.Grant:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from miyamoto.config import settings as config_mod
-from miyamoto.engine.engine import Engine, Hooks
+from enginekit import memory_engine
 from miyamoto.errors import Conflict
-from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -18,13 +16,8 @@ NOW = 1_000_000.0
 
 @pytest.fixture
 def parts():
-    cfg = config_mod.load(env={}, flags={"data_dir": ":memory:"})
-    journal = Journal(":memory:")
-    journal.open()
-    clock = {"now": NOW}
-    e = Engine(cfg, journal, clock=lambda: clock["now"], hooks=Hooks())
-    yield e, clock
-    journal.close()
+    with memory_engine(NOW) as (e, clock):
+        yield e, clock
 
 
 def _task(**kw) -> Task:

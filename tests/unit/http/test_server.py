@@ -19,6 +19,7 @@ import gevent.socket
 import gevent.ssl
 import pytest
 
+from dispatchkit import wait_for
 from miyamoto.config.tls import server_context
 from miyamoto.http.server import HTTPServer
 from tlscerts import Pair, make_ca, make_cert
@@ -391,11 +392,7 @@ def test_stop_closes_waiting_connections_and_lets_busy_ones_finish():
     busy = gevent.socket.create_connection(("127.0.0.1", srv.server_port), timeout=5)
     idle = gevent.socket.create_connection(("127.0.0.1", srv.server_port), timeout=5)
     busy.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
-    deadline = 200
-    while srv.connections.waiting != 1 or len(srv.connections) != 2:
-        gevent.sleep(0.005)
-        deadline -= 1
-        assert deadline, "the two connections were not admitted"
+    wait_for(lambda: srv.connections.waiting == 1 and len(srv.connections) == 2)  # admitted
     stopper = gevent.spawn(srv.stop, 5)
     assert _closed(idle)
     release.set()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import gevent
 import pytest
 
+from dispatchkit import wait_for
 from miyamoto.store.dbthread import DbThread, DbThreadClosed
 
 pytestmark = pytest.mark.timeout(30)
@@ -64,10 +64,7 @@ def _blocking_call(release: threading.Event):
         return release.wait(10)
 
     def running() -> None:
-        deadline = time.monotonic() + 5
-        while not started.is_set():
-            assert time.monotonic() < deadline, "the thread never ran the call"
-            gevent.sleep(0.005)
+        wait_for(started.is_set)  # the thread ran the call
 
     return call, running
 
@@ -110,10 +107,7 @@ def test_the_thread_ends_at_close():
     mine = _os_threads() - before
     assert len(mine) == 1
     db.close()
-    deadline = time.monotonic() + 5
-    while mine & _os_threads():
-        assert time.monotonic() < deadline, "the database thread did not end"
-        gevent.sleep(0.005)
+    wait_for(lambda: not mine & _os_threads())  # the database thread ended
 
 
 def test_only_a_call_outstanding_keeps_the_hub_alive():

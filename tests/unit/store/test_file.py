@@ -10,12 +10,11 @@ import fcntl
 import os
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 
-import gevent
 import pytest
 
+from dispatchkit import wait_for
 from miyamoto.errors import Unavailable
 from miyamoto.store import journal as journal_mod
 from miyamoto.store.journal import Journal
@@ -34,14 +33,6 @@ def _inode(path: Path) -> int | None:
 def _jtask(i: int) -> Task:
     return Task(id=f"t{i}", queue="q", url="http://127.0.0.1:9/", eta=1e12, fire_at=1e12,
                 created=1.0)
-
-
-def _wait_for(condition, timeout: float = 5.0) -> None:
-    """Yield to the hub until ``condition()`` holds; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        gevent.sleep(0.01)
 
 
 @pytest.fixture
@@ -69,7 +60,7 @@ def test_a_replaced_journal_is_kept_aside_and_ours_put_back(tmp_path, fast_watch
     sqlite3.connect(other).executescript("CREATE TABLE mine (x); INSERT INTO mine VALUES (7);")
     os.replace(other, path)
     replaced_inode = _inode(path)
-    _wait_for(lambda: _inode(path) != replaced_inode and journal.health.ok)
+    wait_for(lambda: _inode(path) != replaced_inode and journal.health.ok)
     journal.put(_jtask(5), wait=True)
     journal.close()
     (aside,) = tmp_path.glob(JOURNAL + ".replaced-*")
@@ -84,7 +75,7 @@ def test_a_removed_data_dir_is_made_again_with_its_lock(tmp_path, fast_watch):
     journal.open()
     journal.put(_jtask(1), wait=True)
     shutil.rmtree(data)
-    _wait_for(lambda: (data / JOURNAL).exists() and journal.health.ok)
+    wait_for(lambda: (data / JOURNAL).exists() and journal.health.ok)
     assert (data / "lock").read_text().strip() == str(os.getpid())
     journal.put(_jtask(2), wait=True)
     journal.close()
@@ -104,12 +95,12 @@ def test_a_lock_taken_by_another_process_stops_the_writes(tmp_path, fast_watch):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, b"4242\n")
-        _wait_for(lambda: journal.health.problem == journal_mod.LOCK_LOST)
+        wait_for(lambda: journal.health.problem == journal_mod.LOCK_LOST)
         with pytest.raises(Unavailable):
             journal.put(_jtask(2), wait=True)
     finally:
         os.close(fd)  # the rival exits
-    _wait_for(lambda: journal.health.ok)
+    wait_for(lambda: journal.health.ok)
     assert lock.read_text().strip() == str(os.getpid())
     journal.put(_jtask(3), wait=True)
     journal.close()
