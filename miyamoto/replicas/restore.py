@@ -63,7 +63,7 @@ def restored(me: str, r: Restore, now_copy: Task | None,
                 if h != me and h not in new_holders]
     news: m.Claim | m.Done | m.Failed | m.Cancel | None = None
     if now_copy is not None and now_copy.state == State.RUNNING:
-        news = m.Claim(r.id, now_copy.replica, lease)
+        news = m.Claim(r.id, now_copy.replica, lease, held=now_copy.accepted > 0)
     elif now_copy is not None and now_copy.state == State.SUCCEEDED:
         news = m.Done(r.id, now_copy.attempts, now_copy.last)
     elif now_copy is not None and now_copy.state in (State.FAILED, State.EXPIRED):
