@@ -215,11 +215,11 @@ def every_copy(c: Cluster, task_id: str, state: str, timeout: float) -> bool:
 
 
 # ------------------------------------------------------------------ long tasks
-def long_task(c: Cluster) -> Result:
+def long_task(c: Cluster, lease: float = 14.0) -> Result:
     """Two long tasks accepted with a 202 by the node that took them; that node is killed
     inside the lease and restarted; task a's worker never reports (it must be retried
     after the lease, not before), task b's reports to another node (it must end)."""
-    res, lease = Result("long_task"), 14.0
+    res = Result("long_task")
     c.sink.reply("/long/a", 202, 200)
     c.sink.reply("/long/b", 202, 200)
     taker = c.follower()
