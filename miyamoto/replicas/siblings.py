@@ -228,7 +228,7 @@ class Siblings:
                     self.must_ask)))
             case Restored(plan, copy, deadline):
                 return Ready(tuple(restore.restored(self.me, plan, copy,
-                                                    deadline + self.t.claim_lease)))
+                                                    deadline + self.t.claim_lease, now)))
             case Stopping(copies):
                 sends, lone = restore.handoff_plan(self.me, self.members, copies, now)
                 return Ready(tuple(sends) + ((MoveLone(tuple(lone)),) if lone else ()))

@@ -607,6 +607,13 @@ def test_restored_tells_the_new_holders_what_the_task_did_meanwhile():
     assert restored(s, plan, failed, 30.0)[2:] == [Send("d", m.Failed("t1", 3, None))]
     cancelled = t.evolve(state=State.CANCELLED)
     assert restored(s, plan, cancelled, 30.0)[2:] == [Send("d", m.Cancel("t1"))]
+    # planned while an attempt ran, stored after it failed: its retry, which went to
+    # the old holders only (a restored copy that fired at once delivered it again)
+    retry = t.evolve(attempts=1, fire_at=104.0, last={"status": 500})
+    assert restored(s, plan, retry, 30.0)[2:] == \
+        [Send("d", m.Retry("t1", 1, 3.0, 1, {"status": 500}))]
+    (later,) = lost_page(s, {"a"}, [retry], 101.0)  # planned from the retry: no news
+    assert restored(s, later, retry, 30.0) == base
 
 
 def test_handoff_plan_skips_copies_not_scheduled_and_dead_or_self_siblings():
