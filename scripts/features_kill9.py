@@ -590,9 +590,12 @@ def retry_delays(c: Cluster, delays: tuple[float, float] = (1.0, 3.0)) -> Result
         r.headers.get("X-Task-Retry-Count") for r in c.sink.requests(path)],
                        late_s=[g - d for g, d in zip(gaps, delays)])
     res.check(len(times) == 3, f"{len(times)} deliveries, not 3")
+    counts = res.figures["retry_counts"]
+    res.check(len(set(counts)) == len(counts), f"an attempt delivered twice: retry counts {counts}")
     res.check(state == "succeeded", f"ended {state}")
-    # a retry before its delay is noted, not failed: the node died before its RETRY
-    # reached the sibling, which then counts the attempts from its own copy
+    # a retry before its delay alone is noted, not failed (an attempt delivered twice,
+    # above, is): the node died before its RETRY reached the sibling, which then counts
+    # the attempts from its own copy
     res.figures["early_retries"] = sum(g < d - 0.05 for g, d in zip(gaps, delays))
     return res
 
