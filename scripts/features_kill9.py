@@ -623,9 +623,10 @@ def retry_delays(c: Cluster, delays: tuple[float, float] = (1.0, 3.0)) -> Result
 
 # ------------------------------------------------------------------ schedule run
 def schedule_run(c: Cluster) -> Result:
-    """POST /schedules/<name>/run to the leader, then a keyed run sent while the leader is
-    killed and retried (same Idempotency-Key) on another node, as a client that got no
-    answer would. Each run is delivered once."""
+    """POST /schedules/<name>/run to the leader, its delivery answered; then a keyed run
+    sent while the leader is killed and retried (same Idempotency-Key) on another node,
+    as a client that got no answer would. The first run is delivered once; the keyed
+    one once, or twice only when its first delivery was in flight at the kill."""
     res, name = Result("schedule_run"), f"k9-{int(time.time())}"
     path = f"/sched/{name}"
     leader = c.leader()
@@ -635,11 +636,14 @@ def schedule_run(c: Cluster) -> Result:
     wait_until(lambda: all(p.get(f"/schedules/{name}").status_code == 200 for p in c.nodes),
                15, what="the schedule on every node")
     plain = _ok(leader.post(f"/schedules/{name}/run"), "run")["id"]
+    wait_until(lambda: any(r.task_id == plain and r.done for r in c.sink.requests(path)), 15,
+               what="the run delivered")
+    settle(0.5)  # its DONE on its way to the sibling: past that, a repeat is no excuse
     key = {"Idempotency-Key": f"{name}-once"}
     out: list[Any] = []
     th = threading.Thread(target=lambda: out.append(_run(leader, name, key)), daemon=True)
     th.start()
-    c.kill(leader)
+    killed = c.kill(leader)
     th.join(15)
     retry = _run(c.others(leader)[0], name, key)
     res.figures.update(keyed_first=out[0][0] if out else "no answer", keyed_retry=retry[0])
@@ -647,14 +651,17 @@ def schedule_run(c: Cluster) -> Result:
     keyed = {i for s, i in [*out, retry] if i}
     settle(2 * OPTIONS["replica_offset"] + 5.0)
     got = deliveries(c.sink, path)
+    times = sorted(t for i in keyed for t in got.get(i, []))
     res.figures.update(plain_deliveries=len(got.get(plain, [])), keyed_ids=len(keyed),
-                       keyed_deliveries=sum(len(got.get(i, [])) for i in keyed),
+                       keyed_deliveries=len(times),
+                       keyed_in_flight_at_kill=bool(times) and times[0] <= killed + 0.05,
                        other_deliveries=sum(len(v) for k, v in got.items()
                                             if k != plain and k not in keyed))
     res.check(res.figures["plain_deliveries"] == 1,
               f"the run was delivered {res.figures['plain_deliveries']} times")
-    res.check(res.figures["keyed_deliveries"] == 1 and len(keyed) == 1,
-              f"the keyed run: {len(keyed)} ids, {res.figures['keyed_deliveries']} deliveries")
+    allowed = 2 if res.figures["keyed_in_flight_at_kill"] else 1
+    res.check(len(keyed) == 1 and 1 <= len(times) <= allowed,
+              f"the keyed run: {len(keyed)} ids, {len(times)} deliveries")
     res.check(res.figures["other_deliveries"] == 0, "a delivery of no run made")
     _ok(c.up()[0].request("DELETE", f"/schedules/{name}"), "delete schedule")
     return res
