@@ -409,14 +409,9 @@ class Queries:
 
     def failed(self, queue: str, action: str) -> dict[str, Any]:
         """Retry or delete every failed task of the queue, on every node: ``count``
-        distinct tasks (their first copies), ``more`` if some node had more than BULK_MAX."""
-        result = self.failed_local(queue, action)
-        for r in self.ask("failed", {"queue": queue, "action": action}).values():
-            if isinstance(r, dict) and type(r.get("count")) is int \
-                    and type(r.get("more")) is bool:
-                result["count"] += r["count"]
-                result["more"] = result["more"] or r["more"]
-        return result
+        distinct tasks (``bulk_total``), ``more`` if some node had more than BULK_MAX."""
+        mine = self.failed_local(queue, action)
+        return bulk_total(mine, self.ask("failed", {"queue": queue, "action": action}))
 
     def failed_local(self, queue: str, action: str) -> dict[str, Any]:
         """This node's failed copies of ``queue`` (up to BULK_MAX), each rerun as
@@ -432,18 +427,15 @@ class Queries:
                 self.engine.delete(t.id)
         if copies:
             self.engine.journal.flush()
-        return {"count": sum(1 for t in copies if t.replica == 0), "more": more}
+        return {"count": sum(1 for t in copies if t.replica == 0), "more": more,
+                "ids": [t.id for t in copies]}
 
     def resend_many(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
         """Resend the queue's ended tasks that ``f`` picks (``resend_filter``), on every
-        node: ``count`` distinct tasks, ``more`` if some node had more to look through."""
-        result = self.resend_many_local(queue, f)
-        for r in self.ask("resend_many", {"queue": queue, **f}).values():
-            if isinstance(r, dict) and type(r.get("count")) is int \
-                    and type(r.get("more")) is bool:
-                result["count"] += r["count"]
-                result["more"] = result["more"] or r["more"]
-        return result
+        node: ``count`` distinct tasks (``bulk_total``), ``more`` if some node had more
+        to look through."""
+        mine = self.resend_many_local(queue, f)
+        return bulk_total(mine, self.ask("resend_many", {"queue": queue, **f}))
 
     def resend_many_local(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
         """This node's copies of ``queue`` in state ``f["state"]`` (the last BULK_MAX to
@@ -460,7 +452,8 @@ class Queries:
             self.peers.replay(t.id)
         if picked:
             self.engine.journal.flush()
-        return {"count": sum(1 for t in picked if t.replica == 0), "more": more}
+        return {"count": sum(1 for t in picked if t.replica == 0), "more": more,
+                "ids": [t.id for t in picked]}
 
     def _restagger(self, queue: str) -> None:
         """Before a queue resumes: copies that fell due while it was paused would all fire
@@ -567,6 +560,26 @@ def _opt_delay(args: dict) -> float | None:
 
 def _grant_args(grant: completion.Grant, **more: Any) -> dict[str, Any]:
     return {"id": grant.task_id, "run": grant.run, "attempt": grant.attempt, **more}
+
+
+def bulk_total(mine: dict[str, Any], replies: dict[str, Any]) -> dict[str, Any]:
+    """A bulk operation's answer over the cluster: ``count`` the distinct tasks any node
+    acted on (the ids of every copy each node touched, so a task whose first copy's
+    node is down, or whose copies two nodes both hold as first after a restore, counts
+    once), ``more`` if some node had more. A peer that sends no ids (an older node)
+    adds its own count of first copies."""
+    ids, extra, more = set(mine["ids"]), 0, mine["more"]
+    for r in replies.values():
+        if not isinstance(r, dict) or type(r.get("count")) is not int \
+                or type(r.get("more")) is not bool:
+            continue
+        more = more or r["more"]
+        got = r.get("ids")
+        if isinstance(got, list) and all(type(i) is str for i in got):
+            ids.update(got)
+        else:
+            extra += r["count"]
+    return {"count": len(ids) + extra, "more": more}
 
 
 def resend_filter(args: dict) -> dict[str, Any]:
