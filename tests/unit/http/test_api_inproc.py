@@ -438,6 +438,34 @@ def test_schedules_put_list_get_pause_resume_delete(app: Api, svc: Service) -> N
     error_of(call(app, "GET", "/schedules/a.b c"), 400, "name")
 
 
+def test_a_schedule_is_200_to_get_and_run_and_an_unknown_one_404(app: Api,
+                                                                 svc: Service) -> None:
+    post_json(app, "/schedules", SCHEDULE)
+    got = call(app, "GET", "/schedules/s")
+    assert got.status_line == "200 OK" and got.json()["name"] == "s"
+    ran = call(app, "POST", "/schedules/s/run")
+    assert ran.status_line == "200 OK" and ran.json()["schedule"] == "s"
+    assert [t.url for t in svc.calls[-1][1]] == [URL]
+    asked = len(svc.calls)
+    assert error_of(call(app, "POST", "/schedules/nope/run"), 404, "name") == \
+        "name names no known schedule"
+    svc.definitions.write([("schedule", "odd", {"every": 10})])  # stored without a task
+    error_of(call(app, "POST", "/schedules/odd/run"), 404, "name")
+    assert len(svc.calls) == asked  # nothing enqueued
+
+
+def test_a_traceparent_header_reaches_the_task_unless_the_body_names_one(app: Api,
+                                                                        svc: Service) -> None:
+    header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    field = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    post_json(app, "/queue", {"url": URL}, headers={"traceparent": header})
+    assert svc.calls[-1][1].traceparent == header
+    post_json(app, "/queue", {"url": URL, "traceparent": field}, headers={"traceparent": header})
+    assert svc.calls[-1][1].traceparent == field
+    post_json(app, "/queue", {"url": URL})
+    assert not svc.calls[-1][1].traceparent
+
+
 def test_a_schedule_takes_the_clusters_catch_up_default(app: Api, svc: Service) -> None:
     svc.config.schedule_catch_up = "none"
     assert post_json(app, "/schedules", SCHEDULE).json()["catch_up"] == "none"
