@@ -107,7 +107,8 @@ MODULES: dict[str, list[list[str]]] = {
                                    ["tests/unit/wire/test_transport.py"]],
     "miyamoto/wire/identity.py": [["tests/unit/wire/test_identity.py"]],
     "miyamoto/wire/outbox.py": [["tests/unit/wire/test_outbox.py"], _CLUSTER_SIM[0]],
-    "miyamoto/wire/atomic.py": [["tests/unit/wire/test_identity.py"],
+    "miyamoto/wire/atomic.py": [["tests/unit/wire/test_atomic.py"],
+                                ["tests/unit/wire/test_identity.py"],
                                 ["tests/unit/definitions/test_sync.py", "-k", "file"]],
     "miyamoto/wire/handshakes.py": [["tests/unit/wire/test_transport.py", "-k", "curve"]],
     # tasks/
@@ -502,6 +503,13 @@ EQUIVALENT.update({
     ("miyamoto/http/connections.py", "return False", "return None"):
         "idle() is only used as a condition (server.py: if not conns.idle(conn)): None "
         "and False are both false",
+    **{("miyamoto/http/mediatype.py", "return False", "return None"):
+       "_json_object is only used as a condition (looks_json): None and False are both false"},
+    ("miyamoto/config/settings.py", 'values.setdefault("node", node)', "drop the call"):
+        "the node that selects [node:NAME] comes from a flag or the environment, which "
+        "override the INI's values: node is set to it either way",
+    ("miyamoto/config/settings.py", "data = f.read(MAX_SECRET_FILE + 1)", "1 -> 2"):
+        "reading one byte past the cap or two: a file over the cap is over it either way",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",

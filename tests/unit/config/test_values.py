@@ -147,3 +147,19 @@ def test_parse_tokens_scopes_and_token_lengths():
     short = "entry 1: a token is 16-512 printable characters, no spaces"
     for bad in ("t" * 15, "t" * 513, "t" * 8 + " " + "t" * 8, "t" * 16 + "\x01"):
         assert _error(v.parse_tokens, f"read:{bad}") == short, bad
+
+
+@pytest.mark.parametrize("fn", [v.issuer_url, v.public_url])
+def test_an_issuer_or_public_url_is_http_s_with_a_host_and_no_query(fn) -> None:
+    assert fn(" https://id.example.com/base/ ") == "https://id.example.com/base"
+    assert fn("http://127.0.0.1:8080") == "http://127.0.0.1:8080" and fn("  ") == ""
+    for bad in ("ftp://id.example.com", "https://", "https://h/?a=1", "https://h/#f",
+                "https://h/\u00e9", "https://h/a b", "id.example.com"):
+        with pytest.raises(ValueError, match="must be"):
+            fn(bad)
+
+
+def test_a_public_url_port_must_be_a_port() -> None:
+    for bad in ("http://h:99999", "http://h:x/"):
+        with pytest.raises(ValueError, match=r"its port is not a port"):
+            v.public_url(bad)
