@@ -510,6 +510,15 @@ EQUIVALENT.update({
         "override the INI's values: node is set to it either way",
     ("miyamoto/config/settings.py", "data = f.read(MAX_SECRET_FILE + 1)", "1 -> 2"):
         "reading one byte past the cap or two: a file over the cap is over it either way",
+    ("miyamoto/http/cloudtasks.py",
+     "data = ujson.dumps(body, ensure_ascii=False, escape_forward_slashes=False).encode()",
+     "False -> True"):
+        "'\\/' and '/' decode alike in JSON: only the answer's bytes differ, no client "
+        "can tell",
+    ("miyamoto/http/cloudtasksjson.py", 'HTTP_METHODS = {1: "POST", 2: "GET", 3: "HEAD", '
+     '4: "PUT", 5: "DELETE", 6: "PATCH", 7: "OPTIONS"}', "3 -> 4"):
+        "HEAD is no method a task may use: 3 is refused with or without its entry, and 4 "
+        "stays PUT (the later key wins)",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",

@@ -65,6 +65,9 @@ def test_previous_public_keys_are_one_block_after_another():
         keys.oidc_public_keys(public_pem(rsa_key(1)) + public_pem(ec_key("p384")))
     with pytest.raises(ValueError, match="must hold PEM public keys"):
         keys.oidc_public_keys("nothing")
+    garbled = "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n"
+    with pytest.raises(ValueError, match="^block 2 is not a readable PEM public key$"):
+        keys.oidc_public_keys(public_pem(rsa_key(1)) + garbled)
 
 
 def test_ed25519_key_as_whsk_seed_whsk_with_public_key_or_pem():

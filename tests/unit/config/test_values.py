@@ -163,3 +163,16 @@ def test_a_public_url_port_must_be_a_port() -> None:
     for bad in ("http://h:99999", "http://h:x/"):
         with pytest.raises(ValueError, match=r"its port is not a port"):
             v.public_url(bad)
+
+
+def test_a_proxy_is_http_host_port_and_a_refusal_never_repeats_it() -> None:
+    assert v.proxy_url(" http://u:pw@proxy.local:3128/ ") == "http://u:pw@proxy.local:3128/"
+    assert v.proxy_url("http://10.0.0.1:8080") == "http://10.0.0.1:8080"
+    assert v.proxy_url("") == "" and v.proxy_url("   ") == ""
+    for bad in ("http://proxy.local", "http://u:secretpw@proxy.local:99999",
+                "https://proxy.local:3128", "http://:3128", "http://proxy.local:3128/x",
+                "http://proxy.local:3128/?a", "http://proxy.local:3128/#f",
+                "http://proxy.local:x"):
+        with pytest.raises(ValueError) as e:
+            v.proxy_url(bad)
+        assert "HTTP CONNECT proxy" in str(e.value) and "secretpw" not in str(e.value)

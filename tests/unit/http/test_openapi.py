@@ -22,6 +22,7 @@ from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
 from miyamoto.http.api import Api
 from miyamoto.http.openapi import SPEC
+from miyamoto.tasks import repeat
 from miyamoto.tasks.task import HISTORY_MAX, Task, add_attempt
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, parse_batch
 from test_api import Service, call
@@ -139,6 +140,20 @@ def _bounded(schema_name: str) -> list[tuple[str, Any, bool]]:
         for s in [prop, *prop.get("anyOf", [])]:
             cases += [(name, v, inside) for v, inside in _edges(name, s)]
     return cases
+
+
+@pytest.mark.parametrize("field,value,inside", [
+    c for c in _bounded("EnqueueTaskRequest") if c[0] in ("debounce", "debounce_max")])
+def test_a_repeat_field_at_a_documented_bound(field: str, value: Any, inside: bool) -> None:
+    doc = {"url": URL, "name": "n", **({"debounce": 0.5} if field == "debounce_max" else {}),
+           field: value}
+    assert schema("EnqueueTaskRequest").is_valid(doc) is inside, doc
+    try:
+        repeat.parse(doc, named=True, max_delay=Limits().max_delay)
+    except ValidationError:
+        assert not inside, doc
+    else:
+        assert inside, doc
 
 
 @pytest.mark.parametrize("field,value,inside", _bounded("TaskRequest"))

@@ -154,6 +154,14 @@ def test_batch_answers_each_message_and_a_group_as_a_list(app: Api, svc: Service
     bad = post_json(app, "/v2/batch", [items[0], {"destination": URL,
                                                   "headers": {"Upstash-Delay": "x"}}])
     assert bad.status == 400 and bad.json()["error"].startswith("[1].Upstash-Delay"), bad.body
+    for item, why in (("x", "destination must be given as a string"),
+                      ({"destination": 5}, "destination must be given as a string"),
+                      ({"destination": URL, "headers": {"Upstash-Retries": 2}},
+                       "headers must be an object of header names to strings"),
+                      ({"destination": URL, "headers": ["a"]}, "headers must be an object")):
+        bad = post_json(app, "/v2/batch", [items[0], item])
+        assert bad.status == 400 and bad.json()["error"].startswith(f"[1].{why}"), bad.body
+    assert len(svc.calls) == 1  # none of them enqueued anything
 
 
 def test_messages_are_read_and_cancelled(app: Api, svc: Service) -> None:
@@ -195,8 +203,9 @@ def test_url_groups_are_topics(app: Api, svc: Service) -> None:
     assert svc.definitions.machine.get("topic", "team") == {"urls": [URL, URL + "2"]}
     r = call(app, "DELETE", "/v2/topics/team/endpoints",
              ujson.dumps({"endpoints": [{"url": URL}]}).encode())
-    assert r.status == 200 and call(app, "GET", "/v2/topics/team").json()["endpoints"] == \
-        [{"url": URL + "2"}]
+    got = call(app, "GET", "/v2/topics/team")
+    assert r.status == 200 and got.status_line == "200 OK"
+    assert got.json()["endpoints"] == [{"url": URL + "2"}]
     r = call(app, "DELETE", "/v2/topics/team/endpoints",
              ujson.dumps({"endpoints": [{"url": URL + "2"}]}).encode())
     assert call(app, "GET", "/v2/topics/team").status == 404  # its last endpoint went
