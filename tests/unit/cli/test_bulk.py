@@ -149,3 +149,28 @@ def test_a_bad_batch_size_or_mixed_arguments_are_usage_errors(tmp_path: Path) ->
             commands._enqueue(Client(), parsed("enqueue", "--file", f, *argv))
     assert commands._enqueue(Client(), parsed("enqueue", "--file", f, "--batch-size",
                                               "1000")) == 0
+
+
+def test_the_default_batch_is_200_tasks(tmp_path: Path, capsys) -> None:
+    f = jsonl(tmp_path, *({"url": f"u{n}"} for n in range(201)))
+    client = Client()
+    assert commands._enqueue(client, parsed("enqueue", "--file", f)) == 0
+    assert [len(tasks) for _, tasks in client.batches] == [200, 1]
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_is_drawn_and_finished_only_on_a_terminal(monkeypatch) -> None:
+    lines = [bulk.Line(n, {"url": f"u{n}"}) for n in range(3)]
+    err = Tty()
+    monkeypatch.setattr("sys.stderr", err)
+    bulk.run(Client(), lines, 2)
+    drawn = err.getvalue()
+    assert "3/3" in drawn and drawn.endswith("\n")  # closed: the last state, then a newline
+    for stream, progress in ((Tty(), False), (io.StringIO(), None)):
+        monkeypatch.setattr("sys.stderr", stream)
+        bulk.run(Client(), lines, 2, progress=progress)
+        assert stream.getvalue() == ""
