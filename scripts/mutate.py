@@ -244,7 +244,9 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cli/tables.py": [["tests/unit/cli/test_tables.py"],
                                ["tests/unit/cli/test_commands_browse.py"]],
     "miyamoto/cli/bulk.py": [["tests/unit/cli/test_bulk.py"]],
-    "miyamoto/cli/commands.py": [["tests/unit/cli/test_commands.py"],
+    "miyamoto/cli/commands.py": [["tests/unit/cli/test_command_calls.py"],
+                                 ["tests/unit/cli/test_bulk.py"],
+                                 ["tests/unit/cli/test_commands.py"],
                                  ["tests/unit/cli/test_commands_browse.py"],
                                  ["tests/unit/cli/test_main.py"]],
     # top
