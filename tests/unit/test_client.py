@@ -119,6 +119,13 @@ def test_every_id_and_name_is_one_path_segment(clock: Clock) -> None:
         (lambda: c.put_topic(odd, ["u"]), "PUT", f"/topics/{esc}"),
         (lambda: c.topic(odd), "GET", f"/topics/{esc}"),
         (lambda: c.delete_topic(odd), "DELETE", f"/topics/{esc}"),
+        (lambda: c.resend(odd), "POST", f"/tasks/{esc}/resend"),
+        (lambda: c.resend_many(odd), "POST", f"/queues/{esc}/resend"),
+        (lambda: c.complete(odd, token="tk"), "POST", f"/tasks/{esc}/complete"),
+        (lambda: c.heartbeat(odd, token="tk"), "POST", f"/tasks/{esc}/heartbeat"),
+        (lambda: c.set_queue(odd, rate=1), "PUT", f"/queues/{esc}"),
+        (lambda: c.reset_queue(odd), "DELETE", f"/queues/{esc}"),
+        (lambda: c.run_schedule(odd), "POST", f"/schedules/{esc}/run"),
     ]
     for fn, method, path in calls:
         fn()

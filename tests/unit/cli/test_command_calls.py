@@ -209,3 +209,21 @@ def test_the_client_is_built_from_the_common_flags_or_their_variables(capsys,
     calls(capsys, "task", "t", "--server", ",")
     assert Recorder.made[-1] == ((["http://127.0.0.1:8088"],), {
         "token": "new", "timeout": 30.0, "ca": "env-ca.pem", "cert": ("both.pem", "env-k.pem")})
+
+
+@pytest.mark.parametrize("error, said", [
+    (miyamoto.client.DuplicateTask("taken", 409, {"id": "t-9"}),
+     "miyamoto: duplicate: the name is taken by task t-9"),
+    (miyamoto.client.DuplicateTask("taken", 409, {"tasks": [{"id": "a"}, "odd", {"id": "b"}]}),
+     "miyamoto: duplicate: the names are taken by tasks a, b"),
+    (miyamoto.client.DuplicateTask("taken", 409, {}), "miyamoto: duplicate: the name is taken"),
+    (miyamoto.client.MiyamotoError("no  such\nqueue", 404), "miyamoto: no such queue (404)"),
+    (miyamoto.client.MiyamotoError("x" * 400, None), "miyamoto: " + "x" * 297 + "..."),
+])
+def test_a_refusal_is_one_line_and_exit_1(capsys, monkeypatch, error, said) -> None:
+    def refuse(*args: Any, **kw: Any) -> Any:
+        raise error
+    monkeypatch.setitem(ANSWERS, "enqueue", None)
+    monkeypatch.setattr(Recorder, "enqueue", lambda self, *a, **kw: refuse(), raising=False)
+    assert cli.main(["enqueue", "http://w/", "--name", "n"]) == 1
+    assert capsys.readouterr().err.splitlines() == [said]
