@@ -527,6 +527,11 @@ EQUIVALENT.update({
         ("MAX_CHUNK_BYTES = 512 * 1024", "512 -> 513"),
         ("n = len(json.dumps(line.task, ensure_ascii=False)) + 2", "False -> True"),
         ("chunk, used = [], 0", "0 -> 1"))},
+    ("miyamoto/errors.py", "super().__init__(original_id)", "drop the call"):
+        "Duplicate is caught by every API that raises it through (api, cloudtasks, "
+        "qstash), which read .original_id, never str(e)",
+    ("miyamoto/tracing.py", "return False", "return None"):
+        "wanted() is only used as a condition (node.py): None and False are both false",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",

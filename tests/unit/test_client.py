@@ -398,3 +398,56 @@ def test_the_client_is_reached_from_the_package_lazily() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         miyamoto.nope  # noqa: B018
     assert "Client" in miyamoto.__all__ and "__version__" in miyamoto.__all__
+
+
+def test_the_defaults_ten_attempts_within_thirty_seconds(clock: Clock) -> None:
+    c, s = make(UNAVAILABLE)
+    with pytest.raises(Unavailable):
+        c.enqueue("http://x/", name="n")
+    assert len(s.sent) == 10 and clock.now - 100.0 <= 30.0
+    assert s.sent[0]["timeout"] == pytest.approx(30.0)
+    with pytest.raises(ValueError, match="at least one node URL"):
+        Client(" , ", session=Session())
+    with pytest.raises(ValueError, match="at least one node URL"):
+        Client([], session=Session())
+
+
+def test_a_with_block_gives_the_client_and_closes_its_session(clock: Clock) -> None:
+    c, s = make()
+    with c as inside:
+        assert inside is c
+        inside.get("t-1")
+    assert s.closed and s.sent[-1]["url"] == BASE + "/tasks/t-1"
+
+
+def test_more_calls_safe_to_repeat_and_a_keyless_run_that_is_not(clock: Clock) -> None:
+    ok = response(200, {})
+    for safe in (lambda c: c.reset_queue("q"), lambda c: c.set_queue("q", rate=1),
+                 lambda c: c.run_schedule("s", idempotency_key="k")):
+        c, s = make(UNAVAILABLE, ok)
+        safe(c)
+        assert len(s.sent) == 2
+    c, s = make(UNAVAILABLE, ok)
+    with pytest.raises(Unavailable):
+        c.run_schedule("s")
+    assert len(s.sent) == 1 and s.sent[0]["headers"] is None
+    c, s = make()
+    c.run_schedule("s", idempotency_key="k-1")
+    assert s.sent[0]["headers"] == {"Idempotency-Key": "k-1"}
+
+
+def test_the_query_of_resend_many_rates_and_the_queue_pages(clock: Clock) -> None:
+    c, s = make()
+    c.resend_many("q")
+    assert s.sent[-1]["params"] == {"state": "failed"}
+    c.resend_many("q", "expired", target="http://w/", since=1.0, until=2.0)
+    assert s.sent[-1]["params"] == {"state": "expired", "target": "http://w/", "since": 1.0,
+                                    "until": 2.0}
+    c.rates()
+    assert (s.sent[-1]["url"], s.sent[-1]["params"]) == (BASE + "/rates", {"seconds": "300"})
+    c.rates(60, node="n2")
+    assert s.sent[-1]["params"] == {"seconds": "60", "node": "n2"}
+    c, s = make(response(200, {"queues": [{"name": "a"}], "next_cursor": "a"}),
+                response(200, {"queues": [{"name": "b"}], "next_cursor": None}))
+    assert c.queues() == [{"name": "a"}, {"name": "b"}]
+    assert [r["params"] for r in s.sent] == [None, {"cursor": "a"}]

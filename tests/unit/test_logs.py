@@ -102,6 +102,9 @@ def test_printable_escapes_and_cuts() -> None:
     cut = logs._printable("/" + "x" * 600)
     assert cut == "/" + "x" * (logs.MAX_PATH - 1) + "..."
     assert logs._printable("x" * logs.MAX_PATH) == "x" * logs.MAX_PATH
+    # the documented cut: 512 characters of a path, then "..."
+    assert logs._printable("y" * 512) == "y" * 512
+    assert logs._printable("y" * 513) == "y" * 512 + "..."
 
 
 class Clock:
