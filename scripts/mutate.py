@@ -531,7 +531,10 @@ EQUIVALENT.update({
         "Duplicate is caught by every API that raises it through (api, cloudtasks, "
         "qstash), which read .original_id, never str(e)",
     ("miyamoto/tracing.py", "return False", "return None"):
-        "wanted() is only used as a condition (node.py): None and False are both false",
+        "wanted() and start() are only used as conditions (node.py): None and False are "
+        "both false",
+    ("miyamoto/tracing.py", '"server.address": rest.split("/", 1)[0].rpartition("@")[2],',
+     "1 -> 2"): "split's first part is the same however many splits follow it",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",

@@ -166,3 +166,52 @@ def test_what_turns_tracing_on():
     assert wanted(False, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
     assert not wanted(True, {"OTEL_SDK_DISABLED": "true"})
     assert not wanted(True, {"OTEL_TRACES_EXPORTER": "none"})
+
+
+def test_started_alone_it_exports_over_otlp_and_stop_flushes(monkeypatch) -> None:
+    """Without a provider given, start() makes one that sends OTLP over HTTP to the
+    configured endpoint; stop() sends what it holds before it returns."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                        reason="the otel extra's OTLP exporter is not installed")
+    from miyamoto.tasks.task import Task
+    from miyamoto.tracing import Traces
+
+    with Sink() as sink:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", sink.url_for("/v1/traces"))
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        own = Traces()
+        assert own.start("node-7") is True and own.on
+        with own.enqueue([Task(id="t-otlp", queue="q", url="http://w/x")]):
+            pass
+        own.stop()
+        assert not own.on
+        sent = sink.requests("/v1/traces")  # at once: stop() flushed, no batch delay
+        assert len(sent) == 1 and sent[0].method == "POST"
+        body = sent[0].body
+        assert b"miyamoto enqueue" in body and b"t-otlp" in body and b"node-7" in body
+
+
+def test_a_failed_enqueue_marks_its_spans_failed_and_goes_on_failing(exporter) -> None:
+    from miyamoto.tasks.task import Task
+
+    tasks = [Task(id=f"t-{i}", queue="q", url="http://w/x") for i in range(2)]
+    with pytest.raises(ValueError, match="store refused"):
+        with traces.enqueue(tasks):
+            raise ValueError("store refused")
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["miyamoto enqueue"] * 2
+    assert {(s.status.status_code.name, s.status.description) for s in spans} == {
+        ("ERROR", "store refused")}
+
+
+@pytest.mark.parametrize("flags, recorded", [("01", True), ("00", False), ("10", False),
+                                             ("11", True)])
+def test_a_producers_sampled_flag_decides_whether_spans_are_kept(exporter, flags: str,
+                                                                 recorded: bool) -> None:
+    from miyamoto.tasks.task import Task
+
+    task = Task(id="t-f", queue="q", url="http://w/x",
+                traceparent=f"00-{TRACE_ID}-00f067aa0ba902b7-{flags}")
+    with traces.enqueue([task]):
+        pass
+    assert len(exporter.get_finished_spans()) == (1 if recorded else 0)
