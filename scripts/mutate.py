@@ -535,6 +535,13 @@ EQUIVALENT.update({
         "both false",
     ("miyamoto/tracing.py", '"server.address": rest.split("/", 1)[0].rpartition("@")[2],',
      "1 -> 2"): "split's first part is the same however many splits follow it",
+    ("miyamoto/http/server.py", 'rfile = sock.makefile("rb", -1)', "1 -> 2"):
+        "any negative buffering is io's default buffer size: -1 and -2 read alike",
+    ("miyamoto/wire/freshness.py", "if highest is None or boot > highest:", "> -> >="):
+        "a boot equal to the highest is put again with the same value: the dict keeps its "
+        "place and value (put_bounded only makes room for a new key)",
+    ("miyamoto/wire/identity.py", "d = json.loads(f.read(4096))", "4096 -> 4097"):
+        "a key file is about 100 bytes of JSON: 4096 or 4097 bytes read it whole",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",
