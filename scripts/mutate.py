@@ -542,6 +542,12 @@ EQUIVALENT.update({
         "place and value (put_bounded only makes room for a new key)",
     ("miyamoto/wire/identity.py", "d = json.loads(f.read(4096))", "4096 -> 4097"):
         "a key file is about 100 bytes of JSON: 4096 or 4097 bytes read it whole",
+    ("miyamoto/wire/atomic.py", "if mode != 0o600:  # mkstemp's", "384 -> 385"):
+        "mkstemp makes the file 0o600: setting 0o600 again changes nothing",
+    ("miyamoto/wire/atomic.py", "dfd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)",
+     "| -> &"):
+        "O_RDONLY is 0 either way; only O_CLOEXEC goes, and the directory's descriptor is "
+        "closed before the function returns (no exec can come between)",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",

@@ -176,3 +176,12 @@ def test_a_proxy_is_http_host_port_and_a_refusal_never_repeats_it() -> None:
         with pytest.raises(ValueError) as e:
             v.proxy_url(bad)
         assert "HTTP CONNECT proxy" in str(e.value) and "secretpw" not in str(e.value)
+
+
+def test_a_signing_key_is_16_to_200_characters() -> None:
+    for ok in ("s" * 16, "s" * 200, ""):
+        assert v.signing_key(ok) == ok
+    for bad in ("s" * 15, "s" * 201, "sig_with a space_x", "sig_\u00e9" * 5):
+        with pytest.raises(ValueError, match="16-200 printable ASCII") as e:
+            v.signing_key(bad)
+        assert bad not in str(e.value)

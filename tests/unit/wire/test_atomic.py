@@ -37,9 +37,19 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path,
     path = tmp_path / "defs"
     path.write_bytes(b"old")
 
-    def broken(fd: int) -> None:
+    def broken(*args: object) -> None:
         raise OSError(5, "I/O error")
-    monkeypatch.setattr(os, "fsync", broken)
-    with pytest.raises(OSError, match="I/O error"):
-        atomic_write(str(path), b"new")
-    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["defs"]
+    for step in ("fsync", "replace"):  # the write's sync, or the rename over the file
+        with monkeypatch.context() as m:
+            m.setattr(os, step, broken)
+            with pytest.raises(OSError, match="I/O error"):
+                atomic_write(str(path), b"new")
+        assert path.read_bytes() == b"old"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["defs"]
+
+
+def test_no_descriptor_is_left_open(tmp_path: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(20):
+        atomic_write(str(tmp_path / "f"), b"%d" % i)
+    assert len(os.listdir("/proc/self/fd")) == before
