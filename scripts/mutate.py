@@ -110,7 +110,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/wire/atomic.py": [["tests/unit/wire/test_atomic.py"],
                                 ["tests/unit/wire/test_identity.py"],
                                 ["tests/unit/definitions/test_sync.py", "-k", "file"]],
-    "miyamoto/wire/handshakes.py": [["tests/unit/wire/test_transport.py", "-k", "curve"]],
+    "miyamoto/wire/handshakes.py": [["tests/unit/wire/test_handshakes.py"],
+                                    ["tests/unit/wire/test_transport.py", "-k", "curve"]],
     # tasks/
     "miyamoto/tasks/task.py": [["tests/unit/tasks/test_task.py"],
                                ["tests/unit/tasks/test_validate.py"],
@@ -548,6 +549,7 @@ EQUIVALENT.update({
      "| -> &"):
         "O_RDONLY is 0 either way; only O_CLOEXEC goes, and the directory's descriptor is "
         "closed before the function returns (no exec can come between)",
+    ("miyamoto/wire/handshakes.py", "readable.close()", "drop the call"): _WATCHER,
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",
