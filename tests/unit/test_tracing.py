@@ -22,7 +22,8 @@ from harness.waits import free_ports
 from helpers import CLUSTER_KEYS, Sink
 from miyamoto.config.settings import load
 from miyamoto.node import Node
-from miyamoto.tracing import traces, wanted
+from miyamoto.tasks.task import Task
+from miyamoto.tracing import Traces, traces, wanted
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -173,9 +174,6 @@ def test_started_alone_it_exports_over_otlp_and_stop_flushes(monkeypatch) -> Non
     configured endpoint; stop() sends what it holds before it returns."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter",
                         reason="the otel extra's OTLP exporter is not installed")
-    from miyamoto.tasks.task import Task
-    from miyamoto.tracing import Traces
-
     with Sink() as sink:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", sink.url_for("/v1/traces"))
         monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
@@ -192,8 +190,6 @@ def test_started_alone_it_exports_over_otlp_and_stop_flushes(monkeypatch) -> Non
 
 
 def test_a_failed_enqueue_marks_its_spans_failed_and_goes_on_failing(exporter) -> None:
-    from miyamoto.tasks.task import Task
-
     tasks = [Task(id=f"t-{i}", queue="q", url="http://w/x") for i in range(2)]
     with pytest.raises(ValueError, match="store refused"):
         with traces.enqueue(tasks):
@@ -208,8 +204,6 @@ def test_a_failed_enqueue_marks_its_spans_failed_and_goes_on_failing(exporter) -
                                              ("11", True)])
 def test_a_producers_sampled_flag_decides_whether_spans_are_kept(exporter, flags: str,
                                                                  recorded: bool) -> None:
-    from miyamoto.tasks.task import Task
-
     task = Task(id="t-f", queue="q", url="http://w/x",
                 traceparent=f"00-{TRACE_ID}-00f067aa0ba902b7-{flags}")
     with traces.enqueue([task]):
