@@ -83,6 +83,8 @@ def test_ed25519_key_as_whsk_seed_whsk_with_public_key_or_pem():
     ("whsk_" + base64.b64encode(ED_SEED + b"\0" * 32).decode(), "not the public key"),
     (rsa_pem(), "must be an Ed25519 key"),
     ("whsec_abc", "whsk_<base64> or a PEM"),
+    ("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
+     "is not a readable PEM private key"),
 ])
 def test_a_bad_ed25519_key_says_why(text, why):
     with pytest.raises(ValueError, match=why):

@@ -11,7 +11,7 @@ import pytest
 import ujson
 
 from miyamoto.errors import Duplicate
-from miyamoto.http import auth
+from miyamoto.http import auth, qstash
 from miyamoto.http.api import Api
 from miyamoto.tasks.task import State
 from miyamoto.tasks.validate import Limits
@@ -301,3 +301,15 @@ def test_not_before_is_on_the_clusters_clock_a_delay_on_ours(app: Api, svc: Serv
     assert publish(app, URL, Upstash_Not_Before=str(int(NOW) + 3)).status == 201
     assert publish(app, URL, Upstash_Delay="3s").status == 201
     assert [t.fire_at for _, t in svc.calls] == [NOW + 33, NOW + 3]
+
+
+def test_a_url_group_past_the_most_topics_is_refused(app: Api, monkeypatch) -> None:
+    monkeypatch.setattr(qstash, "MAX_TOPICS", 2)
+    for name in ("a", "b"):
+        assert post_json(app, f"/v2/topics/{name}/endpoints",
+                         {"endpoints": [{"url": URL}]}).status == 200
+    r = post_json(app, "/v2/topics/c/endpoints", {"endpoints": [{"url": URL}]})
+    assert (r.status, r.json()) == (400, {"error": "name would be URL group 3: too many"})
+    # an endpoint more for a group that exists is no new group
+    assert post_json(app, "/v2/topics/a/endpoints",
+                     {"endpoints": [{"url": URL + "2"}]}).status == 200
