@@ -550,6 +550,11 @@ EQUIVALENT.update({
         "O_RDONLY is 0 either way; only O_CLOEXEC goes, and the directory's descriptor is "
         "closed before the function returns (no exec can come between)",
     ("miyamoto/wire/handshakes.py", "readable.close()", "drop the call"): _WATCHER,
+    ("miyamoto/logs.py", 'seen["status"] = status.split(" ", 1)[0]', "1 -> 2"):
+        "split's first part is the same however many splits follow it",
+    ("miyamoto/cli/bulk.py", "bar.close()", "drop the call"):
+        "the bar is tqdm's, which closes itself when it is collected: the last reference "
+        "goes as run() returns, so the same last state and newline are written",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",
