@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import requests
 import ujson
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from miyamoto import client as mc
 from miyamoto.client import (Client, Conflict, DuplicateTask, Forbidden, InvalidTask,
@@ -451,3 +452,14 @@ def test_the_query_of_resend_many_rates_and_the_queue_pages(clock: Clock) -> Non
                 response(200, {"queues": [{"name": "b"}], "next_cursor": None}))
     assert c.queues() == [{"name": "a"}, {"name": "b"}]
     assert [r["params"] for r in s.sent] == [None, {"cursor": "a"}]
+
+
+def test_an_unnamed_enqueue_is_retried_only_when_it_never_left(clock: Clock) -> None:
+    refused = requests.ConnectionError(MaxRetryError(None, "/queue",  # type: ignore[arg-type]
+                                                     NewConnectionError(None, "refused")))
+    c, s = make(refused, response(200, {"id": "abc"}))
+    assert c.enqueue("http://x/")["id"] == "abc" and len(s.sent) == 2
+    c, s = make(requests.ConnectionError("connection reset"), response(200, {"id": "abc"}))
+    with pytest.raises(Unavailable):
+        c.enqueue("http://x/")  # it may have been stored: not sent twice
+    assert len(s.sent) == 1

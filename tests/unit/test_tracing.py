@@ -209,3 +209,19 @@ def test_a_producers_sampled_flag_decides_whether_spans_are_kept(exporter, flags
     with traces.enqueue([task]):
         pass
     assert len(exporter.get_finished_spans()) == (1 if recorded else 0)
+
+
+@pytest.mark.parametrize("status, error, failed", [
+    (200, None, None), (299, None, None), (503, None, "HTTP 503"), (300, None, "HTTP 300"),
+    (None, "connection refused", "connection refused"), (200, "body cut", "body cut")])
+def test_an_attempts_span_fails_with_its_error_or_its_status(exporter, status, error,
+                                                             failed) -> None:
+    span, _ = traces.attempt(Task(id="t-a", queue="q", url="http://u:p@w:81/x"), "POST", "n1")
+    traces.attempted(span, status, error)
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["server.address"] == "w:81"
+    assert done.attributes.get("http.response.status_code") == status
+    if failed is None:
+        assert done.status.status_code.name == "UNSET"
+    else:
+        assert (done.status.status_code.name, done.status.description) == ("ERROR", failed)

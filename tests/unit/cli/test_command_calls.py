@@ -219,6 +219,7 @@ def test_the_client_is_built_from_the_common_flags_or_their_variables(capsys,
     (miyamoto.client.DuplicateTask("taken", 409, {}), "miyamoto: duplicate: the name is taken"),
     (miyamoto.client.MiyamotoError("no  such\nqueue", 404), "miyamoto: no such queue (404)"),
     (miyamoto.client.MiyamotoError("x" * 400, None), "miyamoto: " + "x" * 297 + "..."),
+    (miyamoto.client.MiyamotoError("y" * 300, None), "miyamoto: " + "y" * 300),
 ])
 def test_a_refusal_is_one_line_and_exit_1(capsys, monkeypatch, error, said) -> None:
     def refuse(*args: Any, **kw: Any) -> Any:
@@ -227,3 +228,24 @@ def test_a_refusal_is_one_line_and_exit_1(capsys, monkeypatch, error, said) -> N
     monkeypatch.setattr(Recorder, "enqueue", lambda self, *a, **kw: refuse(), raising=False)
     assert cli.main(["enqueue", "http://w/", "--name", "n"]) == 1
     assert capsys.readouterr().err.splitlines() == [said]
+
+
+def test_times_are_shown_in_rfc_3339_unless_raw(capsys, monkeypatch) -> None:
+    monkeypatch.setitem(ANSWERS, "get", {"id": "t-1", "created": 1700000000.0})
+    assert cli.main(["task", "t-1"]) == 0
+    assert json.loads(capsys.readouterr().out)["created"] == "2023-11-14T22:13:20Z"
+    assert cli.main(["task", "t-1", "--raw"]) == 0
+    assert json.loads(capsys.readouterr().out)["created"] == 1700000000.0
+
+
+@pytest.mark.parametrize("status, said", [
+    (None, "miyamoto: refused"), (401, "miyamoto: refused (401)"),
+    (403, "miyamoto: refused (403)"), (503, "miyamoto: refused (503)"),
+    (404, "is not a Miyamoto node: GET /cluster answered 404")])
+def test_status_tells_a_node_that_refused_from_something_that_is_no_node(
+        capsys, monkeypatch, status, said) -> None:
+    def cluster(self: Recorder) -> Any:
+        raise miyamoto.client.MiyamotoError("refused", status)
+    monkeypatch.setattr(Recorder, "cluster", cluster, raising=False)
+    assert cli.main(["status"]) == 1
+    assert said in capsys.readouterr().err
