@@ -87,6 +87,7 @@ def test_a_debounce_may_be_under_a_second_but_not_zero() -> None:
     assert (got.debounce, got.debounce_max) == (0.5, 5.0)
     assert repeat.parse({"debounce": 1, "debounce_max": 0.9 + 0.1}, named=True,
                         max_delay=100).debounce_max == 1.0
+    assert repeat.parse({"debounce": 100}, named=True, max_delay=100).debounce == 100
     for bad in (0, -1, 100.5):
         with pytest.raises(ValidationError, match=r"must be in \(0, 100\] seconds"):
             repeat.parse({"debounce": bad}, named=True, max_delay=100)
