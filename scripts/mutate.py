@@ -555,6 +555,9 @@ EQUIVALENT.update({
     ("miyamoto/cli/bulk.py", "bar.close()", "drop the call"):
         "the bar is tqdm's, which closes itself when it is collected: the last reference "
         "goes as run() returns, so the same last state and newline are written",
+    ("miyamoto/http/cloudtasks.py", "raise", "drop the raise"):
+        "unreachable in _put: the changes come from ctj.queue_settings, whose every key is "
+        "a QUEUE_PATHS value, so any field parse_put names is in _BY_SETTING",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",
