@@ -526,6 +526,7 @@ EQUIVALENT.update({
        "_last and _seconds give a table cell, and table() shows None as '-' (_cell)"},
     **{("miyamoto/cli/bulk.py", line, how): _CHUNK_SLACK for line, how in (
         ("MAX_CHUNK_BYTES = 512 * 1024", "512 -> 513"),
+        ("MAX_CHUNK_BYTES = 512 * 1024", "1024 -> 1025"),
         ("n = len(json.dumps(line.task, ensure_ascii=False)) + 2", "False -> True"),
         ("chunk, used = [], 0", "0 -> 1"))},
     ("miyamoto/errors.py", "super().__init__(original_id)", "drop the call"):
