@@ -484,6 +484,9 @@ _CHUNK_SLACK = ("the chunk's byte bound is an estimate in characters, half the n
                 "a chunk ends by a task; every task is sent once, in file order, with the "
                 "same answers (test_chunks_keep_file_order_within_the_count_and_the_byte_"
                 "bound holds the rule)")
+_LEFT_ZERO = ("at left == 0 the next line (at most one byte read) can never be the blank line: "
+        "431 one line later, the same status and words (only a client that sent exactly "
+        "max_bytes and left gets a 431 it never reads instead of a quiet close)")
 _FIRST_BOOT = ("with no counter kept, boot = max(last + 1, the clock in ms): the clock "
                "(~1.7e12 ms) is far above 1 or 2")
 EQUIVALENT.update({
@@ -499,10 +502,8 @@ EQUIVALENT.update({
      "self._sweeper = self.loop.timer(interval, interval, ref=False)", "False -> True"):
         "whether the sweeper alone keeps the hub alive: stop() stops and closes it, and "
         "a node's hub always has its other services while the server runs",
-    ("miyamoto/http/head.py", "if left < 0:", "0 -> 1"):
-        "at left == 0 the next line (at most one byte read) can never be the blank line: "
-        "431 one line later, the same status and words (only a client that sent exactly "
-        "max_bytes and left gets a 431 it never reads instead of a quiet close)",
+    **{("miyamoto/http/head.py", "if left < 0:", how): _LEFT_ZERO
+       for how in ("0 -> 1", "< -> <=")},
     ("miyamoto/http/connections.py", "return False", "return None"):
         "idle() is only used as a condition (server.py: if not conns.idle(conn)): None "
         "and False are both false",
