@@ -560,6 +560,10 @@ EQUIVALENT.update({
     ("miyamoto/http/cloudtasks.py", "raise", "drop the raise"):
         "unreachable in _put: the changes come from ctj.queue_settings, whose every key is "
         "a QUEUE_PATHS value, so any field parse_put names is in _BY_SETTING",
+    ("miyamoto/cli/commands.py",
+     'shown = data if getattr(args, "raw", False) else readable(data)', "False -> True"):
+        "every client command's parser has --raw (the common parent), so the getattr "
+        "default is never used",
     ("miyamoto/http/auth.py", "super().__init__(message)", "drop the call"):
         "Denied is caught where it is raised for (api.py, cloudtasks.py), which read its "
         ".status and .message, never str(e)",

@@ -220,6 +220,7 @@ def test_the_client_is_built_from_the_common_flags_or_their_variables(capsys,
     (miyamoto.client.MiyamotoError("no  such\nqueue", 404), "miyamoto: no such queue (404)"),
     (miyamoto.client.MiyamotoError("x" * 400, None), "miyamoto: " + "x" * 297 + "..."),
     (miyamoto.client.MiyamotoError("y" * 300, None), "miyamoto: " + "y" * 300),
+    (miyamoto.client.MiyamotoError("z" * 301, None), "miyamoto: " + "z" * 297 + "..."),
 ])
 def test_a_refusal_is_one_line_and_exit_1(capsys, monkeypatch, error, said) -> None:
     def refuse(*args: Any, **kw: Any) -> Any:
