@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from miyamoto.definitions.queues import CHOICES as QUEUE_CHOICES
 from miyamoto.definitions.queues import FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
@@ -143,6 +144,8 @@ def _queue_settings() -> dict[str, Any]:
     for name, (kind, lo, hi) in QUEUE_FIELDS.items():
         if kind is bool:
             props[name] = {"type": ["boolean", "null"]}
+        elif kind is str:
+            props[name] = {"type": ["string", "null"], "enum": [*QUEUE_CHOICES[name], None]}
         else:
             props[name] = {"type": ["integer" if kind is int else "number", "null"],
                            "minimum": lo, "maximum": hi}
