@@ -21,6 +21,7 @@ from miyamoto.cli.times import parse_time, readable
 from miyamoto.cli.usage import UsageError
 
 DEFAULT_SERVER = "http://127.0.0.1:8088"
+WORD_SETTINGS = ("mode",)  # queue settings whose value is a word, not JSON
 BATCH_SIZE = 200
 
 
@@ -190,8 +191,11 @@ def _settings(pairs: list[str]) -> dict[str, Any]:
             raise UsageError(f"{pair!r} is not KEY=VALUE")
         try:
             out[key] = json.loads(text)
-        except ValueError:  # a word (mode=pull): the node checks it
-            out[key] = text
+        except ValueError:
+            if key not in WORD_SETTINGS:
+                raise UsageError(f"{key}: {text!r} is not a number, true, false or null") \
+                    from None
+            out[key] = text  # a word (mode=pull): the node checks it
     return out
 
 

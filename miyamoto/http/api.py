@@ -140,7 +140,6 @@ class Api:
         d, s, tp = DefsApi(self), r"(?P<sname>[^/]+)", r"(?P<tname>[^/]+)"
         self.defs = d
         self.cloudtasks = CloudTasks(service, self.tokens, limits, clock)
-        p = PullApi(self, service)
         self._native_routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
             (re.compile(r"/queue/?"), {"POST": self.enqueue}),
             (re.compile(rf"/queue/{q}/batch"), {"POST": self.enqueue_batch}),
@@ -151,9 +150,6 @@ class Api:
             (re.compile(rf"/tasks/{t}/complete"), {"POST": self.complete_task}),
             (re.compile(rf"/tasks/{t}/heartbeat"), {"POST": self.heartbeat_task}),
             (re.compile(rf"/tasks/{t}/resend"), {"POST": self.resend_task}),
-            (re.compile(rf"/tasks/{t}/ack"), {"POST": p.ack_task}),
-            (re.compile(rf"/tasks/{t}/nack"), {"POST": p.nack_task}),
-            (re.compile(rf"/tasks/{t}/extend"), {"POST": p.extend_task}),
             (re.compile(r"/queues/?"), {"GET": self.list_queues}),
             (re.compile(rf"/queues/{q}"), {"GET": self.get_queue, "PUT": self.put_queue,
                                            "DELETE": self.delete_queue}),
@@ -162,7 +158,6 @@ class Api:
             (re.compile(rf"/queues/{q}/failed/(?P<action>retry|delete)"),
              {"POST": self.failed}),
             (re.compile(rf"/queues/{q}/resend"), {"POST": self.resend_many}),
-            (re.compile(rf"/queues/{q}/lease"), {"POST": p.lease_tasks}),
             (re.compile(r"/schedules/?"), {"GET": d.list_schedules, "POST": d.post_schedule}),
             (re.compile(rf"/schedules/{s}"), {"GET": d.get_schedule,
                                               "DELETE": d.delete_schedule}),
@@ -185,6 +180,7 @@ class Api:
             (re.compile(r"/"), {"GET": self.dashboard}),
             (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
         ]
+        self._native_routes += PullApi(self, service).routes()  # lease, ack, nack, extend
         # QStash's face (http/qstash.py): a /v2/ path is tried against these alone
         self.qstash_routes = QStashApi(self).routes()
         self.routes = self._native_routes + self.qstash_routes  # every route, for the spec's tests

@@ -13,6 +13,7 @@ The routes of one kind of resource, as ``api.py`` holds the tasks' and queues'.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Protocol
 from urllib.parse import parse_qs
 
@@ -47,6 +48,13 @@ class PullApi:
     def __init__(self, api: Front, service: Service):
         self.api = api
         self.service = service
+
+    def routes(self) -> list[tuple[re.Pattern[str], dict[str, Callable[..., Reply]]]]:
+        q, t = r"(?P<queue>[^/]+)", r"(?P<task_id>[^/]+)"
+        return [(re.compile(rf"/queues/{q}/lease"), {"POST": self.lease_tasks}),
+                (re.compile(rf"/tasks/{t}/ack"), {"POST": self.ack_task}),
+                (re.compile(rf"/tasks/{t}/nack"), {"POST": self.nack_task}),
+                (re.compile(rf"/tasks/{t}/extend"), {"POST": self.extend_task})]
 
     def lease_tasks(self, environ: dict, queue: str) -> Reply:
         body = self._body(environ, {"max_tasks", "lease_s", "wait_s"})
