@@ -242,22 +242,24 @@ class Queries:
         ``lease_s``, from this node's copies first, then from the peers' (asked one at a
         time, in random order, for what is still missing: a task's copies live on
         ``replication`` nodes only, and a worker of one node must get the others' too);
-        while short, it waits up to ``wait_s`` for new due copies here, asking the peers
-        again every PEER_POLL. Each lease is held by the node whose copy it leased; its
+        while it has none, it waits up to ``wait_s`` for new due copies here, asking the
+        peers again every PEER_POLL, and answers with the first it gets. Each lease is held by the node whose copy it leased; its
         token's ack, nack or extend reaches it from any node (``_held``)."""
         deadline = time.monotonic() + wait_s
         out = self.lease_local(queue, max_tasks, lease_s)
-        next_poll = 0.0
-        while len(out) < max_tasks:
+        if len(out) < max_tasks:
+            out += self._lease_peers(queue, max_tasks - len(out), lease_s)
+        next_poll = time.monotonic() + PEER_POLL
+        while not out:  # a long poll ends with the first tasks: their leases are running
             now = time.monotonic()
-            if now >= next_poll:
-                out += self._lease_peers(queue, max_tasks - len(out), lease_s)
-                next_poll = time.monotonic() + PEER_POLL
-                continue
             if now >= deadline:
                 break
+            if now >= next_poll:
+                out += self._lease_peers(queue, max_tasks, lease_s)
+                next_poll = time.monotonic() + PEER_POLL
+                continue
             self.engine.pull_wait(queue, min(deadline, next_poll) - now)
-            out += self.lease_local(queue, max_tasks - len(out), lease_s)
+            out += self.lease_local(queue, max_tasks, lease_s)
         return out
 
     def lease_local(self, queue: str, n: int, lease_s: float,

@@ -475,15 +475,17 @@ class Engine:
         if t.failure_callback:
             self._callback(t, t.failure_callback)
 
-    def _begin(self, task_id: str, pulled: bool = False) -> tuple[Task, float, float | None] | None:
+    def _begin(self, task_id: str,
+               pulled: float | None = None) -> tuple[Task, float, float | None] | None:
         """The part of a delivery that does not block (the dispatcher calls it before it
-        spends a greenlet; ``lease`` with ``pulled``): may the copy go now? Its siblings
-        are asked (their answers time it again), or it is marked running: (copy, start,
-        first-attempt delay)."""
+        spends a greenlet; ``lease`` with ``pulled``, the lease's span, which the
+        siblings' holds must cover): may the copy go now? Its siblings are asked (their
+        answers time it again), or it is marked running: (copy, start, first-attempt
+        delay)."""
         t = self.live.mem.get(task_id)
         if t is None or t.state != State.SCHEDULED:
             return None
-        if not pulled and self.is_pull(t.queue):  # made a pull queue while it waited
+        if pulled is None and self.is_pull(t.queue):  # made a pull queue while it waited
             self.pull.add(t.queue, task_id, t.priority, t.fire_at)
             return None
         if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
@@ -491,7 +493,7 @@ class Engine:
             return None
         if t.expires_at is not None and self._expires(t):  # it waited past its expiry
             return None
-        if not self.hooks.claim(t):
+        if not self.hooks.claim(t if pulled is None else t.evolve(lease=pulled)):
             return None  # the hooks rescheduled, ended or dropped the copy
         t = self.live.mem.get(task_id)
         now = self.clock()
@@ -647,7 +649,7 @@ class Engine:
             if task_id is None:
                 break
             tried += 1
-            begun = self._begin(task_id, pulled=True)
+            begun = self._begin(task_id, pulled=lease_s)
             if begun is None:  # stale, pushed back, expired, or asking its siblings
                 t = self.live.mem.get(task_id)
                 taken.asking += (t is not None and t.state == State.SCHEDULED

@@ -206,7 +206,7 @@ class SimNode:
             "seeds": ",".join(_address(s) for s in self.seeds), "data_dir": self.data_dir,
             "insecure_cluster": "true", "zone": self.id, **self.sim.options})
         q = QueueConfig(max_backoff=2.0, min_backoff=0.2, timeout=self.sim.timeout,
-                        max_attempts=25)
+                        max_attempts=25, mode=self.sim.mode)
         return dataclasses.replace(cfg, queues={"default": q})
 
     def start(self) -> None:
@@ -426,8 +426,9 @@ class Sim:
     def __init__(self, seed: int, n: int = 3, *, delay: tuple[float, float] = (0.001, 0.02),
                  loss: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
                  fail: float = 0.1, timeout: float = 2.0, options: dict | None = None,
-                 schedules: bool = False):
+                 schedules: bool = False, mode: str = "push"):
         self.seed = seed
+        self.mode = mode  # the default queue's: pull (pull_sim.py) leases, never POSTs
         self.schedules = schedules  # each node runs the schedules' Ticker
         self.rng = random.Random(seed)
         self.loop = gevent.get_hub().loop
