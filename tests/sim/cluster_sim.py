@@ -297,6 +297,7 @@ class Checker:
         self.in_flight: dict[tuple[str, str], float] = {}
         self.faults: list[tuple[str, float, float]] = []  # (node, from, to)
         self.crashes: list[tuple[str, float]] = []
+        self.cuts: list[tuple[str, float, float]] = []  # (node, from, to): cut links only
         self.news_lost: set[tuple[str, str]] = set()  # (task, sender)
         self.news_cut: set[tuple[str, str, str]] = set()
         self.news_seen: dict[tuple[str, str, str], float] = {}
@@ -535,8 +536,9 @@ class Sim:
         new = links - self.network.cuts
         self.network.cuts |= new
         for a, b in new:
-            self.checker.fault(a, now, now + duration)
-            self.checker.fault(b, now, now + duration)
+            for node in (a, b):
+                self.checker.fault(node, now, now + duration)
+                self.checker.cuts.append((node, now, now + duration))
         self.at(duration, self._heal, new)
 
     def _heal(self, links: set[tuple[str, str]]) -> None:
