@@ -122,6 +122,9 @@ class Service:
     def ready(self) -> tuple[bool, str]:
         return self.is_ready
 
+    def is_pull(self, queue: str) -> bool:
+        return False
+
     def clock_offset(self) -> float:
         return self.offset
 

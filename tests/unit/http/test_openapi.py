@@ -93,7 +93,9 @@ def test_the_routes_that_read_a_body_and_only_those_say_so() -> None:
     assert with_body == {("/queue", "post"), ("/queue/{queue}", "post"),
                          ("/queue/{queue}/batch", "post"), ("/schedules", "post"),
                          ("/topics/{tname}", "put"), ("/queues/{queue}", "put"),
-                         ("/tasks/{id}/complete", "post"), ("/tasks/{id}/heartbeat", "post")}
+                         ("/tasks/{id}/complete", "post"), ("/tasks/{id}/heartbeat", "post"),
+                         ("/queues/{queue}/lease", "post"), ("/tasks/{id}/ack", "post"),
+                         ("/tasks/{id}/nack", "post"), ("/tasks/{id}/extend", "post")}
     for p, m in with_body:
         if m != "post" or not p.endswith("/heartbeat"):
             assert SPEC["paths"][p][m]["requestBody"]["required"] is True
