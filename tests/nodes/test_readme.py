@@ -343,7 +343,7 @@ def _check_keyless_node(w: Work) -> None:
     assert row["CLUSTER"] == "-", table
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)  # some 90 commands, each a process start: slow on a loaded box
 def test_the_readme_runs_against_a_node_with_its_backup_and_restore(
         tmp_path: Path, proc_registry: ProcessRegistry, sink: Sink) -> None:
     _need("curl")
