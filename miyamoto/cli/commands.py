@@ -170,7 +170,8 @@ def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     put.add_argument("settings", nargs="+", metavar="KEY=VALUE",
                      help="rate=5 burst=10 max_concurrent=4 max_attempts=3 min_backoff=1 "
                           "max_backoff=60 max_doublings=4 max_retry_duration=3600 "
-                          "timeout=30 paused=true; KEY=null goes back to the config's")
+                          "timeout=30 paused=true ordering_on_failure=block; KEY=null goes "
+                          "back to the config's")
     put.set_defaults(func=_command(lambda c, a: _show(c.set_queue(
         a.name, **_settings(a.settings)), a)))
     for op, fn, helptext in (("show", "queue", "a queue, each setting with its source"),
@@ -182,8 +183,8 @@ def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _settings(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE arguments, each value read as JSON (5, 0.5, true, null); the node checks
-    what they mean and names a bad one."""
+    """KEY=VALUE arguments, each value read as JSON (5, 0.5, true, null), else as a word
+    (block); the node checks what they mean and names a bad one."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, eq, text = pair.partition("=")
@@ -192,7 +193,7 @@ def _settings(pairs: list[str]) -> dict[str, Any]:
         try:
             out[key] = json.loads(text)
         except ValueError:
-            raise UsageError(f"{key}: {text!r} is not a number, true, false or null") from None
+            out[key] = text  # a word: the node says whether it is one of the choices
     return out
 
 

@@ -191,6 +191,9 @@ class QueueConfig:
     max_retry_duration: float = 0.0  # 0 = no limit
     timeout: float = 30.0
     paused: bool = False
+    # a task of an ordering key that fails for good: the key's next task goes (continue),
+    # or the key waits until that task is retried or deleted (block)
+    ordering_on_failure: str = "continue"
     # who the deliveries say they are (config only: miyamoto.delivery.identity)
     oidc_audience: str = ""  # an OIDC token for this audience on each delivery; "": none
     signature: str = "auto"  # SIGNATURES: which webhook-signature schemes are sent
@@ -216,7 +219,9 @@ QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "max_retry_duration": value.float_ge(0),
     "timeout": value.float_ge(0.01),
     "paused": value.boolean,
+    "ordering_on_failure": lambda v: value.one_of(v, ORDERING_ON_FAILURE),
 }
+ORDERING_ON_FAILURE = ("continue", "block")
 # webhook-signature per queue: auto (every scheme whose key is set), hmac (v1, with
 # signing_secret), ed25519 (v1a, with ed25519_signing_key), both, or none
 SIGNATURES = ("auto", "hmac", "ed25519", "both", "none")

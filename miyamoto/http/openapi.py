@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from miyamoto.definitions.queues import FIELDS as QUEUE_FIELDS, SOURCES
+from miyamoto.definitions.queues import CHOICES as QUEUE_CHOICES, FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
-                                  PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
+    MAX_ORDERING_KEY, PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
 from miyamoto.tasks.labels import MAX_LABELS, MAX_VALUE as MAX_LABEL_VALUE
 from miyamoto.tasks.options import LEASE_MAX, RETRY_DELAY_MAX, RETRY_DELAYS_MAX
@@ -58,6 +58,11 @@ _DISPATCH_FIELDS: dict[str, Any] = {
     "flow_parallelism": {"type": ["integer", "null"], "minimum": 1,
                          "maximum": MAX_FLOW_PARALLELISM,
                          "description": "deliveries in flight for the key (with flow_key)"},
+    "ordering_key": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ORDERING_KEY,
+                     "description": "tasks of one key in a queue are delivered one at a time, "
+                     "in enqueue order, cluster-wide: the next starts once the one before "
+                     "succeeded, failed for good (the queue's ordering_on_failure: continue "
+                     "or block) or was cancelled"},
 }
 _TRACEPARENT_PATTERN = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TASK_FIELDS: dict[str, Any] = {
@@ -143,6 +148,8 @@ def _queue_settings() -> dict[str, Any]:
     for name, (kind, lo, hi) in QUEUE_FIELDS.items():
         if kind is bool:
             props[name] = {"type": ["boolean", "null"]}
+        elif kind is str:
+            props[name] = {"type": ["string", "null"], "enum": [*QUEUE_CHOICES[name], None]}
         else:
             props[name] = {"type": ["integer" if kind is int else "number", "null"],
                            "minimum": lo, "maximum": hi}

@@ -297,10 +297,13 @@ class Stored:
     duplicate: str | None = None  # the name is taken by this task id
     error: str | None = None
     answer: Answer | None = None  # to the ASK its STORE carried (for this task only)
+    seq: int = 0  # an ordered task's place in its key's line, given by the key's owner
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"req": self.req, "id": self.id, "ok": self.ok}
+        if self.seq:
+            d["seq"] = self.seq
         if self.duplicate is not None:
             d["duplicate"] = self.duplicate
         if self.error is not None:
@@ -317,13 +320,14 @@ class Stored:
             answer = Answer.from_payload(c.obj(d, "answer"))
             if answer.id != task_id:
                 raise DecodeError("the answer is about another task than the STORED")
+        seq = c.integer(d, "seq") if "seq" in d else 0
         return cls(c.string(d, "req"), task_id, c.boolean(d, "ok"),
-                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer)
+                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer, seq)
 
 
 OPS = frozenset({"get", "cancel", "rerun", "resend", "paused", "counts", "list", "control",
                  "delete", "failed", "resend_many", "name", "browse", "rates",
-                 "replace", "complete", "heartbeat"})
+                 "replace", "complete", "heartbeat", "blocked"})
 
 
 @message(Verb.REQUEST)
