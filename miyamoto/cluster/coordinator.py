@@ -159,6 +159,8 @@ class Coordinator:
         remote = [c for c in copies if c.replicas[c.replica] != self.me]
         local = [c for c in copies if c.replicas[c.replica] == self.me]
         first = next((c for c in local if c.replica == 0), None) if remote else None
+        if first is not None and first.ordering_key is not None:
+            first = None  # it starts when its key's line lets it: it asks then
         ask, lease = self.members.fold(first) if first is not None else (0, 0.0)
         q, reqs = self.requests.send({
             i: (c.replicas[c.replica],

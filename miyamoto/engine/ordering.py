@@ -120,6 +120,21 @@ class Lines:
         others = sorted(line.running - {t.id})
         return others[0] if others else self._head(line)
 
+    def ahead_of(self, queue: str, key: str, seq: int, task_id: str) -> str | None:
+        """What a task of the key numbered ``seq`` waits for in this node's line,
+        whether the line holds it or not (a sibling's ASK: its copy may not be here
+        yet): a running copy of another task, or the head, if it comes first."""
+        line = self._lines.get((queue, key))
+        if line is None:
+            return None
+        others = sorted(line.running - {task_id})
+        if others:
+            return others[0]
+        head = self._head(line)
+        if head is None or head == task_id or self._at[head][1] > seq:
+            return None
+        return head
+
     def blocker(self, queue: str, key: str) -> str | None:
         """The failed task that holds the key (``block``), or None."""
         line = self._lines.get((queue, key))

@@ -180,10 +180,15 @@ class Ask:
     n: int = 0  # the asker's round, echoed in the answer
     reruns: int = 0  # the asker's copy's Task.reruns: an end of an older run is not its end
     lease: float = 0.0  # the attempt's deadline plus claim_lease, if it goes (0: not said)
+    # an ordered copy's (queue, ordering key, seq): a sibling that has no copy yet still
+    # knows whether its line of that key has another task first (``engine.ordering``)
+    order: tuple[str, str, int] | None = None
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "replica": self.replica}
+        if self.order is not None:
+            d["order"] = list(self.order)
         if self.probe:
             d["probe"] = True
         if self.n:
@@ -199,7 +204,18 @@ class Ask:
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
                    c.boolean(d, "probe", False), _round(d),
                    c.integer(d, "reruns") if "reruns" in d else 0,
-                   _seconds(d, "lease") if "lease" in d else 0.0)
+                   _seconds(d, "lease") if "lease" in d else 0.0, _order(d))
+
+
+def _order(d: dict) -> tuple[str, str, int] | None:
+    """An ASK's ``order``: [queue, ordering key, seq], or None."""
+    v = d.get("order")
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) != 3:
+        raise DecodeError("order must be [queue, ordering key, seq]")
+    part = {"queue": v[0], "key": v[1], "seq": v[2]}
+    return (c.string(part, "queue"), c.string(part, "key"), c.integer(part, "seq"))
 
 
 def _round(d: dict) -> int:

@@ -155,6 +155,7 @@ class _Asking:
     round: int = 0
     reruns: int = 0  # the copy's Task.reruns, sent with every ASK
     lease: float = 0.0  # our attempt's deadline plus claim_lease, sent with every ASK
+    order: tuple[str, str, int] | None = None  # an ordered copy's (queue, key, seq)
 
 
 class Siblings:
@@ -193,8 +194,8 @@ class Siblings:
                 self.zones = dict(zones)
                 self._note_incarnations(incarnations)
                 return Ready(tuple(self._set_members(members, now, live)))
-            case Received(sender, msg, copy):
-                return Ready(tuple(self._on_news(sender, msg, copy, now)))
+            case Received(sender, msg, copy, behind):
+                return Ready(tuple(self._on_news(sender, msg, copy, now, behind)))
             case HandoffReceived(sender, msg):
                 return Ready(tuple(self._handoff(msg, now, sender)))
             case Due(copy, deadline):
@@ -481,11 +482,11 @@ class Siblings:
 
     # ------------------------------------------------------------ a sibling's news
     def _on_news(self, sender: str, msg: m.SiblingNews, t: Task | None,
-                 now: float) -> list[Effect]:
+                 now: float, behind: bool = False) -> list[Effect]:
         """A sibling's message about task ``msg.id``; ``t`` is our live copy, if any
         (for ASK: our copy or its ended record)."""
         if isinstance(msg, m.Ask):
-            return self._on_ask(sender, msg, t, now)
+            return self._on_ask(sender, msg, t, now, behind)
         if isinstance(msg, m.Answer):
             return self._on_answer(sender, msg, t, now)
         if t is None or t.state.ended:
@@ -585,10 +586,11 @@ class Siblings:
         the engine's schedule, until the last answer fires it (``Fire``) or holds it
         off; an unanswered ask is sent again at its deadline (a tick)."""
         self.rounds += 1
+        order = None if t.ordering_key is None else (t.queue, t.ordering_key, t.ordering_seq)
         a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
-                    started=now, round=self.rounds, reruns=t.reruns, lease=lease)
+                    started=now, round=self.rounds, reruns=t.reruns, lease=lease, order=order)
         self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease, order=order)
         return [Send(r, ask) for r in siblings]
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -596,7 +598,8 @@ class Siblings:
         if not a.waiting:
             return self._decide(task_id, a, now)
         a.deadline = now + self.t.ask_timeout
-        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease,
+                    order=a.order)
         return [Send(r, ask) for r in sorted(a.waiting)]
 
     def _decide(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -613,7 +616,8 @@ class Siblings:
             others = self._everyone_else()  # its siblings left the roster, none answered
             if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
-                ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+                ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease,
+                            order=a.order)
                 return [Send(r, ask) for r in others]
         if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
@@ -650,7 +654,8 @@ class Siblings:
         return effects
 
     # ------------------------------------------------------------ answering
-    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Effect]:
+    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float,
+                behind: bool = False) -> list[Effect]:
         def answer(verdict: str, **kw: Any) -> list[Effect]:
             return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))]
         # read after our loop stalled, the ASK may be as old as the stall: its asker
@@ -665,6 +670,8 @@ class Siblings:
         if t is None:
             if msg.probe:
                 return []
+            if behind:  # no copy yet, but our line of its key has another task first
+                return answer(m.WAIT, lease=self.t.ask_timeout)
             # our copy may still be on its way (STORE and ASK travel apart): it holds
             # for this claim once stored
             if not stale:
@@ -695,6 +702,11 @@ class Siblings:
         if claim is not None and claim.until > now and claim.claimer != sender:
             return answer(m.CLAIMED, lease=claim.until - now)
         if t.id in self.asking and t.replica < msg.replica:
+            return answer(m.WAIT, lease=self.t.ask_timeout)
+        if behind:
+            # another task of its ordering key comes first in our line: the asker's
+            # line lacks it (a copy restored, news in flight), and must not run ahead
+            # of it; it asks again once the lease ends, by when that one may be over
             return answer(m.WAIT, lease=self.t.ask_timeout)
         # the asker goes: our copy is held off by its claim (for ``ask_lease``, then for
         # the lease of the CLAIM it sends as it delivers). Noted, not written: ``_fire``
