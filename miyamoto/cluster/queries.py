@@ -113,9 +113,8 @@ class Queries:
     def _view(self, t: Task) -> dict[str, Any]:
         """A copy's summary with what this node's line of its ordering key says."""
         s = t.summary()
-        ordering = self.engine.ordering_view(t)
-        if ordering is not None:
-            s["ordering"] = ordering
+        if t.ordering_key is not None:
+            s["ordering"] = self.engine.ordering_view(t)
         return s
 
     def blocked(self) -> dict[str, list[dict[str, str]]]:

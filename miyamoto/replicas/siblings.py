@@ -195,7 +195,10 @@ class Siblings:
                 self._note_incarnations(incarnations)
                 return Ready(tuple(self._set_members(members, now, live)))
             case Received(sender, msg, copy, behind):
-                return Ready(tuple(self._on_news(sender, msg, copy, now, behind)))
+                if behind and isinstance(msg, m.Ask) and self._holds_back(sender, msg, copy):
+                    return Ready((Send(sender, m.Answer(msg.id, m.WAIT, n=msg.n,
+                                                        lease=self.t.ask_timeout)),))
+                return Ready(tuple(self._on_news(sender, msg, copy, now)))
             case HandoffReceived(sender, msg):
                 return Ready(tuple(self._handoff(msg, now, sender)))
             case Due(copy, deadline):
@@ -482,11 +485,11 @@ class Siblings:
 
     # ------------------------------------------------------------ a sibling's news
     def _on_news(self, sender: str, msg: m.SiblingNews, t: Task | None,
-                 now: float, behind: bool = False) -> list[Effect]:
+                 now: float) -> list[Effect]:
         """A sibling's message about task ``msg.id``; ``t`` is our live copy, if any
         (for ASK: our copy or its ended record)."""
         if isinstance(msg, m.Ask):
-            return self._on_ask(sender, msg, t, now, behind)
+            return self._on_ask(sender, msg, t, now)
         if isinstance(msg, m.Answer):
             return self._on_answer(sender, msg, t, now)
         if t is None or t.state.ended:
@@ -654,8 +657,18 @@ class Siblings:
         return effects
 
     # ------------------------------------------------------------ answering
-    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float,
-                behind: bool = False) -> list[Effect]:
+    @staticmethod
+    def _holds_back(sender: str, msg: m.Ask, t: Task | None) -> bool:
+        """An ASK for an ordered copy while another task of its key comes first in our
+        line (``behind``): the asker's line lacks that one (a copy being restored, a
+        restarted owner, news in flight) and must not run ahead of it, so it hears
+        ``wait`` and asks again after ``ask_timeout``, whether our copy is here yet
+        or not. An end, a move or a running copy of ours is still told as it is."""
+        if msg.probe:
+            return False
+        return t is None or (sender in t.replicas and t.state == State.SCHEDULED)
+
+    def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Effect]:
         def answer(verdict: str, **kw: Any) -> list[Effect]:
             return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))]
         # read after our loop stalled, the ASK may be as old as the stall: its asker
@@ -670,8 +683,6 @@ class Siblings:
         if t is None:
             if msg.probe:
                 return []
-            if behind:  # no copy yet, but our line of its key has another task first
-                return answer(m.WAIT, lease=self.t.ask_timeout)
             # our copy may still be on its way (STORE and ASK travel apart): it holds
             # for this claim once stored
             if not stale:
@@ -702,11 +713,6 @@ class Siblings:
         if claim is not None and claim.until > now and claim.claimer != sender:
             return answer(m.CLAIMED, lease=claim.until - now)
         if t.id in self.asking and t.replica < msg.replica:
-            return answer(m.WAIT, lease=self.t.ask_timeout)
-        if behind:
-            # another task of its ordering key comes first in our line: the asker's
-            # line lacks it (a copy restored, news in flight), and must not run ahead
-            # of it; it asks again once the lease ends, by when that one may be over
             return answer(m.WAIT, lease=self.t.ask_timeout)
         # the asker goes: our copy is held off by its claim (for ``ask_lease``, then for
         # the lease of the CLAIM it sends as it delivers). Noted, not written: ``_fire``
