@@ -318,6 +318,8 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flow-key", help="flow-control key: tasks sharing it share its limits")
     p.add_argument("--flow-rate", type=float, help="tasks/s for --flow-key")
     p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
+    p.add_argument("--ordering-key", help="tasks of one key in a queue go one at a time, in "
+                                          "enqueue order, cluster-wide")
     p.add_argument("--ttl", type=float, help="seconds from now: a task not started by then "
                                              "ends as expired")
     p.add_argument("--expires-at", type=_eta, metavar="TIME",
@@ -449,7 +451,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
+        "flow_parallelism", "ordering_key", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
         "debounce", "debounce_max", "lease")}
     fields["async"] = args.async_
     if args.json_body is not None:

@@ -345,6 +345,17 @@ _SCHEMAS: dict[str, Any] = {
                  "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
                  "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                  "lease": {"type": ["number", "null"]},
+                 "ordering_seq": {"type": ["integer", "null"], "description": "its place "
+                                  "in its ordering key's line, given by the key's owner"},
+                 "ordering": {"type": "object", "description": "its ordering key's line "
+                              "as the answering node holds it", "properties": {
+                                  "key": {"type": "string"}, "seq": {"type": "integer"},
+                                  "blocked_by": {"type": ["string", "null"], "description":
+                                                 "the failed task that holds the key "
+                                                 "(ordering_on_failure = block)"},
+                                  "waiting_for": {"type": ["string", "null"], "description":
+                                                  "the task of the key it waits for"},
+                                  "in_line": {"type": "integer", "minimum": 0}}},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
@@ -362,7 +373,13 @@ _SCHEMAS: dict[str, Any] = {
                   "name": {"type": "string"}, "paused": {"type": "boolean"},
                   "limit": {"type": ["number", "null"]},
                   "config": {"type": "object", "additionalProperties": {
-                      "type": ["number", "null"]}},
+                      "type": ["number", "string", "null"]}},
+                  "blocked_keys": {"type": "array", "description": "its ordering keys held "
+                                   "by a failed task (ordering_on_failure = block), each with "
+                                   "that task: retry or delete it to go on", "items": {
+                                       "type": "object", "properties": {
+                                           "key": {"type": "string"},
+                                           "task": {"type": "string"}}}},
                   "sources": {"type": "object", "description": "where each setting's "
                               "value comes from (GET /queues/{queue}, PUT, DELETE): api "
                               "(PUT), config (the INI), default (built in), control "
