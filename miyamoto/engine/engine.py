@@ -227,6 +227,7 @@ class Engine:
                 continue
             for key in [k for k, v in self.names.items() if v[1] <= now]:
                 del self.names[key]
+            self._forget_swept_blockers()
             # Swept names: a lookup finds none in the journal
             if removed:
                 log.debug("engine: swept %d expired records", removed)
@@ -651,6 +652,16 @@ class Engine:
         """Copy ``t`` changed: its key's line follows, and a copy whose turn came is timed."""
         if t.ordering_key is not None:
             self._wake_ordered(self.lines.note(t))
+
+    def _forget_swept_blockers(self) -> None:
+        """A failed task that blocks its key and was swept (``retention``) holds it no
+        more: nobody could retry or delete it now."""
+        for queue in self.lines.queues():
+            for _, task_id in self.lines.blocked(queue):
+                if self.journal.get(task_id) is None:
+                    log.info("task %s: swept after retention, its ordering key goes on",
+                             task_id)
+                    self._wake_ordered(self.lines.remove(task_id))
 
     def _wake_ordered(self, task_ids: list[str]) -> None:
         for task_id in task_ids:  # (one due later is paged in, and timed, when due)

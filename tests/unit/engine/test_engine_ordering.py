@@ -140,3 +140,18 @@ def test_a_restart_rebuilds_the_lines_from_the_journal(tmp_path):
         e.stop(1)
     finally:
         j.close()
+
+
+def test_a_blocker_swept_after_its_retention_releases_its_key(parts):
+    engine, clock = parts
+    engine.set_queue_settings({"q": {"ordering_on_failure": "block"}})
+    _add(engine, "a", max_attempts=1)
+    _add(engine, "b")
+    _starts(engine, "a")
+    _ok(engine, "a", ok=False)
+    engine._forget_swept_blockers()
+    assert _starts(engine, "b") == []  # still in the journal: still the blocker
+    engine.journal.flush()
+    engine.journal.sweep(NOW + 10 * engine.config.retention, engine.config.retention)
+    engine._forget_swept_blockers()
+    assert engine.lines.blocked("q") == [] and _starts(engine, "b") == ["b"]
