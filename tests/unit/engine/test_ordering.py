@@ -92,3 +92,16 @@ def test_seqs_count_up_across_an_emptied_line_and_above_held_ones():
     assert lines.next_seq("q", "k", 100.0) == 10**12 + 1
     lines.remove("a")
     assert lines.next_seq("q", "k", 200.0) >= 200 * 10**6
+
+
+def test_ahead_of_answers_for_a_task_the_line_does_not_hold_yet():
+    """A sibling's ASK may come before its copy: the seq it carries is placed against
+    the line (what ``replicas.siblings`` answers ``wait`` to)."""
+    lines = Lines()
+    lines.note(_t("a", 10))
+    assert lines.ahead_of("q", "k", 20, "b") == "a"
+    assert lines.ahead_of("q", "k", 5, "z") is None  # numbered before a: it goes first
+    assert lines.ahead_of("q", "other", 20, "b") is None
+    lines.note(_t("a", 10, state=State.RUNNING))
+    assert lines.ahead_of("q", "k", 5, "z") == "a"  # but not beside a running one
+    assert lines.ahead_of("q", "k", 10, "a") is None
