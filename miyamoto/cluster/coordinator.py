@@ -205,8 +205,22 @@ class Coordinator:
                 return {"status": "duplicate", "id": e.original_id, "name": t.name}
             except Unavailable as e:
                 return {"status": "error", "id": t.id, "name": t.name, "error": str(e)}
-        pool = gevent.pool.Pool(64)
-        return list(pool.imap(one, tasks))
+        # the tasks of one ordering key go one after another, in the list's order (their
+        # owner numbers them as they come); the rest, and other keys, side by side
+        results: list[dict[str, Any]] = [{} for _ in tasks]
+        lines: dict[tuple[str, str], list[int]] = {}
+        units: list[list[int]] = []
+        for i, t in enumerate(tasks):
+            if t.ordering_key is None:
+                units.append([i])
+            else:
+                lines.setdefault((t.queue, t.ordering_key), []).append(i)
+
+        def run(unit: list[int]) -> None:
+            for i in unit:
+                results[i] = one(tasks[i])
+        gevent.pool.Pool(64).map(run, units + list(lines.values()))
+        return results
 
     # ------------------------------------------------------------ a peer's STORE
     # A peer's STOREs are taken in two halves: ``admit``, in the receive loop as each is

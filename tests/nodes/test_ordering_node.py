@@ -29,6 +29,19 @@ def test_one_node_delivers_each_key_one_at_a_time_in_order(node: NodeProcess,
 
 
 @pytest.mark.timeout(120)
+def test_a_batch_keeps_the_order_of_its_list_within_a_key(node: NodeProcess,
+                                                          sink: Sink) -> None:
+    tasks = [{"url": sink.url_for("/batch"), "params": {"i": str(i)}, "ordering_key": "b"}
+             for i in range(12)]
+    r = node.post("/queue/default/batch", json=tasks)
+    assert r.status_code == 200 and all(t["status"] == "scheduled" for t in r.json()["tasks"])
+    reqs = sink.wait_for(count=12, path="/batch", timeout=60)
+    assert [q.form["i"][0] for q in sorted(reqs, key=lambda q: q.time)] == \
+        [str(i) for i in range(12)]
+    assert sink.max_inflight_by_path["/batch"] == 1
+
+
+@pytest.mark.timeout(120)
 def test_block_holds_a_key_behind_its_failed_task_until_it_is_deleted(
         node: NodeProcess, sink: Sink) -> None:
     r = node.request("PUT", "/queues/strict", json={"ordering_on_failure": "block"})
