@@ -81,7 +81,7 @@ def test_a_bad_ordering_key_is_a_400_naming_it(node: NodeProcess) -> None:
 @pytest.mark.timeout(300)
 def test_killing_a_keys_owner_keeps_every_key_in_order_without_overlap(
         cluster_factory: Callable[..., list[NodeProcess]], sink: Sink) -> None:
-    nodes = cluster_factory(3, options={"replication": 2, "claim_lease": 5})
+    nodes = cluster_factory(3, options={"replication": 2, "claim_lease": 5}, timeout=60)
     stream = Stream(nodes, sink, keys=3, per_key=24, delay=0.1)
     stream.run(kill=lambda n: n.kill())
     stream.wait_delivered(180)
