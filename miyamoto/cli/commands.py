@@ -451,8 +451,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "ordering_key", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
-        "debounce", "debounce_max", "lease")}
+        "flow_parallelism", "ordering_key", "dedupe", "ttl", "expires_at", "retry_delays",
+        "on_duplicate", "debounce", "debounce_max", "lease")}
     fields["async"] = args.async_
     if args.json_body is not None:
         try:
