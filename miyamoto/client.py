@@ -204,7 +204,8 @@ class Client:
         ``fields`` are the task fields of the API (method, countdown, eta, name, queue,
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
-        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60], labels={"k": "v"};
+        dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60], labels={"k": "v"},
+        ordering_key (the queue's tasks of one key go one at a time, in enqueue order);
         ``url`` None: a task of a pull queue, which workers lease (``lease``);
         with a name:
         on_duplicate="keep"|"replace", debounce, debounce_max, when the answer's ``status``

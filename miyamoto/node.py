@@ -321,7 +321,9 @@ class Node:
         any node, by name after ``cursor``; ``next_cursor`` names the next page."""
         counts = self.cluster.queries.queue_counts()
         names, after = page(self._queue_names(counts), limit, cursor)
-        return {"queues": [self._queue_view(n, counts.get(n, {})) for n in names],
+        blocked = self.cluster.queries.blocked()
+        return {"queues": [self._queue_view(n, counts.get(n, {}), blocked.get(n, []))
+                           for n in names],
                 "next_cursor": after}
 
     def _queue_names(self, counts: dict[str, dict[str, int]]) -> list[str]:
@@ -334,17 +336,21 @@ class Node:
         counts = self.cluster.queries.queue_counts()
         if name not in self.engine.queues and name not in counts:
             return None
-        view = self._queue_view(name, counts.get(name, {}))
+        view = self._queue_view(name, counts.get(name, {}),
+                                self.cluster.queries.blocked().get(name, []))
         sources = queue_defs.sources(self.config.queue(name), self.engine.api_settings(name))
         if view["paused"] != self.engine.queue_config(name).paused:
             sources["paused"] = "control"  # POST /queues/<name>/pause or resume
         view["sources"] = sources
         return view
 
-    def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
+    def _queue_view(self, name: str, counts: dict[str, int],
+                    blocked: list[dict[str, str]]) -> dict[str, Any]:
         c, paused, limit = self.engine.dispatcher.summary(name)
         return {
             "name": name, "paused": paused, "limit": limit, "mode": c.mode,
+            # its ordering keys held by a failed task (ordering_on_failure = block)
+            "blocked_keys": blocked,
             "config": _settings(c),
             # a pull queue's running tasks are those a worker holds a lease on
             "leased": counts.get("running", 0) if c.mode == "pull" else 0,
@@ -384,7 +390,8 @@ class Node:
         """The queue's view with the API's settings ``api`` as written (``before``: what
         they were, when dropped)."""
         self.definitions.settle()  # in effect here at once if this node has them already
-        view = self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}))
+        view = self._queue_view(name, self.cluster.queries.queue_counts().get(name, {}),
+                                self.cluster.queries.blocked().get(name, []))
         base = self.config.queue(name)
         q = queue_defs.resolve(base, api)
         view["config"], view["limit"] = _settings(q), queue_limit(q, self.config.concurrency)
@@ -454,7 +461,7 @@ def _settings(c: QueueConfig) -> dict[str, Any]:
             "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
             "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
             "max_retry_duration": c.max_retry_duration, "timeout": c.timeout,
-            "mode": c.mode}
+            "mode": c.mode, "ordering_on_failure": c.ordering_on_failure}
 
 
 def _definition_answer(status: int, body: dict[str, Any]) -> None:

@@ -21,7 +21,6 @@ from miyamoto.cli.times import parse_time, readable
 from miyamoto.cli.usage import UsageError
 
 DEFAULT_SERVER = "http://127.0.0.1:8088"
-WORD_SETTINGS = ("mode",)  # queue settings whose value is a word, not JSON
 BATCH_SIZE = 200
 
 
@@ -170,7 +169,8 @@ def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     put.add_argument("settings", nargs="+", metavar="KEY=VALUE",
                      help="rate=5 burst=10 max_concurrent=4 max_attempts=3 min_backoff=1 "
                           "max_backoff=60 max_doublings=4 max_retry_duration=3600 "
-                          "timeout=30 paused=true; KEY=null goes back to the config's")
+                          "timeout=30 paused=true ordering_on_failure=block; KEY=null goes "
+                          "back to the config's")
     put.set_defaults(func=_command(lambda c, a: _show(c.set_queue(
         a.name, **_settings(a.settings)), a)))
     for op, fn, helptext in (("show", "queue", "a queue, each setting with its source"),
@@ -182,8 +182,8 @@ def _queue_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _settings(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE arguments, each value read as JSON (5, 0.5, true, null); the node checks
-    what they mean and names a bad one."""
+    """KEY=VALUE arguments, each value read as JSON (5, 0.5, true, null), else as a word
+    (block); the node checks what they mean and names a bad one."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, eq, text = pair.partition("=")
@@ -192,10 +192,7 @@ def _settings(pairs: list[str]) -> dict[str, Any]:
         try:
             out[key] = json.loads(text)
         except ValueError:
-            if key not in WORD_SETTINGS:
-                raise UsageError(f"{key}: {text!r} is not a number, true, false or null") \
-                    from None
-            out[key] = text  # a word (mode=pull): the node checks it
+            out[key] = text  # a word: the node says whether it is one of the choices
     return out
 
 
@@ -320,6 +317,8 @@ def _enqueue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flow-key", help="flow-control key: tasks sharing it share its limits")
     p.add_argument("--flow-rate", type=float, help="tasks/s for --flow-key")
     p.add_argument("--flow-parallelism", type=int, help="deliveries in flight for --flow-key")
+    p.add_argument("--ordering-key", help="tasks of one key in a queue go one at a time, in "
+                                          "enqueue order, cluster-wide")
     p.add_argument("--ttl", type=float, help="seconds from now: a task not started by then "
                                              "ends as expired")
     p.add_argument("--expires-at", type=_eta, metavar="TIME",
@@ -453,8 +452,8 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {k: getattr(args, k) for k in (
         "method", "countdown", "eta", "queue", "name", "body", "content_type", "callback",
         "failure_callback", "max_attempts", "timeout", "priority", "flow_key", "flow_rate",
-        "flow_parallelism", "dedupe", "ttl", "expires_at", "retry_delays", "on_duplicate",
-        "debounce", "debounce_max", "lease")}
+        "flow_parallelism", "ordering_key", "dedupe", "ttl", "expires_at", "retry_delays",
+        "on_duplicate", "debounce", "debounce_max", "lease")}
     fields["async"] = args.async_
     if args.json_body is not None:
         try:

@@ -41,12 +41,13 @@ def status_lines(cluster: Mapping[str, Any], queues: Sequence[Mapping[str, Any]]
 
 
 def task_lines(tasks: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
-    """``miyamoto tasks``: one line per task, the time that matters for its state."""
+    """``miyamoto tasks`` and ``browse``: one line per task, the time that matters for its
+    state, its name and its ordering key."""
     now = time.time() if now is None else now
-    return table(("ID", "STATE", "ATTEMPTS", "WHEN", "NAME", "URL"),
+    return table(("ID", "STATE", "ATTEMPTS", "WHEN", "NAME", "KEY", "URL"),
                  ([t.get("id"), t.get("state"), t.get("attempts"),
                    _when(t.get("next_attempt") or t.get("finished"), now), t.get("name"),
-                   t.get("url")] for t in tasks))
+                   t.get("ordering_key"), t.get("url")] for t in tasks))
 
 
 def failed_lines(tasks: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:

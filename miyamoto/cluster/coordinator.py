@@ -104,11 +104,39 @@ class Coordinator:
 
     def _store_all(self, task: Task, copies: list[Task], stored: list[Task],
                    hold: bool) -> None:
+        if task.ordering_key is not None:
+            self._store_ordered(copies, stored, hold)
+            return
         if task.name is None:
             stored += self.store(copies, hold)
             return
         try:
             stored += self.store(copies[:1], hold)
+            stored += self.store(copies[1:], hold)
+        except Duplicate:
+            self.abort(copies)
+            raise
+
+    def _store_ordered(self, copies: list[Task], stored: list[Task], hold: bool) -> None:
+        """An ordered task's first copy goes to its key's owner, which gives it its place
+        in the key's line (``Engine.ordered``); the others follow with that place. Its
+        owner unreachable, the task is refused (503): no other node may number it."""
+        owner = copies[0].replicas[0]
+        if owner == self.me:
+            copies[0] = self.engine.ordered(copies[0])
+        try:
+            first = self.store(copies[:1], hold)
+        except Duplicate:
+            self.abort(copies)
+            raise
+        if not first or not first[0].ordering_seq:
+            self.abort(copies)
+            raise Unavailable(f"the owner of ordering key {copies[0].ordering_key!r} "
+                              f"({owner}) did not take the task")
+        seq = first[0].ordering_seq
+        copies[:] = [c.evolve(ordering_seq=seq) for c in copies]
+        stored += first
+        try:
             stored += self.store(copies[1:], hold)
         except Duplicate:
             self.abort(copies)
@@ -131,6 +159,8 @@ class Coordinator:
         remote = [c for c in copies if c.replicas[c.replica] != self.me]
         local = [c for c in copies if c.replicas[c.replica] == self.me]
         first = next((c for c in local if c.replica == 0), None) if remote else None
+        if first is not None and first.ordering_key is not None:
+            first = None  # it starts when its key's line lets it: it asks then
         ask, lease = self.members.fold(first) if first is not None else (0, 0.0)
         q, reqs = self.requests.send({
             i: (c.replicas[c.replica],
@@ -150,7 +180,8 @@ class Coordinator:
             answers = self.requests.collect(q, reqs, self.config.replication_timeout)
         for i, answer in answers.items():
             if isinstance(answer, m.Stored) and answer.ok:
-                stored.append(remote[i])
+                stored.append(remote[i].evolve(ordering_seq=answer.seq) if answer.seq
+                              and not remote[i].ordering_seq else remote[i])
             elif isinstance(answer, m.Stored) and answer.duplicate is not None:
                 duplicate = answer.duplicate
         if duplicate is not None:
@@ -174,8 +205,22 @@ class Coordinator:
                 return {"status": "duplicate", "id": e.original_id, "name": t.name}
             except Unavailable as e:
                 return {"status": "error", "id": t.id, "name": t.name, "error": str(e)}
-        pool = gevent.pool.Pool(64)
-        return list(pool.imap(one, tasks))
+        # the tasks of one ordering key go one after another, in the list's order (their
+        # owner numbers them as they come); the rest, and other keys, side by side
+        results: list[dict[str, Any]] = [{} for _ in tasks]
+        lines: dict[tuple[str, str], list[int]] = {}
+        units: list[list[int]] = []
+        for i, t in enumerate(tasks):
+            if t.ordering_key is None:
+                units.append([i])
+            else:
+                lines.setdefault((t.queue, t.ordering_key), []).append(i)
+
+        def run(unit: list[int]) -> None:
+            for i in unit:
+                results[i] = one(tasks[i])
+        gevent.pool.Pool(64).map(run, units + list(lines.values()))
+        return results
 
     # ------------------------------------------------------------ a peer's STORE
     # A peer's STOREs are taken in two halves: ``admit``, in the receive loop as each is
@@ -205,10 +250,11 @@ class Coordinator:
                  for k in ("eta", "fire_at", "created")}
         if task.expires_at is not None:
             local["expires_at"] = self.members.to_local(sender, task.expires_at)
-        copy = task.evolve(state=State.SCHEDULED, **local)
+        copy = self.engine.ordered(task.evolve(state=State.SCHEDULED, **local))
         try:
-            if self.engine.admit(copy) is not copy:
-                return m.Stored(msg.req, task.id, True)  # a repeat of a copy held already
+            held = self.engine.admit(copy)
+            if held is not copy:  # a repeat of a copy held already
+                return m.Stored(msg.req, task.id, True, seq=held.ordering_seq)
         except Duplicate as e:
             return m.Stored(msg.req, task.id, False, duplicate=e.original_id)
         except Exception as e:  # a full disk must reach the coordinator as a refusal
@@ -227,7 +273,8 @@ class Coordinator:
                     for msg, t in admitted]
         for t in tasks:
             self.members.replay(t.id)
-        return [(msg, m.Stored(msg.req, t.id, True)) for msg, t in admitted]
+        return [(msg, m.Stored(msg.req, t.id, True, seq=t.ordering_seq))
+                for msg, t in admitted]
 
     # ------------------------------------------------------------ a graceful stop
     def move_lone_copies(self, lone: list[Task]) -> None:

@@ -572,8 +572,15 @@ class Cluster:
         return first or count % 1000 == 0
 
     def _on_sibling(self, sender: str, msg: rm.SiblingNews) -> None:
-        copy = self.engine.get(msg.id) if isinstance(msg, rm.Ask) else self.engine.live.get(msg.id)
-        self._step(ev.Received(sender, msg, copy))
+        if not isinstance(msg, rm.Ask):
+            self._step(ev.Received(sender, msg, self.engine.live.get(msg.id)))
+            return
+        copy = self.engine.get(msg.id)
+        behind = False
+        if msg.order is not None and not msg.probe and (copy is None or not copy.state.ended):
+            queue, key, seq = msg.order
+            behind = self.engine.lines.ahead_of(queue, key, seq, msg.id) is not None
+        self._step(ev.Received(sender, msg, copy, behind))
 
     def _admit(self, sender: str, msg: rm.Store, admitted: list[tuple[rm.Store, Task]]) -> None:
         got = self.coordinator.admit(sender, msg)

@@ -43,6 +43,7 @@ IDS_FLAG = "*ids"  # true if a node's counts carry the ids of all its copies (no
 IDS_MAX = 20_000
 PEER_POLL = 1.0  # s: a waiting lease asks the peers for their due copies this often
 LEASE_GRACE = 0.5  # s: a lease waits this long for the siblings' answers to its asks
+BLOCKED_MAX = 100  # blocked ordering keys shown per queue
 _STATES = tuple(s.value for s in State)
 
 
@@ -108,7 +109,7 @@ class Queries:
         found: list[dict] = []
         local = self.engine.get(task_id)
         if local is not None:
-            found.append(dict(local.summary(), node=self.me, **redact.request_view(local)))
+            found.append(dict(self._view(local), node=self.me, **redact.request_view(local)))
         # ask the siblings even when this copy has ended: ``copies`` lists every copy
         for member, result in self.ask("get", {"id": task_id}).items():
             if isinstance(result, dict):
@@ -125,6 +126,39 @@ class Queries:
                                   "state": s["state"], "next_attempt": s.get("next_attempt")}
                                  for s in found), key=lambda c: c["replica"])
         return best
+
+    def _view(self, t: Task) -> dict[str, Any]:
+        """A copy's summary with what this node's line of its ordering key says."""
+        s = t.summary()
+        if t.ordering_key is not None:
+            s["ordering"] = self.engine.ordering_view(t)
+        return s
+
+    def blocked(self) -> dict[str, list[dict[str, str]]]:
+        """queue -> its ordering keys blocked by a failed task (``block``), over the
+        cluster: each key once, with the task that holds it, at most BLOCKED_MAX."""
+        answers = [self.blocked_local()]
+        answers += [r for r in self.ask("blocked", {}).values() if isinstance(r, dict)]
+        out: dict[str, dict[str, str]] = {}
+        for answer in answers:
+            for q, pairs in answer.items():
+                if not isinstance(pairs, list):
+                    continue
+                keys = out.setdefault(str(q), {})
+                for pair in pairs[:BLOCKED_MAX]:
+                    if isinstance(pair, list) and len(pair) == 2 and \
+                            all(isinstance(x, str) for x in pair) and len(keys) < BLOCKED_MAX:
+                        keys.setdefault(pair[0], pair[1])
+        return {q: [{"key": k, "task": i} for k, i in sorted(keys.items())]
+                for q, keys in out.items() if keys}
+
+    def blocked_local(self) -> dict[str, list[list[str]]]:
+        out: dict[str, list[list[str]]] = {}
+        for q in self.engine.lines.queues():
+            pairs = self.engine.lines.blocked(q)[:BLOCKED_MAX]
+            if pairs:
+                out[q] = [list(p) for p in pairs]
+        return out
 
     def cancel(self, task_id: str) -> dict[str, Any] | None:
         return self._everywhere("cancel", self.cancel_local, task_id)
@@ -553,7 +587,7 @@ class Queries:
         """Answer a peer's REQUEST; DecodeError for arguments that do not fit."""
         if op == "get":
             t = self.engine.get(checks.string(args, "id"))
-            return dict(t.summary(), **redact.request_view(t)) if t is not None else None
+            return dict(self._view(t), **redact.request_view(t)) if t is not None else None
         local = {"cancel": self.cancel_local, "rerun": self.rerun_local,
                  "resend": self.resend_local, "delete": self.delete_local}.get(op)
         if local is not None:
@@ -590,6 +624,8 @@ class Queries:
             return {n: q.paused for n, q in self.engine.dispatcher.queues.items()}
         if op == "counts":
             return self.counts_local()
+        if op == "blocked":
+            return self.blocked_local()
         if op == "name":
             return self.name_local(checks.string(args, "queue"), checks.string(args, "name"))
         if op == "list":

@@ -195,6 +195,9 @@ class QueueConfig:
     # push: due tasks are POSTed to their url; pull: they wait for a worker to lease them
     # (POST /queues/<name>/lease, engine/pull.py) and are never POSTed anywhere
     mode: str = "push"
+    # a task of an ordering key that fails for good: the key's next task goes (continue),
+    # or the key waits until that task is retried or deleted (block)
+    ordering_on_failure: str = "continue"
     # who the deliveries say they are (config only: miyamoto.delivery.identity)
     oidc_audience: str = ""  # an OIDC token for this audience on each delivery; "": none
     signature: str = "auto"  # SIGNATURES: which webhook-signature schemes are sent
@@ -222,7 +225,9 @@ QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "timeout": value.float_ge(0.01),
     "paused": value.boolean,
     "mode": lambda v: value.one_of(v, QUEUE_MODES),
+    "ordering_on_failure": lambda v: value.one_of(v, ORDERING_ON_FAILURE),
 }
+ORDERING_ON_FAILURE = ("continue", "block")
 # webhook-signature per queue: auto (every scheme whose key is set), hmac (v1, with
 # signing_secret), ed25519 (v1a, with ed25519_signing_key), both, or none
 SIGNATURES = ("auto", "hmac", "ed25519", "both", "none")

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Any
 
-from miyamoto.config.settings import QUEUE_MODES, QueueConfig
+from miyamoto.config.settings import ORDERING_ON_FAILURE, QUEUE_MODES, QueueConfig
 from miyamoto.tasks.checks import ValidationError
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT
 
@@ -38,9 +38,11 @@ FIELDS: dict[str, tuple[type, float, float]] = {
     "timeout": (float, 0.01, MAX_TIMEOUT),
     "paused": (bool, 0, 1),
     "mode": (str, 0, 0),                        # one of CHOICES["mode"]
+    "ordering_on_failure": (str, 0, 0),         # one of CHOICES["ordering_on_failure"]
 }
 # the fields whose value is one of a few words
-CHOICES: dict[str, tuple[str, ...]] = {"mode": QUEUE_MODES}
+CHOICES: dict[str, tuple[str, ...]] = {"mode": QUEUE_MODES,
+                                       "ordering_on_failure": ORDERING_ON_FAILURE}
 # where a value comes from; "control": paused by POST /queues/<name>/pause (or resume)
 # against what the settings say, so on a queue without API settings (node.queue says)
 SOURCES = ("api", "config", "default", "control")
@@ -49,7 +51,7 @@ SOURCES = ("api", "config", "default", "control")
 def _value(name: str, v: Any) -> Any:
     kind, lo, hi = FIELDS[name]
     if kind is str:
-        if v not in CHOICES[name]:
+        if not isinstance(v, str) or v not in CHOICES[name]:
             raise ValidationError(name, "must be " + " or ".join(f'"{c}"' for c in CHOICES[name]))
         return v
     if kind is bool:

@@ -42,6 +42,7 @@ from miyamoto.engine import browse
 from miyamoto.engine.history import Latency, Rates
 from miyamoto.engine.expiry import Expiries, copy_expiry
 from miyamoto.engine.pull import PullPool, Taken
+from miyamoto.engine.ordering import Lines
 from miyamoto.engine.queues import Queues
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
@@ -168,6 +169,7 @@ class Engine:
                              config.queue_idle_expiry)
         self.stats = Stats()
         self.expiries = Expiries()  # due copies with an expires_at, waiting to start
+        self.lines = Lines(self._blocks)  # the ordering keys' lines of this node's copies
         # signs and checks long tasks' completion tokens (never logged)
         self.completion_key = completion.key_of(config.completion_secret, config.signing_secret,
                                                  config.curve_secret)
@@ -180,6 +182,9 @@ class Engine:
         """Load the copies due within the window (and those that were running), not the
         backlog: the pager reads the rest as it comes due."""
         running, paused = self.journal.load_running()
+        for t in self.journal.load_ordered():  # every key's line, whatever its fire times
+            self.lines.note(t.evolve(state=State.SCHEDULED) if t.state == State.RUNNING
+                            else t, keep_failed=True)
         self.live.ask_mark = self.journal.last_rowid()  # what the last run wrote
         self.live.fill()
         now = self.clock()
@@ -229,6 +234,7 @@ class Engine:
                 continue
             for key in [k for k, v in self.names.items() if v[1] <= now]:
                 del self.names[key]
+            self._forget_swept_blockers()
             # Swept names: a lookup finds none in the journal
             if removed:
                 log.debug("engine: swept %d expired records", removed)
@@ -274,6 +280,9 @@ class Engine:
             if not self.is_pull(name):  # a pull queue made push: its waiting copies go
                 for task_id in self.pull.drain(name):
                     self._due(task_id)
+        for name in self.lines.queues():  # failed copies in a queue that does not block
+            if not self._blocks(name):    # (no more, or read back at a start) leave
+                self._wake_ordered(self.lines.release_failed(name))
         return changed
 
     def is_pull(self, name: str) -> bool:
@@ -393,6 +402,7 @@ class Engine:
             self.live.pin(task)
         else:
             self.live[task.id] = task  # timed if due within the window, else journal only
+        self._order(task)
         self.stats.stored += 1
         if task.replica == 0:
             self.stats.count(task.queue, "enqueued", self.clock())
@@ -417,6 +427,8 @@ class Engine:
         if t is not None and t.state == State.SCHEDULED:
             if t.expires_at is not None and self._expires(t):
                 return
+            if t.ordering_key is not None and not self.lines.may_start(t):
+                return  # it waits behind its key's line: woken when its turn comes
             if self.is_pull(t.queue):
                 self.pull.add(t.queue, task_id, t.priority, t.fire_at)
                 return
@@ -493,6 +505,8 @@ class Engine:
             return None
         if t.expires_at is not None and self._expires(t):  # it waited past its expiry
             return None
+        if t.ordering_key is not None and not self.lines.may_start(t):
+            return None  # another of its key went first: woken when its turn comes
         if not self.hooks.claim(t if pulled is None else t.evolve(lease=pulled)):
             return None  # the hooks rescheduled, ended or dropped the copy
         t = self.live.mem.get(task_id)
@@ -503,6 +517,7 @@ class Engine:
         first_delay = None if t.first_attempt else now - t.eta  # due to first attempt
         t = t.evolve(state=State.RUNNING, first_attempt=t.first_attempt or now)
         self.live[task_id] = t
+        self._order(t)
         self.stats.attempts += 1
         log.debug("task %s: attempt %d, copy %d of %s", task_id, t.attempts + 1, t.replica,
                   ",".join(t.replicas))
@@ -603,6 +618,7 @@ class Engine:
         else:
             self.journal.put(t)
             self.live[task_id] = t  # a retry due beyond the window leaves memory
+            self._order(t)  # still its key's head: the next waits for its retries
             self.stats.retried += 1
             self.hooks.retried(t)
         return decision.action
@@ -697,6 +713,49 @@ class Engine:
     def _end(self, t: Task) -> None:
         self.live.forget(t.id)
         self.journal.put(t)
+        self._order(t)
+
+    # ------------------------------------------------------------ ordering keys
+    def ordered(self, task: Task) -> Task:
+        """A new copy of an ordered task with no place in its key's line yet, given the
+        next (this node owns the key: it holds the task's first copy)."""
+        if task.ordering_key is None or task.ordering_seq:
+            return task
+        return task.evolve(ordering_seq=self.lines.next_seq(task.queue, task.ordering_key,
+                                                            self.clock()))
+
+    def _blocks(self, queue: str) -> bool:
+        return self.queue_config(queue).ordering_on_failure == "block"
+
+    def _order(self, t: Task) -> None:
+        """Copy ``t`` changed: its key's line follows, and a copy whose turn came is timed."""
+        if t.ordering_key is not None:
+            self._wake_ordered(self.lines.note(t))
+
+    def _forget_swept_blockers(self) -> None:
+        """A failed task that blocks its key and was swept (``retention``) holds it no
+        more: nobody could retry or delete it now."""
+        for queue in self.lines.queues():
+            for _, task_id in self.lines.blocked(queue):
+                if self.journal.get(task_id) is None:
+                    log.info("task %s: swept after retention, its ordering key goes on",
+                             task_id)
+                    self._wake_ordered(self.lines.remove(task_id))
+
+    def _wake_ordered(self, task_ids: list[str]) -> None:
+        for task_id in task_ids:  # (one due later is paged in, and timed, when due)
+            c = self.live.mem.get(task_id)
+            if c is not None and c.state == State.SCHEDULED and task_id not in self.live.pinned:
+                self.scheduler.schedule(task_id, c.fire_at)
+
+    def ordering_view(self, t: Task) -> dict[str, Any] | None:
+        """What a task view shows of its key here: the blocker, how many wait in line."""
+        if t.ordering_key is None:
+            return None
+        return {"key": t.ordering_key, "seq": t.ordering_seq,
+                "blocked_by": self.lines.blocker(t.queue, t.ordering_key),
+                "waiting_for": None if t.state.ended else self.lines.ahead(t),
+                "in_line": self.lines.waiting(t.queue, t.ordering_key)}
 
     def _callback(self, t: Task, url: str) -> None:
         """Tell ``url`` the outcome, as a task of its own in the same queue."""
@@ -767,6 +826,7 @@ class Engine:
         t = self.live.pop(task_id, None)
         if t is not None:
             self.journal.delete(task_id)
+        self._wake_ordered(self.lines.remove(task_id))
 
     # ------------------------------------------------------------ what clients do
     def cancel(self, task_id: str) -> Task | None:
@@ -798,6 +858,7 @@ class Engine:
             t = self.journal.get(task_id)
             if t is not None and t.state == State.FAILED:
                 self.journal.delete(task_id)
+                self._wake_ordered(self.lines.remove(task_id))  # a blocker no more
                 return t
         return self.cancel(task_id)
 
@@ -845,6 +906,7 @@ class Engine:
         finally:
             self.live.storing.discard(task_id)
         self.live[task_id] = t
+        self._order(t)  # back in its key's line (a blocker: at its head again)
         return t
 
     def replace(self, task_id: str, changes: dict[str, Any], delay: float | None,

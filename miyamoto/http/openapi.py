@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from miyamoto.definitions.queues import CHOICES as QUEUE_CHOICES
+from miyamoto.definitions.queues import CHOICES as QUEUE_CHOICES, FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.engine import pull
-from miyamoto.definitions.queues import FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
 from miyamoto.tasks.fields import MAX_FLOW_KEY, MAX_FLOW_PARALLELISM, MAX_FLOW_RATE, \
-                                  PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
+    MAX_ORDERING_KEY, PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from miyamoto.tasks.checks import MAX_AUDIENCE
 from miyamoto.tasks.labels import MAX_LABELS, MAX_VALUE as MAX_LABEL_VALUE
 from miyamoto.tasks.options import LEASE_MAX, RETRY_DELAY_MAX, RETRY_DELAYS_MAX
@@ -60,6 +59,11 @@ _DISPATCH_FIELDS: dict[str, Any] = {
     "flow_parallelism": {"type": ["integer", "null"], "minimum": 1,
                          "maximum": MAX_FLOW_PARALLELISM,
                          "description": "deliveries in flight for the key (with flow_key)"},
+    "ordering_key": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ORDERING_KEY,
+                     "description": "tasks of one key in a queue are delivered one at a time, "
+                     "in enqueue order, cluster-wide: the next starts once the one before "
+                     "succeeded, failed for good (the queue's ordering_on_failure: continue "
+                     "or block) or was cancelled"},
 }
 _TRACEPARENT_PATTERN = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TASK_FIELDS: dict[str, Any] = {
@@ -382,6 +386,17 @@ _SCHEMAS: dict[str, Any] = {
                  "retry_delays": {"type": ["array", "null"], "items": {"type": "number"}},
                  "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                  "lease": {"type": ["number", "null"]},
+                 "ordering_seq": {"type": ["integer", "null"], "description": "its place "
+                                  "in its ordering key's line, given by the key's owner"},
+                 "ordering": {"type": "object", "description": "its ordering key's line "
+                              "as the answering node holds it", "properties": {
+                                  "key": {"type": "string"}, "seq": {"type": "integer"},
+                                  "blocked_by": {"type": ["string", "null"], "description":
+                                                 "the failed task that holds the key "
+                                                 "(ordering_on_failure = block)"},
+                                  "waiting_for": {"type": ["string", "null"], "description":
+                                                  "the task of the key it waits for"},
+                                  "in_line": {"type": "integer", "minimum": 0}}},
                  **_REQUEST_VIEW,
                  "history": {"type": "array", "maxItems": 20, "description": "the last "
                              "attempts, newest first", "items": {
@@ -405,6 +420,12 @@ _SCHEMAS: dict[str, Any] = {
                              "description": "a pull queue's tasks a worker holds a lease on"},
                   "config": {"type": "object", "additionalProperties": {
                       "type": ["number", "string", "null"]}},
+                  "blocked_keys": {"type": "array", "description": "its ordering keys held "
+                                   "by a failed task (ordering_on_failure = block), each with "
+                                   "that task: retry or delete it to go on", "items": {
+                                       "type": "object", "properties": {
+                                           "key": {"type": "string"},
+                                           "task": {"type": "string"}}}},
                   "sources": {"type": "object", "description": "where each setting's "
                               "value comes from (GET /queues/{queue}, PUT, DELETE): api "
                               "(PUT), config (the INI), default (built in), control "

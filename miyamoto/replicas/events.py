@@ -43,10 +43,12 @@ class Members:
 @dataclass(frozen=True)
 class Received:
     """A sibling's message about task ``msg.id``; ``copy`` is our live copy, if any
-    (for ASK: our copy or its ended record)."""
+    (for ASK: our copy or its ended record); ``behind``: another task of the copy's
+    ordering key comes first in our line of that key (``engine.ordering``)."""
     sender: str
     msg: m.SiblingNews
     copy: Task | None
+    behind: bool = False
 
 
 @dataclass(frozen=True)

@@ -186,10 +186,15 @@ class Ask:
     n: int = 0  # the asker's round, echoed in the answer
     reruns: int = 0  # the asker's copy's Task.reruns: an end of an older run is not its end
     lease: float = 0.0  # the attempt's deadline plus claim_lease, if it goes (0: not said)
+    # an ordered copy's (queue, ordering key, seq): a sibling that has no copy yet still
+    # knows whether its line of that key has another task first (``engine.ordering``)
+    order: tuple[str, str, int] | None = None
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "replica": self.replica}
+        if self.order is not None:
+            d["order"] = list(self.order)
         if self.probe:
             d["probe"] = True
         if self.n:
@@ -205,7 +210,18 @@ class Ask:
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
                    c.boolean(d, "probe", False), _round(d),
                    c.integer(d, "reruns") if "reruns" in d else 0,
-                   _seconds(d, "lease") if "lease" in d else 0.0)
+                   _seconds(d, "lease") if "lease" in d else 0.0, _order(d))
+
+
+def _order(d: dict) -> tuple[str, str, int] | None:
+    """An ASK's ``order``: [queue, ordering key, seq], or None."""
+    v = d.get("order")
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) != 3:
+        raise DecodeError("order must be [queue, ordering key, seq]")
+    part = {"queue": v[0], "key": v[1], "seq": v[2]}
+    return (c.string(part, "queue"), c.string(part, "key"), c.integer(part, "seq"))
 
 
 def _round(d: dict) -> int:
@@ -303,10 +319,13 @@ class Stored:
     duplicate: str | None = None  # the name is taken by this task id
     error: str | None = None
     answer: Answer | None = None  # to the ASK its STORE carried (for this task only)
+    seq: int = 0  # an ordered task's place in its key's line, given by the key's owner
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"req": self.req, "id": self.id, "ok": self.ok}
+        if self.seq:
+            d["seq"] = self.seq
         if self.duplicate is not None:
             d["duplicate"] = self.duplicate
         if self.error is not None:
@@ -323,13 +342,14 @@ class Stored:
             answer = Answer.from_payload(c.obj(d, "answer"))
             if answer.id != task_id:
                 raise DecodeError("the answer is about another task than the STORED")
+        seq = c.integer(d, "seq") if "seq" in d else 0
         return cls(c.string(d, "req"), task_id, c.boolean(d, "ok"),
-                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer)
+                   c.opt_string(d, "duplicate"), c.opt_string(d, "error"), answer, seq)
 
 
 OPS = frozenset({"get", "cancel", "rerun", "resend", "paused", "counts", "list", "control",
                  "delete", "failed", "resend_many", "name", "browse", "rates",
-                 "replace", "complete", "heartbeat", "lease", "nack"})
+                 "replace", "complete", "heartbeat", "lease", "nack", "blocked"})
 
 
 @message(Verb.REQUEST)

@@ -6,7 +6,9 @@ ring members from a round-robin cursor (spreading load); without ``first``, all 
 consecutive members from the cursor. A named task goes to the N members that rank highest for
 hash(queue, name, member) (rendezvous hashing), so two enqueues of one name meet on the
 same nodes, where the first of them (the name's owner) refuses the second, and a roster
-change moves a name's replicas by at most one member. Copy i fires at eta + i * offset; when a sibling claims,
+change moves a name's replicas by at most one member. A task with an ordering key is
+placed so by (queue, key) instead: the key's owner holds the first copy of each of its
+tasks and gives it its place in the key's line (``engine.ordering``). Copy i fires at eta + i * offset; when a sibling claims,
 retries or hands off, every other copy keeps its distance, measured in ring steps from
 that sibling (``rank``).
 
@@ -31,13 +33,13 @@ def place(ring: Sequence[str], n: int, task: Task, cursor: int,
     if not ring:
         return ()
     n = max(1, min(n, len(ring)))
-    if task.name is not None:
+    key = owner_key(task)
+    if key is not None:
         # rendezvous hashing: each member's score for this name is fixed, so a member
         # joining or leaving moves a name's replica set by at most one member, and with
         # n >= 2 the set always keeps a member that holds the name (which refuses it);
         # with zones the top-ranked member (the name's owner) is always first
-        key = f"{task.queue}\x00{task.name}\x00".encode()
-        order = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)
+        order = ranked(ring, key)
     else:
         start = cursor % len(ring)
         order = [ring[(start + i) % len(ring)] for i in range(len(ring))]
@@ -45,6 +47,22 @@ def place(ring: Sequence[str], n: int, task: Task, cursor: int,
             order.remove(first)
             order.insert(0, first)
     return spread(order, n, zones or {})
+
+
+def owner_key(task: Task) -> bytes | None:
+    """What a task's copies are placed by, if not by the cursor: an ordered task's key
+    (so every task of a key has its copy i on the same member, and the key's owner,
+    the first, holds them all), else a named task's name."""
+    if task.ordering_key is not None:
+        return f"{task.queue}\x00{task.ordering_key}\x01".encode()
+    if task.name is not None:
+        return f"{task.queue}\x00{task.name}\x00".encode()
+    return None
+
+
+def ranked(ring: Sequence[str], key: bytes) -> list[str]:
+    """The members in rendezvous order for ``key``: the first is its owner."""
+    return sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)
 
 
 def spread(order: Sequence[str], n: int, zones: Mapping[str, str],

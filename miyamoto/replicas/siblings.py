@@ -159,6 +159,7 @@ class _Asking:
     round: int = 0
     reruns: int = 0  # the copy's Task.reruns, sent with every ASK
     lease: float = 0.0  # our attempt's deadline plus claim_lease, sent with every ASK
+    order: tuple[str, str, int] | None = None  # an ordered copy's (queue, key, seq)
 
 
 class Siblings:
@@ -197,7 +198,10 @@ class Siblings:
                 self.zones = dict(zones)
                 self._note_incarnations(incarnations)
                 return Ready(tuple(self._set_members(members, now, live)))
-            case Received(sender, msg, copy):
+            case Received(sender, msg, copy, behind):
+                if behind and isinstance(msg, m.Ask) and self._holds_back(sender, msg, copy):
+                    return Ready((Send(sender, m.Answer(msg.id, m.WAIT, n=msg.n,
+                                                        lease=self.t.ask_timeout)),))
                 return Ready(tuple(self._on_news(sender, msg, copy, now)))
             case HandoffReceived(sender, msg):
                 return Ready(tuple(self._handoff(msg, now, sender)))
@@ -591,10 +595,11 @@ class Siblings:
         the engine's schedule, until the last answer fires it (``Fire``) or holds it
         off; an unanswered ask is sent again at its deadline (a tick)."""
         self.rounds += 1
+        order = None if t.ordering_key is None else (t.queue, t.ordering_key, t.ordering_seq)
         a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
-                    started=now, round=self.rounds, reruns=t.reruns, lease=lease)
+                    started=now, round=self.rounds, reruns=t.reruns, lease=lease, order=order)
         self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease, order=order)
         return [Send(r, ask) for r in siblings]
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -602,7 +607,8 @@ class Siblings:
         if not a.waiting:
             return self._decide(task_id, a, now)
         a.deadline = now + self.t.ask_timeout
-        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+        ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease,
+                    order=a.order)
         return [Send(r, ask) for r in sorted(a.waiting)]
 
     def _decide(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -619,7 +625,8 @@ class Siblings:
             others = self._everyone_else()  # its siblings left the roster, none answered
             if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
-                ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease)
+                ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease,
+                            order=a.order)
                 return [Send(r, ask) for r in others]
         if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
@@ -656,6 +663,17 @@ class Siblings:
         return effects
 
     # ------------------------------------------------------------ answering
+    @staticmethod
+    def _holds_back(sender: str, msg: m.Ask, t: Task | None) -> bool:
+        """An ASK for an ordered copy while another task of its key comes first in our
+        line (``behind``): the asker's line lacks that one (a copy being restored, a
+        restarted owner, news in flight) and must not run ahead of it, so it hears
+        ``wait`` and asks again after ``ask_timeout``, whether our copy is here yet
+        or not. An end, a move or a running copy of ours is still told as it is."""
+        if msg.probe:
+            return False
+        return t is None or (sender in t.replicas and t.state == State.SCHEDULED)
+
     def _on_ask(self, sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Effect]:
         def answer(verdict: str, **kw: Any) -> list[Effect]:
             return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))]

@@ -78,6 +78,8 @@ CREATE INDEX IF NOT EXISTS tasks_live_at ON tasks (at)
 CREATE INDEX IF NOT EXISTS tasks_ended_at ON tasks (state, at)
     WHERE state NOT IN ('scheduled', 'running');
 CREATE INDEX IF NOT EXISTS tasks_running ON tasks (state) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS tasks_ordered ON tasks (queue)
+    WHERE instr(data, '"ordering_key":') > 0 AND state IN ('scheduled', 'running', 'failed');
 CREATE TABLE IF NOT EXISTS counts (
     queue TEXT NOT NULL,
     state TEXT NOT NULL,
@@ -112,7 +114,7 @@ CREATE TRIGGER IF NOT EXISTS tasks_uncounted AFTER DELETE ON tasks BEGIN
     WHERE queue = OLD.queue AND state = OLD.state AND first = (OLD.replica = 0);
 END;
 """
-SCHEMA_VERSION = "3"  # meta 'schema': 3 = the ``at`` column, its indexes and ``counts``
+SCHEMA_VERSION = "4"  # meta 'schema': 3 = the ``at`` column, its indexes and ``counts``; 4 = tasks_ordered
 
 Identity = tuple[int, int]
 

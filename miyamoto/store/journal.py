@@ -390,6 +390,17 @@ class Journal:
         queues = {q: bool(p) for q, p in self._query("SELECT name, paused FROM queues")}
         return tasks, queues
 
+    def load_ordered(self) -> list[Task]:
+        """The copies with an ordering key that are live or failed (a failed one may
+        block its key): a restarting node's lines (``engine.ordering``), from their
+        index, whatever their fire time."""
+        # (instr, not json_extract: a write must never parse JSON; a row that only
+        # mentions the name, in its params, is read and passed over by the lines)
+        rows = self._query(f"SELECT {ROW} FROM tasks INDEXED BY tasks_ordered WHERE "
+                           "instr(data, '\"ordering_key\":') > 0 AND "
+                           "state IN ('scheduled', 'running', 'failed')")
+        return [t for t in map(decode_row, rows) if t is not None]
+
     def load(self) -> tuple[list[Task], dict[tuple[str, str], tuple[str, float]], dict[str, bool]]:
         """Everything the journal holds, read whole (tools and tests; a node reads its
         window only): live tasks, reserved names, paused queues."""

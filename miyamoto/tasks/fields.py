@@ -1,4 +1,5 @@
-"""A task's dispatch fields: ``priority`` and the flow-control key, checked in one place.
+"""A task's dispatch fields: ``priority``, the flow-control key and the ordering key,
+checked in one place.
 
 Two edges read them: an enqueue request (``parse``: a ``ValidationError`` naming the
 field, answered 400) and a stored or replicated copy (``check_decoded``: a peer's or the
@@ -14,11 +15,14 @@ from typing import Any, Mapping
 from miyamoto.tasks.checks import ValidationError, integer, number
 from miyamoto.wire.verbs import DecodeError
 
-FIELDS = ("priority", "flow_key", "flow_rate", "flow_parallelism")
+FIELDS = ("priority", "flow_key", "flow_rate", "flow_parallelism", "ordering_key")
 PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = 0, 9, 5
 MAX_FLOW_KEY = 200
 MAX_FLOW_RATE = 1_000_000.0  # tasks/s: beyond it a limit means nothing
 MAX_FLOW_PARALLELISM = 100_000
+MAX_ORDERING_KEY = 200
+# printable: no control characters (C0, DEL, C1), as it is shown in views and logs
+_ORDERING_RE = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,%d}" % MAX_ORDERING_KEY)
 _KEY_RE = re.compile(r"[^\x00-\x1f\x7f]{1,%d}" % MAX_FLOW_KEY)  # like a task name
 
 
@@ -45,6 +49,14 @@ def parse(fields: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("flow_rate", "flow_parallelism"):
         if name in out and key is None:
             raise ValidationError(name, "goes with flow_key")
+    ordering = fields.get("ordering_key")
+    if ordering is not None:
+        if not isinstance(ordering, str) or not _ORDERING_RE.fullmatch(ordering) \
+                or ordering != ordering.strip():
+            raise ValidationError("ordering_key", f"must be 1-{MAX_ORDERING_KEY} printable "
+                                                  "characters, without control characters "
+                                                  "or surrounding spaces")
+        out["ordering_key"] = ordering
     return out
 
 
@@ -63,3 +75,8 @@ def check_decoded(d: dict[str, Any]) -> None:
         raise DecodeError("task flow_parallelism is out of range")
     if key is None and (rate is not None or par is not None):
         raise DecodeError("task flow limits without a flow_key")
+    ordering = d.get("ordering_key")
+    if ordering is not None and not _ORDERING_RE.fullmatch(ordering):
+        raise DecodeError("task ordering_key is malformed")
+    if d.get("ordering_seq", 0) < 0 or (d.get("ordering_seq") and ordering is None):
+        raise DecodeError("task ordering_seq is out of place")

@@ -89,6 +89,8 @@ class Task:
     retry_delays: tuple[float, ...] = ()  # seconds before retry n (the last repeats), not backoff
     labels: dict[str, str] = field(default_factory=dict)  # a few k=v to find it by (labels.py)
     lease: float | None = None  # a long task: a 202 holds it running this long (options.py)
+    ordering_key: str | None = None  # tasks of one key in a queue go one at a time, in order
+    ordering_seq: int = 0  # its place in its key's line, given by the key's owner (0: none yet)
     # where it is in its life (this node's copy)
     state: State = State.SCHEDULED
     fire_at: float = 0.0  # when this copy fires next: eta + replica * offset, or a retry time
@@ -131,7 +133,8 @@ class Task:
             "priority": self.priority, "flow_key": self.flow_key, "flow_rate": self.flow_rate,
             "flow_parallelism": self.flow_parallelism, "expires_at": self.expires_at,
             "retry_delays": list(self.retry_delays) or None, "labels": self.labels,
-            "lease": self.lease,
+            "lease": self.lease, "ordering_key": self.ordering_key,
+            "ordering_seq": self.ordering_seq or None,
             "lease_until": self.fire_at if self.accepted and self.state == State.RUNNING
             else None,
         }
@@ -263,6 +266,7 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "reruns": (int,), "face": (str,), "traceparent": (str,),
     "oidc_audience": (str,), "expires_at": (int, float), "retry_delays": (list,),
     "revision": (str,), "labels": (dict,), "lease": (int, float), "accepted": (int,),
+    "ordering_key": (str,), "ordering_seq": (int,),
 }
 _REQUIRED_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "queue": (str,), "url": (str,), "method": (str,),

@@ -40,6 +40,7 @@ from miyamoto.cluster.layer import Cluster
 from miyamoto.config.settings import QueueConfig, load
 from miyamoto.definitions.schedules import Ticker, parse_schedule
 from miyamoto.engine.engine import Engine
+from miyamoto.replicas import placement
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
 from miyamoto.tasks.validate import Limits, build_task
@@ -422,6 +423,109 @@ class Checker:
                                       f"{len(self.sim.nodes)} nodes")
 
 
+class OrderChecker:
+    """The ordering keys' rules, over the worker's record of every delivery (its start,
+    and its end as the worker saw it: the answer sent, or the node gone):
+
+    - one at a time: no two deliveries of two tasks of one key overlap (the same task
+      twice is the sibling rules' business, above);
+    - in order, none skipped: a delivery of a task starts only after every acknowledged
+      task of its key with a lower ``ordering_seq`` was delivered successfully;
+    - enqueue order: a task acknowledged before another's enqueue began has the lower
+      seq (the owner numbers them, and a new owner numbers after every copy it holds);
+    - none stuck: every acknowledged task was delivered (``Checker.at_end``), and no key
+      waits longer than ``stall_bound`` (one lease and the time to see a member gone)
+      between one task's end (or the next one's acknowledgement) and the next one's start.
+    """
+
+    def __init__(self, sim: Sim):
+        self.sim = sim
+        self.keys: dict[str, str] = {}  # task id -> ordering key
+        self.seqs: dict[str, int] = {}  # acknowledged task id -> its seq
+        self.enqueued: dict[str, float] = {}
+        self.acked: dict[str, float] = {}
+        self.spans: list[list[Any]] = []  # [task id, node, start, end | None, ok, seq]
+        self._open: dict[tuple[str, str], list[Any]] = {}
+        self.stall_bound: float | None = None
+        self.max_stall = 0.0
+
+    def started(self, node: str, task_id: str, ok: bool) -> None:
+        if task_id not in self.keys:
+            return
+        c = self.sim.nodes[node].cluster
+        copy = c.engine.live.get(task_id) if c is not None else None
+        span = [task_id, node, self.sim.now(), None, ok, copy.ordering_seq if copy else 0]
+        self.spans.append(span)
+        self._open[(node, task_id)] = span
+
+    def answered(self, node: str, task_id: str) -> None:
+        span = self._open.pop((node, task_id), None)
+        if span is not None and span[3] is None:
+            span[3] = self.sim.now()
+
+    def check(self) -> None:
+        by_key: dict[str, list[list[Any]]] = defaultdict(list)
+        for span in self.spans:
+            if span[3] is None:
+                span[3] = self.sim.now()
+            by_key[self.keys[span[0]]].append(span)
+        for key, spans in sorted(by_key.items()):
+            self._one_at_a_time(key, spans)
+            self._in_order(key, spans)
+        self._enqueue_order()
+
+    def _one_at_a_time(self, key: str, spans: list[list[Any]]) -> None:
+        spans = sorted(spans, key=lambda sp: sp[2])
+        for i, a in enumerate(spans):
+            for b in spans[i + 1:]:
+                if b[2] >= a[3]:
+                    break
+                if b[0] != a[0]:
+                    raise SafetyViolation(
+                        f"key {key}: {b[1]} starts {b[0]} at {b[2] - START:.3f} while {a[1]} "
+                        f"delivers {a[0]} ({a[2] - START:.3f}-{a[3] - START:.3f})")
+
+    def _in_order(self, key: str, spans: list[list[Any]]) -> None:
+        done: dict[str, float] = {}  # task id -> the end of its first successful delivery
+        for sp in spans:
+            if sp[4]:
+                done[sp[0]] = min(done.get(sp[0], sp[3]), sp[3])
+        mine = sorted((self.seqs[t], t) for t in self.seqs if self.keys[t] == key)
+        for sp in spans:
+            for seq, earlier in mine:
+                if seq >= sp[5] or earlier == sp[0]:
+                    break
+                if done.get(earlier, float("inf")) > sp[2]:
+                    raise SafetyViolation(
+                        f"key {key}: {sp[1]} starts {sp[0]} (seq {sp[5]}) at "
+                        f"{sp[2] - START:.3f} before {earlier} (seq {seq}) was delivered")
+        self._stalls(spans, done, mine)
+
+    def _stalls(self, spans: list[list[Any]], done: dict[str, float],
+                mine: list[tuple[int, str]]) -> None:
+        first_start: dict[str, float] = {}
+        for sp in spans:
+            first_start.setdefault(sp[0], sp[2])
+        for (_, a), (_, b) in zip(mine, mine[1:]):
+            if a not in done or b not in first_start:
+                continue
+            ready = max(done[a], self.acked[b])
+            stall = first_start[b] - ready
+            self.max_stall = max(self.max_stall, stall)
+            if self.stall_bound is not None and stall > self.stall_bound:
+                raise SafetyViolation(f"{b} started {stall:.3f} s after {a} ended "
+                                      f"(bound {self.stall_bound:g} s)")
+
+    def _enqueue_order(self) -> None:
+        acked = sorted(self.seqs, key=lambda t: self.acked[t])
+        for a in acked:
+            for b in acked:
+                if self.keys[a] == self.keys[b] and self.acked[a] < self.enqueued[b] \
+                        and self.seqs[a] >= self.seqs[b]:
+                    raise SafetyViolation(f"{a} was acknowledged before {b} was enqueued, "
+                                          f"but numbered after it")
+
+
 # ------------------------------------------------------------------ the simulation
 class Sim:
     def __init__(self, seed: int, n: int = 3, *, delay: tuple[float, float] = (0.001, 0.02),
@@ -441,6 +545,7 @@ class Sim:
                         "election_timeout_max": "1.6", "claim_lease": "5",
                         "memory_window": "30", "log_level": "WARNING", **(options or {})}
         self.checker = Checker(self)
+        self.order = OrderChecker(self)
         self.network = Network(self, self.rng, delay=delay, loss=loss, dup=dup,
                                reorder=reorder)
         self.paused: set[str] = set()
@@ -487,10 +592,15 @@ class Sim:
 
     def delivery_started(self, node: str, task_id: str, ok: bool,
                          name: str | None = None) -> None:
+        self.order.started(node, task_id, ok)
         self.checker.timed(node, task_id, name)
         self.checker.started(node, task_id, ok)
 
+    def delivery_answered(self, node: str, task_id: str) -> None:
+        self.order.answered(node, task_id)
+
     def delivery_ended(self, node: str, task_id: str) -> None:
+        self.order.answered(node, task_id)  # (killed with its node: over for the worker)
         self.checker.ended(node, task_id)
 
     def wait_running(self, node: str) -> None:
@@ -558,13 +668,17 @@ class Sim:
                     url="http://worker.sim/hook", body="x", eta=now + countdown,
                     created=now, fire_at=now + countdown)
 
-    def enqueue(self, node: str, countdown: float) -> None:
-        """Enqueue on ``node`` in a client greenlet; acknowledged once it returns."""
+    def enqueue(self, node: str, countdown: float, key: str | None = None) -> None:
+        """Enqueue on ``node`` in a client greenlet; acknowledged once it returns.
+        ``key``: the task's ordering key."""
         nd = self.nodes[node]
         if not nd.up or nd.cluster is None:
             return
         c = nd.cluster
-        t = self.task(countdown)
+        t = self.task(countdown).evolve(ordering_key=key)
+        if key is not None:
+            self.order.keys[t.id] = key
+            self.order.enqueued[t.id] = self.now()
 
         def client() -> None:
             try:
@@ -575,6 +689,9 @@ class Sim:
                 log.debug("enqueue %s refused: %s", t.id, e)
                 return
             self.checker.acked.add(stored.id)
+            if key is not None:
+                self.order.seqs[stored.id] = stored.ordering_seq
+                self.order.acked[stored.id] = self.now()
         gevent.spawn(client)
 
     def enqueue_eta(self, node: str, delay: float) -> None:
@@ -717,6 +834,66 @@ def _fault(sim: Sim, rng: random.Random, kind: str) -> None:
         sim.set_offset(victim, rng.uniform(-0.3, 0.3))
 
 
+KEYS = ("k1", "k2", "k3")
+
+
+def owner_of(sim: Sim, key: str, members: list[str]) -> str:
+    """The ordering key's owner among ``members`` (as ``placement`` ranks them)."""
+    probe = Task(id="-", queue="default", url="http://worker.sim/", ordering_key=key)
+    return placement.ranked(sorted(members), placement.owner_key(probe))[0]  # type: ignore[arg-type]
+
+
+def ordered_scenario(seed: int, faults: tuple[str, ...] = ("crash",), *,
+                     length: float = 4.0) -> Sim:
+    """Ordered tasks of a few keys enqueued on every node, 3 nodes, replication 2; the
+    owner of one key crashes mid-stream (and ``faults`` add more), then it all heals
+    and drains; the sibling rules and the ordering rules (``OrderChecker``) hold."""
+    def main() -> Sim:
+        gevent.get_hub().threadpool = InlinePool()
+        rng = random.Random(seed ^ 0x0BDE)
+        sim = Sim(seed, 3, delay=(0.0005, rng.choice([0.005, 0.02])),
+                  loss=rng.choice([0.0, 0.0, 0.01]), fail=rng.choice([0.0, 0.1]))
+        # one lease (an attempt's deadline and claim_lease) and the time to drop a member
+        sim.order.stall_bound = sim.timeout + float(sim.options["claim_lease"]) + \
+            float(sim.options["failure_timeout"])
+        try:
+            sim.start()
+            sim.run_until(BOOT)
+            victim = owner_of(sim, rng.choice(KEYS), sim.ids)
+            crash_at = BOOT + rng.uniform(0.5, length - 1.0)
+            t, crashed = BOOT, False
+            while t < BOOT + length:
+                t += 0.05
+                sim.run_until(t)
+                if not crashed and t >= crash_at:
+                    crashed = True
+                    sim.crash(victim, rng.uniform(0.5, 3.0))
+                    if faults[1:] and rng.random() < 0.5:
+                        _fault(sim, rng, rng.choice(faults[1:]))
+                if rng.random() < 0.5:
+                    sim.enqueue(rng.choice(sim.ids), rng.choice([0.0, 0.0, 0.0, 0.3]),
+                                key=rng.choice(KEYS))
+            sim.run_until(t + 1.0)
+            sim.heal_all()
+            sim.run_until(sim.now() - START + DRAIN + 5.0)
+            sim.checker.at_end()
+            sim.order.check()
+            return sim
+        finally:
+            sim.stop()
+    return run_virtual(main, start=START)
+
+
+def run_ordered(seed: int, faults: tuple[str, ...] = ("crash",)) -> Sim:
+    """``ordered_scenario`` with the replay command in the failure."""
+    try:
+        return ordered_scenario(seed, faults)
+    except Exception as e:
+        raise AssertionError(f"seed {seed} failed: {e}\nreplay: PYTHONHASHSEED=0 "
+                             f"PYTHONPATH=$PWD .venv/bin/python tests/sim/cluster_sim.py "
+                             f"{seed} {','.join(faults)} ordered") from e
+
+
 def replay_command(seed: int, faults: tuple[str, ...] = FAULTS) -> str:
     return (f"PYTHONHASHSEED=0 PYTHONPATH=$PWD .venv/bin/python "
             f"tests/sim/cluster_sim.py {seed} {','.join(faults)}")
@@ -771,6 +948,6 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     s = int(sys.argv[1])
     kinds = tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else FAULTS
-    done = scenario(s, kinds)
+    done = ordered_scenario(s, kinds) if sys.argv[3:] == ["ordered"] else scenario(s, kinds)
     print(f"seed {s}: ok, {done.checker.starts} delivery starts, "
           f"{len(done.checker.acked)} acknowledged, excused {dict(done.checker.excused)}")

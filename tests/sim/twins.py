@@ -160,6 +160,7 @@ class Deliveries(Protocol):
 
     def delivery_started(self, node: str, task_id: str, ok: bool,
                          name: str | None = None) -> None: ...
+    def delivery_answered(self, node: str, task_id: str) -> None: ...
     def delivery_ended(self, node: str, task_id: str) -> None: ...
     def wait_running(self, node: str) -> None: ...
 
@@ -187,9 +188,11 @@ class FakeWorker:
         try:
             if kind == "hang" or latency >= timeout:
                 gevent.sleep(timeout)
+                self.sim.delivery_answered(self.node, task_id)
                 self.sim.wait_running(self.node)
                 raise DeliveryError("timed out")
             gevent.sleep(latency)
+            self.sim.delivery_answered(self.node, task_id)  # the worker is done with it
             self.sim.wait_running(self.node)
             return Response(200 if kind == "ok" else 503, {}, b"")
         finally:

@@ -323,7 +323,11 @@ function renderQueues(queues) {
         q.mode === "pull" ? el("div", {class: "mode-pull", title: "mode pull: workers lease "
           + "its tasks (POST /queues/" + q.name + "/lease)"}, `pull, ${q.leased ?? 0} leased`) : null,
         (q.breakers || []).length ? el("div", {class: "breakers"}, ...q.breakers.map((b) =>
-          el("div", {class: "breaker", title: `open on ${b.nodes} node(s)`}, `breaker open: ${b.origin}`))) : null),
+          el("div", {class: "breaker", title: `open on ${b.nodes} node(s)`}, `breaker open: ${b.origin}`))) : null,
+        (q.blocked_keys || []).length ? el("div", {class: "blocked-keys"}, ...q.blocked_keys.map((b) =>
+          el("div", {class: "blocked-key", title: "ordering_on_failure = block: retry or delete the task"},
+            "key blocked: ", el("code", {}, b.key), " by ",
+            el("a", {href: "#", onclick: (e) => { e.preventDefault(); openDetail(b.task); }}, b.task)))) : null),
       ...STATES.map((s) => el("td", {class: `num count-${s}`, title: `${counts[s] ?? 0} tasks, `
         + `${copies[s] ?? 0} copies over the nodes`}, counts[s] ?? 0)),
       ...RATES.map((k) => el("td", {class: `num rate-${k}`}, rate(r ? r[k] : null))),
@@ -555,6 +559,18 @@ function bodyView(t) {
     el("pre", {class: "body"}, clip(t.body, BODY_CHARS * 4)));
 }
 
+function orderingView(t) {
+  if (!t.ordering_key) return "-";
+  const o = t.ordering || {};
+  return el("span", {}, el("code", {}, t.ordering_key),
+    o.blocked_by ? el("span", {class: "blocked-key"}, " blocked by the failed task ",
+      el("a", {href: "#", onclick: (e) => { e.preventDefault(); openDetail(o.blocked_by); }}, o.blocked_by))
+      : o.waiting_for ? el("span", {}, " waits for ",
+        el("a", {href: "#", onclick: (e) => { e.preventDefault(); openDetail(o.waiting_for); }}, o.waiting_for))
+      : null,
+    o.in_line ? ` (${o.in_line} in the key's line)` : null);
+}
+
 function renderDetail(t) {
   const last = t.last_response;
   const fields = [
@@ -562,6 +578,7 @@ function renderDetail(t) {
     ["state", el("span", {}, el("span", {class: `task-state state-${t.state}`}, t.state), waiting(t))],
     ["url", `${t.method} ${t.url}`],
     ["labels", pairs(t.labels)],
+    ["ordering key", orderingView(t)],
     ["params", pairs(t.params)], ["headers", pairs(t.headers)], ["body", bodyView(t)],
     ["attempts", `${t.attempts}${t.max_attempts ? ` of ${t.max_attempts}` : ""}`],
     ["created", when(t.created)], ["next attempt", when(t.next_attempt)],

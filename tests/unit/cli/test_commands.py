@@ -63,8 +63,12 @@ def test_queue_set_show_and_reset(server: Node, capsys) -> None:
 def test_queue_set_names_a_bad_setting(server: Node, capsys) -> None:
     code, _, err = run(capsys, "queue", "set", "mail", "rate=-1")
     assert code == 1 and "rate" in err and "(400)" in err
-    code, _, err = run(capsys, "queue", "set", "mail", "colour=red")
-    assert code == 2 and "colour" in err
+    code, _, err = run(capsys, "queue", "set", "mail", "colour=red")  # a word: the node's
+    assert code == 1 and "colour" in err and "(400)" in err          # to judge, and name
+    code, _, err = run(capsys, "queue", "set", "mail", "ordering_on_failure=sometimes")
+    assert code == 1 and "ordering_on_failure" in err and "block" in err
+    code, out, _ = run(capsys, "queue", "set", "strict", "ordering_on_failure=block")
+    assert code == 0 and json.loads(out)["config"]["ordering_on_failure"] == "block"
     code, _, err = run(capsys, "queue", "set", "mail", "rate")
     assert code == 2 and "KEY=VALUE" in err
     code, _, err = run(capsys, "queue", "reset", "mail")  # nothing set through the API

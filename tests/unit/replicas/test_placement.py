@@ -127,3 +127,21 @@ def test_replication_replacement_wraps_around_the_ring():
     assert replication.replacement(ring, ("c", "d"), "d") == "a"
     assert replication.replacement(ring, ("a", "d"), "d") == "b"
     assert replication.replacement(["a", "b", "c", "e"], ("b", "d"), "d") == "e"
+
+
+def test_an_ordered_tasks_copies_follow_its_key_not_its_name_or_the_cursor():
+    """Every task of one key has copy i on the same member (the key's owner first),
+    whatever its name, the cursor or the node that took it."""
+    ring = ("a", "b", "c", "d", "e")
+    def keyed(key: str, name: str | None = None, queue: str = "default") -> Task:
+        return _task(name, queue).evolve(ordering_key=key)
+    placed = {replication.place(ring, 2, keyed("acct-1", name), c, first="c")
+              for c, name in enumerate([None, "x", "y", None, "z"])}
+    assert len(placed) == 1
+    (owner, _), = placed
+    assert replication.ranked(ring, replication.owner_key(keyed("acct-1")))[0] == owner
+    assert replication.owner_key(keyed("k", "n")) != replication.owner_key(_task("n"))
+    owners = {replication.place(ring, 2, keyed(f"k{i}"), 0)[0] for i in range(200)}
+    assert owners == set(ring)  # keys spread over the ring
+    lost = tuple(m for m in ring if m != owner)
+    assert replication.place(lost, 2, keyed("acct-1"), 0)[0] == next(iter(placed))[1]

@@ -1335,3 +1335,26 @@ def test_a_lease_is_claimed_as_held_and_travels_so():
     assert m.Claim.from_payload(claims["b"].payload()).held
     plain = m.Claim("t1", 0, 5.0)
     assert "held" not in plain.payload() and not m.Claim.from_payload(plain.payload()).held
+
+
+# ---------------------------------------------------------------- ordering keys
+def test_an_ordered_copy_asks_with_its_key_and_a_sibling_behind_in_its_line_says_wait():
+    """The ASK names the copy's (queue, key, seq); a sibling whose line of that key has
+    an earlier task unfinished (``behind``, told by its cluster layer) answers wait,
+    whether it holds the copy yet or not; a running or ended copy is told as it is."""
+    s = machine()
+    ordered = task().evolve(ordering_key="acct", ordering_seq=7)
+    go, effects = due(s, ordered, 100.2, deadline=30.0)
+    assert not go and {e.msg.order for e in effects} == {("q", "acct", 7)}
+    b = machine("b")
+    ask = m.Ask("t1", 0, n=1, lease=90.0, order=("q", "acct", 7))
+    theirs = task(replica=1).evolve(ordering_key="acct", ordering_seq=7)
+    for copy in (None, theirs):
+        got = list(b.step(ev.Received("a", ask, copy, behind=True), 100.3).effects)
+        assert got == [Send("a", m.Answer("t1", m.WAIT, lease=T.ask_timeout, n=1))]
+    ended = theirs.evolve(state=State.SUCCEEDED)
+    got = list(b.step(ev.Received("a", ask, ended, behind=True), 100.3).effects)
+    assert got[0].msg.verdict == m.ENDED
+    assert recv(b, "a", ask, theirs, 100.3)[0].msg.verdict == m.GO  # not behind: go
+    assert m.Ask.from_payload(ask.payload()) == ask
+    assert m.Stored.from_payload(m.Stored("r", "t1", True, seq=7).payload()).seq == 7

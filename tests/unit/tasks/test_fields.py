@@ -24,7 +24,7 @@ EDGES_OK = [{"priority": 0}, {"priority": 9}, {"flow_key": "k" * 200},
             {"flow_key": "k", "flow_rate": 1e-9},
             {"flow_key": "k", "flow_parallelism": 1},
             {"flow_key": "k", "flow_parallelism": 100_000},
-            {"flow_key": "é ü"}]
+            {"flow_key": "é ü"}, {"ordering_key": "o" * 200}, {"ordering_key": "acct 42/é"}]
 EDGES_BAD = [({"priority": 10}, "priority"), ({"priority": -1}, "priority"),
              ({"flow_key": ""}, "flow_key"), ({"flow_key": "k" * (200 + 1)}, "flow_key"),
              ({"flow_key": "a\x1fb"}, "flow_key"), ({"flow_key": "a\x7fb"}, "flow_key"),
@@ -33,7 +33,11 @@ EDGES_BAD = [({"priority": 10}, "priority"), ({"priority": -1}, "priority"),
              ({"flow_key": "k", "flow_parallelism": 0}, "flow_parallelism"),
              ({"flow_key": "k", "flow_parallelism": 100_000 + 1},
               "flow_parallelism"),
-             ({"flow_rate": 1.0}, "flow_rate"), ({"flow_parallelism": 2}, "flow_parallelism")]
+             ({"flow_rate": 1.0}, "flow_rate"), ({"flow_parallelism": 2}, "flow_parallelism"),
+             ({"ordering_key": ""}, "ordering_key"),
+             ({"ordering_key": "o" * 201}, "ordering_key"),
+             ({"ordering_key": "a\nb"}, "ordering_key"),
+             ({"ordering_key": "a\x85b"}, "ordering_key")]
 
 
 @pytest.mark.parametrize("given", EDGES_OK)
