@@ -142,7 +142,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/replicas/placement.py": [["tests/unit/replicas/test_placement.py"]],
     "miyamoto/replicas/siblings.py": _REPLICAS,
     "miyamoto/replicas/restore.py": _REPLICAS,
-    "miyamoto/replicas/messages.py": _REPLICAS,
+    "miyamoto/replicas/messages.py": [["tests/unit/replicas/test_replicas_messages.py"],
+                                     *_REPLICAS],
     "miyamoto/replicas/events.py": _REPLICAS,
     "miyamoto/replicas/effects.py": [*_REPLICAS, *_CLUSTER_SIM],
     # definitions/
@@ -517,6 +518,20 @@ EQUIVALENT.update({
      "leader's looks at its schedules", "0.2 -> 0.4"):
         "how often the leader looks at its schedules: how late within a period a tick "
         "fires, never whether or how often (the loop's tests set PERIOD themselves)",
+    ("miyamoto/definitions/schedules.py", 'return "is not a cron expression: "', "return None"):
+        "unreachable with the croniter we pin: every expression it refuses (but for one "
+        "matching no date) has a field it refuses alone (searched over combinations of "
+        "fields each valid alone); the fallback words are for a croniter that differs",
+    ("miyamoto/definitions/schedules.py",
+     'return float(t) if t >= value.get("created", 0) else None', "0 -> 1"):
+        "parse_schedule stores every schedule with created: the default is never read "
+        "(and 0 and 1 differ only for a tick in 1970's first second)",
+    **{("miyamoto/definitions/queues.py", '"paused": (bool, 0, 1),', how):
+       "paused is a bool: _value returns before a bool's bounds are read"
+       for how in ("0 -> 1", "1 -> 2")},
+    ("miyamoto/replicas/effects.py", "abort: bool = False", "False -> True"):
+        "the machine always names abort (siblings passes the CANCEL's own): the default "
+        "is never taken inside the library",
 })
 
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}

@@ -193,6 +193,28 @@ def test_a_claimed_answer_holds_the_copy_and_it_asks_again():
     assert not go and sends(effects, m.Ask)  # still must ask
 
 
+def test_an_answer_from_an_older_round_counts_nothing_once_the_copy_asks_again():
+    """A copy that stood down and asked again waits for the new round's answers: a GO
+    of the round before (delayed on the way) may come from a hold already over."""
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    first = s.asking["t1"].round
+    recv(s, "b", ans(s, m.CLAIMED, lease=40.0), None, 110.1)
+    assert recv(s, "c", ans(s, m.GO), None, 110.2) == [fx.Update("t1", at=150.2, how=fx.Move.LATER)]
+    go, effects = fire(s, task(fire_at=150.2), 150.2, 30.0)
+    asks = sends(effects, m.Ask)
+    assert not go and set(asks) == {"b", "c"} and asks["b"].n != first
+    assert recv(s, "b", m.Answer("t1", m.GO, n=first), None, 150.3) == []  # the old round
+    assert recv(s, "c", ans(s, m.GO), None, 150.4) == []  # b's answer is still awaited
+    assert recv(s, "b", ans(s, m.GO), None, 150.5) == [fx.Fire("t1")]
+    # an old round's end is a fact, though: it stands the copy down whatever the round
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    old = m.Answer("t1", m.ENDED, n=s.asking["t1"].round + 7, state="succeeded", attempts=1)
+    assert recv(s, "c", old, None, 110.1) == [
+        fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
+
+
 def test_rehomed_answer_drops_a_copy_that_is_no_longer_ours():
     s = machine()
     fire(s, task(), 110.0, 30.0)
