@@ -44,6 +44,9 @@ def test_an_unnamed_tasks_first_copy_stays_on_the_enqueuing_node():
     assert replication.place(ring, 4, _task(), 0, first="c") == ("c", "a", "b", "d")
     assert replication.place(ring, 3, _task(), 1, first="x") == ("b", "c", "d")
     assert replication.place(ring, 3, _task(), 1, first=None) == ("b", "c", "d")
+    # in one zone, every member is a second choice: still each holds one copy at most
+    one_zone = {m: "z" for m in ring}
+    assert replication.place(ring, 4, _task(), 0, one_zone, first="b") == ("b", "a", "c", "d")
     # a named task's set is the name's, wherever it was enqueued
     assert replication.place(ring, 2, _task("n"), 1, first="d") == \
         replication.place(ring, 2, _task("n"), 1)
