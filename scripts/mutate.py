@@ -532,6 +532,9 @@ EQUIVALENT.update({
     ("miyamoto/replicas/effects.py", "abort: bool = False", "False -> True"):
         "the machine always names abort (siblings passes the CANCEL's own): the default "
         "is never taken inside the library",
+    ("miyamoto/definitions/sync.py", "self._writes.pop(wid, None)", "drop the call"):
+        "the write's Finished pops its waiter anyway, and the machine finishes every "
+        "write by its deadline: a timed-out waiter stays a few seconds longer, unread",
 })
 
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}

@@ -301,3 +301,14 @@ def test_on_change_is_told_once_per_change_after_it_is_on_disk(tmp_path) -> None
                   monotonic=time.monotonic, resend=0.05, timeout=0.5, on_change=broken)
     bad.tick("b", 1, ("b",))
     bad.settle()  # logged
+
+
+def test_a_merge_keeps_the_fields_it_does_not_name_and_a_null_drops_one() -> None:
+    node = DefSync("a", ":memory:", lambda *a, **k: True, "tcp://a:1",
+                   monotonic=time.monotonic, resend=0.05, timeout=0.5)
+    node.tick("a", 1, ("a",))
+    assert node.op("put", "queue", "q", {"rate": 5.0, "burst": 3})[0] == 200
+    status, body = node.op("merge", "queue", "q", {"burst": 10, "rate": None})
+    assert status == 200 and node.machine.get("queue", "q") == {"burst": 10}
+    node.op("merge", "queue", "q", {"max_attempts": 4})
+    assert node.machine.get("queue", "q") == {"burst": 10, "max_attempts": 4}

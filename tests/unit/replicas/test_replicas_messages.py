@@ -25,3 +25,11 @@ def test_a_handoff_names_at_most_ten_thousand_copies() -> None:
     assert wire(full) == full
     with pytest.raises(DecodeError):
         wire(m.Handoff(full.tasks + (("one-more", 1.0),)))
+
+
+def test_a_lease_of_up_to_thirty_days_is_read_and_a_longer_one_refused() -> None:
+    claim = m.Claim("t1", 2, 30 * 86400.0)
+    assert wire(claim) == claim
+    for bad in (30 * 86400.0 + 1, -1.0):
+        with pytest.raises(DecodeError):
+            wire(m.Claim("t1", 2, bad))

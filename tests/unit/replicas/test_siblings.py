@@ -1320,3 +1320,17 @@ def test_the_checker_catches_a_lease_not_told_to_the_siblings(monkeypatch):
     with pytest.raises(SafetyViolation, match="long lease"):
         for seed in range(60):
             random_run(seed, long_rate=0.3)
+
+
+def test_an_ask_read_before_our_copy_holds_it_once_stored_unless_just_after_a_stall():
+    """STORE and ASK travel apart: an ASK for a copy not stored here yet is answered
+    UNKNOWN and noted as a hold, replayed once our copy is stored; read right after a
+    stall of our own, it is noted as nothing (its asker may have given up long ago)."""
+    s = machine(me="b")
+    tick(s, 100.01, True)
+    answer = sends(recv(s, "a", m.Ask("t1", 0, n=1), None, 100.02), m.Answer)["a"]
+    assert answer.verdict == m.UNKNOWN
+    assert stored(s, "t1", 100.03) == [("a", m.Claim("t1", 0, T.ask_lease))]
+    s = machine(me="b")
+    answer = sends(recv(s, "a", m.Ask("t1", 0, n=1), None, 110.0), m.Answer)["a"]  # a stall
+    assert answer.verdict == m.UNKNOWN and stored(s, "t1", 110.1) == []
