@@ -16,7 +16,7 @@ from miyamoto.cluster.requests import Requests
 from miyamoto.delivery import completion
 from miyamoto.engine import browse, history
 from miyamoto.engine.engine import Engine
-from miyamoto.errors import Conflict
+from miyamoto.errors import Conflict, Unavailable
 from miyamoto.tasks import options, redact
 from miyamoto.tasks.task import ENDED, HISTORY_MAX, State, Task
 from miyamoto.wire import checks
@@ -46,6 +46,19 @@ def summary_ok(s: Any) -> bool:
     """A task summary from a peer with the fields we sort and pick by, well typed."""
     return (isinstance(s, dict) and isinstance(s.get("id"), str) and s.get("state") in _ORDER
             and type(s.get("attempts")) is int and type(s.get("replica")) is int)
+
+
+def attempt_over(t: Task | None, run: int, attempt: int) -> bool:
+    """Whether copy ``t``, which does not hold the accepted ``attempt`` of ``run``,
+    knows that attempt is over: it ended, heard of the attempt's end (its attempts
+    counted it) or of a later run. A sibling's waiting copy knows nothing (a CLAIM
+    carries no attempts): its 409 told a worker whose node was down to drop a report
+    that was still due, and the task ran again after the lease."""
+    if t is None:
+        return False
+    if t.reruns != run:
+        return t.reruns > run
+    return t.state.ended or t.attempts >= attempt
 
 
 def pick(results: list[Any]) -> dict[str, Any] | None:
@@ -199,14 +212,27 @@ class Queries:
         return self._held("heartbeat", args, lambda: self.engine.heartbeat(grant, lease))
 
     def _held(self, op: str, args: dict, local: Callable[[], Task]) -> dict[str, Any] | None:
-        """``local`` here if our copy holds the attempt, else ``op`` on the peers."""
+        """``local`` here if our copy holds the attempt, else ``op`` on the peers.
+        Unavailable (503, try again) when no node could say and a copy still waits
+        (ours, or a peer's ``waiting``): the attempt's holder is down or cut off, its
+        worker's report still due."""
         results: list[Any] = []
+        waiting = False
         try:
             return local().summary()
         except Conflict as e:
-            if self.engine.get(args["id"]) is not None:  # ours is not the accepted copy
+            mine = self.engine.get(args["id"])
+            if attempt_over(mine, args["run"], args["attempt"]):
                 results.append({"conflict": str(e)})
-        return pick([*results, *self.ask(op, args).values()])
+            waiting = mine is not None and not mine.state.ended
+        answers = list(self.ask(op, args).values())
+        waiting = waiting or any(isinstance(r, dict) and r.get("waiting") is True
+                                 for r in answers)
+        found = pick([*results, *answers])
+        if found is None and waiting:
+            raise Unavailable("the node holding this attempt did not answer: report again "
+                              "in a moment")
+        return found
 
     def serve_held(self, op: str, args: dict) -> dict[str, Any] | None:
         """A peer's ``complete`` or ``heartbeat``: only our own copy is tried."""
@@ -224,7 +250,10 @@ class Queries:
         except completion.ReportError as e:
             raise DecodeError(str(e)) from e
         except Conflict as e:
-            return {"conflict": str(e)} if self.engine.get(grant.task_id) else None
+            mine = self.engine.get(grant.task_id)
+            if attempt_over(mine, grant.run, grant.attempt):
+                return {"conflict": str(e)}
+            return {"waiting": True} if mine is not None and not mine.state.ended else None
 
     # ------------------------------------------------------------ queues
     def find_name(self, queue: str, name: str) -> str | None:
@@ -380,14 +409,9 @@ class Queries:
 
     def failed(self, queue: str, action: str) -> dict[str, Any]:
         """Retry or delete every failed task of the queue, on every node: ``count``
-        distinct tasks (their first copies), ``more`` if some node had more than BULK_MAX."""
-        result = self.failed_local(queue, action)
-        for r in self.ask("failed", {"queue": queue, "action": action}).values():
-            if isinstance(r, dict) and type(r.get("count")) is int \
-                    and type(r.get("more")) is bool:
-                result["count"] += r["count"]
-                result["more"] = result["more"] or r["more"]
-        return result
+        distinct tasks (``bulk_total``), ``more`` if some node had more than BULK_MAX."""
+        mine = self.failed_local(queue, action)
+        return bulk_total(mine, self.ask("failed", {"queue": queue, "action": action}))
 
     def failed_local(self, queue: str, action: str) -> dict[str, Any]:
         """This node's failed copies of ``queue`` (up to BULK_MAX), each rerun as
@@ -403,18 +427,15 @@ class Queries:
                 self.engine.delete(t.id)
         if copies:
             self.engine.journal.flush()
-        return {"count": sum(1 for t in copies if t.replica == 0), "more": more}
+        return {"count": sum(1 for t in copies if t.replica == 0), "more": more,
+                "ids": [t.id for t in copies]}
 
     def resend_many(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
         """Resend the queue's ended tasks that ``f`` picks (``resend_filter``), on every
-        node: ``count`` distinct tasks, ``more`` if some node had more to look through."""
-        result = self.resend_many_local(queue, f)
-        for r in self.ask("resend_many", {"queue": queue, **f}).values():
-            if isinstance(r, dict) and type(r.get("count")) is int \
-                    and type(r.get("more")) is bool:
-                result["count"] += r["count"]
-                result["more"] = result["more"] or r["more"]
-        return result
+        node: ``count`` distinct tasks (``bulk_total``), ``more`` if some node had more
+        to look through."""
+        mine = self.resend_many_local(queue, f)
+        return bulk_total(mine, self.ask("resend_many", {"queue": queue, **f}))
 
     def resend_many_local(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
         """This node's copies of ``queue`` in state ``f["state"]`` (the last BULK_MAX to
@@ -431,7 +452,8 @@ class Queries:
             self.peers.replay(t.id)
         if picked:
             self.engine.journal.flush()
-        return {"count": sum(1 for t in picked if t.replica == 0), "more": more}
+        return {"count": sum(1 for t in picked if t.replica == 0), "more": more,
+                "ids": [t.id for t in picked]}
 
     def _restagger(self, queue: str) -> None:
         """Before a queue resumes: copies that fell due while it was paused would all fire
@@ -538,6 +560,26 @@ def _opt_delay(args: dict) -> float | None:
 
 def _grant_args(grant: completion.Grant, **more: Any) -> dict[str, Any]:
     return {"id": grant.task_id, "run": grant.run, "attempt": grant.attempt, **more}
+
+
+def bulk_total(mine: dict[str, Any], replies: dict[str, Any]) -> dict[str, Any]:
+    """A bulk operation's answer over the cluster: ``count`` the distinct tasks any node
+    acted on (the ids of every copy each node touched, so a task whose first copy's
+    node is down, or whose copies two nodes both hold as first after a restore, counts
+    once), ``more`` if some node had more. A peer that sends no ids (an older node)
+    adds its own count of first copies."""
+    ids, extra, more = set(mine["ids"]), 0, mine["more"]
+    for r in replies.values():
+        if not isinstance(r, dict) or type(r.get("count")) is not int \
+                or type(r.get("more")) is not bool:
+            continue
+        more = more or r["more"]
+        got = r.get("ids")
+        if isinstance(got, list) and all(type(i) is str for i in got):
+            ids.update(got)
+        else:
+            extra += r["count"]
+    return {"count": len(ids) + extra, "more": more}
 
 
 def resend_filter(args: dict) -> dict[str, Any]:
