@@ -98,3 +98,12 @@ def test_the_api_overrides_the_config_which_overrides_the_default(tmp_path) -> N
 
 def test_every_setting_is_a_queue_option_of_the_ini() -> None:
     assert set(q.FIELDS) == set(QUEUE_FIELDS)
+
+
+def test_a_refusal_says_what_the_field_takes() -> None:
+    for data, words in [({"rate": "5"}, "must be a number"), ({"burst": "5"}, "must be an integer"),
+                        ({"rate": float("inf")}, "must be a finite number"),
+                        ({"max_backoff": float("nan")}, "must be a finite number")]:
+        with pytest.raises(ValidationError) as e:
+            q.parse_put(data)
+        assert words in str(e.value), data
