@@ -323,3 +323,15 @@ def test_view_is_what_get_schedules_answers() -> None:
     paris = s.view({"name": "c", "cron": "0 3 * * *", "timezone": "Europe/Paris",
                     "catch_up": "last", "paused": False, "task": TASK}, None, 1699920000.0)
     assert paris["next_at"][0] == "2023-11-14T03:00:00+01:00"  # in the schedule's own zone
+
+
+def test_without_an_offset_a_tick_is_due_on_our_own_clock() -> None:
+    """No offset given: the cluster's clock is ours, so a tick at 20 is not due at 19.5."""
+    defs, enq, now = defs_alone(), Enqueue(), [19.5]
+    put(defs, "a", every=10, catch_up="none", created=15)
+    t = ticker(defs, enq, now)
+    t.fire_due()
+    assert enq.tasks == []
+    now[0] = 20.0
+    t.fire_due()
+    assert len(enq.tasks) == 1
