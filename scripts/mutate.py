@@ -532,6 +532,9 @@ EQUIVALENT.update({
     ("miyamoto/replicas/effects.py", "abort: bool = False", "False -> True"):
         "the machine always names abort (siblings passes the CANCEL's own): the default "
         "is never taken inside the library",
+    ("miyamoto/replicas/effects.py", "go: bool = False", "False -> True"):
+        "Ready.go is read only for a Due or an Expiring, and the machine names go in both "
+        "answers: the default is never read",
     ("miyamoto/definitions/sync.py", "self._writes.pop(wid, None)", "drop the call"):
         "the write's Finished pops its waiter anyway, and the machine finishes every "
         "write by its deadline: a timed-out waiter stays a few seconds longer, unread",
