@@ -82,6 +82,10 @@ _CLUSTER_SIM = [["tests/sim/test_cluster_sim.py", "-k", "not seeded_runs"],
 # checks, ~3 s), then the first 100 of the 1,000 random simulator runs (~3 s)
 _SIBLINGS = [["tests/unit/replicas/test_siblings.py"],
              ["tests/sim/test_siblings_random.py::test_random_runs_are_safe[0]"]]
+# the same for replicas' own modules, the planted-bug checks last (~60 s of the ~80 s;
+# a slip they alone would catch is rare, so they only run for a mutant the rest miss)
+_REPLICAS = [["tests/unit/replicas/test_siblings.py", "-k", "not catches"], _SIBLINGS[1],
+             ["tests/unit/replicas/test_siblings.py", "-k", "catches"]]
 _DEFINITIONS = [["tests/unit/definitions/test_definitions.py"],
                 ["tests/unit/definitions/test_sync.py"],
                 ["tests/unit/definitions/test_schedules_pure.py"], ["tests/unit/definitions/test_schedules.py"]]
@@ -144,15 +148,18 @@ MODULES: dict[str, list[list[str]]] = {
     **{f"miyamoto/membership/{name}.py": [[f"tests/unit/membership/test_{name}.py"],
                                           *_MEMBERSHIP]
        for name in ("election", "liveness", "changes", "bootstrap", "roster")},
+    # joinwatch: a pure decision the machine never calls (the cluster layer logs it)
+    "miyamoto/membership/joinwatch.py": [["tests/unit/membership/test_joinwatch.py"]],
     "miyamoto/membership/messages.py": [
         ["tests/unit/membership/test_membership_messages.py"], *_MEMBERSHIP],
     # replicas/
     "miyamoto/replicas/placement.py": [["tests/unit/replicas/test_placement.py"]],
-    "miyamoto/replicas/siblings.py": _SIBLINGS,
-    "miyamoto/replicas/restore.py": _SIBLINGS,
-    "miyamoto/replicas/messages.py": _SIBLINGS,
-    "miyamoto/replicas/events.py": _SIBLINGS,
-    "miyamoto/replicas/effects.py": [*_SIBLINGS, *_CLUSTER_SIM],
+    "miyamoto/replicas/siblings.py": _REPLICAS,
+    "miyamoto/replicas/restore.py": _REPLICAS,
+    "miyamoto/replicas/messages.py": [["tests/unit/replicas/test_replicas_messages.py"],
+                                     *_REPLICAS],
+    "miyamoto/replicas/events.py": _REPLICAS,
+    "miyamoto/replicas/effects.py": [*_REPLICAS, *_CLUSTER_SIM],
     # definitions/
     "miyamoto/definitions/machine.py": _DEFINITIONS,
     "miyamoto/definitions/messages.py": [["tests/unit/definitions/test_messages.py"],
@@ -609,6 +616,42 @@ EQUIVALENT.update({
         "a handler runs, so a JOIN in our own name never gets here",
 })
 
+# membership, replicas and definitions (kept apart from the entries above)
+EQUIVALENT.update({
+    ("miyamoto/definitions/machine.py", "super().__init__(leader)", "drop the call"):
+        "BaseException.__new__ already keeps the constructor's arguments as args: str() "
+        "and args are the same without the call",
+    ("miyamoto/definitions/machine.py",
+     "wid, self._next_wid = self._next_wid, self._next_wid + 1", "1 -> 2"):
+        "a write's id only names it to its acks and its Finished: ids two apart are as "
+        "distinct as ids one apart",
+    ("miyamoto/definitions/messages.py", 'op = c.string(d, "op", 16)', "16 -> 17"):
+        "every op is at most 6 characters: a longer one is refused by the OPS check next",
+    ("miyamoto/definitions/schedules.py", "PERIOD = 0.2        # seconds between the "
+     "leader's looks at its schedules", "0.2 -> 0.4"):
+        "how often the leader looks at its schedules: how late within a period a tick "
+        "fires, never whether or how often (the loop's tests set PERIOD themselves)",
+    ("miyamoto/definitions/schedules.py", 'return "is not a cron expression: "', "return None"):
+        "unreachable with the croniter we pin: every expression it refuses (but for one "
+        "matching no date) has a field it refuses alone (searched over combinations of "
+        "fields each valid alone); the fallback words are for a croniter that differs",
+    ("miyamoto/definitions/schedules.py",
+     'return float(t) if t >= value.get("created", 0) else None', "0 -> 1"):
+        "parse_schedule stores every schedule with created: the default is never read "
+        "(and 0 and 1 differ only for a tick in 1970's first second)",
+    **{("miyamoto/definitions/queues.py", '"paused": (bool, 0, 1),', how):
+       "paused is a bool: _value returns before a bool's bounds are read"
+       for how in ("0 -> 1", "1 -> 2")},
+    ("miyamoto/replicas/effects.py", "abort: bool = False", "False -> True"):
+        "the machine always names abort (siblings passes the CANCEL's own): the default "
+        "is never taken inside the library",
+    ("miyamoto/replicas/effects.py", "go: bool = False", "False -> True"):
+        "Ready.go is read only for a Due or an Expiring, and the machine names go in both "
+        "answers: the default is never read",
+    ("miyamoto/definitions/sync.py", "self._writes.pop(wid, None)", "drop the call"):
+        "the write's Finished pops its waiter anyway, and the machine finishes every "
+        "write by its deadline: a timed-out waiter stays a few seconds longer, unread",
+})
 
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}
 

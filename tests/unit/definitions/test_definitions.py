@@ -337,7 +337,10 @@ def test_a_whole_set_of_the_largest_values_travels_in_frames_a_peer_reads() -> N
     offers = sends(dview(d, "a", 1, ("a", "b"), 0.0))
     assert sum(len(s.msg.entries) for s in offers) == 20
     for s in offers:
-        verb, payload = protocol.decode(protocol.encode(s.msg.verb, s.msg.payload()))
+        frames = protocol.encode(s.msg.verb, s.msg.payload())
+        # a chunk of CHUNK such values is about 4 MiB: half a frame, whatever the JSON adds
+        assert sum(len(f) for f in frames) <= 4 * 1024 * 1024 + 64 * 1024
+        verb, payload = protocol.decode(frames)
         assert len(m.decode(verb, payload).entries) == len(s.msg.entries)
 
 
@@ -354,3 +357,68 @@ def test_a_full_map_still_takes_newer_stamps_of_the_keys_it_holds(monkeypatch) -
     drecv(b, "a", dm.DefsPut(1, put, wid=2), 0.0)  # no room for "new": the rest still merge
     assert b.get("topic", "new") is None
     assert b.get("topic", "x") == {"v": 2} and b.get("topic", "y") == {"v": 2}
+
+
+def test_the_door_refuses_what_is_not_an_event() -> None:
+    with pytest.raises(TypeError):
+        Definitions("a").step("tick", 0.0)  # type: ignore[arg-type]
+
+
+def test_a_refused_offer_is_answered_with_the_promise_that_refused_it() -> None:
+    """A member that promised a higher term to another leader says so (term and owner),
+    so the offering leader claims a term above it; it sends no set under a refusal."""
+    b = Definitions("b")
+    b.load([], 5, "x")
+    dview(b, "a", 1, ("a", "b", "c"), 0.0)
+    out = drecv(b, "a", wire(dm.DefsPut(3, (), want=True)), 0.0)
+    assert [s.msg for s in sends(out)] == [dm.DefsDigest(5, b.digest(), "x")]
+    a = Definitions("a")
+    dview(a, "a", 1, ("a", "b", "c"), 0.0)
+    again = drecv(a, "b", wire(sends(out)[0].msg), 0.1)
+    assert a.dterm == 6 and {s.to for s in sends(again) if s.msg.want} == {"b", "c"}
+
+
+def test_a_member_is_offered_the_whole_set_at_most_once_per_resend() -> None:
+    """An offer answers a differing digest, but not twice within ``resend``: the answer
+    to the first may be on its way (a member that lags would otherwise be flooded)."""
+    d = Definitions("a", entries={("topic", "t"): dm.Entry("topic", "t", 1, 1, {})})
+    assert len(sends(dview(d, "a", 1, ("a", "b", "c"), 0.0), dm.DefsPut)) == 2
+    stale = dm.DefsDigest(1, "0" * 32, "a")
+    assert drecv(d, "b", stale, 0.1) == []
+    assert drecv(d, "b", stale, d.resend - 0.01) == []
+    offer = sends(drecv(d, "b", stale, d.resend), dm.DefsPut)
+    assert [(s.to, s.msg.want) for s in offer] == [("b", True)]
+
+
+def test_an_offer_from_a_rival_claiming_the_same_term_does_not_count_as_its_set() -> None:
+    """Two nodes that both took office from seen_term 0 both claim definitions term 1.
+    A's offer to b (a want, never a whole-set answer) must not make b count a as synced:
+    a promised term 1 to itself, not to b, and two ready leaders of one term would
+    stamp different writes alike."""
+    a, b = Definitions("a"), Definitions("b")
+    offers = sends(dview(a, "a", 1, ("a", "b", "c"), 0.0), dm.DefsPut)
+    dview(b, "b", 2, ("a", "b", "c"), 0.0)
+    assert a.dterm == b.dterm == 1
+    for s in offers:
+        if s.to == "b":
+            out = drecv(b, "a", wire(s.msg), 0.0)
+            assert sends(out, dm.DefsDigest)  # refused: b promised term 1 to itself
+    assert not b.ready
+    with pytest.raises(NotLeader):
+        dwrite(b, [("topic", "t", {})], 0.0)
+
+
+def test_a_write_is_acked_alone_and_asks_for_no_set_back() -> None:
+    """A write's DEFS_PUT is neither an offer nor the end of a whole set: the member
+    persists and acks it, and sends nothing else."""
+    d = ready_leader()
+    wid, effects = dwrite(d, [("topic", "t", {"urls": []})], 0.0)
+    put = sends(effects, dm.DefsPut)[0].msg
+    b = Definitions("b")
+    dview(b, "a", 1, ("a", "b", "c"), 0.0)
+    out = drecv(b, "a", wire(put), 0.0)
+    assert isinstance(out[0], Persist)
+    assert [s.msg for s in sends(out)] == [dm.DefsAck(1, wid)]
+    resent = [s.msg for s in sends(dtick(d, d.resend), dm.DefsPut)]
+    assert resent and all(not p.want and not p.last and p.index is None for p in resent)
+    assert [s.msg for s in sends(drecv(b, "a", wire(resent[0]), d.resend))] == [dm.DefsAck(1, wid)]

@@ -36,6 +36,22 @@ def test_every_field_is_checked_and_named() -> None:
         assert _refused(data) == field, data
 
 
+DAY = 86400
+# each setting's range as a client may PUT it: (lowest, highest, a step beyond either end)
+RANGES = {"rate": (0.0, 1e6, 0.001), "burst": (1, 1_000_000, 1),
+          "max_concurrent": (0, 1_000_000, 1), "max_attempts": (1, q.MAX_ATTEMPTS, 1),
+          "min_backoff": (0.0, 30 * DAY, 0.001), "max_backoff": (0.0, 30 * DAY, 0.001),
+          "max_doublings": (0, 64, 1), "max_retry_duration": (0.0, 365 * DAY, 0.001),
+          "timeout": (0.01, q.MAX_TIMEOUT, 0.001)}
+
+
+@pytest.mark.parametrize("field", sorted(RANGES))
+def test_each_setting_takes_its_range_ends_and_nothing_beyond(field: str) -> None:
+    lo, hi, step = RANGES[field]
+    assert q.parse_put({field: lo}) == {field: lo} and q.parse_put({field: hi}) == {field: hi}
+    assert _refused({field: lo - step}) == field and _refused({field: hi + step}) == field
+
+
 def test_a_null_drops_a_value_and_a_merge_keeps_the_rest() -> None:
     changes = q.parse_put({"rate": None, "burst": 3})
     assert changes == {"rate": None, "burst": 3}
@@ -82,3 +98,12 @@ def test_the_api_overrides_the_config_which_overrides_the_default(tmp_path) -> N
 
 def test_every_setting_is_a_queue_option_of_the_ini() -> None:
     assert set(q.FIELDS) == set(QUEUE_FIELDS)
+
+
+def test_a_refusal_says_what_the_field_takes() -> None:
+    for data, words in [({"rate": "5"}, "must be a number"), ({"burst": "5"}, "must be an integer"),
+                        ({"rate": float("inf")}, "must be a finite number"),
+                        ({"max_backoff": float("nan")}, "must be a finite number")]:
+        with pytest.raises(ValidationError) as e:
+            q.parse_put(data)
+        assert words in str(e.value), data

@@ -266,3 +266,49 @@ def test_the_bytes_are_in_the_file_when_it_is_synced(tmp_path: Path, monkeypatch
     dsync._atomic_write(str(tmp_path / FILE), b'{"entries": []}')
     assert synced[0] == len(b'{"entries": []}')  # the file's, then the directory's
     assert len(synced) == 2
+
+
+def test_on_change_is_told_once_per_change_after_it_is_on_disk(tmp_path) -> None:
+    """settle() calls on_change once for each batch of changes (a load, a persisted
+    merge), never when nothing changed, and a failing on_change is logged, not raised."""
+    calls: list[int] = []
+    node = DefSync("a", str(tmp_path), lambda *a, **k: True, "tcp://a:1",
+                   monotonic=time.monotonic, resend=0.05, timeout=0.5,
+                   on_change=lambda: calls.append(1))
+    node.settle()
+    assert calls == []  # nothing changed yet
+    node.tick("a", 1, ("a",))  # takes office alone: a promise persisted
+    node.settle()
+    node.settle()
+    assert len(calls) == 1
+    node.write([("topic", "t", TOPIC)])
+    node.tick("a", 1, ("a",))  # nothing new
+    node.settle()
+    assert len(calls) == 2
+    node.settle()
+    assert len(calls) == 2
+    again = DefSync("a", str(tmp_path), lambda *a, **k: True, "tcp://a:1",
+                    monotonic=time.monotonic, resend=0.05, timeout=0.5,
+                    on_change=lambda: calls.append(2))
+    again.load()
+    again.settle()
+    assert calls[-1] == 2 and again.machine.get("topic", "t") == TOPIC
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    bad = DefSync("b", ":memory:", lambda *a, **k: True, "tcp://b:1",
+                  monotonic=time.monotonic, resend=0.05, timeout=0.5, on_change=broken)
+    bad.tick("b", 1, ("b",))
+    bad.settle()  # logged
+
+
+def test_a_merge_keeps_the_fields_it_does_not_name_and_a_null_drops_one() -> None:
+    node = DefSync("a", ":memory:", lambda *a, **k: True, "tcp://a:1",
+                   monotonic=time.monotonic, resend=0.05, timeout=0.5)
+    node.tick("a", 1, ("a",))
+    assert node.op("put", "queue", "q", {"rate": 5.0, "burst": 3})[0] == 200
+    status, body = node.op("merge", "queue", "q", {"burst": 10, "rate": None})
+    assert status == 200 and node.machine.get("queue", "q") == {"burst": 10}
+    node.op("merge", "queue", "q", {"max_attempts": 4})
+    assert node.machine.get("queue", "q") == {"burst": 10, "max_attempts": 4}

@@ -79,3 +79,12 @@ def test_topic_name_is_checked_like_a_schedule_name() -> None:
         with pytest.raises(ValidationError) as e:
             topics.topic_name(bad)
         assert e.value.field == "topic"
+
+
+def test_an_eta_is_on_the_clusters_clock_and_without_an_offset_on_ours() -> None:
+    """An eta names the cluster's clock: with no offset given (ours is the cluster's)
+    each task is due at the eta itself; with one, at eta - offset on ours."""
+    assert [t.eta for t in expand({"topic": "t", "eta": 50.0})] == [50.0, 50.0]
+    shifted = topics.expand({"topic": "t", "eta": 50.0}, URLS, path_queue=None,
+                            idempotency_key=None, limits=Limits(), now=1.0, offset=10.0)
+    assert [t.eta for t in shifted] == [40.0, 40.0]

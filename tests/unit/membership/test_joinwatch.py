@@ -27,3 +27,11 @@ def test_anything_heard_or_a_done_join_ends_the_silence():
 def test_a_node_without_seeds_never_warns():
     w = JoinWatch((), 0.0)
     assert all(w.check(True, t) is None for t in (10.0, 100.0))
+
+
+def test_by_default_silence_is_reported_after_five_seconds_then_every_five():
+    w = JoinWatch(SEEDS, 0.0)
+    assert w.check(True, 4.9) is None
+    assert w.check(True, 5.0) == Unanswered(SEEDS, 5.0)
+    assert w.check(True, 9.9) is None
+    assert w.check(True, 10.0) == Unanswered(SEEDS, 10.0)

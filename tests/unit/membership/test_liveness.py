@@ -170,3 +170,15 @@ def test_a_new_leadership_starts_with_no_evidence():
     live.lead(IDS, 1.0)  # leading again (a later term)
     assert live.contact == {} and live.hears(IDS, 1.0) == {"a"}
     assert not live.silent("b", 4.0) and live.silent("b", 4.01)  # counted from the new lead
+
+
+def test_the_last_words_of_the_32_latest_removed_members_are_kept():
+    """A removed member's last receipt stays for whoever shows it as down (silence()),
+    for the 32 latest removed; one never heard from leaves none."""
+    live = leader()
+    for i in range(40):
+        live.heard[f"m{i}"] = float(i)
+        live.removed(f"m{i}")
+    live.removed("never-heard")
+    assert live.last_words == {f"m{i}": float(i) for i in range(8, 40)}
+    assert not any(f"m{i}" in live.heard for i in range(40))

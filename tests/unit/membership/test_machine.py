@@ -162,3 +162,19 @@ def test_a_candidate_whose_clock_goes_off_gives_up_its_election():
         grant = payload(wire.nodes[n], Verb.VOTE, granted=True, pre=True, fresh=False)
         assert recv(b, n, Verb.VOTE, grant, t) == []
     assert b.role == "follower" and not b.is_leader
+
+
+@pytest.mark.timeout(10)
+def test_unanswered_vote_requests_are_sent_again_once_a_heartbeat_interval():
+    """A pre-vote whose requests are lost is asked again a heartbeat interval later (not
+    at every tick before, not never), to those that have not answered."""
+    wire, now = cluster_of("a", "b", "c")
+    b = wire.nodes["b"]
+    t = now
+    while Verb.VOTE_REQUEST not in verbs(first := tick(b, t)):  # the leader went silent
+        t += 0.05
+        assert t < now + 10
+    assert sorted(s.to for s in first) == ["a", "c"]
+    assert tick(b, t + 0.1) == [] and tick(b, t + T.heartbeat_interval - 0.01) == []
+    again = tick(b, t + T.heartbeat_interval)
+    assert verbs(again) == [Verb.VOTE_REQUEST] * 2 and sorted(s.to for s in again) == ["a", "c"]

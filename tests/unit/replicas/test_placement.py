@@ -35,6 +35,23 @@ def test_unnamed_tasks_round_robin_over_the_ring():
     assert replication.place(ring, 2, _task(), 2) == ("c", "a")
 
 
+def test_an_unnamed_tasks_first_copy_stays_on_the_enqueuing_node():
+    """``first`` (the node that took the enqueue) holds copy 0, the rest follow the
+    cursor's order; a ``first`` outside the ring (not a member yet) changes nothing."""
+    ring = ("a", "b", "c", "d")
+    assert replication.place(ring, 3, _task(), 1, first="d") == ("d", "b", "c")
+    assert replication.place(ring, 2, _task(), 1, first="b") == ("b", "c")
+    assert replication.place(ring, 4, _task(), 0, first="c") == ("c", "a", "b", "d")
+    assert replication.place(ring, 3, _task(), 1, first="x") == ("b", "c", "d")
+    assert replication.place(ring, 3, _task(), 1, first=None) == ("b", "c", "d")
+    # in one zone, every member is a second choice: still each holds one copy at most
+    one_zone = {m: "z" for m in ring}
+    assert replication.place(ring, 4, _task(), 0, one_zone, first="b") == ("b", "a", "c", "d")
+    # a named task's set is the name's, wherever it was enqueued
+    assert replication.place(ring, 2, _task("n"), 1, first="d") == \
+        replication.place(ring, 2, _task("n"), 1)
+
+
 def test_named_tasks_meet_on_the_same_members_whatever_the_cursor():
     ring = ("a", "b", "c", "d")
     placements = {replication.place(ring, 2, _task("order-17"), c) for c in range(10)}

@@ -193,6 +193,28 @@ def test_a_claimed_answer_holds_the_copy_and_it_asks_again():
     assert not go and sends(effects, m.Ask)  # still must ask
 
 
+def test_an_answer_from_an_older_round_counts_nothing_once_the_copy_asks_again():
+    """A copy that stood down and asked again waits for the new round's answers: a GO
+    of the round before (delayed on the way) may come from a hold already over."""
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    first = s.asking["t1"].round
+    recv(s, "b", ans(s, m.CLAIMED, lease=40.0), None, 110.1)
+    assert recv(s, "c", ans(s, m.GO), None, 110.2) == [fx.Update("t1", at=150.2, how=fx.Move.LATER)]
+    go, effects = fire(s, task(fire_at=150.2), 150.2, 30.0)
+    asks = sends(effects, m.Ask)
+    assert not go and set(asks) == {"b", "c"} and asks["b"].n != first
+    assert recv(s, "b", m.Answer("t1", m.GO, n=first), None, 150.3) == []  # the old round
+    assert recv(s, "c", ans(s, m.GO), None, 150.4) == []  # b's answer is still awaited
+    assert recv(s, "b", ans(s, m.GO), None, 150.5) == [fx.Fire("t1")]
+    # an old round's end is a fact, though: it stands the copy down whatever the round
+    s = machine()
+    fire(s, task(), 110.0, 30.0)
+    old = m.Answer("t1", m.ENDED, n=s.asking["t1"].round + 7, state="succeeded", attempts=1)
+    assert recv(s, "c", old, None, 110.1) == [
+        fx.Update("t1", state=State.SUCCEEDED, attempts=1, last=None)]
+
+
 def test_rehomed_answer_drops_a_copy_that_is_no_longer_ours():
     s = machine()
     fire(s, task(), 110.0, 30.0)
@@ -1305,6 +1327,20 @@ def test_the_checker_catches_a_lease_not_told_to_the_siblings(monkeypatch):
     with pytest.raises(SafetyViolation, match="long lease"):
         for seed in range(60):
             random_run(seed, long_rate=0.3)
+
+
+def test_an_ask_read_before_our_copy_holds_it_once_stored_unless_just_after_a_stall():
+    """STORE and ASK travel apart: an ASK for a copy not stored here yet is answered
+    UNKNOWN and noted as a hold, replayed once our copy is stored; read right after a
+    stall of our own, it is noted as nothing (its asker may have given up long ago)."""
+    s = machine(me="b")
+    tick(s, 100.01, True)
+    answer = sends(recv(s, "a", m.Ask("t1", 0, n=1), None, 100.02), m.Answer)["a"]
+    assert answer.verdict == m.UNKNOWN
+    assert stored(s, "t1", 100.03) == [("a", m.Claim("t1", 0, T.ask_lease))]
+    s = machine(me="b")
+    answer = sends(recv(s, "a", m.Ask("t1", 0, n=1), None, 110.0), m.Answer)["a"]  # a stall
+    assert answer.verdict == m.UNKNOWN and stored(s, "t1", 110.1) == []
 
 
 def test_a_held_claim_outlives_its_claimers_restart():

@@ -1,0 +1,35 @@
+"""The sibling protocol's messages (miyamoto.replicas.messages) at their bounds, through
+the real encoding and the typed decoder, as a peer reads them."""
+
+from __future__ import annotations
+
+import pytest
+
+from miyamoto.replicas import messages as m
+from miyamoto.wire import messages as wm
+from miyamoto.wire import verbs as protocol
+from miyamoto.wire.verbs import DecodeError
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def wire(msg: object) -> object:
+    verb, payload = protocol.decode(protocol.encode(msg.verb, msg.payload()))
+    return wm.decode(verb, payload)
+
+
+def test_a_handoff_names_at_most_ten_thousand_copies() -> None:
+    """A stopping node hands its copies over in chunks; a HANDOFF naming more than
+    10,000 is refused whole (a peer's bytes), one of 10,000 is read."""
+    full = m.Handoff(tuple((f"t{i}", 1.5) for i in range(10_000)))
+    assert wire(full) == full
+    with pytest.raises(DecodeError):
+        wire(m.Handoff(full.tasks + (("one-more", 1.0),)))
+
+
+def test_a_lease_of_up_to_thirty_days_is_read_and_a_longer_one_refused() -> None:
+    claim = m.Claim("t1", 2, 30 * 86400.0)
+    assert wire(claim) == claim
+    for bad in (30 * 86400.0 + 1, -1.0):
+        with pytest.raises(DecodeError):
+            wire(m.Claim("t1", 2, bad))
