@@ -90,6 +90,9 @@ _JOURNAL = [["tests/unit/store/test_journal.py"], ["tests/unit/store/test_journa
 _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
                    ["tests/unit/delivery/test_fairness.py"],
                    ["tests/unit/delivery/test_breaker.py"], ["tests/unit/delivery/test_flow.py"]]
+# the engine driven through its door on real journals (~4 s in one run)
+_ENGINE_UNITS = [f"tests/unit/engine/test_engine_{n}.py"
+                 for n in ("store", "replace", "leases", "expiry", "browse", "oldest_due")]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
     "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],
@@ -162,10 +165,15 @@ MODULES: dict[str, list[list[str]]] = {
                                   ["tests/unit/cluster/test_queries.py"]],
     "miyamoto/engine/history.py": [["tests/unit/engine/test_history.py"],
                                    ["tests/unit/cluster/test_queries.py"]],
-    "miyamoto/engine/window.py": [["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
-    "miyamoto/engine/engine.py": [["tests/unit/delivery/test_retry.py"],
+    "miyamoto/engine/window.py": [["tests/unit/engine/test_window.py"], _ENGINE_UNITS,
+                                  *_CLUSTER_SIM],
+    "miyamoto/engine/engine.py": [_ENGINE_UNITS, ["tests/unit/delivery/test_retry.py"],
                                   ["tests/unit/store/test_journal_failure.py"],
-                                  ["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
+                                  ["tests/unit/engine/test_window.py"],
+                                  ["tests/unit/cluster/test_queries.py"], *_CLUSTER_SIM],
+    "miyamoto/engine/expiry.py": [["tests/unit/engine/test_engine_expiry.py"], _ENGINE_UNITS],
+    "miyamoto/engine/queues.py": [["tests/unit/engine/test_queues.py"],
+                                  ["tests/unit/cluster/test_queuesettings.py"], _ENGINE_UNITS],
     # delivery/
     "miyamoto/delivery/dispatch.py": [["tests/unit/delivery/test_dispatch.py"],
                                       ["tests/unit/delivery/test_fairness.py"]],
@@ -187,14 +195,21 @@ MODULES: dict[str, list[list[str]]] = {
                                         ["tests/unit/delivery/test_targets.py"]],
     "miyamoto/delivery/targets.py": [["tests/unit/delivery/test_targets.py"],
                                      ["tests/unit/delivery/test_httpclient.py"]],
-    # cluster/: the I/O layer and its helpers run only in the composed simulator here
+    "miyamoto/delivery/completion.py": [["tests/unit/delivery/test_completion.py"],
+                                        ["tests/unit/engine/test_engine_leases.py"]],
+    "miyamoto/delivery/egress.py": [["tests/unit/delivery/test_egress.py"]],
+    # cluster/: each helper's own unit tests first; the I/O layer and the coordinator
+    # run in the composed simulator
     "miyamoto/cluster/clocks.py": [["tests/unit/cluster/test_clocks.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/clockmessages.py": _CLUSTER_SIM,
+    "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
+                                          *_CLUSTER_SIM],
     "miyamoto/cluster/layer.py": _CLUSTER_SIM,
     "miyamoto/cluster/coordinator.py": _CLUSTER_SIM,
-    "miyamoto/cluster/requests.py": _CLUSTER_SIM,
-    "miyamoto/cluster/queries.py": [["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/requests.py": [["tests/unit/cluster/test_requests.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/queries.py": [["tests/unit/cluster/test_queries.py"],
+                                    ["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings.py"]],
+    "miyamoto/cluster/joinlog.py": [["tests/unit/cluster/test_joinlog.py"]],
     # http/
     "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
     "miyamoto/http/head.py": [["tests/unit/http/test_head.py"], ["tests/unit/http/test_server.py"]],
