@@ -92,7 +92,8 @@ _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
                    ["tests/unit/delivery/test_breaker.py"], ["tests/unit/delivery/test_flow.py"]]
 # the engine driven through its door on real journals (~4 s in one run)
 _ENGINE_UNITS = [f"tests/unit/engine/test_engine_{n}.py"
-                 for n in ("store", "replace", "leases", "expiry", "browse", "oldest_due")]
+                 for n in ("store", "replace", "remote", "leases", "expiry", "browse",
+                           "oldest_due")]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
     "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],

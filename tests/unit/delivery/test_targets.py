@@ -111,6 +111,22 @@ def test_endpoints_exact_and_wildcard():
     assert g.check_literal("10.9.9.8", 6000) is None
 
 
+def test_every_localhost_name_is_loopback_when_checking_the_clusters_own_endpoints():
+    # RFC 6761: localhost and every name under it resolve to loopback, whatever a
+    # resolver says, so each is this node's own port, checked before any lookup
+    g = TargetGuard(endpoints=lambda: [("127.0.0.1", 8088), ("[::1]", 6000)])
+    for host in ("localhost", "LOCALHOST.", "app.localhost", "a.b.localhost."):
+        assert "cluster-endpoint" in (g.check_literal(host, 8088) or ""), host
+        assert "cluster-endpoint" in (g.check_literal(host, 6000) or ""), host
+        assert g.check_literal(host, 8089) is None, host
+    # a name that only looks like it is an ordinary name, checked at connect
+    for host in ("localhost.example.com", "notlocalhost", "localhostx"):
+        assert g.check_literal(host, 8088) is None, host
+    # and a configured deny of loopback covers them the same way
+    d = TargetGuard(deny=["127.0.0.0/8", "::1/128"])
+    assert "target_deny" in (d.check_literal("svc.localhost", 80) or "")
+
+
 def test_member_endpoints_and_endpoints_read_on_each_check():
     own: list[tuple[str, int]] = []
     g = TargetGuard(endpoints=lambda: own)
