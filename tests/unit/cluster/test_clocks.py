@@ -135,8 +135,8 @@ def test_a_node_without_a_majority_of_estimates_is_not_placed():
 
 def test_a_sample_is_used_for_sixty_seconds_inclusive():
     c = PeerClocks(max_skew=1.0)
-    c.sample("b", 99.5, 130.0, 100.0)  # +30 s (+- 0.25), read at 100
-    assert c.estimate("b", 160.0).offset == pytest.approx(30.0)  # first read: 60 s old
+    c.sample("b", 99.5, 130.0, 100.0)  # +30.25 s (+- 0.25), read at 100
+    assert c.estimate("b", 160.0).offset == pytest.approx(30.25)  # first read: 60 s old
     d = PeerClocks(max_skew=1.0)
     d.sample("b", 99.5, 130.0, 100.0)
     assert d.estimate("b", 160.5) is None  # older than 60 s: not used
