@@ -8,6 +8,7 @@ ways out; the proxy's password shows in no error."""
 from __future__ import annotations
 
 import base64
+import shutil
 from dataclasses import dataclass, field
 
 import gevent
@@ -125,6 +126,24 @@ def test_a_queues_certificate_opens_a_target_that_requires_one(pki, servers):
         _post(c, url, Egress(ca_bundle=pki["ca"].cert))
     assert target.peers == ["queue-client"]
     assert target.connections == 3  # each way out its own connection, never the pooled one
+    c.close()
+
+
+def test_a_queues_tls_context_is_built_once_and_kept_beside_the_others(pki, servers,
+                                                                      tmp_path):
+    cert, key = tmp_path / "a.pem", tmp_path / "a.key"
+    shutil.copy(pki["client"].cert, cert)
+    shutil.copy(pki["client"].key, key)
+    one, two = servers("target", _mtls(pki)), servers("target", _mtls(pki))
+    c = HTTPClient(guard=TargetGuard())
+    a = Egress(str(cert), str(key), pki["ca"].cert)
+    b = Egress(pki["client"].cert, pki["client"].key, pki["ca"].cert)
+    assert _post(c, f"https://127.0.0.1:{one.port}/hook", a).status == 200
+    assert _post(c, f"https://127.0.0.1:{one.port}/hook", b).status == 200
+    cert.unlink()
+    key.unlink()  # queue a's files are gone: its context, built already, still serves
+    assert _post(c, f"https://127.0.0.1:{two.port}/hook", a).status == 200
+    assert two.peers == ["queue-client"]
     c.close()
 
 
