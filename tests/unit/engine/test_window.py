@@ -189,6 +189,31 @@ def test_pinned_copies_stay_in_memory_untimed_until_released(parts):
 
 
 @pytest.mark.timeout(30)
+def test_a_running_copy_is_in_memory_but_untimed_until_it_is_scheduled_again(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    w.fill()
+    t = task(1, clock.now + 1)
+    store(journal, w, t)
+    assert scheduled(sched) == [t.id]
+    w[t.id] = t.evolve(state=State.RUNNING)  # its attempt started: no timer fires it again
+    assert t.id in w.mem and scheduled(sched) == []
+    w[t.id] = t.evolve(fire_at=clock.now + 5)  # a retry: timed again
+    assert scheduled(sched) == [t.id]
+
+
+@pytest.mark.timeout(30)
+def test_popping_an_unknown_copy_raises_unless_a_default_is_given(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    with pytest.raises(KeyError):
+        w.pop("t09999")
+    assert w.pop("t09999", None) is None
+    store(journal, w, task(1, clock.now + 3600))  # only in the journal
+    assert w.pop("t00001").id == "t00001"
+
+
+@pytest.mark.timeout(30)
 def test_pages_walks_every_live_copy_once(parts):
     journal, clock, sched, make = parts
     w = make()
