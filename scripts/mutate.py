@@ -93,7 +93,7 @@ _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
 # the engine driven through its door on real journals (~4 s in one run)
 _ENGINE_UNITS = [f"tests/unit/engine/test_engine_{n}.py"
                  for n in ("store", "replace", "remote", "leases", "expiry", "browse",
-                           "oldest_due")]
+                           "oldest_due", "traces")]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
     "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],
@@ -205,7 +205,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
                                           *_CLUSTER_SIM],
     "miyamoto/cluster/layer.py": _CLUSTER_SIM,
-    "miyamoto/cluster/coordinator.py": _CLUSTER_SIM,
+    "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py"],
+                                        *_CLUSTER_SIM],
     "miyamoto/cluster/requests.py": [["tests/unit/cluster/test_requests.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/queries.py": [["tests/unit/cluster/test_queries.py"],
                                     ["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
