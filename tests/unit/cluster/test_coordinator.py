@@ -6,6 +6,7 @@ whole composed layer under faults is tests/sim/cluster_sim.py."""
 
 from __future__ import annotations
 
+import sqlite3
 from contextlib import ExitStack
 from typing import Iterator
 
@@ -175,3 +176,18 @@ def test_a_stopping_node_moves_its_lone_copies_to_a_peer(pair) -> None:
     assert a.engine.get("t1") is None
     moved = b.engine.get("t1")
     assert moved.replicas == ("b",) and moved.replica == 0 and moved.state == State.SCHEDULED
+
+
+def test_our_own_journal_refusing_fails_the_enqueue_and_undoes_the_others(monkeypatch) -> None:
+    with ExitStack() as stack:
+        a = Node("a", stack, ("a", "b"), replication=2, min_replicas=1)
+        b = Node("b", stack, ("a", "b"), replication=2, min_replicas=1)
+        a.peers["b"], b.peers["a"] = b, a
+
+        def disk_error(*args):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(a.engine.journal, "_commit", disk_error)
+        with pytest.raises(Unavailable):  # a 503, though b stored its copy
+            a.coordinator.enqueue(_task())
+        assert ("b", m.Cancel("t1", abort=True)) in a.members.sent
