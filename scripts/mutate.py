@@ -204,7 +204,7 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/clocks.py": [["tests/unit/cluster/test_clocks.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
                                           *_CLUSTER_SIM],
-    "miyamoto/cluster/layer.py": _CLUSTER_SIM,
+    "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py"],
                                         *_CLUSTER_SIM],
     "miyamoto/cluster/requests.py": [["tests/unit/cluster/test_requests.py"], *_CLUSTER_SIM],
