@@ -200,6 +200,8 @@ def test_a_running_copy_is_in_memory_but_untimed_until_it_is_scheduled_again(par
     assert t.id in w.mem and scheduled(sched) == []
     w[t.id] = t.evolve(fire_at=clock.now + 5)  # a retry: timed again
     assert scheduled(sched) == [t.id]
+    w[t.id] = t.evolve(fire_at=clock.now + 600)  # pushed beyond the window: untimed
+    assert w.mem == {} and scheduled(sched) == []
 
 
 @pytest.mark.timeout(30)
