@@ -16,7 +16,7 @@ from miyamoto.cluster.requests import Requests
 from miyamoto.delivery import completion
 from miyamoto.engine import browse, history
 from miyamoto.engine.engine import Engine
-from miyamoto.errors import Conflict
+from miyamoto.errors import Conflict, Unavailable
 from miyamoto.tasks import options, redact
 from miyamoto.tasks.task import ENDED, HISTORY_MAX, State, Task
 from miyamoto.wire import checks
@@ -46,6 +46,19 @@ def summary_ok(s: Any) -> bool:
     """A task summary from a peer with the fields we sort and pick by, well typed."""
     return (isinstance(s, dict) and isinstance(s.get("id"), str) and s.get("state") in _ORDER
             and type(s.get("attempts")) is int and type(s.get("replica")) is int)
+
+
+def attempt_over(t: Task | None, run: int, attempt: int) -> bool:
+    """Whether copy ``t``, which does not hold the accepted ``attempt`` of ``run``,
+    knows that attempt is over: it ended, heard of the attempt's end (its attempts
+    counted it) or of a later run. A sibling's waiting copy knows nothing (a CLAIM
+    carries no attempts): its 409 told a worker whose node was down to drop a report
+    that was still due, and the task ran again after the lease."""
+    if t is None:
+        return False
+    if t.reruns != run:
+        return t.reruns > run
+    return t.state.ended or t.attempts >= attempt
 
 
 def pick(results: list[Any]) -> dict[str, Any] | None:
@@ -199,14 +212,27 @@ class Queries:
         return self._held("heartbeat", args, lambda: self.engine.heartbeat(grant, lease))
 
     def _held(self, op: str, args: dict, local: Callable[[], Task]) -> dict[str, Any] | None:
-        """``local`` here if our copy holds the attempt, else ``op`` on the peers."""
+        """``local`` here if our copy holds the attempt, else ``op`` on the peers.
+        Unavailable (503, try again) when no node could say and a copy still waits
+        (ours, or a peer's ``waiting``): the attempt's holder is down or cut off, its
+        worker's report still due."""
         results: list[Any] = []
+        waiting = False
         try:
             return local().summary()
         except Conflict as e:
-            if self.engine.get(args["id"]) is not None:  # ours is not the accepted copy
+            mine = self.engine.get(args["id"])
+            if attempt_over(mine, args["run"], args["attempt"]):
                 results.append({"conflict": str(e)})
-        return pick([*results, *self.ask(op, args).values()])
+            waiting = mine is not None and not mine.state.ended
+        answers = list(self.ask(op, args).values())
+        waiting = waiting or any(isinstance(r, dict) and r.get("waiting") is True
+                                 for r in answers)
+        found = pick([*results, *answers])
+        if found is None and waiting:
+            raise Unavailable("the node holding this attempt did not answer: report again "
+                              "in a moment")
+        return found
 
     def serve_held(self, op: str, args: dict) -> dict[str, Any] | None:
         """A peer's ``complete`` or ``heartbeat``: only our own copy is tried."""
@@ -224,7 +250,10 @@ class Queries:
         except completion.ReportError as e:
             raise DecodeError(str(e)) from e
         except Conflict as e:
-            return {"conflict": str(e)} if self.engine.get(grant.task_id) else None
+            mine = self.engine.get(grant.task_id)
+            if attempt_over(mine, grant.run, grant.attempt):
+                return {"conflict": str(e)}
+            return {"waiting": True} if mine is not None and not mine.state.ended else None
 
     # ------------------------------------------------------------ queues
     def find_name(self, queue: str, name: str) -> str | None:

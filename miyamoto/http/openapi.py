@@ -653,7 +653,9 @@ _TOKEN = {"name": "token", "in": "query", "required": True,
           "schema": {"type": "string", "maxLength": 200}}
 _COMPLETION = {"403": _answer("the token is missing, forged, for another task or expired"),
                "409": _answer("the attempt is over: reported, its lease ran out, or the "
-                              "task ended")}
+                              "task ended"),
+               "503": _answer("the node holding the attempt did not answer (down or cut "
+                              "off): report again in a moment")}
 
 _PATHS: dict[str, Any] = {
     "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY, _TRACEPARENT])},

@@ -30,21 +30,27 @@ def _last(d: dict) -> dict | None:
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Copy ``replica`` starts a delivery (its siblings said ``go``): hold yours off
-    for ``lease`` seconds from now.
+    for ``lease`` seconds from now. ``held``: a worker holds the task (a long task's
+    202 or heartbeat), so the claim outlives its claimer's process: a restart of the
+    claimer does not end the worker's lease.
     Times between nodes travel as durations, so the receiver's clock is the only one
     that matters."""
     id: str
     replica: int
     lease: float
+    held: bool = False
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
-        return {"id": self.id, "replica": self.replica, "lease": self.lease}
+        d = {"id": self.id, "replica": self.replica, "lease": self.lease}
+        if self.held:  # left out otherwise: what a peer without the field sends
+            d["held"] = True
+        return d
 
     @classmethod
     def from_payload(cls, d: dict) -> "Claim":
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
-                   _seconds(d, "lease"))
+                   _seconds(d, "lease"), c.boolean(d, "held", False))
 
 
 @message(Verb.RETRY)

@@ -53,17 +53,26 @@ def plan_restores(me: str, members: frozenset[str], lost: frozenset[str] | set[s
 
 
 def restored(me: str, r: Restore, now_copy: Task | None,
-             lease: float) -> list[SetReplicas | Send]:
+             lease: float, now: float) -> list[SetReplicas | Send]:
     """The new copies are stored: switch to the new replica set, tell the old holders,
     and tell the new ones what happened to the task while they were being stored
-    (``lease``: a running copy's claim, its attempt's deadline plus the claim lease)."""
+    (``lease``: a running copy's claim, its attempt's deadline plus the claim lease).
+    An attempt that ended in a retry meanwhile is news too: its RETRY went to the old
+    holders only, and a new copy made from the running one fired at once and delivered
+    that attempt again, early (retry_delays [1, 3] under kill -9: the worker saw the
+    second attempt twice, 0.9 s apart)."""
     new_holders = {c.replicas[c.replica] for c in r.copies}
     effects: list[SetReplicas | Send] = [SetReplicas(r.id, r.replicas)]
     effects += [Send(h, m.Replicas(r.id, r.replicas)) for h in r.replicas
                 if h != me and h not in new_holders]
-    news: m.Claim | m.Done | m.Failed | m.Cancel | None = None
-    if now_copy is not None and now_copy.state == State.RUNNING:
-        news = m.Claim(r.id, now_copy.replica, lease)
+    news: m.Claim | m.Done | m.Failed | m.Cancel | m.Retry | None = None
+    if now_copy is not None and now_copy.state == State.SCHEDULED and \
+            any(c.attempts < now_copy.attempts for c in r.copies):
+        attempt = now_copy.history[-1] if now_copy.history else None
+        news = m.Retry(r.id, now_copy.replica, max(0.0, now_copy.fire_at - now),
+                       now_copy.attempts, now_copy.last, attempt)
+    elif now_copy is not None and now_copy.state == State.RUNNING:
+        news = m.Claim(r.id, now_copy.replica, lease, held=now_copy.accepted > 0)
     elif now_copy is not None and now_copy.state == State.SUCCEEDED:
         news = m.Done(r.id, now_copy.attempts, now_copy.last)
     elif now_copy is not None and now_copy.state in (State.FAILED, State.EXPIRED):

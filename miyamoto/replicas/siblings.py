@@ -74,7 +74,10 @@ Members lost, stale views
     stopped for 10 s got every task twice when the claims went with the roster entry).
     A member seen again under a new incarnation restarted: its earlier claims are void
     and the copies they held fire again at their distance from now, so a kill -9 and a
-    restart cost no wait; one that never comes back costs at most one lease. None of that
+    restart cost no wait; one that never comes back costs at most one lease. Not a
+    ``held`` claim (a long task's 202 or heartbeat): its worker still works, and the
+    restarted holder reloads the accepted attempt and its lease's end (a restart that
+    voided it delivered the task again 5 s before the lease ended). None of that
     happens while this node is out of contact: a node back from a pause acts on nothing until it hears a majority. When this
     node itself is dropped, every copy it holds must ask before it delivers, since the
     others re-home its tasks meanwhile.
@@ -140,6 +143,7 @@ class _Claim:
     theirs: int   # the claimer's replica index
     until: float  # our clock
     inc: str = ""  # the claimer's incarnation when we noted it ("": not known)
+    held: bool = False  # a worker holds the task (a long task's lease): kept on a restart
     full: float = 0.0  # an ack's hold: its attempt's whole lease, should the asker be lost
 
 
@@ -224,7 +228,7 @@ class Siblings:
                     self.must_ask)))
             case Restored(plan, copy, deadline):
                 return Ready(tuple(restore.restored(self.me, plan, copy,
-                                                    deadline + self.t.claim_lease)))
+                                                    deadline + self.t.claim_lease, now)))
             case Stopping(copies):
                 sends, lone = restore.handoff_plan(self.me, self.members, copies, now)
                 return Ready(tuple(sends) + ((MoveLone(tuple(lone)),) if lone else ()))
@@ -360,7 +364,8 @@ class Siblings:
         most one lease."""
         effects: list[Effect] = []
         for task_id, cl in list(self.claims.items()):
-            if cl.claimer not in restarted or cl.inc == self.incarnations.get(cl.claimer):
+            if cl.claimer not in restarted or cl.inc == self.incarnations.get(cl.claimer) \
+                    or cl.held:
                 continue
             del self.claims[task_id]
             t = copies.get(task_id)
@@ -426,7 +431,7 @@ class Siblings:
         self.claiming.pop(t.id, None)  # this CLAIM replaces the attempt's own
         if t.state != State.RUNNING:
             return []
-        claim = m.Claim(t.id, t.replica, lease + self.t.claim_lease)
+        claim = m.Claim(t.id, t.replica, lease + self.t.claim_lease, held=True)
         return [Send(r, claim) for r in self._live_siblings(t)]
 
     def _fold(self, t: Task, now: float, lease: float) -> int:
@@ -533,7 +538,8 @@ class Siblings:
         n = len(t.replicas)
         self.cleared.pop(t.id, None)
         if 0 <= msg.replica < n:
-            self._note_claim(t.id, _Claim(t.replicas[msg.replica], msg.replica, now + msg.lease))
+            self._note_claim(t.id, _Claim(t.replicas[msg.replica], msg.replica, now + msg.lease,
+                                          held=msg.held))
             return []
         at = replication.sibling_fire_at(now + msg.lease, t.replica, msg.replica, n,
                                          self.t.offset)

@@ -8,7 +8,8 @@ message to a peer that is not connected fails at once (``send`` returns False)
 instead of queueing forever. The protocol state machines decide what to retry.
 
 A peer's bytes are untrusted. Everything that arrives goes through
-``parse_frames`` (identity, verb, JSON object, stamp, or ``DecodeError``); malformed
+``parse_frames`` (identity, verb, JSON object, stamp, or ``DecodeError``), its payload
+decoded only once its key and freshness are checked; malformed
 messages are counted, logged at warning level (rate-limited) and dropped.
 ``MAXMSGSIZE`` keeps a garbage peer from making libzmq allocate gigabytes. Every frame
 carries its sender's incarnation and a sequence number, and one that is not fresh (a
@@ -96,6 +97,7 @@ MAX_PROVEN = 4096  # connections whose proof was checked, remembered (oldest fir
 FRAMES = 4  # identity, verb, payload, stamp
 
 OnMessage = Callable[[str, Verb, dict[str, Any], str], None]
+_VERBS = frozenset(v.value for v in Verb)  # a stale frame's verb, counted before decoding
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,9 @@ class TransportStats:
         self.messages[key] = self.messages.get(key, 0) + 1
 
 
-def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any], tuple[int, int]]:
-    """[identity, verb, payload, stamp] from the ROUTER -> (sender id, verb, payload,
-    (boot, seq)) (the stamp: ``miyamoto.wire.freshness``).
+def parse_head(frames: list[bytes]) -> tuple[str, tuple[int, int]]:
+    """[identity, verb, payload, stamp] from the ROUTER -> (sender id, (boot, seq)), the
+    parts checked before the payload is decoded (who sent it, and whether it is fresh).
 
     Raises DecodeError for anything else. Identities that start with a zero
     byte are the ones libzmq makes up for peers that set none: not a node.
@@ -173,7 +175,14 @@ def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any], tuple[
         sender = identity.split(b"\x00", 1)[0].decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError(f"identity is not utf-8: {identity[:32]!r}") from None
-    boot_seq = read_stamp(frames[3])
+    return sender, read_stamp(frames[3])
+
+
+def parse_frames(frames: list[bytes]) -> tuple[str, Verb, dict[str, Any], tuple[int, int]]:
+    """[identity, verb, payload, stamp] from the ROUTER -> (sender id, verb, payload,
+    (boot, seq)) (the stamp: ``miyamoto.wire.freshness``). Raises DecodeError for
+    anything else."""
+    sender, boot_seq = parse_head(frames)
     verb, payload = protocol.decode([frames[1], frames[2]])
     return sender, verb, payload, boot_seq
 
@@ -490,15 +499,15 @@ class Transport:
         return True
 
     def _handle(self, frames: list[bytes], count: int, first: zmq.Frame) -> None:
+        """One message: its sender, key and freshness are checked before its payload is
+        decoded, so bytes from a connection without the cluster's proof, or a replay, are
+        never parsed as JSON."""
         try:
             if count != len(frames):
                 raise DecodeError(f"expected {FRAMES} frames with the identity, got {count}")
-            sender, verb, payload, (boot, seq) = parse_frames(frames)
+            sender, (boot, seq) = parse_head(frames)
         except Exception as e:  # DecodeError, or anything else a peer's bytes provoke
-            self.stats.dropped += 1
-            self.stats.count("invalid", "dropped")
-            self._warn.warning("dropped malformed message from %s (identity %r): %s",
-                               _peer_address(first), frames[0][:64], e)
+            self._malformed(frames, first, e)
             return
         key = self._key_of(frames[0], first) if self.curve is not None else ""
         if key is None:
@@ -507,10 +516,16 @@ class Transport:
         # own entry (without keys, insecure, anyone may speak as anyone anyway)
         verdict = self._fresh.check((sender, key), frames[0], boot, seq)
         if verdict is not Verdict.FRESH:
+            name = bytes(frames[1][:32]).decode("utf-8", "replace")
             self.stats.stale += 1
-            self.stats.count(verb.value, "stale")
+            self.stats.count(name if name in _VERBS else "invalid", "stale")
             self._warn.warning("dropped %s from %r: %s (incarnation %d, sequence %d)",
-                               verb.value, sender[:64], verdict.value, boot, seq)
+                               name, sender[:64], verdict.value, boot, seq)
+            return
+        try:
+            verb, payload = protocol.decode([frames[1], frames[2]])
+        except Exception as e:  # DecodeError, or anything else a peer's bytes provoke
+            self._malformed(frames, first, e)
             return
         self.stats.received += 1
         self.stats.count(verb.value, "received")
@@ -519,6 +534,12 @@ class Transport:
         except Exception:
             self.stats.handler_errors += 1
             log.exception("on_message failed for %s from %s", verb.value, sender)
+
+    def _malformed(self, frames: list[bytes], first: zmq.Frame, e: Exception) -> None:
+        self.stats.dropped += 1
+        self.stats.count("invalid", "dropped")
+        self._warn.warning("dropped malformed message from %s (identity %r): %s",
+                           _peer_address(first), frames[0][:64], e)
 
     def _key_of(self, identity: bytes, first: zmq.Frame) -> str | None:
         """The key this message's connection authenticated with, if its routing id

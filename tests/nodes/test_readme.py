@@ -49,6 +49,9 @@ SKIPPED = {
         "cluster.example.ini's fixed ports; `status` runs below against this node",
     ".venv/bin/python scripts/chaos.py pause": "minutes of faults on three nodes",
     ".venv/bin/python scripts/chaos.py kill": "minutes of faults on three nodes",
+    ".venv/bin/python scripts/features_kill9.py": "minutes of kill -9 on three nodes "
+                                                  "(tests/nodes/test_features_kill9.py runs "
+                                                  "three of its scenarios)",
     "sudo .venv/bin/python scripts/partition.py all": "needs root (network namespaces)",
     ".venv/bin/python scripts/mutate.py -m siblings -m retry --budget 900": "a 15-min run",
     ".venv/bin/python scripts/mutate.py --package replicas --budget 1800": "a 30-min run",

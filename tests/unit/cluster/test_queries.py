@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import ujson
 
-from miyamoto.cluster.queries import COPIES_PREFIX, IDS_FLAG, IDS_PREFIX, Queries
+from miyamoto.cluster.queries import COPIES_PREFIX, IDS_FLAG, IDS_PREFIX, Queries, attempt_over
+from miyamoto.delivery import completion
 from miyamoto.engine import browse
 from miyamoto.engine.engine import Stats
+from miyamoto.errors import Conflict, Unavailable
 from miyamoto.tasks import redact
 from miyamoto.tasks.task import State, Task
 from miyamoto.wire.verbs import DecodeError
@@ -164,3 +167,35 @@ def test_rates_add_up_over_the_cluster_or_are_one_node_s() -> None:
     assert queries(eng, {}).rates(60, 1, "b") is None  # b did not answer
     assert queries(eng, {"z": theirs}).rates(60, 1, "z") is None  # not a member
     assert queries(eng, {}).serve("rates", {"seconds": 60, "step": 1})["delivered"][-1] == 1
+
+
+class WaitingEngine(TaskEngine):
+    """A node whose copy of the task is not the one that holds the accepted attempt."""
+
+    def complete(self, grant, report):
+        raise Conflict("this attempt is over")
+
+
+def test_a_report_no_node_can_take_is_503_unless_a_copy_knows_the_attempt_is_over() -> None:
+    grant = completion.Grant("t1", 0, 1, 0.0)
+    report = completion.parse_report({"state": "succeeded"})
+    waiting = Task(id="t1", queue="q", url="http://w/x", fire_at=5.0, replicas=("b", "a"),
+                   replica=1)  # a sibling's copy, held by the claim: it knows no attempt
+    with pytest.raises(Unavailable):  # b, the holder, is down: report again, not 409
+        queries(WaitingEngine(waiting), {}).complete(grant, report)
+    with pytest.raises(Conflict):  # the holder answers: over
+        queries(WaitingEngine(waiting), {"b": {"conflict": "over"}}).complete(grant, report)
+    for over in (waiting.evolve(attempts=1), waiting.evolve(state=State.SUCCEEDED),
+                 waiting.evolve(reruns=1)):  # it heard of the attempt's end, or a new run
+        with pytest.raises(Conflict):
+            queries(WaitingEngine(over), {}).complete(grant, report)
+    with pytest.raises(Unavailable):  # we hold no copy; c's waits, b (the holder) is down
+        queries(WaitingEngine(waiting.evolve(id="other")), {"c": {"waiting": True}}).complete(
+            grant, report)
+    assert queries(WaitingEngine(waiting), {}).serve_held(
+        "complete", {"id": "t1", "run": 0, "attempt": 1, "state": "succeeded"}) == {"waiting": True}
+    assert queries(WaitingEngine(waiting.evolve(attempts=1)), {}).serve_held(
+        "complete", {"id": "t1", "run": 0, "attempt": 1, "state": "succeeded"}) == \
+        {"conflict": "this attempt is over"}
+    assert not attempt_over(None, 0, 1) and not attempt_over(waiting, 0, 1)
+    assert not attempt_over(waiting.evolve(reruns=1), 2, 1)

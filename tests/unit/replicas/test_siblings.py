@@ -607,6 +607,13 @@ def test_restored_tells_the_new_holders_what_the_task_did_meanwhile():
     assert restored(s, plan, failed, 30.0)[2:] == [Send("d", m.Failed("t1", 3, None))]
     cancelled = t.evolve(state=State.CANCELLED)
     assert restored(s, plan, cancelled, 30.0)[2:] == [Send("d", m.Cancel("t1"))]
+    # planned while an attempt ran, stored after it failed: its retry, which went to
+    # the old holders only (a restored copy that fired at once delivered it again)
+    retry = t.evolve(attempts=1, fire_at=104.0, last={"status": 500})
+    assert restored(s, plan, retry, 30.0)[2:] == \
+        [Send("d", m.Retry("t1", 1, 3.0, 1, {"status": 500}))]
+    (later,) = lost_page(s, {"a"}, [retry], 101.0)  # planned from the retry: no news
+    assert restored(s, later, retry, 30.0) == base
 
 
 def test_handoff_plan_skips_copies_not_scheduled_and_dead_or_self_siblings():
@@ -1298,3 +1305,33 @@ def test_the_checker_catches_a_lease_not_told_to_the_siblings(monkeypatch):
     with pytest.raises(SafetyViolation, match="long lease"):
         for seed in range(60):
             random_run(seed, long_rate=0.3)
+
+
+def test_a_held_claim_outlives_its_claimers_restart():
+    """A long task's 202 (or heartbeat) claims its lease as ``held``: the worker still
+    works when its node is killed and restarted, and the restarted node reloads the
+    accepted attempt and its lease. A restart that voided it had the sibling deliver the
+    task again 5 s before the lease ended (scripts/features_kill9.py, long_task); an
+    attempt's own claim still goes with the process that made it."""
+    s = machine(me="c")
+    _incs(s, 100.0, a="a1", b="b1", c="c1")
+    recv(s, "a", m.Claim("t1", 0, 90.0, held=True), task(replica=2), 100.0)
+    recv(s, "a", m.Claim("t2", 0, 90.0), task(replica=2).evolve(id="t2"), 100.0)
+    copies = {"t1": task(replica=2), "t2": task(replica=2).evolve(id="t2")}
+    _incs(s, 101.0, a="a2", b="b1", c="c1")  # a restarted
+    assert updates(tick(s, 101.0, True, copies)) == \
+        [fx.Update("t2", at=101.0 + 2 * T.offset, how=fx.Move.EXACT)]
+    assert set(s.claims) == {"t1"}
+    answer = sends(recv(s, "b", m.Ask("t1", 1), copies["t1"], 102.0), m.Answer)["b"]
+    assert answer.verdict == m.CLAIMED and answer.lease == pytest.approx(88.0)
+
+
+def test_a_lease_is_claimed_as_held_and_travels_so():
+    s = machine(me="a")
+    running = task(replica=0, state=State.RUNNING)
+    claims = sends(s.step(ev.LeaseExtended(running, 30.0), 100.0).effects, m.Claim)
+    assert set(claims) == {"b", "c"} and all(cl.held for cl in claims.values())
+    assert claims["b"].lease == pytest.approx(30.0 + T.claim_lease)
+    assert m.Claim.from_payload(claims["b"].payload()).held
+    plain = m.Claim("t1", 0, 5.0)
+    assert "held" not in plain.payload() and not m.Claim.from_payload(plain.payload()).held

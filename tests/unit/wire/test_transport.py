@@ -381,6 +381,27 @@ def test_a_replayed_or_earlier_frame_is_dropped_and_a_restart_is_taken(make, raw
     assert target.stats.messages[("HEARTBEAT", "stale")] == 4
 
 
+@pytest.mark.timeout(30)
+def test_a_replay_is_dropped_before_its_payload_is_decoded(make, raw, monkeypatch):
+    target, inbox = make("target")
+    peer = raw(b"p")
+    peer.connect(target.address)
+    decoded = []
+    real = protocol.decode
+    monkeypatch.setattr(protocol, "decode", lambda f: decoded.append(f) or real(f))
+    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {"n": 1}), stamp_=(7, 3))
+    inbox.wait_for(lambda m: m[2] == {"n": 1})
+    # replays of that frame, one with a payload that is no JSON at all: none is decoded
+    peer.send_multipart([b"HEARTBEAT", b"{not json"], stamp_=(7, 3))
+    peer.send_multipart([b"NOSUCHVERB", b"[[[["], stamp_=(7, 2))
+    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {"n": 2}), stamp_=(7, 4))
+    inbox.wait_for(lambda m: m[2] == {"n": 2})
+    assert len(decoded) == 2 and target.stats.dropped == 0 and target.stats.stale == 2
+    # a stale frame's verb is counted under its name only if it is one (labels stay bounded)
+    assert target.stats.messages[("HEARTBEAT", "stale")] == 1
+    assert target.stats.messages[("invalid", "stale")] == 1
+
+
 # -- 3. garbage ---------------------------------------------------------------
 
 @pytest.mark.timeout(30)
