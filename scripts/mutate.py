@@ -565,6 +565,12 @@ EQUIVALENT.update({
      "if est is None or t <= 0 or abs(est.offset) <= max(est.error, NEGLIGIBLE):", "0 -> 1"):
         "t is a unix time (far above 1) or 0 for a time not set: no stored time lies in "
         "(0, 1]",
+    ("miyamoto/cluster/queries.py", '"running": 2,', "2 -> 3"):
+        "only the ranks' order is read (max and >): scheduled 1 < running 3 < ended 4 "
+        "keeps it",
+    ("miyamoto/cluster/queries.py", '_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, '
+     '"cancelled": 4, "expired": 4,', "5 -> 6"):
+        "only the ranks' order is read (max and >): deleted 6 stays above every other",
     ("miyamoto/cluster/joinlog.py", "self.clashes = 0  # membership messages from another "
      "node with our id", "0 -> 1"): _CLASHES,
     ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "+= -> -="): _CLASHES,
