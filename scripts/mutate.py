@@ -211,7 +211,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/requests.py": [["tests/unit/cluster/test_requests.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/queries.py": [["tests/unit/cluster/test_queries.py"],
                                     ["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings.py"]],
+    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings_pure.py"],
+                                          ["tests/unit/cluster/test_queuesettings.py"]],
     "miyamoto/cluster/joinlog.py": [["tests/unit/cluster/test_joinlog.py"]],
     # http/
     "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
