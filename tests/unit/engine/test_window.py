@@ -6,6 +6,9 @@ timer greenlet not started: the tests read its heap), driven by a clock the test
 
 from __future__ import annotations
 
+import time
+
+import gevent
 import pytest
 
 from miyamoto.store.journal import Journal
@@ -213,6 +216,25 @@ def test_popping_an_unknown_copy_raises_unless_a_default_is_given(parts):
     assert w.pop("t09999", None) is None
     store(journal, w, task(1, clock.now + 3600))  # only in the journal
     assert w.pop("t00001").id == "t00001"
+
+
+@pytest.mark.timeout(30)
+def test_the_pager_greenlet_keeps_paging_in_as_time_passes(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    w.fill()
+    t = task(1, clock.now + 15)
+    store(journal, w, t)
+    assert w.mem == {}
+    pager = gevent.spawn(w.run)
+    try:
+        clock.now += 10  # its slice is now within the window
+        deadline = time.monotonic() + 10
+        while t.id not in w.mem and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        assert t.id in w.mem and scheduled(sched) == [t.id]
+    finally:
+        pager.kill()
 
 
 @pytest.mark.timeout(30)
