@@ -170,6 +170,14 @@ class Client:
             self.session.cert = cert
         self._rng = rng or random.Random()
 
+    def clone(self) -> "Client":
+        """A client of the same nodes, token, TLS and limits on a session of its own (a
+        session is not shared between threads: ``miyamoto work`` gives each its own)."""
+        other = Client(self.urls, timeout=self.timeout, retries=self.retries, rng=self._rng,
+                       ca=self._verify, cert=self.session.cert)
+        other.session.headers.update(self.session.headers)
+        return other
+
     @property
     def base_url(self) -> str:
         """The node the next call goes to."""
@@ -189,7 +197,7 @@ class Client:
         return f"Client({self.urls[0] if len(self.urls) == 1 else self.urls!r})"
 
     # ------------------------------------------------------------ tasks
-    def enqueue(self, url: str, params: Mapping[str, Any] | None = None,
+    def enqueue(self, url: str | None, params: Mapping[str, Any] | None = None,
                 **fields: Any) -> dict[str, Any]:
         """Enqueue one task; returns the node's answer (``status``, ``id``, ``eta`` ...).
 
@@ -197,6 +205,7 @@ class Client:
         headers, json, body, content_type, max_attempts, timeout, callback,
         failure_callback, priority, flow_key, flow_rate, flow_parallelism,
         dedupe="content", ttl, expires_at, retry_delays=[1, 10, 60], labels={"k": "v"};
+        ``url`` None: a task of a pull queue, which workers lease (``lease``);
         with a name:
         on_duplicate="keep"|"replace", debounce, debounce_max, when the answer's ``status``
         is ``kept``, ``replaced`` or ``debounced`` and its ``id`` the held task's); None
@@ -271,6 +280,46 @@ class Client:
             raise MiyamotoError("give the completion URL, or the task's id and its token")
         return self._call("POST", f"/tasks/{_seg(url_or_id)}/{action}",
                           params={"token": token}, **kw)
+
+    # pull queues: a worker leases due tasks and answers each with its lease's token
+    def lease(self, queue: str = "default", max_tasks: int = 1, lease_s: float = 60.0,
+              wait_s: float = 0.0) -> list[dict[str, Any]]:
+        """Up to ``max_tasks`` (1-100) due tasks of a pull queue, each leased for
+        ``lease_s`` seconds, waiting up to ``wait_s`` (at most 60) for the first. Each
+        is a dict with ``id``, ``params``/``body``, ``headers``, ``attempt``, ``token``
+        and ``lease_until``; answer it with ``ack``, ``nack`` or ``extend`` before the
+        lease ends, or it is retried. Conflict for a push queue, NotFound for an
+        unknown one. A lost answer's leases run out and are leased again, so the call
+        fails over to the next node."""
+        body = {"max_tasks": max_tasks, "lease_s": lease_s, "wait_s": wait_s}
+        answer = self._call("POST", f"/queues/{_seg(queue)}/lease", safe=True,
+                            budget=self.timeout + wait_s, json=body)
+        return list(answer.get("tasks", []))
+
+    def ack(self, task: Mapping[str, Any] | str, token: str | None = None) -> dict[str, Any]:
+        """A leased task succeeded: ``task`` as ``lease`` gave it (or its id, with
+        ``token``). Forbidden for a bad token, Conflict once the lease is over."""
+        task_id, token = _leased(task, token)
+        return self._call("POST", f"/tasks/{_seg(task_id)}/ack", json={"token": token})
+
+    def nack(self, task: Mapping[str, Any] | str, token: str | None = None,
+             delay: float | None = None) -> dict[str, Any]:
+        """A leased task failed this attempt: retried after ``delay`` seconds (else its
+        backoff) while attempts last."""
+        task_id, token = _leased(task, token)
+        body: dict[str, Any] = {"token": token}
+        if delay is not None:
+            body["delay"] = delay
+        return self._call("POST", f"/tasks/{_seg(task_id)}/nack", json=body)
+
+    def extend(self, task: Mapping[str, Any] | str, token: str | None = None,
+               lease_s: float | None = None) -> dict[str, Any]:
+        """The lease runs ``lease_s`` more seconds from now (else its own span again)."""
+        task_id, token = _leased(task, token)
+        body: dict[str, Any] = {"token": token}
+        if lease_s is not None:
+            body["lease_s"] = lease_s
+        return self._call("POST", f"/tasks/{_seg(task_id)}/extend", json=body)
 
     def resend_many(self, queue: str = "default", state: str = "failed",
                     target: str | None = None, since: float | None = None,
@@ -438,12 +487,12 @@ class Client:
 
     # ------------------------------------------------------------ the wire
     def _call(self, method: str, path: str, *, safe: bool | None = None,
-              **kw: Any) -> dict[str, Any]:
+              budget: float | None = None, **kw: Any) -> dict[str, Any]:
         """One API call, failing over between the nodes as ``retry_policy`` allows while
-        attempts and the deadline last. ``safe``: the call may be sent twice (default:
-        a GET is, nothing else)."""
+        attempts and the deadline (``budget``, else the client's timeout) last.
+        ``safe``: the call may be sent twice (default: a GET is, nothing else)."""
         safe = method == "GET" if safe is None else safe
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + (self.timeout if budget is None else budget)
         failed: set[int] = set()  # nodes that failed during this call
         attempt = 0
         while True:
@@ -525,12 +574,24 @@ def _never_sent(e: BaseException) -> bool:
     return False
 
 
-def _task(url: str, params: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
-    task: dict[str, Any] = {"url": url}
+def _task(url: str | None, params: Mapping[str, Any] | None,
+          fields: Mapping[str, Any]) -> dict[str, Any]:
+    task: dict[str, Any] = {} if url is None else {"url": url}
     if params:
         task["params"] = dict(params)
     task.update({k: v for k, v in fields.items() if v is not None})
     return task
+
+
+def _leased(task: Mapping[str, Any] | str, token: str | None) -> tuple[str, str]:
+    """(id, token) of a leased task given as ``lease`` answered it, or as its id."""
+    if isinstance(task, Mapping):
+        task_id, token = str(task.get("id", "")), token or task.get("token")
+    else:
+        task_id = task
+    if not task_id or not token:
+        raise MiyamotoError("give the leased task as lease answered it, or its id and token")
+    return task_id, str(token)
 
 
 def _seg(value: str) -> str:

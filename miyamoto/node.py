@@ -274,6 +274,37 @@ class Node:
         grant = completion.verify(self.engine.completion_key, task_id, token, self.clock())
         return self.cluster.queries.heartbeat(grant, lease)
 
+    def is_pull(self, queue: str) -> bool:
+        return self.engine.is_pull(queue)
+
+    def lease(self, queue: str, max_tasks: int, lease_s: float,
+              wait_s: float) -> list[dict[str, Any]] | None:
+        """POST /queues/<name>/lease: up to ``max_tasks`` due tasks of a pull queue,
+        each leased for ``lease_s``, waiting up to ``wait_s`` for the first ones;
+        Conflict (409) for a push queue, None for a queue this node does not hold."""
+        self._check_open()
+        if queue not in self.engine.queues:
+            return None
+        if not self.engine.is_pull(queue):
+            raise Conflict(f"queue {queue} is in mode push: its tasks are POSTed to their "
+                           "url; lease from a queue in mode pull")
+        return self.cluster.queries.lease(queue, max_tasks, lease_s, wait_s)
+
+    def ack(self, task_id: str, token: str) -> dict[str, Any] | None:
+        """POST /tasks/<id>/ack: the leased task succeeded (TokenError 403, Conflict 409
+        once its lease is over, None if no node knows it)."""
+        return self.complete(task_id, token, completion.Report("succeeded"))
+
+    def nack(self, task_id: str, token: str, delay: float | None) -> dict[str, Any] | None:
+        """POST /tasks/<id>/nack: the leased task failed this attempt; retried after
+        ``delay`` (else its backoff) while attempts last."""
+        grant = completion.verify(self.engine.completion_key, task_id, token, self.clock())
+        return self.cluster.queries.nack(grant, delay)
+
+    def extend(self, task_id: str, token: str, lease_s: float | None) -> dict[str, Any] | None:
+        """POST /tasks/<id>/extend: the lease runs ``lease_s`` more from now."""
+        return self.heartbeat(task_id, token, lease_s)
+
     def resend(self, task_id: str) -> dict[str, Any] | None:
         self._check_open()
         return self.cluster.queries.resend(task_id)
@@ -313,8 +344,10 @@ class Node:
     def _queue_view(self, name: str, counts: dict[str, int]) -> dict[str, Any]:
         c, paused, limit = self.engine.dispatcher.summary(name)
         return {
-            "name": name, "paused": paused, "limit": limit,
+            "name": name, "paused": paused, "limit": limit, "mode": c.mode,
             "config": _settings(c),
+            # a pull queue's running tasks are those a worker holds a lease on
+            "leased": counts.get("running", 0) if c.mode == "pull" else 0,
             # tasks, each once; "copies" counts every replica of them
             "counts": {s: counts.get(s, 0) for s in _STATES},
             "copies": {s: counts.get(COPIES_PREFIX + s, 0) for s in _STATES},
@@ -420,7 +453,8 @@ def _settings(c: QueueConfig) -> dict[str, Any]:
     return {"rate": c.rate, "burst": c.burst, "max_concurrent": c.max_concurrent,
             "max_attempts": c.max_attempts, "min_backoff": c.min_backoff,
             "max_backoff": c.max_backoff, "max_doublings": c.max_doublings,
-            "max_retry_duration": c.max_retry_duration, "timeout": c.timeout}
+            "max_retry_duration": c.max_retry_duration, "timeout": c.timeout,
+            "mode": c.mode}
 
 
 def _definition_answer(status: int, body: dict[str, Any]) -> None:

@@ -16,14 +16,13 @@ import sys
 from typing import Any, Callable
 
 from miyamoto.cli.tables import failed_lines, status_lines, task_lines
+from miyamoto.cli import work
 from miyamoto.cli.times import parse_time, readable
+from miyamoto.cli.usage import UsageError
 
 DEFAULT_SERVER = "http://127.0.0.1:8088"
+WORD_SETTINGS = ("mode",)  # queue settings whose value is a word, not JSON
 BATCH_SIZE = 200
-
-
-class UsageError(Exception):
-    """A bad argument the parser could not catch (exit 2)."""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -71,6 +70,7 @@ def add_commands(sub: Any) -> None:
 
     _resend_command(sub, common)
     _long_task_commands(sub, common)
+    work.add_commands(sub, common, _command)  # pull queues: lease, ack, nack, extend, work
 
     find = sub.add_parser("find", parents=[common], help="show the task holding a name")
     find.add_argument("name", help="the task's name")
@@ -192,7 +192,10 @@ def _settings(pairs: list[str]) -> dict[str, Any]:
         try:
             out[key] = json.loads(text)
         except ValueError:
-            raise UsageError(f"{key}: {text!r} is not a number, true, false or null") from None
+            if key not in WORD_SETTINGS:
+                raise UsageError(f"{key}: {text!r} is not a number, true, false or null") \
+                    from None
+            out[key] = text  # a word (mode=pull): the node checks it
     return out
 
 
@@ -435,11 +438,13 @@ def _enqueue(client: Any, args: argparse.Namespace) -> int:
         if args.name:
             raise UsageError("--name names one task; give names in the file's lines")
         return _enqueue_file(client, args, fields)
-    if not args.url:
-        raise UsageError("a target URL (or --file) is required")
+    if args.url and "=" in args.url and "://" not in args.url:  # a param: a pull queue's task
+        args.url, args.params = None, [args.url, *args.params]
+    if not args.url and not args.queue:
+        raise UsageError("a target URL (or --file) is required (but in a pull queue: --queue)")
     if args.params and (args.json_body is not None or args.body is not None):
         raise UsageError("give key=value params or a body (--json, --body), not both")
-    _print(client.enqueue(args.url, _params(args.params) or None, **fields), args)
+    _print(client.enqueue(args.url or None, _params(args.params) or None, **fields), args)
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from miyamoto.cli import sdnotify
 from miyamoto.cli.commands import add_commands
+from miyamoto.cli.work import split_command
 from miyamoto.config.settings import SETTINGS, Config, ConfigError, add_flags, check_environment, \
     load
 from miyamoto.version import __version__
@@ -23,7 +24,10 @@ from miyamoto.version import __version__
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    head, command = split_command(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(head)
+    if command is not None:  # ``work QUEUE -- command args``: the command is not parsed
+        args.argv = command
     if args.command is None:
         args = parser.parse_args(["serve", *(argv or [])])
     try:

@@ -443,10 +443,11 @@ class Cluster:
         return n, deadline + self.siblings.t.claim_lease
 
     def _deadline(self, t: Task | None) -> float:
-        """How long an attempt of ``t`` may take (its dispatch deadline)."""
+        """How long an attempt of ``t`` may take (its dispatch deadline; a long task's or a
+        pull lease's span, if longer: a sibling lost before our CLAIM holds that long)."""
         if t is None:
             return self.config.queue("default").timeout
-        return t.timeout or self.engine.queue_config(t.queue).timeout
+        return max(t.timeout or self.engine.queue_config(t.queue).timeout, t.lease or 0.0)
 
     # ------------------------------------------------------------ addresses
     def _address(self, member_id: str) -> str | None:

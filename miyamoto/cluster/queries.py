@@ -10,11 +10,13 @@ untrusted: every merged value is type-checked, and a summary that does not fit i
 from __future__ import annotations
 
 import logging
+import random
+import time
 from typing import Any, Callable, Protocol
 
 from miyamoto.cluster.requests import Requests
 from miyamoto.delivery import completion
-from miyamoto.engine import browse, history
+from miyamoto.engine import browse, history, pull
 from miyamoto.engine.engine import Engine
 from miyamoto.errors import Conflict, Unavailable
 from miyamoto.tasks import options, redact
@@ -39,6 +41,8 @@ IDS_FLAG = "*ids"  # true if a node's counts carry the ids of all its copies (no
 # restored while its holder was down makes two first copies once the holder is back.
 # Past it, the counts are sums of first copies, which such a copy counts twice.
 IDS_MAX = 20_000
+PEER_POLL = 1.0  # s: a waiting lease asks the peers for their due copies this often
+LEASE_GRACE = 0.5  # s: a lease waits this long for the siblings' answers to its asks
 _STATES = tuple(s.value for s in State)
 
 
@@ -243,6 +247,11 @@ class Queries:
                 report = completion.parse_report({"state": args.get("state"),
                                                   "result": args.get("result")})
                 return self.engine.complete(grant, report).summary()
+            if op == "nack":
+                delay = args.get("delay")
+                if delay is not None and not pull.within(delay, 0, pull.DELAY_MAX):
+                    raise DecodeError("nack delay is out of range")
+                return self.engine.nack(grant, delay).summary()
             lease = args.get("lease")
             if lease is not None and not options.check_lease(lease):
                 raise DecodeError("heartbeat lease is out of range")
@@ -254,6 +263,66 @@ class Queries:
             if attempt_over(mine, grant.run, grant.attempt):
                 return {"conflict": str(e)}
             return {"waiting": True} if mine is not None and not mine.state.ended else None
+
+    # ------------------------------------------------------------ pull queues
+    def lease(self, queue: str, max_tasks: int, lease_s: float,
+              wait_s: float) -> list[dict[str, Any]]:
+        """Up to ``max_tasks`` due tasks of pull queue ``queue``, each leased for
+        ``lease_s``, from this node's copies first, then from the peers' (asked one at a
+        time, in random order, for what is still missing: a task's copies live on
+        ``replication`` nodes only, and a worker of one node must get the others' too);
+        while it has none, it waits up to ``wait_s`` for new due copies here, asking the
+        peers again every PEER_POLL, and answers with the first it gets. Each lease is held by the node whose copy it leased; its
+        token's ack, nack or extend reaches it from any node (``_held``)."""
+        deadline = time.monotonic() + wait_s
+        out = self.lease_local(queue, max_tasks, lease_s)
+        if len(out) < max_tasks:
+            out += self._lease_peers(queue, max_tasks - len(out), lease_s)
+        next_poll = time.monotonic() + PEER_POLL
+        while not out:  # a long poll ends with the first tasks: their leases are running
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= next_poll:
+                out += self._lease_peers(queue, max_tasks, lease_s)
+                next_poll = time.monotonic() + PEER_POLL
+                continue
+            self.engine.pull_wait(queue, min(deadline, next_poll) - now)
+            out += self.lease_local(queue, max_tasks, lease_s)
+        return out
+
+    def lease_local(self, queue: str, n: int, lease_s: float,
+                    grace: float = LEASE_GRACE) -> list[dict[str, Any]]:
+        """This node's leases; copies whose siblings were just asked come back within a
+        round trip, so they are waited for up to ``grace``."""
+        until = time.monotonic() + grace
+        taken = self.engine.lease(queue, n, lease_s)
+        out = [_leased(t, token, self.clock()) for t, token in taken.leased]
+        while len(out) < n and taken.asking and time.monotonic() < until:
+            self.engine.pull_wait(queue, until - time.monotonic())
+            taken = self.engine.lease(queue, n - len(out), lease_s)
+            out += [_leased(t, token, self.clock()) for t, token in taken.leased]
+        return out
+
+    def _lease_peers(self, queue: str, n: int, lease_s: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        peers = self.peers.others()
+        random.shuffle(peers)
+        for peer in peers:
+            if len(out) >= n:
+                break
+            got = self.ask("lease", {"queue": queue, "n": n - len(out), "lease": lease_s},
+                           [peer]).get(peer)
+            now = self.clock()
+            for d in got if isinstance(got, list) else ():
+                if leased_ok(d) and len(out) < n:
+                    out.append(dict(d, lease_until=now + d["lease_left"]))
+        return out
+
+    def nack(self, grant: completion.Grant, delay: float | None) -> dict[str, Any] | None:
+        """A leased task given back, on whichever node holds its lease."""
+        args = _grant_args(grant, delay=delay)
+        return self._held("nack", args, lambda: self.engine.nack(grant, delay))
 
     # ------------------------------------------------------------ queues
     def find_name(self, queue: str, name: str) -> str | None:
@@ -409,14 +478,9 @@ class Queries:
 
     def failed(self, queue: str, action: str) -> dict[str, Any]:
         """Retry or delete every failed task of the queue, on every node: ``count``
-        distinct tasks (their first copies), ``more`` if some node had more than BULK_MAX."""
-        result = self.failed_local(queue, action)
-        for r in self.ask("failed", {"queue": queue, "action": action}).values():
-            if isinstance(r, dict) and type(r.get("count")) is int \
-                    and type(r.get("more")) is bool:
-                result["count"] += r["count"]
-                result["more"] = result["more"] or r["more"]
-        return result
+        distinct tasks (``bulk_total``), ``more`` if some node had more than BULK_MAX."""
+        mine = self.failed_local(queue, action)
+        return bulk_total(mine, self.ask("failed", {"queue": queue, "action": action}))
 
     def failed_local(self, queue: str, action: str) -> dict[str, Any]:
         """This node's failed copies of ``queue`` (up to BULK_MAX), each rerun as
@@ -432,18 +496,15 @@ class Queries:
                 self.engine.delete(t.id)
         if copies:
             self.engine.journal.flush()
-        return {"count": sum(1 for t in copies if t.replica == 0), "more": more}
+        return {"count": sum(1 for t in copies if t.replica == 0), "more": more,
+                "ids": [t.id for t in copies]}
 
     def resend_many(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
         """Resend the queue's ended tasks that ``f`` picks (``resend_filter``), on every
-        node: ``count`` distinct tasks, ``more`` if some node had more to look through."""
-        result = self.resend_many_local(queue, f)
-        for r in self.ask("resend_many", {"queue": queue, **f}).values():
-            if isinstance(r, dict) and type(r.get("count")) is int \
-                    and type(r.get("more")) is bool:
-                result["count"] += r["count"]
-                result["more"] = result["more"] or r["more"]
-        return result
+        node: ``count`` distinct tasks (``bulk_total``), ``more`` if some node had more
+        to look through."""
+        mine = self.resend_many_local(queue, f)
+        return bulk_total(mine, self.ask("resend_many", {"queue": queue, **f}))
 
     def resend_many_local(self, queue: str, f: dict[str, Any]) -> dict[str, Any]:
         """This node's copies of ``queue`` in state ``f["state"]`` (the last BULK_MAX to
@@ -460,7 +521,8 @@ class Queries:
             self.peers.replay(t.id)
         if picked:
             self.engine.journal.flush()
-        return {"count": sum(1 for t in picked if t.replica == 0), "more": more}
+        return {"count": sum(1 for t in picked if t.replica == 0), "more": more,
+                "ids": [t.id for t in picked]}
 
     def _restagger(self, queue: str) -> None:
         """Before a queue resumes: copies that fell due while it was paused would all fire
@@ -504,8 +566,14 @@ class Queries:
                 return self.replace_local(args)
             except Conflict as e:
                 return {"conflict": str(e)}
-        if op in ("complete", "heartbeat"):
+        if op in ("complete", "heartbeat", "nack"):
             return self.serve_held(op, args)
+        if op == "lease":
+            lease = args.get("lease")
+            if not pull.within(lease, pull.LEASE_MIN, pull.LEASE_MAX):
+                raise DecodeError("lease is out of range")
+            return self.lease_local(checks.string(args, "queue"),
+                                    checks.integer(args, "n", 1, pull.TASKS_MAX), lease)
         if op == "failed":
             action = checks.string(args, "action")
             if action not in ("retry", "delete"):
@@ -565,8 +633,47 @@ def _opt_delay(args: dict) -> float | None:
     return float(delay)
 
 
+def _leased(t: Task, token: str, now: float) -> dict[str, Any]:
+    """What a worker gets of a leased task: enough to do it, and the token to answer."""
+    return {"id": t.id, "queue": t.queue, "name": t.name, "attempt": t.accepted,
+            "token": token, "lease_until": t.fire_at, "lease_left": max(0.0, t.fire_at - now),
+            "params": t.params, "body": t.body, "content_type": t.content_type,
+            "headers": t.headers, "labels": t.labels, "priority": t.priority, "eta": t.eta,
+            "url": t.url or None, "max_attempts": t.max_attempts, "node": t.replicas[
+                t.replica] if 0 <= t.replica < len(t.replicas) else None}
+
+
+def leased_ok(d: Any) -> bool:
+    """A leased task from a peer with the fields a worker relies on, well typed."""
+    return (isinstance(d, dict) and isinstance(d.get("id"), str)
+            and isinstance(d.get("token"), str) and type(d.get("attempt")) is int
+            and isinstance(d.get("lease_left"), (int, float)) and d["lease_left"] >= 0
+            and isinstance(d.get("params"), dict) and isinstance(d.get("headers"), dict)
+            and (d.get("body") is None or isinstance(d["body"], str)))
+
+
 def _grant_args(grant: completion.Grant, **more: Any) -> dict[str, Any]:
     return {"id": grant.task_id, "run": grant.run, "attempt": grant.attempt, **more}
+
+
+def bulk_total(mine: dict[str, Any], replies: dict[str, Any]) -> dict[str, Any]:
+    """A bulk operation's answer over the cluster: ``count`` the distinct tasks any node
+    acted on (the ids of every copy each node touched, so a task whose first copy's
+    node is down, or whose copies two nodes both hold as first after a restore, counts
+    once), ``more`` if some node had more. A peer that sends no ids (an older node)
+    adds its own count of first copies."""
+    ids, extra, more = set(mine["ids"]), 0, mine["more"]
+    for r in replies.values():
+        if not isinstance(r, dict) or type(r.get("count")) is not int \
+                or type(r.get("more")) is not bool:
+            continue
+        more = more or r["more"]
+        got = r.get("ids")
+        if isinstance(got, list) and all(type(i) is str for i in got):
+            ids.update(got)
+        else:
+            extra += r["count"]
+    return {"count": len(ids) + extra, "more": more}
 
 
 def resend_filter(args: dict) -> dict[str, Any]:

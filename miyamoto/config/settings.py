@@ -112,9 +112,10 @@ SETTINGS: tuple[Setting, ...] = (*_group(
             "Standard Webhooks secrets whsec_..., comma- or space-separated (rotation): "
             "each delivery is signed with every one", flag=False, secret=True),
     Setting("completion_secret", value.signing_key, "",
-            "the key that signs the completion tokens of long tasks, the same on every node "
-            "(16-200 characters); unset: derived from signing_secret, else random at each "
-            "start (a token is then checked only by the node that made it, until it stops)",
+            "the key that signs the completion tokens of long tasks and pull leases, the same "
+            "on every node (16-200 characters); unset: derived from signing_secret, else from "
+            "curve_secret, else random at each start (a token is then checked only by the "
+            "node that made it, until it stops)",
             flag=False, secret=True),
     Setting("qstash_current_signing_key", value.signing_key, "",
             "QStash signing key: every delivery carries an Upstash-Signature JWT signed with it",
@@ -191,6 +192,9 @@ class QueueConfig:
     max_retry_duration: float = 0.0  # 0 = no limit
     timeout: float = 30.0
     paused: bool = False
+    # push: due tasks are POSTed to their url; pull: they wait for a worker to lease them
+    # (POST /queues/<name>/lease, engine/pull.py) and are never POSTed anywhere
+    mode: str = "push"
     # who the deliveries say they are (config only: miyamoto.delivery.identity)
     oidc_audience: str = ""  # an OIDC token for this audience on each delivery; "": none
     signature: str = "auto"  # SIGNATURES: which webhook-signature schemes are sent
@@ -205,6 +209,7 @@ class QueueConfig:
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
 
+QUEUE_MODES = ("push", "pull")
 QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "rate": value.float_ge(0),
     "burst": value.int_ge(1),
@@ -216,6 +221,7 @@ QUEUE_FIELDS: dict[str, Callable[[str], Any]] = {
     "max_retry_duration": value.float_ge(0),
     "timeout": value.float_ge(0.01),
     "paused": value.boolean,
+    "mode": lambda v: value.one_of(v, QUEUE_MODES),
 }
 # webhook-signature per queue: auto (every scheme whose key is set), hmac (v1, with
 # signing_secret), ed25519 (v1a, with ed25519_signing_key), both, or none

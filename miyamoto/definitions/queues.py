@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Any
 
-from miyamoto.config.settings import QueueConfig
+from miyamoto.config.settings import QUEUE_MODES, QueueConfig
 from miyamoto.tasks.checks import ValidationError
 from miyamoto.tasks.validate import MAX_ATTEMPTS, MAX_TIMEOUT
 
@@ -37,7 +37,10 @@ FIELDS: dict[str, tuple[type, float, float]] = {
     "max_retry_duration": (float, 0.0, 365 * DAY),  # 0: no limit
     "timeout": (float, 0.01, MAX_TIMEOUT),
     "paused": (bool, 0, 1),
+    "mode": (str, 0, 0),                        # one of CHOICES["mode"]
 }
+# the fields whose value is one of a few words
+CHOICES: dict[str, tuple[str, ...]] = {"mode": QUEUE_MODES}
 # where a value comes from; "control": paused by POST /queues/<name>/pause (or resume)
 # against what the settings say, so on a queue without API settings (node.queue says)
 SOURCES = ("api", "config", "default", "control")
@@ -45,6 +48,10 @@ SOURCES = ("api", "config", "default", "control")
 
 def _value(name: str, v: Any) -> Any:
     kind, lo, hi = FIELDS[name]
+    if kind is str:
+        if v not in CHOICES[name]:
+            raise ValidationError(name, "must be " + " or ".join(f'"{c}"' for c in CHOICES[name]))
+        return v
     if kind is bool:
         if not isinstance(v, bool):
             raise ValidationError(name, "must be true or false")

@@ -62,13 +62,18 @@ def derive_key(secret: bytes) -> bytes:
     return hmac.digest(secret, _DERIVE, "sha256")
 
 
-def key_of(completion_secret: str, signing_secrets: tuple[str, ...]) -> bytes:
+def key_of(completion_secret: str, signing_secrets: tuple[str, ...],
+           cluster_secret: str = "") -> bytes:
     """The node's completion key: from ``completion_secret``, else from the first webhook
-    signing secret (both the same on every node), else random (this process only)."""
+    signing secret, else from the cluster's key pair's secret (each the same on every
+    node, so any node checks a token another made, and a restarted node its own),
+    else random (this process only)."""
     if completion_secret:
         return derive_key(completion_secret.encode())
     if signing_secrets:
         return derive_key(signing_secrets[0].encode())
+    if cluster_secret:
+        return derive_key(cluster_secret.encode())
     return os.urandom(32)
 
 

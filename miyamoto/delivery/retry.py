@@ -95,25 +95,28 @@ def decide(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
 
 
 def reported(task: Task, outcome: Outcome, queue: QueueConfig, now: float,
-             rng: Rng) -> Decision:
-    """The end of a long task's accepted attempt: its worker's report (``outcome.ok``:
-    succeeded) or its lease run out (a failed attempt, retried like any other). The
-    attempt was counted when it was accepted; here only its last response changes."""
+             rng: Rng, delay: float | None = None) -> Decision:
+    """The end of a long task's accepted attempt (or a pull queue's lease): its worker's
+    report (``outcome.ok``: succeeded) or its lease run out (a failed attempt, retried
+    like any other; ``delay``: a nack's own wait before the retry, instead of the
+    backoff). The attempt was counted when it was accepted; only its last response
+    changes here."""
     counted = {"last": outcome.record(), "accepted": 0}
     if task.state.ended:
         return Decision(Action.RECORD, task.evolve(finished=task.finished or now, **counted))
-    return _settle(task, outcome.ok, outcome, queue, now, rng, counted)
+    return _settle(task, outcome.ok, outcome, queue, now, rng, counted, delay)
 
 
 def _settle(task: Task, ok: bool, outcome: Outcome, queue: QueueConfig, now: float,
-            rng: Rng, counted: dict) -> Decision:
+            rng: Rng, counted: dict, delay: float | None = None) -> Decision:
     attempts = counted.get("attempts", task.attempts)
     if ok:
         return Decision(Action.SUCCEEDED,
                         task.evolve(state=State.SUCCEEDED, finished=now, **counted))
     if exhausted(attempts, task, queue, now):
         return Decision(Action.FAILED, task.evolve(state=State.FAILED, finished=now, **counted))
-    at = now + retry_delay(attempts, outcome, queue, now, rng, task)
+    at = now + (retry_delay(attempts, outcome, queue, now, rng, task) if delay is None
+                else delay)
     if task.expires_at is not None and at >= task.expires_at:
         return Decision(Action.EXPIRED, task.evolve(state=State.EXPIRED, finished=now, **counted))
     return Decision(Action.RETRY, task.evolve(state=State.SCHEDULED, fire_at=at, **counted))

@@ -41,6 +41,7 @@ from miyamoto.delivery.types import DeliveryError
 from miyamoto.engine import browse
 from miyamoto.engine.history import Latency, Rates
 from miyamoto.engine.expiry import Expiries, copy_expiry
+from miyamoto.engine.pull import PullPool, Taken
 from miyamoto.engine.queues import Queues
 from miyamoto.engine.scheduler import Scheduler
 from miyamoto.engine.window import Window
@@ -168,7 +169,9 @@ class Engine:
         self.stats = Stats()
         self.expiries = Expiries()  # due copies with an expires_at, waiting to start
         # signs and checks long tasks' completion tokens (never logged)
-        self.completion_key = completion.key_of(config.completion_secret, config.signing_secret)
+        self.completion_key = completion.key_of(config.completion_secret, config.signing_secret,
+                                                 config.curve_secret)
+        self.pull = PullPool()  # pull queues' due copies, waiting for a lease
         self._expiry_wake = gevent.event.Event()
         self._group = gevent.pool.Group()
 
@@ -181,7 +184,11 @@ class Engine:
         self.live.fill()
         now = self.clock()
         for t in running:  # it was being delivered when we died: deliver again
-            if t.id not in self.live.mem:
+            if t.id in self.live.mem:
+                continue
+            if t.accepted and t.fire_at > now:  # a worker holds it (a 202, a pull lease):
+                self.live[t.id] = t  # its token still reports, or its lease runs out
+            else:
                 self.live[t.id] = t.evolve(state=State.SCHEDULED, fire_at=now)
         for queue, is_paused in paused.items():
             self.dispatcher.pause(queue, is_paused)
@@ -264,7 +271,14 @@ class Engine:
         self.queues.define(self._api, self.clock())
         for name in changed:
             self.dispatcher.reconfigure(name)
+            if not self.is_pull(name):  # a pull queue made push: its waiting copies go
+                for task_id in self.pull.drain(name):
+                    self._due(task_id)
         return changed
+
+    def is_pull(self, name: str) -> bool:
+        """A pull queue's tasks are leased by workers (``lease``), never POSTed."""
+        return self._queue_settings(name).mode == "pull"
 
     def _queue_settings(self, name: str) -> QueueConfig:
         """The config's settings of the queue, overridden by the API's (resolved once:
@@ -403,6 +417,9 @@ class Engine:
         if t is not None and t.state == State.SCHEDULED:
             if t.expires_at is not None and self._expires(t):
                 return
+            if self.is_pull(t.queue):
+                self.pull.add(t.queue, task_id, t.priority, t.fire_at)
+                return
             self.dispatcher.submit(t.queue, task_id, origin(t.url), t.priority, spec_of(t))
 
     # ------------------------------------------------------------ expiry
@@ -458,19 +475,25 @@ class Engine:
         if t.failure_callback:
             self._callback(t, t.failure_callback)
 
-    def _begin(self, task_id: str) -> tuple[Task, float, float | None] | None:
+    def _begin(self, task_id: str,
+               pulled: float | None = None) -> tuple[Task, float, float | None] | None:
         """The part of a delivery that does not block (the dispatcher calls it before it
-        spends a greenlet): may the copy go now? Its siblings are asked (their answers
-        submit it again), or it is marked running: (copy, start, first-attempt delay)."""
+        spends a greenlet; ``lease`` with ``pulled``, the lease's span, which the
+        siblings' holds must cover): may the copy go now? Its siblings are asked (their
+        answers time it again), or it is marked running: (copy, start, first-attempt
+        delay)."""
         t = self.live.mem.get(task_id)
         if t is None or t.state != State.SCHEDULED:
+            return None
+        if pulled is None and self.is_pull(t.queue):  # made a pull queue while it waited
+            self.pull.add(t.queue, task_id, t.priority, t.fire_at)
             return None
         if t.fire_at > self.clock() + 0.001:  # pushed back (a sibling's claim) while it waited
             self.scheduler.schedule(task_id, t.fire_at)
             return None
         if t.expires_at is not None and self._expires(t):  # it waited past its expiry
             return None
-        if not self.hooks.claim(t):
+        if not self.hooks.claim(t if pulled is None else t.evolve(lease=pulled)):
             return None  # the hooks rescheduled, ended or dropped the copy
         t = self.live.mem.get(task_id)
         now = self.clock()
@@ -606,6 +629,62 @@ class Engine:
         self.live[t.id] = t
         self.hooks.accepted(t, lease)
         return t
+
+    # ------------------------------------------------------------ pull queues
+    def lease(self, queue: str, max_tasks: int, lease_s: float) -> Taken:
+        """Up to ``max_tasks`` of the pull queue's due copies, each leased for
+        ``lease_s``: an attempt that the siblings let go (``Hooks.claim``, as a delivery
+        asks) and that is accepted at once, as a long task's 202 is (``Hooks.accepted``
+        claims the lease from the siblings; its end is a failed attempt): (copy, token)
+        pairs, and the copies whose siblings are being asked (they come back to the pool
+        when answered). Nothing while the queue is paused."""
+        taken = Taken()
+        out = taken.leased
+        if self.dispatcher.view(queue).paused:
+            return taken
+        q = self.queue_config(queue)
+        tried = 0
+        while len(out) < max_tasks and tried < 4 * max_tasks + 16:
+            task_id = self.pull.take(queue)
+            if task_id is None:
+                break
+            tried += 1
+            begun = self._begin(task_id, pulled=lease_s)
+            if begun is None:  # stale, pushed back, expired, or asking its siblings
+                t = self.live.mem.get(task_id)
+                taken.asking += (t is not None and t.state == State.SCHEDULED
+                                 and t.fire_at <= self.clock() + 0.001)
+                continue
+            t, now, first_delay = begun
+            outcome = Outcome(ok=True, status=ACCEPTED_STATUS, at=now, start=now,
+                              node=self.config.node, error="leased by a worker")
+            decision = decide(t.evolve(lease=lease_s), outcome, q, now, self.rng)
+            self._carry_out(decision, outcome)
+            leased = decision.task
+            token = completion.mint(self.completion_key, leased.id, leased.reruns,
+                                    leased.accepted, now + completion.TOKEN_LIFETIME)
+            self.metrics.attempt(queue, ACCEPTED_STATUS, "leased", 0.0, first_delay)
+            out.append((leased, token))
+        return taken
+
+    def pull_wait(self, queue: str, timeout: float) -> None:
+        """Wait up to ``timeout`` for a due copy of pull queue ``queue`` (a paused
+        queue's copies do not count: it is looked at again in a while)."""
+        if self.dispatcher.view(queue).paused:
+            gevent.sleep(min(max(0.0, timeout), 0.5))
+        else:
+            self.pull.wait(queue, timeout)
+
+    def nack(self, grant: completion.Grant, delay: float | None) -> Task:
+        """A worker gives a leased task back: a failed attempt, retried after ``delay``
+        seconds (else the backoff) while attempts last; Conflict once the lease is over."""
+        t = self._accepted(grant)
+        now = self.clock()
+        outcome = Outcome(ok=False, at=now, start=now, node=self.config.node,
+                          error="the worker gave it back (nack)")
+        self._carry_out(reported(t, outcome, self.queue_config(t.queue), now, self.rng, delay),
+                        outcome)
+        return self.live.get(t.id) or self.journal.get(t.id) or t
 
     def _accepted(self, grant: completion.Grant) -> Task:
         t = self.live.get(grant.task_id)

@@ -29,6 +29,7 @@ from miyamoto.http.cloudtasks import CloudTasks
 from miyamoto.http.definitions import DefsApi
 from miyamoto.http.qstash import NotFound, QStashApi
 from miyamoto.http.openapi import SPEC
+from miyamoto.http.pull import PullApi
 from miyamoto.metrics import CONTENT_TYPE_LATEST
 from miyamoto.tasks import labels, options, repeat
 from miyamoto.tasks.checks import number, traceparent
@@ -54,6 +55,9 @@ _NEEDS = {"healthz": auth.OPEN, "readyz": auth.OPEN, "enqueue": auth.ENQUEUE,
           "enqueue_batch": auth.ENQUEUE, "get_task": auth.TASK,
           # a long task's worker reports with the token its delivery's URL carries
           "complete_task": auth.OPEN, "heartbeat_task": auth.OPEN,
+          # a pull queue's worker leases with an enqueue token, answers with its lease's
+          "lease_tasks": auth.ENQUEUE, "ack_task": auth.OPEN, "nack_task": auth.OPEN,
+          "extend_task": auth.OPEN,
           # the dashboard's page and assets, and this API's description, hold no data
           "dashboard": auth.OPEN, "dashboard_asset": auth.OPEN, "openapi": auth.OPEN,
           # what targets verify deliveries with: public keys (delivery/identity.py)
@@ -101,6 +105,12 @@ class ApiService(Protocol):
     def complete(self, task_id: str, token: str, report: completion.Report) -> View | None: ...
     def heartbeat(self, task_id: str, token: str, lease: float | None) -> View | None: ...
     def resend_many(self, queue: str, f: dict[str, Any]) -> View: ...  # {count, more}
+    def is_pull(self, queue: str) -> bool: ...  # its tasks need no url
+    def lease(self, queue: str, max_tasks: int, lease_s: float,
+              wait_s: float) -> list[View] | None: ...
+    def ack(self, task_id: str, token: str) -> View | None: ...
+    def nack(self, task_id: str, token: str, delay: float | None) -> View | None: ...
+    def extend(self, task_id: str, token: str, lease_s: float | None) -> View | None: ...
     def queues(self, limit: int, cursor: str) -> View: ...  # {"queues", "next_cursor"}
     def queue(self, name: str) -> View | None: ...
     def put_queue(self, name: str, changes: dict[str, Any]) -> View: ...  # settings
@@ -170,6 +180,7 @@ class Api:
             (re.compile(r"/"), {"GET": self.dashboard}),
             (re.compile(r"/dashboard/(?P<asset>[^/]+)"), {"GET": self.dashboard_asset}),
         ]
+        self._native_routes += PullApi(self, service).routes()  # lease, ack, nack, extend
         # QStash's face (http/qstash.py): a /v2/ path is tried against these alone
         self.qstash_routes = QStashApi(self).routes()
         self.routes = self._native_routes + self.qstash_routes  # every route, for the spec's tests
@@ -277,14 +288,16 @@ class Api:
         for f in repeat.FIELDS:
             fields.pop(f, None)
         task = build_task(fields, path_queue=queue, idempotency_key=key, limits=self.limits,
-                          now=self.clock(), offset=self.service.clock_offset())
+                          now=self.clock(), offset=self.service.clock_offset(),
+                          pull=self.service.is_pull)
         return 200, self.service.enqueue(task, again)
 
     def enqueue_batch(self, environ: dict, queue: str) -> tuple[int, Any]:
         mediatype.check_batch(environ.get("CONTENT_TYPE") or "")
         body = self.body(environ)
         tasks = parse_batch(body, path_queue=queue, limits=self.limits, now=self.clock(),
-                            max_batch=self.max_batch, offset=self.service.clock_offset())
+                            max_batch=self.max_batch, offset=self.service.clock_offset(),
+                            pull=self.service.is_pull)
         trace = environ.get("HTTP_TRACEPARENT")
         if trace is not None:  # for the tasks that bring none of their own
             trace = traceparent("traceparent", trace)

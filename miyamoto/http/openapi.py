@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from miyamoto.definitions.queues import CHOICES as QUEUE_CHOICES
+from miyamoto.engine import pull
 from miyamoto.definitions.queues import FIELDS as QUEUE_FIELDS, SOURCES
 from miyamoto.definitions.schedules import MAX_EVERY, NAME_CHARS
 from miyamoto.definitions.topics import MAX_URLS
@@ -143,6 +145,8 @@ def _queue_settings() -> dict[str, Any]:
     for name, (kind, lo, hi) in QUEUE_FIELDS.items():
         if kind is bool:
             props[name] = {"type": ["boolean", "null"]}
+        elif kind is str:
+            props[name] = {"type": ["string", "null"], "enum": [*QUEUE_CHOICES[name], None]}
         else:
             props[name] = {"type": ["integer" if kind is int else "number", "null"],
                            "minimum": lo, "maximum": hi}
@@ -268,11 +272,51 @@ _REPORT = {"type": "object", "required": ["state"], "additionalProperties": Fals
 _HEARTBEAT = {"type": "object", "additionalProperties": False,
               "properties": {"lease": {"type": "number", "exclusiveMinimum": 0,
                                        "maximum": LEASE_MAX}}}
+_TOKEN_FIELD = {"type": "string", "maxLength": 200,
+                "description": "the token the lease carried (or ?token=)"}
+_SECONDS = {"type": "number"}
+_PULL_SCHEMAS: dict[str, Any] = {
+    "LeaseRequest": {"type": "object", "additionalProperties": False, "properties": {
+        "max_tasks": {"type": "integer", "minimum": 1, "maximum": pull.TASKS_MAX,
+                      "default": 1},
+        "lease_s": {**_SECONDS, "minimum": pull.LEASE_MIN, "maximum": pull.LEASE_MAX,
+                    "default": 60},
+        "wait_s": {**_SECONDS, "minimum": 0, "maximum": pull.WAIT_MAX, "default": 0,
+                   "description": "long poll: wait up to this long for the first due task"}}},
+    "Leases": {"type": "object", "required": ["queue", "tasks"], "properties": {
+        "queue": {"type": "string"},
+        "tasks": {"type": "array", "items": {"type": "object", "required": [
+            "id", "token", "attempt", "lease_until", "params", "headers"], "properties": {
+                "id": {"type": "string"}, "queue": {"type": "string"},
+                "name": {"type": ["string", "null"]}, "token": {"type": "string"},
+                "attempt": {"type": "integer", "minimum": 1},
+                "lease_until": {"type": "number", "description": "unix time the lease ends"},
+                "params": {"type": "object"}, "body": {"type": ["string", "null"]},
+                "content_type": {"type": ["string", "null"]},
+                "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                "labels": {"type": "object"}, "priority": {"type": "integer"},
+                "eta": {"type": "number"}, "url": {"type": ["string", "null"]},
+                "max_attempts": {"type": ["integer", "null"]},
+                "node": {"type": ["string", "null"],
+                         "description": "the node holding the lease"}}}}}},
+    "Ack": {"type": "object", "additionalProperties": False,
+            "properties": {"token": _TOKEN_FIELD}},
+    "Nack": {"type": "object", "additionalProperties": False, "properties": {
+        "token": _TOKEN_FIELD,
+        "delay": {**_SECONDS, "minimum": 0, "maximum": pull.DELAY_MAX,
+                  "description": "retry after this long (default: the task's backoff)"}}},
+    "Extend": {"type": "object", "additionalProperties": False, "properties": {
+        "token": _TOKEN_FIELD,
+        "lease_s": {**_SECONDS, "minimum": pull.LEASE_MIN, "maximum": pull.LEASE_MAX,
+                    "description": "seconds from now (default: the lease's own span)"}}},
+}
 _SCHEMAS: dict[str, Any] = {
+    **_PULL_SCHEMAS,
     "Report": _REPORT, "Heartbeat": _HEARTBEAT,
     "TaskRequest": {"type": "object", "required": ["url"], "properties": _TASK_FIELDS,
                     "additionalProperties": False, "not": _BOTH_BODIES,
-                    "description": "a task as JSON (Content-Type: application/json)"},
+                    "description": "a task as JSON (Content-Type: application/json); a "
+                                   "task of a queue in mode pull may leave url out"},
     # One schema per media type, each an object or a union of objects: a code generator
     # maps a schema of bare ``required`` alternatives to Any (and then fails on it)
     "EnqueueTaskRequest": {"type": "object", "required": ["url"],
@@ -354,8 +398,13 @@ _SCHEMAS: dict[str, Any] = {
               "properties": {
                   "name": {"type": "string"}, "paused": {"type": "boolean"},
                   "limit": {"type": ["number", "null"]},
+                  "mode": {"enum": list(QUEUE_CHOICES["mode"]),
+                           "description": "push: tasks are POSTed to their url; pull: "
+                                          "workers lease them (POST /queues/{queue}/lease)"},
+                  "leased": {"type": "integer", "minimum": 0,
+                             "description": "a pull queue's tasks a worker holds a lease on"},
                   "config": {"type": "object", "additionalProperties": {
-                      "type": ["number", "null"]}},
+                      "type": ["number", "string", "null"]}},
                   "sources": {"type": "object", "description": "where each setting's "
                               "value comes from (GET /queues/{queue}, PUT, DELETE): api "
                               "(PUT), config (the INI), default (built in), control "
@@ -657,6 +706,10 @@ _COMPLETION = {"403": _answer("the token is missing, forged, for another task or
                "503": _answer("the node holding the attempt did not answer (down or cut "
                               "off): report again in a moment")}
 
+_LEASE_ANSWERS = {"403": _answer("the token is missing, forged, for another task or expired"),
+                  "409": _answer("the lease is over: answered, run out, or the task ended")}
+_LEASE_OPEN = "Open: the lease's token (one attempt's, signed) is the credential."
+
 _PATHS: dict[str, Any] = {
     "/queue": {"post": _enqueue("Enqueue a task", [_IDEMPOTENCY, _TRACEPARENT])},
     "/queue/{queue}": {"post": _enqueue("Enqueue a task in a queue",
@@ -685,6 +738,23 @@ _PATHS: dict[str, Any] = {
         extra=_COMPLETION), **_OPEN, "requestBody": {
             "required": False, "content": _json("Heartbeat")},
         "description": "Open: the URL's token (one attempt's, signed) is the credential."}},
+    "/tasks/{id}/ack": {"post": {**_op(
+        "A pull queue's worker: the leased task succeeded", "Task", params=[_ID],
+        body=_json("Ack"), extra=_LEASE_ANSWERS), **_OPEN, "description": _LEASE_OPEN}},
+    "/tasks/{id}/nack": {"post": {**_op(
+        "A pull queue's worker: the leased task failed this attempt; it is retried after "
+        "delay (else its backoff) while attempts last", "Task", params=[_ID],
+        body=_json("Nack"), extra=_LEASE_ANSWERS), **_OPEN, "description": _LEASE_OPEN}},
+    "/tasks/{id}/extend": {"post": {**_op(
+        "A pull queue's worker: the lease runs lease_s more from now (the siblings keep "
+        "waiting)", "Task", params=[_ID], body=_json("Extend"), extra=_LEASE_ANSWERS),
+        **_OPEN, "description": _LEASE_OPEN}},
+    "/queues/{queue}/lease": {"post": _op(
+        "Lease up to max_tasks due tasks of a pull queue for lease_s each, waiting up to "
+        "wait_s for the first (from this node's copies, then the other nodes')", "Leases",
+        params=[_QUEUE], body=_json("LeaseRequest"), scope="enqueue", extra={
+            "409": _answer("the queue is in mode push"),
+            "503": _answer("stopping")})},
     "/tasks/{id}/resend": {"post": _op(
         "Resend an ended task (a succeeded one too): a new run under the same id (reruns "
         "+ 1, attempts from 0, no expiry), its history kept", "Task", params=[_ID],
@@ -777,6 +847,10 @@ _OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("/tasks/{id}/resend", "post"): ("resendTask", "tasks"),
     ("/tasks/{id}/complete", "post"): ("completeTask", "tasks"),
     ("/tasks/{id}/heartbeat", "post"): ("heartbeatTask", "tasks"),
+    ("/tasks/{id}/ack", "post"): ("ackTask", "tasks"),
+    ("/tasks/{id}/nack", "post"): ("nackTask", "tasks"),
+    ("/tasks/{id}/extend", "post"): ("extendTask", "tasks"),
+    ("/queues/{queue}/lease", "post"): ("leaseTasks", "queues"),
     ("/queues/{queue}/resend", "post"): ("resendTasks", "queues"),
     ("/queues", "get"): ("listQueues", "queues"),
     ("/queues/{queue}", "get"): ("getQueue", "queues"),

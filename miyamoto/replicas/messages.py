@@ -329,7 +329,7 @@ class Stored:
 
 OPS = frozenset({"get", "cancel", "rerun", "resend", "paused", "counts", "list", "control",
                  "delete", "failed", "resend_many", "name", "browse", "rates",
-                 "replace", "complete", "heartbeat"})
+                 "replace", "complete", "heartbeat", "lease", "nack"})
 
 
 @message(Verb.REQUEST)

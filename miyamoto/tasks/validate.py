@@ -194,16 +194,20 @@ def _headers(field: str, value: Any) -> dict[str, str]:
 
 
 def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency_key: str | None,
-               limits: Limits, now: float, offset: float = 0.0) -> Task:
+               limits: Limits, now: float, offset: float = 0.0,
+               pull: Callable[[str], bool] | None = None) -> Task:
     """Validate the JSON-shaped ``fields`` into a new scheduled Task.
 
     ``now`` is this node's clock, on which the task's times are kept; ``offset`` is the
     cluster's clock minus it: a client's absolute ``eta`` is a moment on the cluster's
     clock (``miyamoto.cluster.clocks``), so its copy fires at ``eta - offset`` here.
     One check per concern, in a fixed order, so that a request with several faults
-    is always answered with the same field."""
-    _check_field_names(fields)
-    url = check_url("url", fields["url"], limits)
+    is always answered with the same field. ``pull`` tells a pull queue (its mode), whose
+    tasks are leased by workers, never POSTed: they need no url (one given is kept, shown,
+    and not used)."""
+    pulled = pull is not None and "url" not in fields and pull(_queue(fields, path_queue))
+    _check_field_names(fields, needs_url=not pulled)
+    url = check_url("url", fields["url"], limits) if "url" in fields else ""
     method = _method(fields)
     params = _params(fields)
     body, content_type = _body(fields, method, params, limits)
@@ -233,8 +237,9 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     ), dedupe_mode)
 
 
-def _check_field_names(fields: Mapping[str, Any]) -> None:
-    """Every key and value is storable text, every key a known field, url is given."""
+def _check_field_names(fields: Mapping[str, Any], needs_url: bool = True) -> None:
+    """Every key and value is storable text, every key a known field, url is given
+    (unless the task's queue is a pull queue)."""
     for k, v in fields.items():
         _check_text(k if _is_text(k) else "body", k)
         _check_text(k, v)
@@ -244,8 +249,8 @@ def _check_field_names(fields: Mapping[str, Any]) -> None:
     if "topic" in fields:  # a topic is expanded before (miyamoto.definitions.topics), one task at a time
         raise ValidationError("topic", "cannot be given with url" if "url" in fields
                               else "is accepted by POST /queue only, one task at a time")
-    if "url" not in fields:
-        raise ValidationError("url", "is required")
+    if "url" not in fields and needs_url:
+        raise ValidationError("url", "is required (but in a pull queue)")
 
 
 def _method(fields: Mapping[str, Any]) -> str:
@@ -440,7 +445,8 @@ def enqueue_fields(content_type: str, body: bytes, limits: Limits) -> dict[str, 
 
 
 def parse_batch(body: bytes, *, path_queue: str | None, limits: Limits, now: float,
-                max_batch: int, offset: float = 0.0) -> list[Task]:
+                max_batch: int, offset: float = 0.0,
+                pull: Callable[[str], bool] | None = None) -> list[Task]:
     """A JSON list of task objects (or {"tasks": [...]}); all valid or none stored
     (``offset``: see ``build_task``)."""
     if len(body) > limits.max_body:
@@ -460,7 +466,7 @@ def parse_batch(body: bytes, *, path_queue: str | None, limits: Limits, now: flo
             raise ValidationError(f"tasks[{i}]", "must be a JSON object")
         try:
             tasks.append(build_task(item, path_queue=path_queue, idempotency_key=None,
-                                    limits=limits, now=now, offset=offset))
+                                    limits=limits, now=now, offset=offset, pull=pull))
         except ValidationError as e:
             raise ValidationError(f"tasks[{i}].{e.field}", e.message, e.status) from None
     return tasks

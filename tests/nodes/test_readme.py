@@ -102,7 +102,8 @@ RESTORE = [
 ]
 
 # a synopsis line of the command-line block -> the commands that stand for it
-# ({sink}: the sink's URL, {later}: a scheduled task's id, {eta}: a time a minute ahead)
+# ({sink}: the sink's URL, {later}: a scheduled task's id, {eta}: a time half an hour
+# ahead, still ahead when a slow run reaches the last command that names it)
 SYNOPSIS = {
     "miyamoto enqueue URL k=v k=v2 --countdown 5 --name N --queue Q --method PUT "
     "-H 'X-Foo: 1' --max-attempts 3 --timeout 10 --callback URL": [
@@ -321,7 +322,7 @@ def _run_cli_block(w: Work) -> None:
         json.dumps({"url": f"{w.sink.url}/file", "params": {"i": i}}) + "\n" for i in range(3)))
     with w.client() as c:
         w.fields["later"] = c.enqueue(f"{w.sink.url}/later", countdown=3600)["id"]
-    w.fields["eta"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    w.fields["eta"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1800))
     for synopsis, commands in SYNOPSIS.items():
         for command in commands:
             w.sh(command.format(**w.fields))
@@ -342,7 +343,7 @@ def _check_keyless_node(w: Work) -> None:
     assert row["CLUSTER"] == "-", table
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)  # some 90 commands, each a process start: slow on a loaded box
 def test_the_readme_runs_against_a_node_with_its_backup_and_restore(
         tmp_path: Path, proc_registry: ProcessRegistry, sink: Sink) -> None:
     _need("curl")

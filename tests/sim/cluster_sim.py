@@ -206,7 +206,7 @@ class SimNode:
             "seeds": ",".join(_address(s) for s in self.seeds), "data_dir": self.data_dir,
             "insecure_cluster": "true", "zone": self.id, **self.sim.options})
         q = QueueConfig(max_backoff=2.0, min_backoff=0.2, timeout=self.sim.timeout,
-                        max_attempts=25)
+                        max_attempts=25, mode=self.sim.mode)
         return dataclasses.replace(cfg, queues={"default": q})
 
     def start(self) -> None:
@@ -297,6 +297,7 @@ class Checker:
         self.in_flight: dict[tuple[str, str], float] = {}
         self.faults: list[tuple[str, float, float]] = []  # (node, from, to)
         self.crashes: list[tuple[str, float]] = []
+        self.cuts: list[tuple[str, float, float]] = []  # (node, from, to): cut links only
         self.news_lost: set[tuple[str, str]] = set()  # (task, sender)
         self.news_cut: set[tuple[str, str, str]] = set()
         self.news_seen: dict[tuple[str, str, str], float] = {}
@@ -426,8 +427,9 @@ class Sim:
     def __init__(self, seed: int, n: int = 3, *, delay: tuple[float, float] = (0.001, 0.02),
                  loss: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
                  fail: float = 0.1, timeout: float = 2.0, options: dict | None = None,
-                 schedules: bool = False):
+                 schedules: bool = False, mode: str = "push"):
         self.seed = seed
+        self.mode = mode  # the default queue's: pull (pull_sim.py) leases, never POSTs
         self.schedules = schedules  # each node runs the schedules' Ticker
         self.rng = random.Random(seed)
         self.loop = gevent.get_hub().loop
@@ -534,8 +536,9 @@ class Sim:
         new = links - self.network.cuts
         self.network.cuts |= new
         for a, b in new:
-            self.checker.fault(a, now, now + duration)
-            self.checker.fault(b, now, now + duration)
+            for node in (a, b):
+                self.checker.fault(node, now, now + duration)
+                self.checker.cuts.append((node, now, now + duration))
         self.at(duration, self._heal, new)
 
     def _heal(self, links: set[tuple[str, str]]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import requests
 import ujson
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from miyamoto import client as mc
 from miyamoto.client import (Client, Conflict, DuplicateTask, Forbidden, InvalidTask,
@@ -119,6 +120,13 @@ def test_every_id_and_name_is_one_path_segment(clock: Clock) -> None:
         (lambda: c.put_topic(odd, ["u"]), "PUT", f"/topics/{esc}"),
         (lambda: c.topic(odd), "GET", f"/topics/{esc}"),
         (lambda: c.delete_topic(odd), "DELETE", f"/topics/{esc}"),
+        (lambda: c.resend(odd), "POST", f"/tasks/{esc}/resend"),
+        (lambda: c.resend_many(odd), "POST", f"/queues/{esc}/resend"),
+        (lambda: c.complete(odd, token="tk"), "POST", f"/tasks/{esc}/complete"),
+        (lambda: c.heartbeat(odd, token="tk"), "POST", f"/tasks/{esc}/heartbeat"),
+        (lambda: c.set_queue(odd, rate=1), "PUT", f"/queues/{esc}"),
+        (lambda: c.reset_queue(odd), "DELETE", f"/queues/{esc}"),
+        (lambda: c.run_schedule(odd), "POST", f"/schedules/{esc}/run"),
     ]
     for fn, method, path in calls:
         fn()
@@ -391,3 +399,67 @@ def test_the_client_is_reached_from_the_package_lazily() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         miyamoto.nope  # noqa: B018
     assert "Client" in miyamoto.__all__ and "__version__" in miyamoto.__all__
+
+
+def test_the_defaults_ten_attempts_within_thirty_seconds(clock: Clock) -> None:
+    c, s = make(UNAVAILABLE)
+    with pytest.raises(Unavailable):
+        c.enqueue("http://x/", name="n")
+    assert len(s.sent) == 10 and clock.now - 100.0 <= 30.0
+    assert s.sent[0]["timeout"] == pytest.approx(30.0)
+    with pytest.raises(ValueError, match="at least one node URL"):
+        Client(" , ", session=Session())
+    with pytest.raises(ValueError, match="at least one node URL"):
+        Client([], session=Session())
+
+
+def test_a_with_block_gives_the_client_and_closes_its_session(clock: Clock) -> None:
+    c, s = make()
+    with c as inside:
+        assert inside is c
+        inside.get("t-1")
+    assert s.closed and s.sent[-1]["url"] == BASE + "/tasks/t-1"
+
+
+def test_more_calls_safe_to_repeat_and_a_keyless_run_that_is_not(clock: Clock) -> None:
+    ok = response(200, {})
+    for safe in (lambda c: c.reset_queue("q"), lambda c: c.set_queue("q", rate=1),
+                 lambda c: c.run_schedule("s", idempotency_key="k")):
+        c, s = make(UNAVAILABLE, ok)
+        safe(c)
+        assert len(s.sent) == 2
+    c, s = make(UNAVAILABLE, ok)
+    with pytest.raises(Unavailable):
+        c.run_schedule("s")
+    assert len(s.sent) == 1 and s.sent[0]["headers"] is None
+    c, s = make()
+    c.run_schedule("s", idempotency_key="k-1")
+    assert s.sent[0]["headers"] == {"Idempotency-Key": "k-1"}
+
+
+def test_the_query_of_resend_many_rates_and_the_queue_pages(clock: Clock) -> None:
+    c, s = make()
+    c.resend_many("q")
+    assert s.sent[-1]["params"] == {"state": "failed"}
+    c.resend_many("q", "expired", target="http://w/", since=1.0, until=2.0)
+    assert s.sent[-1]["params"] == {"state": "expired", "target": "http://w/", "since": 1.0,
+                                    "until": 2.0}
+    c.rates()
+    assert (s.sent[-1]["url"], s.sent[-1]["params"]) == (BASE + "/rates", {"seconds": "300"})
+    c.rates(60, node="n2")
+    assert s.sent[-1]["params"] == {"seconds": "60", "node": "n2"}
+    c, s = make(response(200, {"queues": [{"name": "a"}], "next_cursor": "a"}),
+                response(200, {"queues": [{"name": "b"}], "next_cursor": None}))
+    assert c.queues() == [{"name": "a"}, {"name": "b"}]
+    assert [r["params"] for r in s.sent] == [None, {"cursor": "a"}]
+
+
+def test_an_unnamed_enqueue_is_retried_only_when_it_never_left(clock: Clock) -> None:
+    refused = requests.ConnectionError(MaxRetryError(None, "/queue",  # type: ignore[arg-type]
+                                                     NewConnectionError(None, "refused")))
+    c, s = make(refused, response(200, {"id": "abc"}))
+    assert c.enqueue("http://x/")["id"] == "abc" and len(s.sent) == 2
+    c, s = make(requests.ConnectionError("connection reset"), response(200, {"id": "abc"}))
+    with pytest.raises(Unavailable):
+        c.enqueue("http://x/")  # it may have been stored: not sent twice
+    assert len(s.sent) == 1

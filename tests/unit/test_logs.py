@@ -102,6 +102,9 @@ def test_printable_escapes_and_cuts() -> None:
     cut = logs._printable("/" + "x" * 600)
     assert cut == "/" + "x" * (logs.MAX_PATH - 1) + "..."
     assert logs._printable("x" * logs.MAX_PATH) == "x" * logs.MAX_PATH
+    # the documented cut: 512 characters of a path, then "..."
+    assert logs._printable("y" * 512) == "y" * 512
+    assert logs._printable("y" * 513) == "y" * 512 + "..."
 
 
 class Clock:
@@ -154,3 +157,15 @@ def test_a_streamed_body_counts_its_content_length(caplog: pytest.LogCaptureFixt
     assert a["bytes"] == 99 and b["bytes"] == 0
     assert c == {"method": "-", "path": "/", "status": "-", "duration_ms": 12.5, "bytes": 0,
                  "client": "-"}
+
+
+def test_an_access_lines_duration_is_in_ms_to_the_microsecond(caplog) -> None:
+    def app(environ: dict, start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Length", "0")])
+        return []
+    times = iter([10.0, 10.00123456])
+    wrapped = logs.AccessLog(app, clock=lambda: next(times))
+    with caplog.at_level(logging.INFO, logger="miyamoto.access"):
+        list(wrapped({"REQUEST_METHOD": "GET", "PATH_INFO": "/"}, lambda *a: None))
+    (r,) = caplog.records
+    assert r.http["duration_ms"] == 1.235

@@ -22,7 +22,8 @@ from harness.waits import free_ports
 from helpers import CLUSTER_KEYS, Sink
 from miyamoto.config.settings import load
 from miyamoto.node import Node
-from miyamoto.tracing import traces, wanted
+from miyamoto.tasks.task import Task
+from miyamoto.tracing import Traces, traces, wanted
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -166,3 +167,61 @@ def test_what_turns_tracing_on():
     assert wanted(False, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
     assert not wanted(True, {"OTEL_SDK_DISABLED": "true"})
     assert not wanted(True, {"OTEL_TRACES_EXPORTER": "none"})
+
+
+def test_started_alone_it_exports_over_otlp_and_stop_flushes(monkeypatch) -> None:
+    """Without a provider given, start() makes one that sends OTLP over HTTP to the
+    configured endpoint; stop() sends what it holds before it returns."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                        reason="the otel extra's OTLP exporter is not installed")
+    with Sink() as sink:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", sink.url_for("/v1/traces"))
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        own = Traces()
+        assert own.start("node-7") is True and own.on
+        with own.enqueue([Task(id="t-otlp", queue="q", url="http://w/x")]):
+            pass
+        own.stop()
+        assert not own.on
+        sent = sink.requests("/v1/traces")  # at once: stop() flushed, no batch delay
+        assert len(sent) == 1 and sent[0].method == "POST"
+        body = sent[0].body
+        assert b"miyamoto enqueue" in body and b"t-otlp" in body and b"node-7" in body
+
+
+def test_a_failed_enqueue_marks_its_spans_failed_and_goes_on_failing(exporter) -> None:
+    tasks = [Task(id=f"t-{i}", queue="q", url="http://w/x") for i in range(2)]
+    with pytest.raises(ValueError, match="store refused"):
+        with traces.enqueue(tasks):
+            raise ValueError("store refused")
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["miyamoto enqueue"] * 2
+    assert {(s.status.status_code.name, s.status.description) for s in spans} == {
+        ("ERROR", "store refused")}
+
+
+@pytest.mark.parametrize("flags, recorded", [("01", True), ("00", False), ("10", False),
+                                             ("11", True)])
+def test_a_producers_sampled_flag_decides_whether_spans_are_kept(exporter, flags: str,
+                                                                 recorded: bool) -> None:
+    task = Task(id="t-f", queue="q", url="http://w/x",
+                traceparent=f"00-{TRACE_ID}-00f067aa0ba902b7-{flags}")
+    with traces.enqueue([task]):
+        pass
+    assert len(exporter.get_finished_spans()) == (1 if recorded else 0)
+
+
+@pytest.mark.parametrize("status, error, failed", [
+    (200, None, None), (299, None, None), (503, None, "HTTP 503"), (300, None, "HTTP 300"),
+    (None, "connection refused", "connection refused"), (200, "body cut", "body cut")])
+def test_an_attempts_span_fails_with_its_error_or_its_status(exporter, status, error,
+                                                             failed) -> None:
+    span, _ = traces.attempt(Task(id="t-a", queue="q", url="http://u:p@w:81/x"), "POST", "n1")
+    traces.attempted(span, status, error)
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["server.address"] == "w:81"
+    assert done.attributes.get("http.response.status_code") == status
+    if failed is None:
+        assert done.status.status_code.name == "UNSET"
+    else:
+        assert (done.status.status_code.name, done.status.description) == ("ERROR", failed)

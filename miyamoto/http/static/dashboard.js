@@ -319,6 +319,9 @@ function renderQueues(queues) {
     return el("tr", {"data-queue": q.name},
       el("td", {}, q.name),
       el("td", {class: q.paused ? "paused" : "running"}, q.paused ? "paused" : "running",
+        // a pull queue's workers lease its tasks: its running ones are their leases
+        q.mode === "pull" ? el("div", {class: "mode-pull", title: "mode pull: workers lease "
+          + "its tasks (POST /queues/" + q.name + "/lease)"}, `pull, ${q.leased ?? 0} leased`) : null,
         (q.breakers || []).length ? el("div", {class: "breakers"}, ...q.breakers.map((b) =>
           el("div", {class: "breaker", title: `open on ${b.nodes} node(s)`}, `breaker open: ${b.origin}`))) : null),
       ...STATES.map((s) => el("td", {class: `num count-${s}`, title: `${counts[s] ?? 0} tasks, `

@@ -65,6 +65,9 @@ def test_previous_public_keys_are_one_block_after_another():
         keys.oidc_public_keys(public_pem(rsa_key(1)) + public_pem(ec_key("p384")))
     with pytest.raises(ValueError, match="must hold PEM public keys"):
         keys.oidc_public_keys("nothing")
+    garbled = "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n"
+    with pytest.raises(ValueError, match="^block 2 is not a readable PEM public key$"):
+        keys.oidc_public_keys(public_pem(rsa_key(1)) + garbled)
 
 
 def test_ed25519_key_as_whsk_seed_whsk_with_public_key_or_pem():
@@ -80,6 +83,8 @@ def test_ed25519_key_as_whsk_seed_whsk_with_public_key_or_pem():
     ("whsk_" + base64.b64encode(ED_SEED + b"\0" * 32).decode(), "not the public key"),
     (rsa_pem(), "must be an Ed25519 key"),
     ("whsec_abc", "whsk_<base64> or a PEM"),
+    ("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
+     "is not a readable PEM private key"),
 ])
 def test_a_bad_ed25519_key_says_why(text, why):
     with pytest.raises(ValueError, match=why):

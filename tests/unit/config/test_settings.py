@@ -620,3 +620,17 @@ def test_public_url_is_checked_and_gives_the_completion_base():
     assert cfg.public_base == "https://q.example/api"
     with pytest.raises(config_mod.ConfigError, match="public_url"):
         config_mod.load(env={}, flags={"data_dir": ":memory:", "public_url": "ftp://x"})
+
+
+def test_tracing_needs_the_otel_packages_and_starts_with_them(tmp_path, monkeypatch):
+    assert load(flags={"tracing": "true", "data_dir": str(tmp_path)}).tracing is True
+    monkeypatch.setattr(config_mod, "_otel_installed", lambda: False)
+    assert load(flags={"data_dir": str(tmp_path)}).tracing is False  # off: nothing needed
+    with pytest.raises(ConfigError, match=r"^tracing: needs the opentelemetry packages"):
+        load(flags={"tracing": "true", "data_dir": str(tmp_path)})
+
+
+def test_a_client_ca_alone_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"^tls_client_ca: mutual TLS needs tls_cert and "
+                                          r"tls_key too"):
+        load(flags={"tls_client_ca": str(tmp_path / "ca.pem"), "data_dir": str(tmp_path)})

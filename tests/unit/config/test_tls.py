@@ -99,3 +99,42 @@ def test_a_queues_client_context_verifies_and_names_each_bad_file(files, tmp_pat
         with pytest.raises(TLSFileError) as info:
             client_context(*args)
         assert info.value.option == option, args
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> tuple[ssl.SSLObject,
+                                                                        ssl.SSLObject]:
+    """A TLS handshake in memory between the two contexts (no socket)."""
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_hostname="localhost")
+    done = {id(srv): False, id(cli): False}
+    for _ in range(20):
+        for obj in (cli, srv):
+            if not done[id(obj)]:
+                try:
+                    obj.do_handshake()
+                    done[id(obj)] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            return srv, cli
+    raise AssertionError("no handshake")
+
+
+def test_the_server_speaks_http_1_1_to_a_client_that_offers_h2_first(files):
+    server = server_context(files["node"].cert, files["node"].key)
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(cafile=files["ca"].cert)
+    client.set_alpn_protocols(["h2", "http/1.1"])
+    _, cli = _handshake(server, client)
+    assert cli.selected_alpn_protocol() == "http/1.1"
+
+
+def test_without_a_ca_bundle_a_queue_trusts_the_systems_store():
+    if not ssl.get_default_verify_paths().cafile:
+        pytest.skip("this system has no default CA file")
+    ctx = client_context()
+    assert ctx.cert_store_stats()["x509_ca"] > 0
+    assert (ctx.verify_mode, ctx.check_hostname) == (ssl.CERT_REQUIRED, True)

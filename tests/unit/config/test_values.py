@@ -147,3 +147,41 @@ def test_parse_tokens_scopes_and_token_lengths():
     short = "entry 1: a token is 16-512 printable characters, no spaces"
     for bad in ("t" * 15, "t" * 513, "t" * 8 + " " + "t" * 8, "t" * 16 + "\x01"):
         assert _error(v.parse_tokens, f"read:{bad}") == short, bad
+
+
+@pytest.mark.parametrize("fn", [v.issuer_url, v.public_url])
+def test_an_issuer_or_public_url_is_http_s_with_a_host_and_no_query(fn) -> None:
+    assert fn(" https://id.example.com/base/ ") == "https://id.example.com/base"
+    assert fn("http://127.0.0.1:8080") == "http://127.0.0.1:8080" and fn("  ") == ""
+    for bad in ("ftp://id.example.com", "https://", "https://h/?a=1", "https://h/#f",
+                "https://h/\u00e9", "https://h/a b", "id.example.com"):
+        with pytest.raises(ValueError, match="must be"):
+            fn(bad)
+
+
+def test_a_public_url_port_must_be_a_port() -> None:
+    for bad in ("http://h:99999", "http://h:x/"):
+        with pytest.raises(ValueError, match=r"its port is not a port"):
+            v.public_url(bad)
+
+
+def test_a_proxy_is_http_host_port_and_a_refusal_never_repeats_it() -> None:
+    assert v.proxy_url(" http://u:pw@proxy.local:3128/ ") == "http://u:pw@proxy.local:3128/"
+    assert v.proxy_url("http://10.0.0.1:8080") == "http://10.0.0.1:8080"
+    assert v.proxy_url("") == "" and v.proxy_url("   ") == ""
+    for bad in ("http://proxy.local", "http://u:secretpw@proxy.local:99999",
+                "https://proxy.local:3128", "http://:3128", "http://proxy.local:3128/x",
+                "http://proxy.local:3128/?a", "http://proxy.local:3128/#f",
+                "http://proxy.local:x"):
+        with pytest.raises(ValueError) as e:
+            v.proxy_url(bad)
+        assert "HTTP CONNECT proxy" in str(e.value) and "secretpw" not in str(e.value)
+
+
+def test_a_signing_key_is_16_to_200_characters() -> None:
+    for ok in ("s" * 16, "s" * 200, ""):
+        assert v.signing_key(ok) == ok
+    for bad in ("s" * 15, "s" * 201, "sig_with a space_x", "sig_\u00e9" * 5):
+        with pytest.raises(ValueError, match="16-200 printable ASCII") as e:
+            v.signing_key(bad)
+        assert bad not in str(e.value)

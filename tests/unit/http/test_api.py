@@ -46,6 +46,9 @@ class Service:
     def control(self, queue: str, action: str) -> dict[str, Any]:
         return {"status": "ok", "queue": queue, "action": action}
 
+    def is_pull(self, queue: str) -> bool:
+        return False
+
     def clock_offset(self) -> float:
         return 0.0
 

@@ -122,6 +122,9 @@ class Service:
     def ready(self) -> tuple[bool, str]:
         return self.is_ready
 
+    def is_pull(self, queue: str) -> bool:
+        return False
+
     def clock_offset(self) -> float:
         return self.offset
 
@@ -438,6 +441,34 @@ def test_schedules_put_list_get_pause_resume_delete(app: Api, svc: Service) -> N
     error_of(call(app, "GET", "/schedules/a.b c"), 400, "name")
 
 
+def test_a_schedule_is_200_to_get_and_run_and_an_unknown_one_404(app: Api,
+                                                                 svc: Service) -> None:
+    post_json(app, "/schedules", SCHEDULE)
+    got = call(app, "GET", "/schedules/s")
+    assert got.status_line == "200 OK" and got.json()["name"] == "s"
+    ran = call(app, "POST", "/schedules/s/run")
+    assert ran.status_line == "200 OK" and ran.json()["schedule"] == "s"
+    assert [t.url for t in svc.calls[-1][1]] == [URL]
+    asked = len(svc.calls)
+    assert error_of(call(app, "POST", "/schedules/nope/run"), 404, "name") == \
+        "name names no known schedule"
+    svc.definitions.write([("schedule", "odd", {"every": 10})])  # stored without a task
+    error_of(call(app, "POST", "/schedules/odd/run"), 404, "name")
+    assert len(svc.calls) == asked  # nothing enqueued
+
+
+def test_a_traceparent_header_reaches_the_task_unless_the_body_names_one(app: Api,
+                                                                        svc: Service) -> None:
+    header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    field = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    post_json(app, "/queue", {"url": URL}, headers={"traceparent": header})
+    assert svc.calls[-1][1].traceparent == header
+    post_json(app, "/queue", {"url": URL, "traceparent": field}, headers={"traceparent": header})
+    assert svc.calls[-1][1].traceparent == field
+    post_json(app, "/queue", {"url": URL})
+    assert not svc.calls[-1][1].traceparent
+
+
 def test_a_schedule_takes_the_clusters_catch_up_default(app: Api, svc: Service) -> None:
     svc.config.schedule_catch_up = "none"
     assert post_json(app, "/schedules", SCHEDULE).json()["catch_up"] == "none"
@@ -706,3 +737,60 @@ def test_a_heartbeat_takes_a_bounded_lease_or_none(app: Api) -> None:
     error_of(post_json(app, "/tasks/t-1/heartbeat", {"lease": 10 ** 7}, query="token=good"),
              400, "lease")
     error_of(post_json(app, "/tasks/t-1/heartbeat", {"x": 1}, query="token=good"), 400, "body")
+
+
+class QueueService(Service):
+    """The recording service with the queue-settings and bulk-resend reads a node makes."""
+
+    def put_queue(self, name: str, changes: dict) -> dict:
+        self._record("put_queue", name, changes)
+        return {"name": name, "settings": changes}
+
+    def reset_queue(self, name: str) -> dict | None:
+        self._record("reset_queue", name)
+        return {"name": name} if name == "mail" else None
+
+    def resend_many(self, queue: str, f: dict) -> dict:
+        self._record("resend_many", queue, f)
+        return {"count": 2, "more": False}
+
+
+def test_queue_settings_are_put_and_reset_through_the_api() -> None:
+    svc = QueueService()
+    app = Api(svc, Limits(max_body=1000), max_batch=3, clock=lambda: NOW)
+    a = call(app, "PUT", "/queues/mail", b'{"rate": 5}', ctype=JSON)
+    assert a.status_line == "200 OK" and a.json() == {"name": "mail", "settings": {"rate": 5.0}}
+    assert svc.calls[-1] == ("put_queue", "mail", {"rate": 5.0})
+    error_of(call(app, "PUT", "/queues/mail", b'{"speed": 5}', ctype=JSON), 400, "speed")
+    a = call(app, "DELETE", "/queues/mail")
+    assert a.status_line == "200 OK" and a.json() == {"name": "mail"}
+    assert "has no settings made through the API" in error_of(
+        call(app, "DELETE", "/queues/other"), 404, "queue")
+
+
+def test_a_bulk_resend_takes_its_filters_from_the_query() -> None:
+    svc = QueueService()
+    app = Api(svc, Limits(max_body=1000), max_batch=3, clock=lambda: NOW)
+    a = call(app, "POST", "/queues/mail/resend")
+    assert a.status_line == "200 OK" and a.json() == {"count": 2, "more": False}
+    assert svc.calls[-1] == ("resend_many", "mail", {"state": "failed"})
+    call(app, "POST", "/queues/mail/resend",
+         query="state=expired&target=http%3A%2F%2Fw%2F&since=5&until=9")
+    assert svc.calls[-1] == ("resend_many", "mail", {"state": "expired", "target": "http://w/",
+                                                     "since": 5.0, "until": 9.0})
+    error_of(call(app, "POST", "/queues/mail/resend", query="state=scheduled"), 400, "state")
+    error_of(call(app, "POST", "/queues/mail/resend", query="target="), 400, "target")
+
+
+def test_a_schedule_run_with_an_idempotency_key_is_named_by_it(app: Api, svc: Service) -> None:
+    post_json(app, "/schedules", SCHEDULE)
+    call(app, "POST", "/schedules/s/run", headers={"Idempotency-Key": "k-1"})
+    assert [t.name for t in svc.calls[-1][1]] == ["schedule:s:run:k-1"]
+    call(app, "POST", "/schedules/s/run")
+    assert [t.name for t in svc.calls[-1][1]] == [None]
+
+
+def test_a_topic_is_200_to_get(app: Api) -> None:
+    call(app, "PUT", "/topics/t", b'{"urls": ["http://127.0.0.1:9/w"]}', ctype=JSON)
+    got = call(app, "GET", "/topics/t")
+    assert got.status_line == "200 OK" and got.json()["name"] == "t"

@@ -231,3 +231,20 @@ def test_errors_take_googles_shape() -> None:
                                                      "description": "url is bad"}]
     assert ctj.error(400, "x", code="FAILED_PRECONDITION")["error"]["status"] == \
         "FAILED_PRECONDITION"
+
+
+def test_every_http_method_number_of_the_sdk() -> None:
+    """google.cloud.tasks.v2.HttpMethod: 1 POST, 2 GET, 4 PUT, 5 DELETE, 6 PATCH (3 HEAD
+    and 7 OPTIONS are no method a task may use)."""
+    assert [ctj.http_method(n) for n in (1, 2, 4, 5, 6)] == ["POST", "GET", "PUT", "DELETE",
+                                                             "PATCH"]
+    for bad in (3, 7, 8, -1, "TRACE"):
+        with pytest.raises(ValidationError):
+            ctj.http_method(bad)
+
+
+@pytest.mark.parametrize("status, code", [(200, 0), (204, 0), (299, 0), (199, 2), (300, 2),
+                                          (404, 5), (429, 8), (503, 14)])
+def test_an_attempts_http_status_is_its_rpc_code(status: int, code: int) -> None:
+    view = ctj._attempt({"start": NOW, "duration": 0.1, "status": status})
+    assert view["responseStatus"] == {"code": code, "message": f"HTTP status {status}"}

@@ -95,3 +95,19 @@ def test_raise_nofile_in_process() -> None:
         assert fdlimit.connection_cap(hard + 10, other_fds=100) == hard - 100 - fdlimit.RESERVE
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_cap_is_said_once_with_the_numbers_and_no_cap_says_nothing(res, caplog) -> None:
+    """256 descriptors are kept for the journal, the cluster and the logs."""
+    res(1024, 1024)
+    with caplog.at_level("WARNING", logger="miyamoto.http.fdlimit"):
+        assert fdlimit.connection_cap(1000, 100) == 668
+    assert [r.getMessage() for r in caplog.records] == [
+        "max_connections 1000 does not fit the open-file limit 1024: serving at most "
+        "668 HTTP connections"]
+    caplog.clear()
+    for soft, hard, wanted in ((1024, 1024, 668), (4096, 4096, 1000), (1024, 8192, 1000)):
+        res(soft, hard)
+        with caplog.at_level("WARNING", logger="miyamoto.http.fdlimit"):
+            assert fdlimit.connection_cap(wanted, 100) == wanted
+    assert caplog.records == []

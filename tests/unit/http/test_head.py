@@ -199,3 +199,17 @@ def test_parser_fuzz(data: bytes) -> None:
         assert not (head.chunked and head.content_length is not None)
         assert head.content_length is None or head.content_length >= 0
         assert line.version in ("HTTP/1.0", "HTTP/1.1")
+
+
+def test_the_documented_limits_hold_at_their_edges() -> None:
+    """8192 bytes of request line (as pywsgi), four blank lines before it, a Content-Length
+    up to 2**50: one past each is refused."""
+    line = b"GET /" + b"a" * (8192 - 16) + b" HTTP/1.1\r\n"
+    assert len(line) == 8192 and parse(line + b"\r\n")[0].method == "GET"
+    refused(b"GET /aa" + line[5:] + b"\r\n", 414, "longer than 8192 bytes")
+    assert parse(b"\r\n" * 4 + b"GET / HTTP/1.1\r\n\r\n")[0].method == "GET"
+    refused(b"\r\n" * 5 + b"GET / HTTP/1.1\r\n\r\n", 400, "blank lines")
+    _, head, _ = parse(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % 2**50)
+    assert head.content_length == 2**50
+    refused(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (2**50 + 1), 413,
+            f"Content-Length {2**50 + 1} is too large")

@@ -20,8 +20,11 @@ from miyamoto.definitions.queues import parse_put
 from miyamoto.definitions.schedules import parse_schedule
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
+from miyamoto.engine import browse
 from miyamoto.http.api import Api
 from miyamoto.http.openapi import SPEC
+from miyamoto.tasks import repeat
+from miyamoto.tasks.options import check_lease
 from miyamoto.tasks.task import HISTORY_MAX, Task, add_attempt
 from miyamoto.tasks.validate import Limits, ValidationError, build_task, parse_batch
 from test_api import Service, call
@@ -90,7 +93,9 @@ def test_the_routes_that_read_a_body_and_only_those_say_so() -> None:
     assert with_body == {("/queue", "post"), ("/queue/{queue}", "post"),
                          ("/queue/{queue}/batch", "post"), ("/schedules", "post"),
                          ("/topics/{tname}", "put"), ("/queues/{queue}", "put"),
-                         ("/tasks/{id}/complete", "post"), ("/tasks/{id}/heartbeat", "post")}
+                         ("/tasks/{id}/complete", "post"), ("/tasks/{id}/heartbeat", "post"),
+                         ("/queues/{queue}/lease", "post"), ("/tasks/{id}/ack", "post"),
+                         ("/tasks/{id}/nack", "post"), ("/tasks/{id}/extend", "post")}
     for p, m in with_body:
         if m != "post" or not p.endswith("/heartbeat"):
             assert SPEC["paths"][p][m]["requestBody"]["required"] is True
@@ -139,6 +144,20 @@ def _bounded(schema_name: str) -> list[tuple[str, Any, bool]]:
         for s in [prop, *prop.get("anyOf", [])]:
             cases += [(name, v, inside) for v, inside in _edges(name, s)]
     return cases
+
+
+@pytest.mark.parametrize("field,value,inside", [
+    c for c in _bounded("EnqueueTaskRequest") if c[0] in ("debounce", "debounce_max")])
+def test_a_repeat_field_at_a_documented_bound(field: str, value: Any, inside: bool) -> None:
+    doc = {"url": URL, "name": "n", **({"debounce": 0.5} if field == "debounce_max" else {}),
+           field: value}
+    assert schema("EnqueueTaskRequest").is_valid(doc) is inside, doc
+    try:
+        repeat.parse(doc, named=True, max_delay=Limits().max_delay)
+    except ValidationError:
+        assert not inside, doc
+    else:
+        assert inside, doc
 
 
 @pytest.mark.parametrize("field,value,inside", _bounded("TaskRequest"))
@@ -310,3 +329,16 @@ def test_queue_settings_take_nulls_and_refuse_strangers() -> None:
                     ([], False), ({"paused": True, "timeout": 5}, True)]:
         assert schema("QueueSettings").is_valid(doc) is ok, doc
         assert _queue_settings_take(doc) is ok, doc
+
+
+def test_the_browse_limit_and_a_heartbeat_body_are_documented_as_the_server_takes_them(
+        ) -> None:
+    limit = _param("/tasks", "limit")["schema"]
+    assert (limit["minimum"], limit["maximum"], limit["default"]) == (1, browse.MAX_LIMIT, 50)
+    beat = schema("Heartbeat")
+    for body, taken in (({}, True), ({"lease": 0.5}, True), ({"lease": 7 * 86400}, True),
+                        ({"lease": 0}, False), ({"lease": 7 * 86400 + 1}, False),
+                        ({"lease": 1, "x": 1}, False)):
+        # the server: at most a lease (api.heartbeat_task), in bounds (options.check_lease)
+        server = set(body) <= {"lease"} and ("lease" not in body or check_lease(body["lease"]))
+        assert beat.is_valid(body) is taken is server, body

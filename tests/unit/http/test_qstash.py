@@ -11,7 +11,7 @@ import pytest
 import ujson
 
 from miyamoto.errors import Duplicate
-from miyamoto.http import auth
+from miyamoto.http import auth, qstash
 from miyamoto.http.api import Api
 from miyamoto.tasks.task import State
 from miyamoto.tasks.validate import Limits
@@ -154,6 +154,14 @@ def test_batch_answers_each_message_and_a_group_as_a_list(app: Api, svc: Service
     bad = post_json(app, "/v2/batch", [items[0], {"destination": URL,
                                                   "headers": {"Upstash-Delay": "x"}}])
     assert bad.status == 400 and bad.json()["error"].startswith("[1].Upstash-Delay"), bad.body
+    for item, why in (("x", "destination must be given as a string"),
+                      ({"destination": 5}, "destination must be given as a string"),
+                      ({"destination": URL, "headers": {"Upstash-Retries": 2}},
+                       "headers must be an object of header names to strings"),
+                      ({"destination": URL, "headers": ["a"]}, "headers must be an object")):
+        bad = post_json(app, "/v2/batch", [items[0], item])
+        assert bad.status == 400 and bad.json()["error"].startswith(f"[1].{why}"), bad.body
+    assert len(svc.calls) == 1  # none of them enqueued anything
 
 
 def test_messages_are_read_and_cancelled(app: Api, svc: Service) -> None:
@@ -195,8 +203,9 @@ def test_url_groups_are_topics(app: Api, svc: Service) -> None:
     assert svc.definitions.machine.get("topic", "team") == {"urls": [URL, URL + "2"]}
     r = call(app, "DELETE", "/v2/topics/team/endpoints",
              ujson.dumps({"endpoints": [{"url": URL}]}).encode())
-    assert r.status == 200 and call(app, "GET", "/v2/topics/team").json()["endpoints"] == \
-        [{"url": URL + "2"}]
+    got = call(app, "GET", "/v2/topics/team")
+    assert r.status == 200 and got.status_line == "200 OK"
+    assert got.json()["endpoints"] == [{"url": URL + "2"}]
     r = call(app, "DELETE", "/v2/topics/team/endpoints",
              ujson.dumps({"endpoints": [{"url": URL + "2"}]}).encode())
     assert call(app, "GET", "/v2/topics/team").status == 404  # its last endpoint went
@@ -292,3 +301,15 @@ def test_not_before_is_on_the_clusters_clock_a_delay_on_ours(app: Api, svc: Serv
     assert publish(app, URL, Upstash_Not_Before=str(int(NOW) + 3)).status == 201
     assert publish(app, URL, Upstash_Delay="3s").status == 201
     assert [t.fire_at for _, t in svc.calls] == [NOW + 33, NOW + 3]
+
+
+def test_a_url_group_past_the_most_topics_is_refused(app: Api, monkeypatch) -> None:
+    monkeypatch.setattr(qstash, "MAX_TOPICS", 2)
+    for name in ("a", "b"):
+        assert post_json(app, f"/v2/topics/{name}/endpoints",
+                         {"endpoints": [{"url": URL}]}).status == 200
+    r = post_json(app, "/v2/topics/c/endpoints", {"endpoints": [{"url": URL}]})
+    assert (r.status, r.json()) == (400, {"error": "name would be URL group 3: too many"})
+    # an endpoint more for a group that exists is no new group
+    assert post_json(app, "/v2/topics/a/endpoints",
+                     {"endpoints": [{"url": URL + "2"}]}).status == 200

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from email.utils import parsedate_to_datetime
 import socket as pysocket
 from typing import Any, Iterator
 
@@ -101,6 +103,8 @@ def test_pipelined_keep_alive_requests_get_complete_answers(conn):
     assert status == "HTTP/1.1 201 Created" and body == b"hello"
     assert headers["content-length"] == "5" and headers["x-query"] == "x=1"
     assert "date" in headers and "connection" not in headers
+    # a real HTTP date, within a few seconds of now
+    assert abs(parsedate_to_datetime(headers["date"]).timestamp() - time.time()) < 60
     status, headers, body = _response(conn, buf)
     assert (status, body) == ("HTTP/1.1 200 OK", b"abcd")
     assert _Result.closed == 1
@@ -204,7 +208,7 @@ def seen_app(environ: dict[str, Any], start_response: Any) -> Any:
     """Answers with what the server put in the environ (JSON)."""
     keys = ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "SERVER_PROTOCOL", "CONTENT_TYPE",
             "CONTENT_LENGTH", "REMOTE_ADDR", "HTTP_X_A", "HTTP_COOKIE", "HTTP_X_UNDER",
-            "SERVER_SOFTWARE", "wsgi.url_scheme")
+            "SERVER_SOFTWARE", "wsgi.url_scheme", "wsgi.input_terminated")
     body = json.dumps({k: environ.get(k) for k in keys}).encode()
     environ["wsgi.input"].read()
     start_response("200 OK", [("Content-Type", "application/json")])
@@ -240,7 +244,9 @@ def test_the_environ_is_built_from_the_head(serve):
                    "SERVER_PROTOCOL": "HTTP/1.1", "CONTENT_TYPE": "text/plain",
                    "CONTENT_LENGTH": "3", "REMOTE_ADDR": "127.0.0.1", "HTTP_X_A": "1,2",
                    "HTTP_COOKIE": "a=1; b=2", "HTTP_X_UNDER": None,
-                   "SERVER_SOFTWARE": "miyamoto", "wsgi.url_scheme": "http"}
+                   "SERVER_SOFTWARE": "miyamoto", "wsgi.url_scheme": "http",
+                   # the input ends where the body does (a chunked body has no length)
+                   "wsgi.input_terminated": True}
     sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
     env = json.loads(_response(sock, bytearray())[2])
     assert env["CONTENT_TYPE"] is None and env["CONTENT_LENGTH"] is None
@@ -318,6 +324,15 @@ def test_a_bad_head_is_a_json_4xx_then_a_close(serve):
     assert headers["content-type"] == "application/json"
     assert json.loads(body) == {"status": "error", "error": "malformed request header field"}
     assert _closed(sock)  # the pipelined request after it is not answered
+
+
+def test_a_request_line_past_8192_bytes_is_414_uri_too_long(serve):
+    sock = serve(app)
+    sock.sendall(b"GET /" + b"a" * 8200 + b" HTTP/1.1\r\n\r\n")
+    status, headers, body = _response(sock, bytearray())
+    assert status == "HTTP/1.1 414 URI Too Long" and headers["connection"] == "close"
+    assert json.loads(body) == {"status": "error",
+                                "error": "request line longer than 8192 bytes"}
 
 
 def test_a_client_that_leaves_mid_head_is_closed_quietly(serve, caplog):

@@ -49,3 +49,18 @@ def test_a_peers_labels_are_checked_and_round_trip() -> None:
     for bad in ({"Team": "a"}, {"k": 1}, {f"k{i}": "" for i in range(11)}, ["x"]):
         with pytest.raises(DecodeError):
             Task.decode(dict(t.encode(), labels=bad))
+
+
+def test_a_value_of_256_characters_is_taken_everywhere_and_257_nowhere() -> None:
+    """README: a value is at most 256 characters, at the enqueue, in a filter and in a
+    peer's copy alike."""
+    full, over = "v" * 256, "v" * 257
+    assert labels.parse({"labels": {"k": full}}) == {"k": full}
+    with pytest.raises(ValidationError, match="at most 256 characters"):
+        labels.parse({"labels": {"k": over}})
+    assert labels.label_filter(f"k={full}") == ("k", full)
+    with pytest.raises(ValueError):
+        labels.label_filter(f"k={over}")
+    labels.check_decoded({"labels": {"k": full}})
+    with pytest.raises(DecodeError):
+        labels.check_decoded({"labels": {"k": over}})

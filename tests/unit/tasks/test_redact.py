@@ -31,6 +31,11 @@ def test_a_long_body_is_cut_and_its_length_told() -> None:
     view = redact.request_view(t)
     assert len(view["body"]) == redact.BODY_CHARS and view["body_chars"] == redact.BODY_CHARS + 10
     assert redact.shown(view) == view  # a view shown again is unchanged
+    # 64 Ki characters are shown whole, one more is cut (a view fits one peer's REPLY)
+    whole = Task(id="t2", queue="q", url="http://w/x", body="y" * 65536)
+    assert redact.request_view(whole)["body"] == whole.body
+    cut = redact.request_view(whole.evolve(body="y" * 65537))
+    assert (len(cut["body"]), cut["body_chars"]) == (65536, 65537)
 
 
 def test_a_peer_s_view_is_checked_and_redacted_again() -> None:

@@ -80,3 +80,14 @@ def test_revisions_order_by_time_then_id() -> None:
     a, b = repeat.stamp(5, "b-id"), repeat.stamp(10, "a-id")
     assert "" < a < b and repeat.stamp(10, "a-id") < repeat.stamp(10, "b-id")
     assert repeat.stamp(2**63, "x") > repeat.stamp(10**18, "x")
+
+
+def test_a_debounce_may_be_under_a_second_but_not_zero() -> None:
+    got = repeat.parse({"debounce": 0.5}, named=True, max_delay=100)
+    assert (got.debounce, got.debounce_max) == (0.5, 5.0)
+    assert repeat.parse({"debounce": 1, "debounce_max": 0.9 + 0.1}, named=True,
+                        max_delay=100).debounce_max == 1.0
+    assert repeat.parse({"debounce": 100}, named=True, max_delay=100).debounce == 100
+    for bad in (0, -1, 100.5):
+        with pytest.raises(ValidationError, match=r"must be in \(0, 100\] seconds"):
+            repeat.parse({"debounce": bad}, named=True, max_delay=100)

@@ -194,3 +194,11 @@ def test_the_edges_of_a_good_row_decode(changes: dict) -> None:
     for k, v in changes.items():
         got = getattr(t, k)
         assert (list(got) if isinstance(got, tuple) else got) == v
+
+
+def test_a_copys_revision_stamp_is_at_most_80_characters() -> None:
+    """A replace's stamp (20 digits, a dot, the repeat's id) from a peer or the journal."""
+    stamp = "0" * 20 + "." + "r" * 59
+    assert Task.decode(dict(ROW, revision=stamp)).revision == stamp
+    with pytest.raises(DecodeError, match="revision is too long"):
+        Task.decode(dict(ROW, revision=stamp + "r"))

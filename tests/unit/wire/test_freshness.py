@@ -66,3 +66,12 @@ def test_the_stamp_is_sixteen_bytes_both_ways():
     for bad in (b"", raw[:15], raw + b"\0"):
         with pytest.raises(DecodeError):
             read_stamp(bad)
+
+
+def test_at_most_max_senders_are_remembered_the_oldest_first_out() -> None:
+    f = Freshness(max_senders=3)
+    for i in range(4):
+        assert f.check(("n", f"s{i}"), b"c%d" % i, 5, 1) is Verdict.FRESH
+    assert f.boot(("n", "s0")) is None and f.last(b"c0") is None  # the oldest went
+    assert [f.boot(("n", f"s{i}")) for i in (1, 2, 3)] == [5, 5, 5]
+    assert [f.last(b"c%d" % i) for i in (1, 2, 3)] == [(5, 1)] * 3

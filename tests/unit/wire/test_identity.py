@@ -61,3 +61,10 @@ def test_no_data_dir_keeps_nothing(tmp_path, monkeypatch):
     assert node_key(MEMORY) != node_key(MEMORY)
     assert next_boot(MEMORY, clock=lambda: 7.0) == 7000
     assert os.listdir(tmp_path) == []
+
+
+def test_the_boot_counter_is_readable_by_all_the_key_by_its_owner_alone(tmp_path):
+    next_boot(str(tmp_path), clock=lambda: 1000.0)
+    assert (tmp_path / BOOT_FILE).stat().st_mode & 0o777 == 0o644
+    node_key(str(tmp_path))
+    assert (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
