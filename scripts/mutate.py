@@ -187,6 +187,7 @@ MODULES: dict[str, list[list[str]]] = {
                                   ["tests/unit/engine/test_window.py"],
                                   ["tests/unit/cluster/test_queries.py"], *_CLUSTER_SIM],
     "miyamoto/engine/expiry.py": [["tests/unit/engine/test_engine_expiry.py"], _ENGINE_UNITS],
+    "miyamoto/engine/pull.py": [["tests/unit/engine/test_engine_pull.py"], _ENGINE_UNITS],
     "miyamoto/engine/queues.py": [["tests/unit/engine/test_queues.py"],
                                   ["tests/unit/cluster/test_queuesettings.py"], _ENGINE_UNITS],
     # delivery/
