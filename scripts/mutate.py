@@ -94,6 +94,10 @@ _JOURNAL = [["tests/unit/store/test_journal.py"], ["tests/unit/store/test_journa
 _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
                    ["tests/unit/delivery/test_fairness.py"],
                    ["tests/unit/delivery/test_breaker.py"], ["tests/unit/delivery/test_flow.py"]]
+# the engine driven through its door on real journals (~4 s in one run)
+_ENGINE_UNITS = [f"tests/unit/engine/test_engine_{n}.py"
+                 for n in ("store", "replace", "remote", "leases", "expiry", "browse",
+                           "oldest_due", "traces")]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
     "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],
@@ -183,10 +187,16 @@ MODULES: dict[str, list[list[str]]] = {
                                   ["tests/unit/cluster/test_queries.py"]],
     "miyamoto/engine/history.py": [["tests/unit/engine/test_history.py"],
                                    ["tests/unit/cluster/test_queries.py"]],
-    "miyamoto/engine/window.py": [["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
-    "miyamoto/engine/engine.py": [["tests/unit/delivery/test_retry.py"],
+    "miyamoto/engine/window.py": [["tests/unit/engine/test_window.py"], _ENGINE_UNITS,
+                                  *_CLUSTER_SIM],
+    "miyamoto/engine/engine.py": [_ENGINE_UNITS, ["tests/unit/delivery/test_retry.py"],
                                   ["tests/unit/store/test_journal_failure.py"],
-                                  ["tests/unit/engine/test_window.py"], *_CLUSTER_SIM],
+                                  ["tests/unit/engine/test_window.py"],
+                                  ["tests/unit/cluster/test_queries.py"], *_CLUSTER_SIM],
+    "miyamoto/engine/expiry.py": [["tests/unit/engine/test_engine_expiry.py"], _ENGINE_UNITS],
+    "miyamoto/engine/pull.py": [["tests/unit/engine/test_engine_pull.py"], _ENGINE_UNITS],
+    "miyamoto/engine/queues.py": [["tests/unit/engine/test_queues.py"],
+                                  ["tests/unit/cluster/test_queuesettings.py"], _ENGINE_UNITS],
     # delivery/
     "miyamoto/delivery/dispatch.py": [["tests/unit/delivery/test_dispatch.py"],
                                       ["tests/unit/delivery/test_fairness.py"]],
@@ -205,17 +215,27 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/delivery/identity.py": [["tests/unit/delivery/test_delivery_identity.py"],
                                       ["tests/unit/delivery/test_attempt.py"]],
     "miyamoto/delivery/httpclient.py": [["tests/unit/delivery/test_httpclient.py"],
-                                        ["tests/unit/delivery/test_targets.py"]],
+                                        ["tests/unit/delivery/test_targets.py"],
+                                        ["tests/unit/delivery/test_egress.py"]],
     "miyamoto/delivery/targets.py": [["tests/unit/delivery/test_targets.py"],
                                      ["tests/unit/delivery/test_httpclient.py"]],
-    # cluster/: the I/O layer and its helpers run only in the composed simulator here
+    "miyamoto/delivery/completion.py": [["tests/unit/delivery/test_completion.py"],
+                                        ["tests/unit/engine/test_engine_leases.py"]],
+    "miyamoto/delivery/egress.py": [["tests/unit/delivery/test_egress.py"]],
+    # cluster/: each helper's own unit tests first; the I/O layer and the coordinator
+    # run in the composed simulator
     "miyamoto/cluster/clocks.py": [["tests/unit/cluster/test_clocks.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/clockmessages.py": _CLUSTER_SIM,
-    "miyamoto/cluster/layer.py": _CLUSTER_SIM,
-    "miyamoto/cluster/coordinator.py": _CLUSTER_SIM,
-    "miyamoto/cluster/requests.py": _CLUSTER_SIM,
-    "miyamoto/cluster/queries.py": [["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings.py"]],
+    "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
+                                          *_CLUSTER_SIM],
+    "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py"],
+                                        *_CLUSTER_SIM],
+    "miyamoto/cluster/requests.py": [["tests/unit/cluster/test_requests.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/queries.py": [["tests/unit/cluster/test_queries.py"],
+                                    ["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings_pure.py"],
+                                          ["tests/unit/cluster/test_queuesettings.py"]],
+    "miyamoto/cluster/joinlog.py": [["tests/unit/cluster/test_joinlog.py"]],
     # http/
     "miyamoto/http/server.py": [["tests/unit/http/test_server.py"]],
     "miyamoto/http/head.py": [["tests/unit/http/test_head.py"], ["tests/unit/http/test_server.py"]],
@@ -654,6 +674,66 @@ EQUIVALENT.update({
 })
 
 LOG_NAMES = {"log", "logger", "logging", "_warn", "warnings"}
+
+
+# engine, delivery and cluster (kept apart from the entries above)
+_EXPIRY_COMPACT = ("the expiry heap's compaction threshold is a memory/time trade-off: "
+                   "stale entries are skipped by next_at whenever it is rebuilt, so every "
+                   "next_at and pop_due stays exact (test_engine_expiry.py)")
+_CLASHES = ("JoinLog.clashes is read by nothing (no metric, no view, no log): only the "
+            "log lines show a clash, and those are tested")
+_URL_CACHE = ("which URLs the client keeps split (a cache of at most ~0.5 MB): a URL not "
+              "kept is split again, to the same parts")
+EQUIVALENT.update({
+    ("miyamoto/engine/window.py", "CACHE_MAX = 4096     # recently read copies outside the "
+     "window", "4096 -> 4097"):
+        "how many copies read from outside the window are kept in memory: a miss reads "
+        "the same copy from the journal",
+    ("miyamoto/engine/engine.py", "NAMES_MAX = 100_000  # name reservations remembered in "
+     "memory; the journal has them all", "100000 -> 100001"):
+        "how many name reservations memory keeps: name_holder asks the journal's index "
+        "for one it forgot, and gets the same answer",
+    ("miyamoto/engine/expiry.py", "COMPACT_MIN = 1024  # entries before a rebuild is worth "
+     "it", "1024 -> 1025"): _EXPIRY_COMPACT,
+    ("miyamoto/engine/expiry.py",
+     "if len(self._heap) > COMPACT_MIN and len(self._heap) > 2 * len(self._at):",
+     "> -> >="): _EXPIRY_COMPACT,
+    ("miyamoto/engine/expiry.py", "return False", "return None"):
+        "Expiries.add's answer is only used as a condition (Engine._expires): None and "
+        "False are both false",
+    ("miyamoto/delivery/identity.py",
+     'canonical = json.dumps({m: jwk[m] for m in members}, separators=(",", ":"), '
+     'sort_keys=True)', "True -> False"):
+        "the members are listed in sorted order already (e, kty, n; crv, kty, x, y), so "
+        "the dict is built sorted: RFC 7638's order either way (test_the_kid_is_the_"
+        "rfc7638_thumbprint)",
+    ("miyamoto/delivery/httpclient.py", "MAX_URLS, MAX_URL_KEPT = 1024, 512  # URLs kept "
+     "split (a task's target repeats), <= 0.5 MB", "512 -> 513"): _URL_CACHE,
+    ("miyamoto/delivery/httpclient.py", "MAX_URLS, MAX_URL_KEPT = 1024, 512  # URLs kept "
+     "split (a task's target repeats), <= 0.5 MB", "1024 -> 1025"): _URL_CACHE,
+    ("miyamoto/delivery/httpclient.py", "return False", "return None"):
+        "_alive is only used as a condition (checkout): None and False are both false",
+    ("miyamoto/delivery/targets.py", "if key != self._index[0]:", "0 -> 1"):
+        "the endpoint index is then rebuilt at every check instead of when the endpoints "
+        "change: the same index, the same answers (its literal cache is cleared with it)",
+    ("miyamoto/delivery/egress.py",
+     r'status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")', "1 -> 2"):
+        "split's first part is the same however many splits follow it",
+    ("miyamoto/cluster/clocks.py",
+     "if est is None or t <= 0 or abs(est.offset) <= max(est.error, NEGLIGIBLE):", "0 -> 1"):
+        "t is a unix time (far above 1) or 0 for a time not set: no stored time lies in "
+        "(0, 1]",
+    ("miyamoto/cluster/queries.py", '"running": 2,', "2 -> 3"):
+        "only the ranks' order is read (max and >): scheduled 1 < running 3 < ended 4 "
+        "keeps it",
+    ("miyamoto/cluster/queries.py", '_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, '
+     '"cancelled": 4, "expired": 4,', "5 -> 6"):
+        "only the ranks' order is read (max and >): deleted 6 stays above every other",
+    ("miyamoto/cluster/joinlog.py", "self.clashes = 0  # membership messages from another "
+     "node with our id", "0 -> 1"): _CLASHES,
+    ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "+= -> -="): _CLASHES,
+    ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "1 -> 2"): _CLASHES,
+})
 
 
 # ---------------------------------------------------------------- mutants

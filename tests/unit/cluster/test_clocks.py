@@ -131,3 +131,13 @@ def test_a_node_without_a_majority_of_estimates_is_not_placed():
     p = c.place(members, "a", 100.1)  # 3 of 5: the median of 0, 30, 30 is 30
     assert p.placed and p.offset == pytest.approx(30.0) and p.skewed
     assert not c.place(members, "a", 100.1 + 61).placed  # every estimate went stale
+
+
+def test_a_sample_is_used_for_sixty_seconds_inclusive():
+    c = PeerClocks(max_skew=1.0)
+    c.sample("b", 99.5, 130.0, 100.0)  # +30.25 s (+- 0.25), read at 100
+    assert c.estimate("b", 160.0).offset == pytest.approx(30.25)  # first read: 60 s old
+    d = PeerClocks(max_skew=1.0)
+    d.sample("b", 99.5, 130.0, 100.0)
+    assert d.estimate("b", 160.5) is None  # older than 60 s: not used
+    assert d.to_local("b", 1000.0, 160.5) == 1000.0

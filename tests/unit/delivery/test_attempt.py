@@ -249,6 +249,9 @@ def test_a_cloud_tasks_task_carries_cloud_tasks_headers_and_a_native_one_none():
                                                                 "error": "timed out\n"}), 0)
     assert "X-CloudTasks-TaskPreviousResponse" not in headers
     assert headers["X-CloudTasks-TaskRetryReason"] == "timed%20out%0A"  # header-safe
+    _, _, headers, _ = build_request(t.evolve(attempts=1, last={"status": None,
+                                                                "error": "e" * 500}), 0)
+    assert headers["X-CloudTasks-TaskRetryReason"] == "e" * 200  # a long error: its start
     # a task header cannot forge them
     _, _, headers, _ = build_request(t.evolve(headers={"x-cloudtasks-taskname": "evil"}), 0)
     assert [v for k, v in headers.items() if k.lower() == "x-cloudtasks-taskname"] == ["order-1"]

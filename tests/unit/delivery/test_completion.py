@@ -45,6 +45,14 @@ def test_a_malformed_token_is_refused_without_the_key_in_the_error(tok):
     assert KEY.hex() not in str(e.value)
 
 
+def test_fields_of_up_to_twelve_digits_verify():
+    tok = c.mint(KEY, "t1", 999_999_999_999, 999_999_999_999, 999_999_999_999)
+    assert c.verify(KEY, "t1", tok, NOW).run == 999_999_999_999
+    longer = c.mint(KEY, "t1", 10**12, 1, NOW + 300)  # signed, but 13 digits: refused
+    with pytest.raises(c.TokenError, match="malformed"):
+        c.verify(KEY, "t1", longer, NOW)
+
+
 def test_the_url_carries_the_token():
     assert c.url("http://n:8088/", "t1", "0.1.2.m") == \
         "http://n:8088/tasks/t1/complete?token=0.1.2.m"

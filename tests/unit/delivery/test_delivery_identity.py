@@ -148,3 +148,34 @@ def test_a_queues_signature_picks_the_schemes():
     doc = ident.webhook_public_key()
     assert doc["public_key"] == keys.whpk(ed.public_key()) and doc["scheme"] == "v1a"
     assert doc["pem"].startswith("-----BEGIN PUBLIC KEY-----")
+
+
+@pytest.mark.timeout(30)
+def test_a_token_lives_exactly_five_minutes_as_documented():
+    now = _now()
+    claims = jwt.decode(identity(ec_key()).token(AUD, "q", now),
+                        options={"verify_signature": False})
+    assert claims["exp"] - claims["iat"] == 300
+
+
+@pytest.mark.timeout(30)
+def test_a_node_with_a_signing_key_mints():
+    assert identity(ec_key()).mints
+
+
+@pytest.mark.timeout(30)
+def test_the_token_cache_keeps_many_pairs_and_starts_over_past_its_bound(monkeypatch):
+    from miyamoto.delivery import identity as identity_mod
+    monkeypatch.setattr(identity_mod, "MAX_CACHED", 3)
+    now = _now()
+    ident = identity(ec_key())
+    iat = lambda tok: jwt.decode(tok, options={"verify_signature": False})["iat"]
+    first = ident.token(AUD, "a", now)
+    ident.token(AUD, "b", now + 1)
+    ident.token(AUD, "c", now + 2)  # three pairs: all kept
+    assert iat(ident.token(AUD, "a", now + 3)) == int(now)
+    assert iat(ident.token(AUD, "b", now + 3)) == int(now) + 1
+    ident.token(AUD, "d", now + 4)  # a fourth: the cache starts over with it alone
+    assert iat(ident.token(AUD, "d", now + 5)) == int(now) + 4
+    assert iat(ident.token(AUD, "a", now + 5)) == int(now) + 5  # minted anew
+    assert first != ident.token(AUD, "a", now + 6)

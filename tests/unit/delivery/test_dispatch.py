@@ -295,15 +295,35 @@ def cpu_while(seconds: float) -> float:
     return time.process_time() - t0
 
 
+class PassClock:
+    """A clock that counts the pump's passes (each reads it once): a spinning pump makes
+    thousands in a fraction of a second, however little CPU a loaded box gives it."""
+
+    def __init__(self, fixed: float | None = None):
+        self.fixed, self.reads = fixed, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return time.time() if self.fixed is None else self.fixed
+
+    def passes_while(self, seconds: float) -> int:
+        before = self.reads
+        gevent.sleep(seconds)
+        return self.reads - before
+
+
 def test_dispatch_an_idle_or_waiting_pump_does_not_spin():
-    runs = Runs()
-    d = dispatcher(runs, {"r": QueueConfig(name="r", rate=1, burst=1)})
+    runs, clock = Runs(), PassClock()
+    d = Dispatcher(runs, lambda name: QueueConfig(name=name, rate=1, burst=1), 8, clock=clock)
+    d.start()
     try:
         assert cpu_while(0.3) < 0.1  # idle
+        assert clock.passes_while(0.3) <= 3
         d.submit("r", "a")
         d.submit("r", "b")  # waits exactly 1.0 s for its token
         wait_for(lambda: runs.ids == ["a"], 1)
         assert cpu_while(0.3) < 0.1  # waiting for a token
+        assert clock.passes_while(0.3) <= 3
         wait_for(lambda: runs.ids == ["a", "b"], 3)
     finally:
         d.stop(1)
@@ -311,14 +331,15 @@ def test_dispatch_an_idle_or_waiting_pump_does_not_spin():
 
 def test_dispatch_waiting_exactly_one_second_for_a_token_does_not_spin():
     runs = Runs()
-    d = Dispatcher(runs, lambda name: QueueConfig(name=name, rate=1, burst=1), 4,
-                   clock=lambda: 1000.0)  # time stands still: the wait is exactly 1.0 s
+    clock = PassClock(fixed=1000.0)  # time stands still: the wait is exactly 1.0 s
+    d = Dispatcher(runs, lambda name: QueueConfig(name=name, rate=1, burst=1), 4, clock=clock)
     d.start()
     try:
         d.submit("r", "a")
         d.submit("r", "b")
         wait_for(lambda: runs.ids == ["a"], 1)
         assert cpu_while(0.3) < 0.1
+        assert clock.passes_while(0.3) <= 3
         assert runs.ids == ["a"]
     finally:
         d.stop(1)

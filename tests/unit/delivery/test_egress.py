@@ -8,16 +8,20 @@ ways out; the proxy's password shows in no error."""
 from __future__ import annotations
 
 import base64
+import shutil
+import socket
+import time
 from dataclasses import dataclass, field
 
 import gevent
 import gevent.server
+import gevent.socket
 import gevent.ssl
 import pytest
 
 from miyamoto.config import settings
 from miyamoto.config.settings import ConfigError
-from miyamoto.delivery.egress import Egress, egress_of, proxy_of
+from miyamoto.delivery.egress import Egress, Proxy, egress_of, open_tunnel, proxy_of
 from miyamoto.delivery.httpclient import DeliveryError, HTTPClient, TargetRefused
 from miyamoto.delivery.targets import TargetGuard
 from proxykit import ConnectProxy
@@ -126,6 +130,85 @@ def test_a_queues_certificate_opens_a_target_that_requires_one(pki, servers):
     assert target.peers == ["queue-client"]
     assert target.connections == 3  # each way out its own connection, never the pooled one
     c.close()
+
+
+def test_a_queues_tls_context_is_built_once_and_kept_beside_the_others(pki, servers,
+                                                                      tmp_path):
+    cert, key = tmp_path / "a.pem", tmp_path / "a.key"
+    shutil.copy(pki["client"].cert, cert)
+    shutil.copy(pki["client"].key, key)
+    one, two = servers("target", _mtls(pki)), servers("target", _mtls(pki))
+    c = HTTPClient(guard=TargetGuard())
+    a = Egress(str(cert), str(key), pki["ca"].cert)
+    b = Egress(pki["client"].cert, pki["client"].key, pki["ca"].cert)
+    assert _post(c, f"https://127.0.0.1:{one.port}/hook", a).status == 200
+    assert _post(c, f"https://127.0.0.1:{one.port}/hook", b).status == 200
+    cert.unlink()
+    key.unlink()  # queue a's files are gone: its context, built already, still serves
+    assert _post(c, f"https://127.0.0.1:{two.port}/hook", a).status == 200
+    assert two.peers == ["queue-client"]
+    c.close()
+
+
+def _tunnel_answered(*pieces: bytes, timeout: float = 5.0) -> bytes:
+    """open_tunnel over a real socket pair whose proxy end has sent ``pieces`` (each
+    its own segment); returns what the proxy was asked."""
+    ours, theirs = socket.socketpair()
+    try:
+        def answer() -> None:
+            for piece in pieces:
+                gevent.sleep(0.01)
+                theirs.sendall(piece)
+
+        g = gevent.spawn(answer)
+        open_tunnel(gevent.socket.socket(fileno=ours.detach()), "10.0.0.5", 443,
+                    Proxy("proxy.example", 3128), timeout)
+        g.join()
+        return theirs.recv(65536)
+    finally:
+        theirs.close()
+
+
+def test_a_connect_answer_is_any_2xx_status_line_read_in_pieces():
+    asked = _tunnel_answered(b"HTTP/1.1 200 Connection established\r\n\r\n")
+    assert asked.startswith(b"CONNECT 10.0.0.5:443 HTTP/1.1\r\nHost: 10.0.0.5:443\r\n")
+    _tunnel_answered(b"HTTP/1.0 204\r\n\r\n")  # no reason phrase: still an answer
+    _tunnel_answered(b"HTTP/1.1 2", b"00 OK\r\nVia: p\r", b"\n\r\n")
+    _tunnel_answered(b"HTTP/1.1 200 OK\r\n\r\n", timeout=0.8)  # a short deadline met
+
+
+@pytest.mark.parametrize("answer, why", [
+    (b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", "refused: HTTP/1.1 407"),
+    (b"HTTP/1.1 199 Odd\r\n\r\n", "refused"),
+    (b"HTTP/1.1 300 Multiple\r\n\r\n", "refused"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP answer"),
+    (b"ICY 200 OK\r\n\r\n", "not an HTTP answer"),
+    (b"HTTP/1.1 2xx OK\r\n\r\n", "not an HTTP answer"),
+    (b"HTTP/1.1 200 OK\r\n\r\nearly", "bytes after its answer"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 9000, "longer than 8192 bytes"),
+])
+def test_a_connect_answer_that_is_no_2xx_fails_the_attempt_naming_why(answer, why):
+    with pytest.raises(DeliveryError, match=why):
+        _tunnel_answered(answer)
+
+
+def test_a_proxy_that_does_not_answer_connect_fails_within_the_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(OSError):  # the socket's timeout (the client's connect names it)
+        _tunnel_answered(timeout=0.3)
+    assert 0.25 <= time.monotonic() - t0 < 5.0
+    t0 = time.monotonic()  # one that trickles its answer runs out of the same deadline
+    with pytest.raises((DeliveryError, OSError)):
+        _tunnel_answered(*[b"H"] * 100, timeout=0.3)
+    assert time.monotonic() - t0 < 5.0
+    with pytest.raises(DeliveryError, match="closed the connection"):
+        ours, theirs = socket.socketpair()
+        theirs.shutdown(socket.SHUT_WR)  # the proxy hangs up without a word
+        try:
+            open_tunnel(gevent.socket.socket(fileno=ours.detach()), "10.0.0.5", 443,
+                        Proxy("proxy.example", 3128), 5.0)
+        finally:
+            theirs.close()
 
 
 def test_a_queue_goes_through_its_connect_proxy_with_its_credentials(pki, servers):

@@ -111,6 +111,57 @@ def test_hosts_wake_each_waiting_queue_once_and_forget_idle_targets():
     assert list(hosts.release(H)) == [] and hosts.busy == {}
 
 
+def test_line_a_woken_gate_still_closed_waits_again_and_the_next_woken_one_goes():
+    hosts, line = HostSlots(1), ReadyLine("q")
+    hosts.take(H)
+    hosts.take(G)
+    line.append("g1", G)
+    line.append("h1", H)
+    assert line.take(hosts) is None  # both set aside
+    for gate in (G, H):  # both free a slot: the line is woken for G, then H
+        for _ in hosts.release(gate):
+            line.wake(gate)
+    hosts.take(G)  # another queue took G's slot meanwhile
+    assert line.take(hosts) == ("h1", H)
+    assert hosts.waiting(G) == ["q"]  # G's task waits for G again
+    for _ in hosts.release(G):
+        line.wake(G)
+    assert line.take(hosts) == ("g1", G) and len(line) == 0
+
+
+class _Flow:
+    def __init__(self, gate: str):
+        self.gate = gate
+
+
+def test_line_a_woken_task_now_blocked_by_its_flow_key_moves_to_wait_there():
+    flow, closed = _Flow("flow:k"), set()
+    hosts, line = HostSlots(1), ReadyLine("q")
+
+    def gate(host, f):
+        if hosts.full(host):
+            return host
+        return f.gate if f is not None and f.gate in closed else None
+
+    hosts.take(H)
+    line.append("h1", H, flow=flow)
+    line.append("h2", H, flow=flow)
+    assert line.take(hosts, gate) is None
+    closed.add(flow.gate)  # the flow key fills up while H frees its slot
+    for _ in hosts.release(H):
+        line.wake(H)
+    assert line.take(hosts, gate) is None
+    assert hosts.waiting(flow.gate) == ["q"] and line.waiting_on() == [flow.gate]
+    assert len(line) == 2
+    line.append("g1", G)  # the rest of the line is not held up
+    assert line.take(hosts, gate) == ("g1", G)
+    closed.discard(flow.gate)
+    for _ in hosts.opened(flow.gate):
+        line.wake(flow.gate)
+    assert line.take(hosts, gate) == ("h1", H)
+    assert line.take(hosts, gate) == ("h2", H) and len(line) == 0
+
+
 # ================================================================ units: the dispatcher
 
 

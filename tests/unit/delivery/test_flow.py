@@ -10,7 +10,7 @@ import pytest
 from dispatchkit import FakeClock, Gates, pump_once
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
-from miyamoto.delivery.flow import FlowSpec, FlowTable
+from miyamoto.delivery.flow import FlowSpec, FlowTable, spec_of
 from miyamoto.wire.verbs import DecodeError
 from miyamoto.tasks.task import Task
 from miyamoto.tasks.validate import Limits, ValidationError, build_task
@@ -48,6 +48,26 @@ def test_flow_table_is_bounded_and_evicts_idle_keys_first():
         table.configure(FlowSpec(f"k{i}", 1.0, None), 0.0)
     assert len(table) == 3 and table.get("busy") is busy  # in flight: kept
     assert table.get("k9") is not None and table.get("k0") is None
+
+
+@pytest.mark.timeout(10)
+def test_flow_table_keeps_ten_thousand_keys_by_default():
+    table = FlowTable()
+    for i in range(10_000):
+        table.configure(FlowSpec(f"k{i}", 1.0, None), 0.0)
+    assert len(table) == 10_000 and table.get("k0") is not None
+    table.configure(FlowSpec("one-more", 1.0, None), 0.0)
+    assert len(table) == 10_000 and table.get("k0") is None  # the least recently used
+
+
+@pytest.mark.timeout(10)
+def test_flow_table_a_key_seen_again_is_the_most_recently_used():
+    table = FlowTable(size=3)
+    for k in ("k0", "k1", "k2"):
+        table.configure(FlowSpec(k, 1.0, None), 0.0)
+    table.configure(FlowSpec("k0", None, None), 0.0)  # k0's task again
+    table.configure(FlowSpec("k3", 1.0, None), 0.0)
+    assert table.get("k0") is not None and table.get("k1") is None
 
 
 @pytest.mark.timeout(10)
@@ -106,6 +126,15 @@ def test_dispatch_a_key_rate_spends_no_queue_token_and_wakes_on_a_timer():
 def _task(**fields) -> Task:
     return build_task({"url": "http://example.com/x", **fields}, path_queue=None,
                       idempotency_key=None, limits=Limits(), now=1000.0)
+
+
+@pytest.mark.timeout(10)
+def test_flow_a_tasks_key_and_limits_make_its_spec():
+    t = _task(flow_key="customer-42", flow_rate="2.5", flow_parallelism=3)
+    assert spec_of(t) == FlowSpec("customer-42", 2.5, 3)
+    assert spec_of(t).gate == "flow:customer-42"
+    assert spec_of(_task(flow_key="k")) == FlowSpec("k", None, None)
+    assert spec_of(_task()) is None  # no key: no flow control
 
 
 @pytest.mark.timeout(10)

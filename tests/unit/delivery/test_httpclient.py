@@ -152,6 +152,24 @@ def test_a_get_without_body_sends_no_content_length(serve, client):
     assert b"content-length" not in srv.requests[0].lower()
 
 
+def test_a_bodyless_post_says_content_length_zero_and_a_delete_sends_its_body(serve, client):
+    # a POST, PUT or PATCH always frames its body (servers answer 411 without a length)
+    srv = serve()
+    client.request("POST", srv.url("/p"), body=b"", headers={}, timeout=5)
+    assert b"\r\nContent-Length: 0\r\n" in srv.requests[0]
+    client.request("DELETE", srv.url("/d"), body=b"x=1", headers={}, timeout=5)
+    assert b"\r\nContent-Length: 3\r\n" in srv.requests[1]
+    assert srv.requests[1].endswith(b"\r\n\r\nx=1")
+
+
+def test_a_host_name_is_resolved_by_the_system_resolver(serve, client):
+    srv = serve()
+    resp = client.request("POST", srv.url("/n", host="localhost"), body=b"", headers={},
+                          timeout=5)
+    assert resp.status == 200
+    assert f"\r\nHost: localhost:{srv.port}\r\n".encode() in srv.requests[0]
+
+
 def test_a_closed_idle_connection_is_not_reused(serve, client):
     srv = serve(_answer_then_close)
     assert client.request("POST", srv.url(), body=b"", headers={}, timeout=5).status == 200

@@ -53,6 +53,16 @@ def test_aging_a_low_priority_goes_ahead_of_what_arrives_long_after_it():
 
 
 @pytest.mark.timeout(10)
+def test_aging_ten_seconds_of_waiting_count_as_one_level():
+    """As the README and the OpenAPI document say: 10 s of waiting is one level."""
+    line, hosts = ReadyLine("q"), HostSlots(100)
+    line.append("five", H, 5, at=100.0)
+    line.append("six-soon", H, 6, at=109.5)  # within 10 s: the higher level goes first
+    line.append("six-late", H, 6, at=110.5)  # after 10 s: the older 5 goes ahead of it
+    assert _drain(line, hosts) == ["six-soon", "five", "six-late"]
+
+
+@pytest.mark.timeout(10)
 def test_aging_no_starvation_under_a_steady_stream_of_high_priority(monkeypatch):
     """A fake timeline: every second a priority-9 task arrives and one task starts,
     so the 9s alone would keep the line busy for ever. The priority-0 task that came

@@ -111,6 +111,42 @@ def test_endpoints_exact_and_wildcard():
     assert g.check_literal("10.9.9.8", 6000) is None
 
 
+def test_every_localhost_name_is_loopback_when_checking_the_clusters_own_endpoints():
+    # RFC 6761: localhost and every name under it resolve to loopback, whatever a
+    # resolver says, so each is this node's own port, checked before any lookup
+    g = TargetGuard(endpoints=lambda: [("127.0.0.1", 8088), ("[::1]", 6000)])
+    for host in ("localhost", "LOCALHOST.", "app.localhost", "a.b.localhost."):
+        assert "cluster-endpoint" in (g.check_literal(host, 8088) or ""), host
+        assert "cluster-endpoint" in (g.check_literal(host, 6000) or ""), host
+        assert g.check_literal(host, 8089) is None, host
+    # a name that only looks like it is an ordinary name, checked at connect
+    for host in ("localhost.example.com", "notlocalhost", "localhostx"):
+        assert g.check_literal(host, 8088) is None, host
+    # and a configured deny of loopback covers them the same way
+    d = TargetGuard(deny=["127.0.0.0/8", "::1/128"])
+    assert "target_deny" in (d.check_literal("svc.localhost", 80) or "")
+
+
+def test_only_the_ipv4_compatible_range_carries_an_ipv4_address():
+    g = TargetGuard()
+    assert "cloud-metadata" in (g.check_literal("[::a9fe:a9fe]", 80) or "")  # ::169.254.169.254
+    # one bit above ::/96 it is an IPv6 address of its own, no IPv4 inside
+    assert g.check_literal("[::1:a9fe:a9fe]", 80) is None
+
+
+def test_a_wildcard_bound_port_is_refused_only_on_this_hosts_addresses():
+    g = TargetGuard(endpoints=lambda: [("0.0.0.0", 6000)])  # the real is_local check
+    assert "cluster-endpoint" in (g.check_literal("127.0.0.1", 6000) or "")
+    assert g.check_literal("203.0.113.7", 6000) is None  # TEST-NET-3: never this host's
+    assert g.check_address("203.0.113.7", 6000) is None
+
+
+def test_a_deny_block_with_host_bits_set_covers_its_network():
+    g = TargetGuard(deny=["10.1.2.3/16"])
+    assert "target_deny" in (g.check_literal("10.1.200.9", 80) or "")
+    assert g.check_literal("10.2.0.1", 80) is None
+
+
 def test_member_endpoints_and_endpoints_read_on_each_check():
     own: list[tuple[str, int]] = []
     g = TargetGuard(endpoints=lambda: own)

@@ -40,6 +40,17 @@ def test_a_node_s_page_keeps_first_copies_that_match_every_filter() -> None:
     assert ids(s for _, s in page.items) == ["t003"]
 
 
+def test_a_label_filter_keeps_the_tasks_whose_label_has_that_value() -> None:
+    got = [task(1, labels={"team": "a"}), task(2, labels={"team": "b"}), task(3),
+           task(4, labels={"team": "a", "env": "prod"}), task(5, labels={"env": "a"}),
+           task(6, labels={"team": "a"}, queue="other")]
+    page = browse.local_page(rows(*got), None, Filter(State.SCHEDULED, label=("team", "a")), 10)
+    assert ids(s for _, s in page.items) == ["t001", "t004", "t006"]
+    page = browse.local_page(rows(*got), None,
+                             Filter(State.SCHEDULED, queue="q", label=("team", "a")), 10)
+    assert ids(s for _, s in page.items) == ["t001", "t004"]
+
+
 def test_a_node_s_page_stops_at_its_limit_or_where_it_stopped_reading() -> None:
     got = rows(*(task(i) for i in range(6)))
     full = browse.local_page(got, (5.0, "t005"), Filter(State.SCHEDULED), 2)

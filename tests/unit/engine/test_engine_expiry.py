@@ -94,6 +94,16 @@ def test_a_copy_pushed_back_by_a_sibling_claim_is_judged_when_due_again(parts):
     _ended_as_expired(engine, hooks)
 
 
+def test_a_copy_pushed_back_to_its_expiry_is_due_then_and_ends(parts):
+    engine, clock, hooks = parts
+    engine.add(_task())
+    engine._due("t1")  # waiting to start (a paused queue): its expiry noted
+    engine.apply_remote("t1", fire_at=NOW + 10)  # a claim whose lease ends at the expiry
+    clock["now"] = NOW + 10
+    assert engine.expire_due(clock["now"]) == 1  # due at that moment, so it ends
+    _ended_as_expired(engine, hooks)
+
+
 def test_a_task_without_expiry_is_never_noted():
     e = Expiries()
     assert copy_expiry(_task(expires_at=None), 5.0) is None

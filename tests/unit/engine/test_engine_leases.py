@@ -93,6 +93,16 @@ def test_a_202_keeps_a_long_task_running_until_its_worker_reports(parts):
         engine.complete(grant, completion.Report("failed"))
 
 
+def test_a_completion_token_outlives_the_longest_lease_by_a_day(parts):
+    engine, _, _, _ = parts
+    grant = _attempt(engine)
+    assert engine.stats.attempts == 1  # one attempt counted
+    assert grant.expiry == NOW + 8 * 86400  # a report 7 days late is told "over", not 403
+    token = parse_qs(urlsplit(engine.client.sent[-1]["X-Task-Complete-Url"]).query)["token"][0]
+    late = completion.verify(engine.completion_key, "t1", token, NOW + 8 * 86400 - 1)
+    assert late == grant
+
+
 def test_a_heartbeat_extends_the_lease_and_claims_the_siblings_again(parts):
     engine, clock, hooks, _ = parts
     grant = _attempt(engine)

@@ -6,6 +6,9 @@ timer greenlet not started: the tests read its heap), driven by a clock the test
 
 from __future__ import annotations
 
+import time
+
+import gevent
 import pytest
 
 from miyamoto.store.journal import Journal
@@ -186,6 +189,52 @@ def test_pinned_copies_stay_in_memory_untimed_until_released(parts):
     w.pin(near)
     w.release(near.id)
     assert scheduled(sched) == [near.id]
+
+
+@pytest.mark.timeout(30)
+def test_a_running_copy_is_in_memory_but_untimed_until_it_is_scheduled_again(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    w.fill()
+    t = task(1, clock.now + 1)
+    store(journal, w, t)
+    assert scheduled(sched) == [t.id]
+    w[t.id] = t.evolve(state=State.RUNNING)  # its attempt started: no timer fires it again
+    assert t.id in w.mem and scheduled(sched) == []
+    w[t.id] = t.evolve(fire_at=clock.now + 5)  # a retry: timed again
+    assert scheduled(sched) == [t.id]
+    w[t.id] = t.evolve(fire_at=clock.now + 600)  # pushed beyond the window: untimed
+    assert w.mem == {} and scheduled(sched) == []
+
+
+@pytest.mark.timeout(30)
+def test_popping_an_unknown_copy_raises_unless_a_default_is_given(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    with pytest.raises(KeyError):
+        w.pop("t09999")
+    assert w.pop("t09999", None) is None
+    store(journal, w, task(1, clock.now + 3600))  # only in the journal
+    assert w.pop("t00001").id == "t00001"
+
+
+@pytest.mark.timeout(30)
+def test_the_pager_greenlet_keeps_paging_in_as_time_passes(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    w.fill()
+    t = task(1, clock.now + 15)
+    store(journal, w, t)
+    assert w.mem == {}
+    pager = gevent.spawn(w.run)
+    try:
+        clock.now += 10  # its slice is now within the window
+        deadline = time.monotonic() + 10
+        while t.id not in w.mem and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        assert t.id in w.mem and scheduled(sched) == [t.id]
+    finally:
+        pager.kill()
 
 
 @pytest.mark.timeout(30)

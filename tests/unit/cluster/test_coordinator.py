@@ -1,0 +1,193 @@
+"""Storing copies (cluster/coordinator.py) between two nodes in one process: each a real
+engine on an in-memory journal and its coordinator, their STORE/STORED carried by a
+send that hands each STORE straight to the other node's coordinator. The roster, the
+contact check and the clocks are a stand-in for the cluster layer (``Members``); the
+whole composed layer under faults is tests/sim/cluster_sim.py."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import ExitStack
+from typing import Iterator
+
+import pytest
+
+from enginekit import memory_engine
+from miyamoto.cluster.coordinator import Coordinator
+from miyamoto.cluster.requests import Requests
+from miyamoto.errors import Duplicate, Unavailable
+from miyamoto.replicas import messages as m
+from miyamoto.tasks.task import State, Task
+
+pytestmark = pytest.mark.timeout(30)
+
+NOW = 1_000_000.0
+
+
+class Members:
+    """The cluster layer as the coordinator sees it."""
+
+    def __init__(self, ring: tuple[str, ...], offset: float = 0.0):
+        self._ring = ring
+        self.zones: dict[str, str] = {}
+        self.offset = offset  # every peer's clock is this far ahead of ours
+        self.replayed: list[str] = []
+        self.sent: list[tuple[str, object]] = []
+
+    def ring(self) -> tuple[str, ...]:
+        return self._ring
+
+    def send(self, member_id: str, msg: object) -> bool:
+        self.sent.append((member_id, msg))
+        return True
+
+    def await_contact(self, timeout: float) -> bool:
+        return True
+
+    def replay(self, task_id: str) -> None:
+        self.replayed.append(task_id)
+
+    def fold(self, copy: Task) -> tuple[int, float]:
+        return (0, 0.0)
+
+    def to_local(self, peer: str, t: float) -> float:
+        return t - self.offset
+
+
+class Node:
+    def __init__(self, me: str, stack: ExitStack, ring: tuple[str, ...], **flags):
+        self.me = me
+        self.engine, self.clock = stack.enter_context(memory_engine(NOW, node=me, **flags))
+        self.members = Members(ring)
+        self.peers: dict[str, Node] = {}
+        self.requests = Requests(self._send, reply_to=me)
+        self.coordinator = Coordinator(self.engine.config, self.engine, self.requests,
+                                       self.members, cursor=0)
+
+    def _send(self, member_id: str, msg: object, *, on_fail) -> bool:
+        peer = self.peers.get(member_id)
+        if peer is None:
+            return False
+        assert isinstance(msg, m.Store)
+        got = peer.coordinator.admit(self.me, msg)
+        if isinstance(got, Task):
+            ((_, got),) = peer.coordinator.settle([(msg, got)])
+        if got is not None:
+            self.requests.answer(got)
+        return True
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Node, Node]]:
+    with ExitStack() as stack:
+        a = Node("a", stack, ("a", "b"), replication=2, min_replicas=2)
+        b = Node("b", stack, ("a", "b"), replication=2, min_replicas=2)
+        a.peers["b"], b.peers["a"] = b, a
+        yield a, b
+
+
+def _task(**kw) -> Task:
+    base = dict(id="t1", queue="q", url="http://w.example/x", eta=NOW + 30, created=NOW,
+                fire_at=NOW + 30)
+    base.update(kw)
+    return Task(**base)
+
+
+def test_an_enqueue_stores_a_copy_here_and_one_on_the_other_node(pair) -> None:
+    a, b = pair
+    first = a.coordinator.enqueue(_task())
+    assert first.replica == 0 and first.replicas == ("a", "b")
+    mine, theirs = a.engine.get("t1"), b.engine.get("t1")
+    assert (mine.replica, theirs.replica) == (0, 1)
+    assert theirs.fire_at == NOW + 30 + a.engine.config.replica_offset  # copy 1 fires later
+    assert a.engine.journal.get("t1") is not None and b.engine.journal.get("t1") is not None
+    assert a.members.replayed == ["t1"] and b.members.replayed == ["t1"]
+    # unnamed tasks go round the ring: the next one's first copy is still ours
+    a.coordinator.enqueue(_task(id="t2"))
+    assert a.engine.get("t2").replica == 0
+
+
+def test_a_peers_copy_is_kept_on_our_clock(pair) -> None:
+    a, b = pair
+    b.members.offset = 7.0  # a's clock is 7 s ahead of b's
+    a.coordinator.enqueue(_task(expires_at=NOW + 100))
+    theirs = b.engine.get("t1")
+    offset = a.engine.config.replica_offset
+    assert theirs.fire_at == NOW + 30 + offset - 7.0 and theirs.eta == NOW + 23
+    assert theirs.created == NOW - 7.0 and theirs.expires_at == NOW + 93
+
+
+def test_a_stopping_node_refuses_a_store_and_the_enqueue_is_undone(pair) -> None:
+    a, b = pair
+    b.coordinator.stop_taking()
+    with pytest.raises(Unavailable, match="stored on 1 of 2 replicas, 2 needed"):
+        a.coordinator.enqueue(_task())
+    assert b.engine.get("t1") is None
+    assert a.engine.get("t1").state == State.CANCELLED  # ours undone
+    assert ("b", m.Cancel("t1", abort=True)) in a.members.sent
+
+
+def test_a_store_from_outside_the_roster_or_for_another_node_is_refused(pair) -> None:
+    a, b = pair
+    copy = _task(replicas=("a", "b"), replica=1)
+    store = m.Store("r1", "z", copy.encode())
+    answer = b.coordinator.admit("z", store)  # z is not in b's roster
+    assert isinstance(answer, m.Stored) and not answer.ok and answer.error == "not a member"
+    assert b.coordinator.admit("a", m.Store("r2", "a", _task(replicas=("a", "b"),
+                                                              replica=0).encode())) is None
+    assert b.engine.get("t1") is None
+    got = b.coordinator.admit("a", store)
+    assert isinstance(got, Task) and got.replica == 1
+    assert b.coordinator.settle([(store, got)]) == [(store, m.Stored("r1", "t1", True))]
+    # the same STORE again (a retransmission): taken, not stored twice
+    assert b.coordinator.admit("a", store) == m.Stored("r1", "t1", True)
+
+
+def test_a_taken_name_on_its_owner_refuses_the_enqueue_with_the_original(pair) -> None:
+    a, b = pair
+    first = a.coordinator.enqueue(_task(name="invoice-7"))
+    with pytest.raises(Duplicate) as info:
+        b.coordinator.enqueue(_task(id="t9", name="invoice-7"))
+    assert info.value.original_id == first.id
+    assert a.engine.get("t9") is None or a.engine.get("t9").state.ended
+    assert b.engine.get("t9") is None or b.engine.get("t9").state.ended
+
+
+def test_a_batch_answers_each_task(pair) -> None:
+    a, _ = pair
+    a.coordinator.enqueue(_task(id="t0", name="n"))
+    out = a.coordinator.enqueue_many([_task(id="t1"), _task(id="t2", name="n")])
+    assert out[0]["status"] == "scheduled" and out[0]["replicas"] == ["a", "b"]
+    assert out[1] == {"status": "duplicate", "id": "t0", "name": "n"}
+
+
+def test_a_node_out_of_the_ring_takes_no_enqueue() -> None:
+    with ExitStack() as stack:
+        lone = Node("c", stack, ("a", "b"))
+        with pytest.raises(Unavailable, match="not \\(yet\\) a member"):
+            lone.coordinator.enqueue(_task())
+
+
+def test_a_stopping_node_moves_its_lone_copies_to_a_peer(pair) -> None:
+    a, b = pair
+    lone = _task(replicas=("a",), replica=0)
+    a.engine.add(lone)
+    a.coordinator.move_lone_copies([lone])
+    assert a.engine.get("t1") is None
+    moved = b.engine.get("t1")
+    assert moved.replicas == ("b",) and moved.replica == 0 and moved.state == State.SCHEDULED
+
+
+def test_our_own_journal_refusing_fails_the_enqueue_and_undoes_the_others(monkeypatch) -> None:
+    with ExitStack() as stack:
+        a = Node("a", stack, ("a", "b"), replication=2, min_replicas=1)
+        b = Node("b", stack, ("a", "b"), replication=2, min_replicas=1)
+        a.peers["b"], b.peers["a"] = b, a
+
+        def disk_error(*args):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(a.engine.journal, "_commit", disk_error)
+        with pytest.raises(Unavailable, match="journal could not store"):  # though b has it
+            a.coordinator.enqueue(_task())
+        assert ("b", m.Cancel("t1", abort=True)) in a.members.sent
