@@ -31,6 +31,9 @@ class StubCluster:
     def list_tasks(self, queue: str, state: State, limit: int) -> list[dict[str, Any]]:
         return [t.summary() for t in self.node.engine.list(queue, state, limit)]
 
+    def blocked(self) -> dict[str, list[dict[str, str]]]:
+        return {}  # no ordering key is held by a failed task in these reads
+
     def info(self) -> dict[str, Any]:
         return {"node": self.node.node_id, "leader": self.node.node_id, "term": 4,
                 "members": self.members}

@@ -112,6 +112,9 @@ def calls(capsys, *argv: str) -> list[tuple[str, tuple, dict]]:
     (["topic", "publish", "t"], [("publish", ("t", None), {"name": None, "queue": None})]),
     (["queue", "set", "q", "rate=5", "paused=true", "burst=null"],
      [("set_queue", ("q",), {"rate": 5, "paused": True, "burst": None})]),
+    # a value that is no JSON goes as a word: the node says whether the field takes it
+    (["queue", "set", "q", "mode=pull", "rate=fast"],
+     [("set_queue", ("q",), {"mode": "pull", "rate": "fast"})]),
     (["queue", "show", "q"], [("queue", ("q",), {})]),
     (["queue", "reset", "q"], [("reset_queue", ("q",), {})]),
     (["complete", "t-1"], [("complete", ("t-1", "succeeded", None), {"token": None})]),
@@ -173,7 +176,6 @@ def test_status_prints_tables_or_with_json_the_raw_answers(capsys) -> None:
     (["enqueue", "http://w/", "-H", "nocolon"], "is not 'Name: value'"),
     (["complete", "t-1", "--result", "{"], "--result is not JSON"),
     (["queue", "set", "q", "rate"], "is not KEY=VALUE"),
-    (["queue", "set", "q", "rate=fast"], "rate: 'fast' is not a number"),
     (["schedule", "add", "s", "http://w/", "--every", "5", "--task-json", "["],
      "--task-json is not JSON"),
     (["schedule", "add", "s", "http://w/", "--every", "5", "--task-json", "[]"],

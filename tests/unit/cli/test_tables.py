@@ -47,12 +47,14 @@ def test_tasks_show_the_time_that_matters_for_the_state() -> None:
         {"id": "t1", "state": "scheduled", "attempts": 0, "next_attempt": now + 5,
          "finished": now - 100, "name": "a", "url": "http://w/1"},
         {"id": "t2", "state": "succeeded", "attempts": 2, "finished": now - 3.25,
-         "url": "http://w/2"},
+         "ordering_key": "k7", "url": "http://w/2"},
         {"id": "t3", "state": "cancelled"}], now=now)
-    assert lines[0].split() == ["ID", "STATE", "ATTEMPTS", "WHEN", "NAME", "URL"]
-    assert lines[1].split() == ["t1", "scheduled", "0", "in", "5.0", "s", "a", "http://w/1"]
-    assert lines[2].split() == ["t2", "succeeded", "2", "3.2", "s", "ago", "-", "http://w/2"]
-    assert lines[3].split() == ["t3", "cancelled", "-", "-", "-", "-"]
+    assert lines[0].split() == ["ID", "STATE", "ATTEMPTS", "WHEN", "NAME", "KEY", "URL"]
+    assert lines[1].split() == ["t1", "scheduled", "0", "in", "5.0", "s", "a", "-",
+                                "http://w/1"]
+    assert lines[2].split() == ["t2", "succeeded", "2", "3.2", "s", "ago", "-", "k7",
+                                "http://w/2"]
+    assert lines[3].split() == ["t3", "cancelled", "-", "-", "-", "-", "-"]
 
 
 def test_the_failed_list_says_what_the_last_attempt_got_cut_short() -> None:
