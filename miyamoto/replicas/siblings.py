@@ -93,10 +93,12 @@ from miyamoto.replicas import messages as m
 from miyamoto.replicas import placement as replication
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Replay, RestoreLost, SetReplicas, Update)
+                                       MoveLone, Ready, Refresh, Replay, RestoreLost, SetReplicas,
+                                       Update)
 from miyamoto.replicas.events import (EMPTY, Due, Event, Expiring, Folded, HandoffReceived,
                                       LeaseExtended, LostPage, Members, Outcome, Received,
                                       Reloaded, Restored, Stopping, Stored, Tick)
+from miyamoto.tasks import repeat
 from miyamoto.tasks.task import State, Task
 from miyamoto.wire.messages import Send
 
@@ -160,6 +162,7 @@ class _Asking:
     reruns: int = 0  # the copy's Task.reruns, sent with every ASK
     lease: float = 0.0  # our attempt's deadline plus claim_lease, sent with every ASK
     order: tuple[str, str, int] | None = None  # an ordered copy's (queue, key, seq)
+    revision: str = ""  # the copy's Task.revision (its last replace), sent with every ASK
 
 
 class Siblings:
@@ -597,9 +600,11 @@ class Siblings:
         self.rounds += 1
         order = None if t.ordering_key is None else (t.queue, t.ordering_key, t.ordering_seq)
         a = _Asking(t.replica, len(t.replicas), now + self.t.ask_timeout, set(siblings), wide,
-                    started=now, round=self.rounds, reruns=t.reruns, lease=lease, order=order)
+                    started=now, round=self.rounds, reruns=t.reruns, lease=lease, order=order,
+                    revision=t.revision)
         self.asking[t.id] = a
-        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease, order=order)
+        ask = m.Ask(t.id, t.replica, n=a.round, reruns=a.reruns, lease=a.lease, order=order,
+                    revision=a.revision)
         return [Send(r, ask) for r in siblings]
 
     def _ask_again(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -608,7 +613,7 @@ class Siblings:
             return self._decide(task_id, a, now)
         a.deadline = now + self.t.ask_timeout
         ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease,
-                    order=a.order)
+                    order=a.order, revision=a.revision)
         return [Send(r, ask) for r in sorted(a.waiting)]
 
     def _decide(self, task_id: str, a: _Asking, now: float) -> list[Effect]:
@@ -626,7 +631,7 @@ class Siblings:
             if others:
                 a.wide, a.waiting, a.deadline = True, set(others), now + self.t.ask_timeout
                 ask = m.Ask(task_id, a.replica, n=a.round, reruns=a.reruns, lease=a.lease,
-                            order=a.order)
+                            order=a.order, revision=a.revision)
                 return [Send(r, ask) for r in others]
         if a.wide and task_id in self.away and all(x.verdict == m.UNKNOWN for x in a.answers):
             since = self.stale_since.setdefault(task_id, now)
@@ -720,6 +725,12 @@ class Siblings:
             return answer(m.CLAIMED, lease=claim.until - now)
         if t.id in self.asking and t.replica < msg.replica:
             return answer(m.WAIT, lease=self.t.ask_timeout)
+        if repeat.newer(t.revision, msg.revision):
+            # the asker's copy is an older version of the task (a replace it missed: its
+            # node was down, say): it waits while ours sends it the newer one (params,
+            # body and a later eta), and asks again when that one is due. A ``go`` here
+            # delivered the old payload, early (a kill -9 during repeated replaces)
+            return [Refresh(t.id, sender)] + answer(m.WAIT, lease=self.t.ask_timeout)
         # the asker goes: our copy is held off by its claim (for ``ask_lease``, then for
         # the lease of the CLAIM it sends as it delivers). Noted, not written: ``_fire``
         # looks at the claims, so the healthy path, whose DONE comes long before our
