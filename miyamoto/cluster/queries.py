@@ -218,10 +218,11 @@ class Queries:
         """Send ``member`` our copy's version of the task by the replace path (its copy
         asked with an older revision, ``replicas.siblings``): params, body, content_type
         and eta (as a delay: read against its clock), stamped with our revision, so its
-        copy becomes ours, or stays if it holds a newer one by then."""
+        copy becomes ours, or stays if it holds a newer one by then. Not once the task
+        has started (a replace would be refused): the asker waits for our copy instead."""
         t = self.engine.get(task_id)
-        if t is None or t.state != State.SCHEDULED or not t.revision:
-            return
+        if t is None or t.state != State.SCHEDULED or t.attempts or not t.revision:
+            return  # started, our eta is a retry's: its copy waits for ours to deliver
         changes = {"params": t.params, "body": t.body, "content_type": t.content_type}
         args = {"id": task_id, "changes": changes, "revision": t.revision,
                 "delay": max(0.0, t.eta - self.clock())}

@@ -82,3 +82,14 @@ def test_a_copy_never_replaced_or_gone_sends_nothing() -> None:
         wire.nodes["a"].refresh("t1", "b")
         wire.nodes["a"].refresh("nope", "b")
         assert wire.sent == []
+
+
+def test_a_started_copy_sends_nothing() -> None:
+    """Its eta is a retry's and a replace would be refused: the asker waits for it."""
+    wire = Wire()
+    with memory_engine(NOW) as (ea, _):
+        wire.nodes["a"] = Queries("a", ea, wire, Peers(),  # type: ignore[arg-type]
+                                  timeout=1.0, offset=1.0, clock=ea.clock)
+        ea.add(_copy(0, eta=NOW + 30, fire_at=NOW + 60, attempts=1, revision="0008.r8"))
+        wire.nodes["a"].refresh("t1", "b")
+        assert wire.sent == []

@@ -340,6 +340,10 @@ def test_an_ask_from_an_older_version_of_the_task_waits_and_is_sent_the_newer_on
         effects = recv(s, "a", m.Ask("t1", 0, n=4, revision=same_or_newer), ours, 100.0)
         assert sends(effects, m.Answer)["a"].verdict == m.GO
         assert not [e for e in effects if isinstance(e, fx.Refresh)]
+    # a probe (the node back in touch) is told nothing, but sent the newer version
+    assert recv(s, "a", m.Ask("t1", 0, probe=True, revision="0001.r1"), ours, 100.0) == \
+        [fx.Refresh("t1", "a")]
+    assert recv(s, "a", m.Ask("t1", 0, probe=True, revision="0002.r2"), ours, 100.0) == []
     # never replaced on either side: go, as before
     fresh = machine(me="b")
     assert sends(recv(fresh, "a", m.Ask("t1", 0), task(replica=1), 100.0), m.Answer)["a"] \
