@@ -48,7 +48,7 @@ from miyamoto.membership.roster import JOINING
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Replay, Restore, RestoreLost,
+                                       MoveLone, Ready, Refresh, Replay, Restore, RestoreLost,
                                        SetReplicas, Update)
 from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
@@ -428,6 +428,8 @@ class Cluster:
                     self.coordinator.move_lone_copies(list(e.copies))
                 case Replay():
                     self._on_sibling(e.sender, e.msg)
+                case Refresh():  # a sibling's copy is older: our version, by "replace"
+                    self.group.spawn(self.queries.refresh, e.id, e.to)
                 case _:
                     raise TypeError(f"not a sibling effect: {e!r}")
 

@@ -214,6 +214,21 @@ class Queries:
             raise Conflict(str(conflict["conflict"]))
         return pick(results)
 
+    def refresh(self, task_id: str, member: str) -> None:
+        """Send ``member`` our copy's version of the task by the replace path (its copy
+        asked with an older revision, ``replicas.siblings``): params, body, content_type
+        and eta (as a delay: read against its clock), stamped with our revision, so its
+        copy becomes ours, or stays if it holds a newer one by then. Not once the task
+        has started (a replace would be refused): the asker waits for our copy instead."""
+        t = self.engine.get(task_id)
+        if t is None or t.state != State.SCHEDULED or t.attempts or not t.revision:
+            return  # started, our eta is a retry's: its copy waits for ours to deliver
+        changes = {"params": t.params, "body": t.body, "content_type": t.content_type}
+        args = {"id": task_id, "changes": changes, "revision": t.revision,
+                "delay": max(0.0, t.eta - self.clock())}
+        if not self.ask("replace", args, [member]):
+            log.info("cluster: %s did not take task %s's newer version", member, task_id)
+
     def replace_local(self, args: dict) -> dict | None:
         t = self.engine.replace(checks.string(args, "id"), _replace_changes(args),
                                 _opt_delay(args), checks.string(args, "revision"),

@@ -103,8 +103,16 @@ class Replay:
     msg: m.SiblingNews
 
 
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """Send sibling ``to`` this node's copy's version (its last replace: params, body,
+    content_type, eta, revision) by the replace path: its copy asked with an older one."""
+    id: str
+    to: str
+
+
 Effect = (Send | Update | Fire | CancelCopy | Drop | SetReplicas | Restore | RestoreLost
-          | AskWhenPaged | MoveLone | Replay)
+          | AskWhenPaged | MoveLone | Replay | Refresh)
 
 
 @dataclass(frozen=True, slots=True)

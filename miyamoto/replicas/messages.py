@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from miyamoto.tasks.task import REVISION_MAX
 from miyamoto.wire import checks as c
 from miyamoto.wire.messages import message
 from miyamoto.wire.verbs import DecodeError, Verb
@@ -189,12 +190,17 @@ class Ask:
     # an ordered copy's (queue, ordering key, seq): a sibling that has no copy yet still
     # knows whether its line of that key has another task first (``engine.ordering``)
     order: tuple[str, str, int] | None = None
+    # the asker's copy's Task.revision (its last replace, ``tasks/repeat.py``): a sibling
+    # holding a newer one does not say ``go`` to that older version ("": never replaced)
+    revision: str = ""
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "replica": self.replica}
         if self.order is not None:
             d["order"] = list(self.order)
+        if self.revision:
+            d["revision"] = self.revision
         if self.probe:
             d["probe"] = True
         if self.n:
@@ -210,7 +216,8 @@ class Ask:
         return cls(c.string(d, "id"), c.integer(d, "replica", hi=c.MAX_MEMBERS),
                    c.boolean(d, "probe", False), _round(d),
                    c.integer(d, "reruns") if "reruns" in d else 0,
-                   _seconds(d, "lease") if "lease" in d else 0.0, _order(d))
+                   _seconds(d, "lease") if "lease" in d else 0.0, _order(d),
+                   c.string(d, "revision", REVISION_MAX) if "revision" in d else "")
 
 
 def _order(d: dict) -> tuple[str, str, int] | None:

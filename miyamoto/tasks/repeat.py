@@ -103,3 +103,9 @@ def decide(repeat: Repeat, held: Mapping[str, Any], new: Mapping[str, Any],
 def stamp(now_ns: int, repeat_id: str) -> str:
     """A replace's revision: ordered by time, then by the repeat's id."""
     return f"{now_ns:020d}.{repeat_id}"
+
+
+def newer(revision: str, than: str) -> bool:
+    """Whether a copy at ``revision`` holds a later replace than one at ``than`` (""
+    is a copy never replaced: older than any)."""
+    return revision > than

@@ -324,6 +324,38 @@ def test_an_end_of_an_older_run_does_not_stand_a_rerun_copy_down():
     assert m.Ask.from_payload(m.Ask("t1", 0, reruns=2).payload()).reruns == 2
 
 
+def test_an_ask_from_an_older_version_of_the_task_waits_and_is_sent_the_newer_one():
+    """A copy that missed replaces (its node was killed and came back with its old copy)
+    asks with its older revision: a sibling holding a newer one does not say ``go`` (the
+    old payload, delivered early), it says ``wait`` and sends its version by the replace
+    path; the same or a newer revision is answered ``go`` as before."""
+    s = machine(me="b")
+    ours = task(replica=1, revision="0002.r2")
+    for older in ("", "0001.r1"):
+        effects = recv(s, "a", m.Ask("t1", 0, n=3, revision=older), ours, 100.0)
+        assert sends(effects, m.Answer)["a"] == m.Answer("t1", m.WAIT, lease=T.ask_timeout, n=3)
+        assert [e for e in effects if isinstance(e, fx.Refresh)] == [fx.Refresh("t1", "a")]
+        assert "t1" not in s.claims  # nothing held for an older version
+    for same_or_newer in ("0002.r2", "0003.r3"):
+        effects = recv(s, "a", m.Ask("t1", 0, n=4, revision=same_or_newer), ours, 100.0)
+        assert sends(effects, m.Answer)["a"].verdict == m.GO
+        assert not [e for e in effects if isinstance(e, fx.Refresh)]
+    # a probe (the node back in touch) is told nothing, but sent the newer version
+    assert recv(s, "a", m.Ask("t1", 0, probe=True, revision="0001.r1"), ours, 100.0) == \
+        [fx.Refresh("t1", "a")]
+    assert recv(s, "a", m.Ask("t1", 0, probe=True, revision="0002.r2"), ours, 100.0) == []
+    # never replaced on either side: go, as before
+    fresh = machine(me="b")
+    assert sends(recv(fresh, "a", m.Ask("t1", 0), task(replica=1), 100.0), m.Answer)["a"] \
+        .verdict == m.GO
+    # the asker's side: every ASK of its round carries its copy's revision
+    a = machine()
+    go, effects = fire(a, task(revision="0001.r1"), 110.0)
+    assert not go and {x.revision for x in sends(effects, m.Ask).values()} == {"0001.r1"}
+    assert m.Ask.from_payload(m.Ask("t1", 0, revision="0001.r1").payload()).revision == "0001.r1"
+    assert "revision" not in m.Ask("t1", 0).payload()  # omitted when empty: older peers
+
+
 def test_ask_answered_from_what_this_copy_knows():
     s = machine(me="b")
     ended = task(replica=1, state=State.SUCCEEDED, attempts=2)
