@@ -156,3 +156,23 @@ def test_resend_many_without_bounds_takes_every_ended_copy_of_the_state(node) ->
     assert sorted(peers.replayed) == ["t4", "t5", "t6"]
     got = q.resend_many_local("q", {"state": "failed", "until": NOW - 100})
     assert got == {"count": 0, "more": False, "ids": []}  # ended at until: not before it
+
+
+@pytest.mark.parametrize("action", ["retry", "delete", "resend"])
+def test_a_bulk_operation_commits_its_copies_together(node, monkeypatch, action) -> None:
+    """Ten thousand failed copies must not cost ten thousand commits: one for them all."""
+    engine, journal = node
+    commits: list[int] = []
+    real = journal._commit
+
+    def counted(rows, *rest):
+        commits.append(len(rows))
+        return real(rows, *rest)
+
+    monkeypatch.setattr(journal, "_commit", counted)
+    q, _, _ = queries(engine, {})
+    if action == "resend":
+        got = q.resend_many_local("q", {"state": "succeeded"})
+    else:
+        got = q.failed_local("q", action)
+    assert len(got["ids"]) == 3 and len(commits) == 1, (got, commits)
