@@ -142,11 +142,17 @@ def copy(state: str, attempts: int, replica: int) -> dict[str, Any]:
             "replica": replica, "history": []}
 
 
-def test_among_ended_copies_the_one_that_knows_most_attempts_is_shown() -> None:
-    # every ended state ranks alike: a copy that ended after more attempts knows more
-    # (here the failed copy ran the task three times; the other heard of one success)
-    got = queries({"b": copy("succeeded", 1, 1), "c": copy("failed", 3, 0)}).get_task("t1")
-    assert (got["state"], got["attempts"]) == ("failed", 3)
+ENDED = ("succeeded", "failed", "cancelled", "expired")
+
+
+@pytest.mark.parametrize("more,less", [(x, y) for x in ENDED for y in ENDED if x != y])
+def test_among_ended_copies_the_one_that_knows_most_attempts_is_shown(more, less) -> None:
+    # every ended state ranks alike: the copy that ended after more attempts knows more
+    got = queries({"b": copy(less, 1, 0), "c": copy(more, 3, 1)}).get_task("t1")
+    assert (got["state"], got["attempts"]) == (more, 3)
+    assert [c["state"] for c in got["copies"]] == [less, more]
+
+
+def test_an_ended_copy_is_shown_over_a_running_one() -> None:
     got = queries({"b": copy("running", 3, 0), "c": copy("cancelled", 1, 1)}).get_task("t1")
-    assert got["state"] == "cancelled"  # an ended copy over a running one
-    assert [c["state"] for c in got["copies"]] == ["running", "cancelled"]
+    assert got["state"] == "cancelled"
