@@ -14,7 +14,7 @@ import pytest
 from enginekit import memory_engine
 from miyamoto.cluster.coordinator import Coordinator
 from miyamoto.cluster.requests import Requests
-from miyamoto.errors import Duplicate
+from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.replicas import messages as m
 from miyamoto.tasks.task import Task
 
@@ -113,3 +113,28 @@ def test_a_taken_name_refuses_an_ordered_task_on_every_copy(pair) -> None:
     for n in pair.values():
         for t in ("t8", "t9"):
             assert n.engine.get(t) is None or n.engine.get(t).state.ended
+
+
+def test_a_peer_that_cannot_store_its_copy_refuses_it(pair, monkeypatch) -> None:
+    a, b = pair["a"], pair["b"]
+
+    def full_disk(copy):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(b.engine, "admit", full_disk)
+    with pytest.raises(Unavailable, match="stored on 1 of 2"):
+        a.coordinator.enqueue(_task(1, ordering_key=None))
+    assert a.engine.get("t1") is None or a.engine.get("t1").state.ended  # undone here
+    assert b.engine.get("t1") is None
+
+
+def test_a_reply_to_a_store_that_is_no_stored_counts_as_a_refusal(pair) -> None:
+    a, b = pair["a"], pair["b"]
+
+    def confused(member_id: str, msg: object, *, on_fail) -> bool:
+        a.requests.answer(m.Reply(msg.req, True, {"odd": 1}))  # a REPLY, not a STORED
+        return True
+
+    a.requests = a.coordinator.requests = Requests(confused, reply_to="a")
+    with pytest.raises(Unavailable, match="stored on 1 of 2"):
+        a.coordinator.enqueue(_task(1, ordering_key=None))
