@@ -1,11 +1,13 @@
-"""Ordered tasks through the coordinator (cluster/coordinator.py) between two nodes in one
-process, each a real engine on an in-memory journal: the key's owner numbers the first
-copy and every copy carries that place in the key's line, wherever the enqueue came
-in; a name already taken refuses the task on every copy. The plain enqueue:
-test_coordinator.py."""
+"""Ordered tasks and refusals through the coordinator (cluster/coordinator.py) between two
+nodes in one process, each a real engine on an in-memory journal: the key's owner
+numbers the first copy and every copy carries that place in the key's line, wherever
+the enqueue came in; a name already taken refuses the task on every copy; a peer that
+cannot store its copy, or answers with no STORED, refuses it; a stopping node says how
+many lone copies it moved. The plain enqueue: test_coordinator.py."""
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from typing import Iterator
 
@@ -138,3 +140,14 @@ def test_a_reply_to_a_store_that_is_no_stored_counts_as_a_refusal(pair) -> None:
     a.requests = a.coordinator.requests = Requests(confused, reply_to="a")
     with pytest.raises(Unavailable, match="stored on 1 of 2"):
         a.coordinator.enqueue(_task(1, ordering_key=None))
+
+
+def test_a_stopping_node_says_how_many_lone_copies_it_moved(pair, caplog) -> None:
+    a, b = pair["a"], pair["b"]
+    lone = [_task(i, ordering_key=None, replicas=("a",), replica=0) for i in (1, 2)]
+    for t in lone:
+        a.engine.add(t)
+    caplog.set_level(logging.INFO, logger="miyamoto.cluster.coordinator")
+    a.coordinator.move_lone_copies(lone)
+    assert b.engine.get("t1") is not None and b.engine.get("t2") is not None
+    assert "moved 2 of 2 tasks" in caplog.text, caplog.text
