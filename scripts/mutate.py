@@ -689,6 +689,8 @@ _CLASHES = ("JoinLog.clashes is read by nothing (no metric, no view, no log): on
             "log lines show a clash, and those are tested")
 _URL_CACHE = ("which URLs the client keeps split (a cache of at most ~0.5 MB): a URL not "
               "kept is split again, to the same parts")
+_ONE_PAST = ("only whether more than BULK_MAX rows came is read (``more``) and the first "
+             "BULK_MAX are taken: one row past it or two says the same")
 EQUIVALENT.update({
     ("miyamoto/engine/window.py", "CACHE_MAX = 4096     # recently read copies outside the "
      "window", "4096 -> 4097"):
@@ -734,6 +736,14 @@ EQUIVALENT.update({
     ("miyamoto/cluster/queries.py", '_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, '
      '"cancelled": 4, "expired": 4,', "5 -> 6"):
         "only the ranks' order is read (max and >): deleted 6 stays above every other",
+    ("miyamoto/cluster/queries.py", "copies = self.engine.journal.list(queue, "
+     "State.FAILED.value, BULK_MAX + 1)", "1 -> 2"): _ONE_PAST,
+    ("miyamoto/cluster/queries.py", 'copies = self.engine.journal.list(queue, f["state"], '
+     "BULK_MAX + 1)", "1 -> 2"): _ONE_PAST,
+    ("miyamoto/cluster/queries.py", "and (since is None or (t.finished or 0.0) >= since)",
+     "0.0 -> 1.0"):
+        "an ended copy always has its end time; and since is a unix time (far above 1), "
+        "0 or absent: a copy without one falls on the same side of it at 0.0 or 1.0",
     ("miyamoto/cluster/joinlog.py", "self.clashes = 0  # membership messages from another "
      "node with our id", "0 -> 1"): _CLASHES,
     ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "+= -> -="): _CLASHES,

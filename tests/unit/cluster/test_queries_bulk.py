@@ -176,3 +176,20 @@ def test_a_bulk_operation_commits_its_copies_together(node, monkeypatch, action)
     else:
         got = q.failed_local("q", action)
     assert len(got["ids"]) == 3 and len(commits) == 1, (got, commits)
+
+
+def test_exactly_a_request_s_worth_of_copies_is_all_done_and_no_more(node, monkeypatch) -> None:
+    engine, _ = node
+    monkeypatch.setattr("miyamoto.cluster.queries.BULK_MAX", 3)
+    q, _, _ = queries(engine, {})
+    got = q.resend_many_local("q", {"state": "succeeded"})  # t4, t5, t6: three
+    assert (got["more"], sorted(got["ids"])) == (False, ["t4", "t5", "t6"]), got
+    got = q.failed_local("q", "retry")  # t0, t1, t2: three
+    assert (got["more"], sorted(got["ids"])) == (False, ["t0", "t1", "t2"]), got
+
+
+def test_resend_many_since_takes_what_ended_after_it(node) -> None:
+    engine, _ = node
+    q, _, _ = queries(engine, {})
+    got = q.resend_many_local("q", {"state": "succeeded", "since": NOW - 40})
+    assert sorted(got["ids"]) == ["t5", "t6"]  # ended at NOW - 10 and NOW - 30; t4 before
