@@ -228,12 +228,17 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
                                           *_CLUSTER_SIM],
     "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py"],
+    "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py",
+                                         "tests/unit/cluster/test_coordinator_ordered.py"],
                                         *_CLUSTER_SIM],
     "miyamoto/cluster/requests.py": [["tests/unit/cluster/test_requests.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/queries.py": [["tests/unit/cluster/test_queries.py"],
+    "miyamoto/cluster/queries.py": [["tests/unit/cluster/test_queries.py",
+                                     "tests/unit/cluster/test_bulk_total.py"],
+                                    ["tests/unit/cluster/test_queries_peer.py",
+                                     "tests/unit/cluster/test_queries_bulk.py"],
                                     ["tests/unit/http/test_dashboard.py"], *_CLUSTER_SIM],
-    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings_pure.py"],
+    "miyamoto/cluster/queuesettings.py": [["tests/unit/cluster/test_queuesettings_pure.py",
+                                           "tests/unit/cluster/test_queuesettings_edges.py"],
                                           ["tests/unit/cluster/test_queuesettings.py"]],
     "miyamoto/cluster/joinlog.py": [["tests/unit/cluster/test_joinlog.py"]],
     # http/
@@ -684,6 +689,8 @@ _CLASHES = ("JoinLog.clashes is read by nothing (no metric, no view, no log): on
             "log lines show a clash, and those are tested")
 _URL_CACHE = ("which URLs the client keeps split (a cache of at most ~0.5 MB): a URL not "
               "kept is split again, to the same parts")
+_ONE_PAST = ("only whether more than BULK_MAX rows came is read (``more``) and the first "
+             "BULK_MAX are taken: one row past it or two says the same")
 EQUIVALENT.update({
     ("miyamoto/engine/window.py", "CACHE_MAX = 4096     # recently read copies outside the "
      "window", "4096 -> 4097"):
@@ -729,6 +736,14 @@ EQUIVALENT.update({
     ("miyamoto/cluster/queries.py", '_ORDER = {"deleted": 5, "succeeded": 4, "failed": 4, '
      '"cancelled": 4, "expired": 4,', "5 -> 6"):
         "only the ranks' order is read (max and >): deleted 6 stays above every other",
+    ("miyamoto/cluster/queries.py", "copies = self.engine.journal.list(queue, "
+     "State.FAILED.value, BULK_MAX + 1)", "1 -> 2"): _ONE_PAST,
+    ("miyamoto/cluster/queries.py", 'copies = self.engine.journal.list(queue, f["state"], '
+     "BULK_MAX + 1)", "1 -> 2"): _ONE_PAST,
+    ("miyamoto/cluster/queries.py", "and (since is None or (t.finished or 0.0) >= since)",
+     "0.0 -> 1.0"):
+        "an ended copy always has its end time; and since is a unix time (far above 1), "
+        "0 or absent: a copy without one falls on the same side of it at 0.0 or 1.0",
     ("miyamoto/cluster/joinlog.py", "self.clashes = 0  # membership messages from another "
      "node with our id", "0 -> 1"): _CLASHES,
     ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "+= -> -="): _CLASHES,
