@@ -149,7 +149,7 @@ class Cluster:
         self.coordinator = Coordinator(cfg, self.engine, self.requests, self,
                                        rng.randrange(1 << 30))
         self.queries = Queries(self.me, self.engine, self.requests, self,
-                               cfg.replication_timeout, cfg.replica_offset, clock)
+                               cfg.replication_timeout, cfg.replica_offset, clock, monotonic)
         self._next_probe = 0.0
         self.membership: Membership | None = None
         self.joinlog = JoinLog(self.me, (), monotonic())  # start() gives it the seeds

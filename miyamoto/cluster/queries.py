@@ -89,7 +89,8 @@ class Peers(Protocol):
 
 class Queries:
     def __init__(self, me: str, engine: Engine, requests: Requests, peers: Peers,
-                 timeout: float, offset: float, clock: Callable[[], float]):
+                 timeout: float, offset: float, clock: Callable[[], float],
+                 monotonic: Callable[[], float] = time.monotonic):
         self.me = me
         self.engine = engine
         self.requests = requests
@@ -97,6 +98,7 @@ class Queries:
         self.timeout = timeout
         self.offset = offset
         self.clock = clock
+        self.monotonic = monotonic  # a lease's long poll and grace (the node's, as its timers)
 
     def ask(self, op: str, args: dict, members: list[str] | None = None) -> dict[str, Any]:
         members = self.peers.others() if members is None else members
@@ -323,18 +325,18 @@ class Queries:
         while it has none, it waits up to ``wait_s`` for new due copies here, asking the
         peers again every PEER_POLL, and answers with the first it gets. Each lease is held by the node whose copy it leased; its
         token's ack, nack or extend reaches it from any node (``_held``)."""
-        deadline = time.monotonic() + wait_s
+        deadline = self.monotonic() + wait_s
         out = self.lease_local(queue, max_tasks, lease_s)
         if len(out) < max_tasks:
             out += self._lease_peers(queue, max_tasks - len(out), lease_s)
-        next_poll = time.monotonic() + PEER_POLL
+        next_poll = self.monotonic() + PEER_POLL
         while not out:  # a long poll ends with the first tasks: their leases are running
-            now = time.monotonic()
+            now = self.monotonic()
             if now >= deadline:
                 break
             if now >= next_poll:
                 out += self._lease_peers(queue, max_tasks, lease_s)
-                next_poll = time.monotonic() + PEER_POLL
+                next_poll = self.monotonic() + PEER_POLL
                 continue
             self.engine.pull_wait(queue, min(deadline, next_poll) - now)
             out += self.lease_local(queue, max_tasks, lease_s)
@@ -344,11 +346,11 @@ class Queries:
                     grace: float = LEASE_GRACE) -> list[dict[str, Any]]:
         """This node's leases; copies whose siblings were just asked come back within a
         round trip, so they are waited for up to ``grace``."""
-        until = time.monotonic() + grace
+        until = self.monotonic() + grace
         taken = self.engine.lease(queue, n, lease_s)
         out = [_leased(t, token, self.clock()) for t, token in taken.leased]
-        while len(out) < n and taken.asking and time.monotonic() < until:
-            self.engine.pull_wait(queue, until - time.monotonic())
+        while len(out) < n and taken.asking and self.monotonic() < until:
+            self.engine.pull_wait(queue, until - self.monotonic())
             taken = self.engine.lease(queue, n - len(out), lease_s)
             out += [_leased(t, token, self.clock()) for t, token in taken.leased]
         return out

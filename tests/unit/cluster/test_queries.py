@@ -199,3 +199,38 @@ def test_a_report_no_node_can_take_is_503_unless_a_copy_knows_the_attempt_is_ove
         {"conflict": "this attempt is over"}
     assert not attempt_over(None, 0, 1) and not attempt_over(waiting, 0, 1)
     assert not attempt_over(waiting.evolve(reruns=1), 2, 1)
+
+
+class PullEngine:
+    """A node with no due pull copies; its long-poll wait moves a fake monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def lease(self, queue: str, n: int, lease_s: float) -> Any:
+        return type("Taken", (), {"leased": [], "asking": 0})()
+
+    def pull_wait(self, queue: str, timeout: float) -> None:
+        self.now += max(0.0, timeout)
+
+
+class CountingRequests(Requests):
+    def __init__(self) -> None:
+        super().__init__({})
+        self.asked = 0
+
+    def ask_all(self, members: list[str], op: str, args: dict, timeout: float) -> dict:
+        self.asked += 1
+        return {}
+
+
+@pytest.mark.timeout(10)
+def test_a_lease_long_poll_is_timed_by_the_nodes_monotonic_clock() -> None:
+    # the simulator runs nodes on virtual time: a poll timed by the process's clock
+    # outlasted the whole drain there (its pullers stuck, due tasks never leased)
+    engine, wire = PullEngine(), CountingRequests()
+    q = Queries("a", engine, wire, Peers(), timeout=1.0, offset=1.0,  # type: ignore[arg-type]
+                clock=lambda: 1000.0, monotonic=lambda: engine.now)
+    assert q.lease("q", 1, 3.0, wait_s=5.0) == []
+    assert 5.0 <= engine.now < 6.0, engine.now
+    assert 8 <= wire.asked <= 12, wire.asked  # each peer at once, then once per PEER_POLL
