@@ -195,6 +195,8 @@ MODULES: dict[str, list[list[str]]] = {
                                   ["tests/unit/cluster/test_queries.py"], *_CLUSTER_SIM],
     "miyamoto/engine/expiry.py": [["tests/unit/engine/test_engine_expiry.py"], _ENGINE_UNITS],
     "miyamoto/engine/pull.py": [["tests/unit/engine/test_engine_pull.py"], _ENGINE_UNITS],
+    "miyamoto/engine/ordering.py": [["tests/unit/engine/test_ordering.py"],
+                                    ["tests/unit/engine/test_engine_ordering.py"]],
     "miyamoto/engine/queues.py": [["tests/unit/engine/test_queues.py"],
                                   ["tests/unit/cluster/test_queuesettings.py"], _ENGINE_UNITS],
     # delivery/
@@ -305,6 +307,9 @@ UNCOVERED: dict[str, str] = {
                         "each) are too slow per mutant; the parts it wires have their own",
     "miyamoto/delivery/types.py": "a dataclass and two exception classes, no logic to mutate",
     "miyamoto/cli/processes.py": _NODES.format("tests/nodes/test_processes.py"),
+    "miyamoto/cli/usage.py": "one exception class, no logic to mutate",
+    "miyamoto/cli/work.py": _NODES.format("tests/nodes/test_pull_node.py"),
+    "miyamoto/http/pull.py": _NODES.format("tests/nodes/test_pull_node.py"),
 }
 
 # (module, the mutated line stripped, mutation) -> why no behaviour can tell them apart
