@@ -65,6 +65,24 @@ def write_node_config(path: Path, options: Mapping[str, Any] | None = None,
     return write_ini(path, sections)
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile`` (pytest.ini) a file runs whole on one worker, so its
+    module fixtures and the scenario reports some files keep per module
+    (tests/nodes/test_partitions.py) are made once; but the simulators' tests are pure
+    CPU and share nothing, and a file of long seeded runs queued on one worker kept the
+    suite waiting for it. Each test under ``sim/`` is therefore a unit of its own.
+    (xdist's own ``xdist_group`` does not work with pytest 9's node ids.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SimsOneByOne(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith("tests/sim/") else super()._split_scope(nodeid)
+
+    return SimsOneByOne(config, log)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any):
     outcome = yield
