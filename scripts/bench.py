@@ -27,6 +27,7 @@ Examples:
   .venv/bin/python scripts/bench.py --paced 100                 # 1000 tasks at 100/s
   .venv/bin/python scripts/bench.py --memory --plot latency.png
   .venv/bin/python scripts/bench.py --delayed 100000
+  .venv/bin/python scripts/bench.py --nodes 3 --replication 2 --pin 0,1,2,3  # a core each
   .venv/bin/python scripts/bench.py --server http://127.0.0.1:8088 --tasks 2000
 
 Result keys (times from this process's perf_counter; the sink runs in-process):
@@ -183,6 +184,10 @@ def _node_options(nodes: argparse._ArgumentGroup) -> None:
                        help="s to wait for /healthz and a formed cluster (default 60)")
     nodes.add_argument("--stop-timeout", type=float, default=5.0,
                        help="s between SIGTERM and SIGKILL when stopping nodes (default 5)")
+    nodes.add_argument("--pin", default=None, metavar="CPUS",
+                       help="pin processes to CPUs: a comma list, the first for this process "
+                            "(load generator and sink), then one per started node, round-robin "
+                            "(e.g. 0,1,2,3: each on its own core; taskset -c for the nodes)")
     nodes.add_argument("--keep-dir", action="store_true",
                        help="keep the temp dir (node logs and data) and print its path")
 
@@ -234,6 +239,7 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.nodes = len(args.server)
     if args.restart and (args.delayed is None or args.server or args.memory):
         p.error("--restart needs --delayed and started nodes with a disk journal")
+    args.pin_cpus = _pin_cpus(p, args)
     for kv in args.node_env:
         if "=" not in kv:
             p.error(f"--node-env wants KEY=VALUE, got {kv!r}")
@@ -279,8 +285,35 @@ class ExternalNode:
     proc: None = None
 
 
+def _pin_cpus(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[int] | None:
+    """--pin's CPUs, each one this machine lets us use; None without --pin."""
+    if args.pin is None:
+        return None
+    if args.server:
+        p.error("--pin pins the nodes the bench starts: not with --server")
+    try:
+        cpus = [int(c) for c in args.pin.split(",")]
+    except ValueError:
+        p.error(f"--pin wants a comma list of CPU numbers, got {args.pin!r}")
+    usable = os.sched_getaffinity(0)
+    if not cpus or any(c not in usable for c in cpus):
+        p.error(f"--pin: CPUs {args.pin} are not all usable here (usable: "
+                f"{','.join(map(str, sorted(usable)))})")
+    return cpus
+
+
+def node_cpu(args: argparse.Namespace, i: int) -> int | None:
+    """The CPU --pin gives node i (0-based), or None."""
+    cpus = args.pin_cpus
+    if not cpus:
+        return None
+    rest = cpus[1:] or cpus
+    return rest[i % len(rest)]
+
+
 def plan_nodes(args: argparse.Namespace, workdir: str) -> list[NodeProcess]:
-    """The nodes to start: n1 unseeded, the others seeded with n1 (harness.plan_cluster)."""
+    """The nodes to start: n1 unseeded, the others seeded with n1 (harness.plan_cluster);
+    with --pin each node's command starts under taskset on its CPU."""
     extra = ["--log-level", args.log_level]
     if args.replication is not None:
         extra += ["--replication", str(args.replication)]
@@ -288,7 +321,10 @@ def plan_nodes(args: argparse.Namespace, workdir: str) -> list[NodeProcess]:
                          program=shlex.split(args.node_cmd), extra_args=extra,
                          raw_env=dict(kv.split("=", 1) for kv in args.node_env),
                          inherit_miyamoto_env=True, cwd=REPO_ROOT, own_session=True)
-    for n in nodes:
+    for i, n in enumerate(nodes):
+        cpu = node_cpu(args, i)
+        if cpu is not None:
+            n.program = ["taskset", "-c", str(cpu), *n.program]
         if args.memory:
             n.data_dir = ":memory:"
         else:
@@ -526,6 +562,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.pin_cpus:  # before any thread starts: the sink's and the load's inherit it
+        os.sched_setaffinity(0, {args.pin_cpus[0]})
     if args.quiet:
         global log
         log = lambda msg: None  # noqa: E731
