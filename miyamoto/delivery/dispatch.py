@@ -308,7 +308,10 @@ class Dispatcher:
     def _unpark(self, w: _Worker) -> None:
         """Take ``w`` off the parked lists and wake it (with no job, it ends)."""
         parked = self._parked[w.host]
-        parked.remove(w)
+        if parked[-1] is w:  # (the one woken for a copy: the last parked)
+            parked.pop()
+        else:
+            parked.remove(w)
         if not parked:
             del self._parked[w.host]
         del self._idle[w]
