@@ -335,7 +335,7 @@ def test_a_form_body_is_what_urlencode_makes(params):
 
 def test_a_task_without_headers_of_its_own_sends_ours_only():
     t = Task(id="t1", queue="q", url="http://w.example/", params={"a b": "ü", "c": ["1", "2"]})
-    method, url, headers, body = build_request(t, 1.0)
+    _, _, headers, body = build_request(t, 1.0)
     assert body == b"a+b=%C3%BC&c=1&c=2" and headers["X-Task-Id"] == "t1"
     _, _, theirs, _ = build_request(t.evolve(headers={"x-task-id": "spoof", "X-Mine": "1"}), 1.0)
     assert theirs == {"X-Mine": "1", **headers}

@@ -827,7 +827,7 @@ def test_bad_async_or_lease_is_named(fields, field):
 def test_a_plain_task_is_built_as_the_full_path_builds_it(fields, key):
     """``_plain_task`` (only url, params, headers, queue given) answers the Task the
     general path answers (forced here with a field given at its default value)."""
-    kw = dict(path_queue=None, idempotency_key=key, limits=LIMITS, now=NOW)
+    kw = {"path_queue": None, "idempotency_key": key, "limits": LIMITS, "now": NOW}
     plain = build_task(dict(fields), **kw)
     full = build_task({**fields, "method": "POST"}, **kw)
     assert plain.evolve(id=full.id) == full
@@ -853,7 +853,7 @@ def test_a_remembered_url_still_asks_the_target_rules_each_time():
     denied: set[tuple[str, int]] = set()
     limits = Limits(targets=lambda h, p: "deny" if (h, p) in denied else None)
     fields = {"url": "http://w.example:8080/a"}
-    kw = dict(path_queue=None, idempotency_key=None, limits=limits, now=NOW)
+    kw = {"path_queue": None, "idempotency_key": None, "limits": limits, "now": NOW}
     assert build_task(dict(fields), **kw).url == fields["url"]
     denied.add(("w.example", 8080))  # the cluster's endpoints changed
     with pytest.raises(ValidationError, match="denied address"):
