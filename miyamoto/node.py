@@ -73,6 +73,7 @@ class Node:
         self.journal = Journal(config.data_dir, on_commit=self.metrics.journal_commit)
         # the delivery client refuses, at connect, this node's and the members' endpoints;
         # the API checks enqueued URLs against the same guard
+        self._endpoints: tuple[int | None, tuple] = (-1, ())  # (bound port, endpoints)
         self.targets = TargetGuard.from_config(config, endpoints=self._own_endpoints)
         client = HTTPClient(concurrency=min(config.concurrency, CLIENT_CONCURRENCY_MAX),
                             guard=self.targets)
@@ -151,9 +152,16 @@ class Node:
         assert self.server is not None
         return self.server.server_port
 
-    def _own_endpoints(self) -> list[tuple[str, int]]:
+    def _own_endpoints(self) -> tuple[tuple[str, int], ...]:
         """This node's HTTP and cluster endpoints, which no task may target (the HTTP
-        port as bound, in case the configured one was 0)."""
+        port as bound, in case the configured one was 0). Every enqueue asks: the same
+        tuple is answered while the bound port stays (the guard then compares only it)."""
+        port = self.server.server_port if self.server is not None else None
+        if self._endpoints[0] != port:
+            self._endpoints = (port, self._list_endpoints())
+        return self._endpoints[1]
+
+    def _list_endpoints(self) -> tuple[tuple[str, int], ...]:
         out = [(self.config.http_host, self.config.http_port)]
         if self.server is not None and self.server.server_port:
             out.append((self.config.http_host, self.server.server_port))
@@ -161,7 +169,7 @@ class Node:
             host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
             if host and port.isdigit():
                 out.append((host, int(port)))
-        return out
+        return tuple(out)
 
     def serve_forever(self) -> None:
         self._stopped.wait()

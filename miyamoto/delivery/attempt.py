@@ -11,9 +11,10 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, urlencode, urlsplit, urlunsplit
 
 import ujson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -129,6 +130,27 @@ def cloudtasks_headers(task: Task) -> dict[str, str]:
     return out
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")  # what quote_plus leaves as it is
+
+
+def form_encode(params: dict[str, Any]) -> str:
+    """``urlencode(params, doseq=True)``, in one pass for the usual params (strings and
+    lists of strings; anything else goes through urlencode itself): each delivery of a
+    form task encodes one, and urlencode's generic layers were ~2 % of a node's CPU."""
+    out = []
+    for k, v in params.items():
+        if type(k) is not str:
+            return urlencode(params, doseq=True)
+        key = k if _UNRESERVED.fullmatch(k) else quote_plus(k)
+        if type(v) is str:
+            out.append(f"{key}={v if _UNRESERVED.fullmatch(v) else quote_plus(v)}")
+        elif type(v) is list and all(type(x) is str for x in v):
+            out.extend(f"{key}={x if _UNRESERVED.fullmatch(x) else quote_plus(x)}" for x in v)
+        else:
+            return urlencode(params, doseq=True)
+    return "&".join(out)
+
+
 def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
                   traceparent: str | None = None,
                   upstash_key: str = "", ed25519: Ed25519PrivateKey | None = None,
@@ -150,7 +172,7 @@ def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
             query = urlencode(task.params, doseq=True)
             url = urlunsplit(parts._replace(query=f"{parts.query}&{query}" if parts.query else query))
     else:
-        body = urlencode(task.params, doseq=True).encode()
+        body = form_encode(task.params).encode()
         headers["Content-Type"] = FORM
     headers["User-Agent"] = USER_AGENT
     headers["X-Task-Id"] = task.id
@@ -178,6 +200,8 @@ def build_request(task: Task, now: float, secrets: tuple[str, ...] = (),
         headers["Upstash-Message-Id"] = task.id
         headers["Upstash-Retried"] = str(task.attempts)
         headers["Upstash-Signature"] = upstash_signature(upstash_key, url, body, now)
+    if not task.headers:
+        return task.method, url, headers, body
     # HTTP header names are case-insensitive: a task header "x-task-id" must neither
     # spoof nor duplicate the real X-Task-Id, so ours replace theirs whatever the case.
     ours = {k.lower() for k in headers}

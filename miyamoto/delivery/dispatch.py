@@ -17,10 +17,23 @@ makes the non-blocking part of a delivery itself (``begin(task_id)``: the engine
 checks and its siblings' ASK) and spends a greenlet only on a task that goes, with
 ``run(begun)``: in a cluster every due copy first asks, and is started again once
 answered, so that halves the greenlets per delivery.
+
+A delivery runs on a *worker*: a greenlet bound to one target (``host``) that runs the
+copies handed to it one after another, and waits parked between them, not a greenlet
+per delivery. When its delivery ends, the worker makes the pump's pass itself (the
+same ``dispatch_ready``: the same gates, turns and limits decide) and keeps the next
+copy that pass starts for its own target, so a busy target's copies follow each other
+on one greenlet with no switch between them (and, as the delivery client hands back
+the connection checked in last, on one keep-alive connection); a copy for another
+target goes to one of that target's parked workers, else to a new one. At most
+``concurrency`` workers stay parked (the oldest is let go first). Measured under
+``scripts/bench.py`` (one node, one sink): spawning a greenlet per delivery and
+switching to the pump between deliveries was ~6 % of a node's CPU.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import logging
 import time
@@ -29,6 +42,7 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 import gevent.pool
+from gevent.hub import Waiter, get_hub
 
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.breaker import Breakers, BreakerState, is_failure
@@ -53,6 +67,19 @@ class QueueState:
     def set_share(self, members: int) -> None:
         """A queue's rate is shared among the live members of the cluster."""
         self.bucket.configure(self.config.rate / max(1, members), self.config.burst)
+
+
+class _Worker:
+    """A delivery greenlet of one target: ``job`` is the copy it runs next (None:
+    none), ``waiter`` what it waits on while parked."""
+
+    __slots__ = ("host", "job", "waiter", "greenlet")
+
+    def __init__(self, host: str, job: tuple):
+        self.host = host
+        self.job: tuple | None = job
+        self.waiter: Waiter | None = None
+        self.greenlet: Any = None
 
 
 class Dispatcher:
@@ -85,6 +112,12 @@ class Dispatcher:
         self._wake = gevent.event.Event()
         self._greenlet: gevent.Greenlet | None = None
         self._stopping = False
+        self._hub = get_hub()
+        # parked workers: per target, the last parked last (it is woken first, so the
+        # others age out), and all of them oldest first (the cap lets the oldest go)
+        self._parked: dict[str, list[_Worker]] = {}
+        self._idle: collections.OrderedDict[_Worker, None] = collections.OrderedDict()
+        self._inline: _Worker | None = None  # the worker making a pass (``_refill``)
 
     def queue(self, name: str) -> QueueState:
         """The queue's state, created on first use."""
@@ -180,6 +213,8 @@ class Dispatcher:
         self._stopping = True
         if self._greenlet is not None:
             self._greenlet.kill()
+        while self._idle:  # parked workers end (they run nothing more)
+            self._unpark(next(iter(self._idle)))
         self.group.join(timeout=timeout)
         self.group.kill(timeout=1)
 
@@ -251,7 +286,84 @@ class Dispatcher:
             flow = self.flows.flow(spec, self._now)
             flow.bucket.take(self._now)
             flow.inflight += 1
-        self.group.spawn(self._deliver, q, begun, host, probe, spec, flow)
+        self._hand(host, (q, begun, host, probe, spec, flow))
+
+    def _hand(self, host: str, job: tuple) -> None:
+        """Give a started copy to a worker of its target: the one making this pass, if
+        it is that target's and has nothing next; else a parked one; else a new one."""
+        w = self._inline
+        if w is not None and w.job is None and w.host == host \
+                and gevent.getcurrent() is w.greenlet:
+            w.job = job
+            return
+        parked = self._parked.get(host)
+        if parked:
+            w = parked[-1]
+            self._unpark(w)
+            w.job = job
+            return
+        w = _Worker(host, job)
+        w.greenlet = self.group.spawn(self._work, w)
+
+    def _unpark(self, w: _Worker) -> None:
+        """Take ``w`` off the parked lists and wake it (with no job, it ends)."""
+        parked = self._parked[w.host]
+        if parked[-1] is w:  # (the one woken for a copy: the last parked)
+            parked.pop()
+        else:
+            parked.remove(w)
+        if not parked:
+            del self._parked[w.host]
+        del self._idle[w]
+        assert w.waiter is not None
+        self._hub.loop.run_callback(w.waiter.switch, None)
+
+    def _work(self, w: _Worker) -> None:
+        """A worker's life: its copies one after another, parked between them."""
+        while w.job is not None:
+            job, w.job = w.job, None
+            self._deliver(*job)
+            self._refill(w)
+            if w.job is None:
+                self._park(w)
+
+    def _refill(self, w: _Worker) -> None:
+        """After a delivery: the pump's pass, made here (its copy for ``w``'s target
+        stays with ``w``); the pump is woken only if something waits on time. A
+        dispatcher not started makes no pass of its own (tests make each one)."""
+        if self._stopping or self._greenlet is None:
+            return
+        self._inline = w
+        try:
+            wait = self.dispatch_ready()
+        except Exception:
+            log.exception("dispatch: a pass after a delivery failed unexpectedly")
+            wait = 0.0
+        finally:
+            self._inline = None
+        if wait is not None:
+            self._wake.set()
+
+    def _park(self, w: _Worker) -> None:
+        """Wait for the next copy of ``w``'s target (none: the worker ends)."""
+        if self._stopping:
+            return
+        if len(self._idle) >= self.concurrency:
+            self._unpark(next(iter(self._idle)))
+        self._parked.setdefault(w.host, []).append(w)
+        self._idle[w] = None
+        w.waiter = Waiter(self._hub)
+        try:
+            w.waiter.get()
+        except BaseException:  # killed while parked: never handed a copy again
+            if w in self._idle:
+                self._parked[w.host].remove(w)
+                if not self._parked[w.host]:
+                    del self._parked[w.host]
+                del self._idle[w]
+            raise
+        finally:
+            w.waiter = None
 
     def _gate(self, host: str, spec: FlowSpec | None) -> str | None:
         """What keeps a task for ``host`` (and flow key ``spec``) from starting now: the
@@ -312,4 +424,3 @@ class Dispatcher:
             if flow is not None and spec is not None:
                 flow.inflight -= 1
                 self._wake_waiters(self.hosts.opened(spec.gate), spec.gate)
-            self._wake.set()

@@ -38,7 +38,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,7 @@ class TargetGuard:
         self._is_local = is_local
         self._members: tuple[Endpoint, ...] = ()
         self._index: tuple[tuple[Endpoint, ...], _EndpointIndex] = ((), _EndpointIndex(()))
+        self._seen: tuple[Any, Any] = (None, None)  # (own, members) the index was built from
         self._literals: dict[tuple[str, int], str | None] = {}  # check_literal's answers
 
     @classmethod
@@ -250,11 +251,18 @@ class TargetGuard:
         return index.by_name(normal_name(name), port) if name else None
 
     def _endpoints_index(self) -> "_EndpointIndex":
-        """Parsed again only when the endpoints change (one tuple compare per check)."""
-        key = tuple(self._endpoints()) + self._members
+        """Parsed again only when the endpoints change. An ``endpoints`` that answers
+        the same tuple while they stay the same (``Node._own_endpoints``) costs one
+        identity compare per check; another (a list, say), one tuple compare."""
+        own = self._endpoints()
+        seen = self._seen
+        if own is seen[0] and self._members is seen[1] and isinstance(own, tuple):
+            return self._index[1]
+        key = tuple(own) + self._members
         if key != self._index[0]:
             self._index = (key, _EndpointIndex(key))
             self._literals = {}
+        self._seen = (own, self._members)
         return self._index[1]
 
 

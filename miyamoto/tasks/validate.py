@@ -68,6 +68,27 @@ def _audience(value: Any, limits: Limits) -> str:
 
 
 def check_url(field: str, value: Any, limits: Limits) -> str:
+    """``value`` as the URI to send to, or the ValidationError naming ``field``. A task's
+    target repeats: a URL checked once is remembered (its host and port, not the
+    verdict of the target rules, which is asked each time: it changes with the
+    cluster's endpoints). Parsing one was ~6 us of a ~70 us ``build_task``."""
+    parsed = _URLS.get((value, limits.max_url)) if isinstance(value, str) else None
+    if parsed is None:
+        parsed = _parse_url(field, value, limits)
+    value, host, port = parsed
+    if limits.targets is not None:
+        rule = limits.targets(host, port)
+        if rule:
+            raise ValidationError(field, f"targets a denied address: {rule}")
+    return value
+
+
+_URLS: dict[tuple[str, int], tuple[str, str, int]] = {}  # (url, max_url) -> its parse
+_MAX_URLS, _MAX_URL_KEPT = 1024, 512  # URLs kept, the longest kept: <= ~0.7 MB
+
+
+def _parse_url(field: str, value: Any, limits: Limits) -> tuple[str, str, int]:
+    """(URI, host, port) of a URL every check but the target rules passed."""
     if not isinstance(value, str) or not value:
         raise ValidationError(field, "must be a non-empty string")
     if len(value) > limits.max_url:
@@ -93,11 +114,12 @@ def check_url(field: str, value: Any, limits: Limits) -> str:
         raise ValidationError(field, "has port 0")
     if parts.username or parts.password:
         raise ValidationError(field, "must not carry credentials; use headers")
-    if limits.targets is not None:
-        rule = limits.targets(parts.hostname, port or (443 if parts.scheme == "https" else 80))
-        if rule:
-            raise ValidationError(field, f"targets a denied address: {rule}")
-    return value
+    parsed = (value, parts.hostname, port or (443 if parts.scheme == "https" else 80))
+    if len(value) <= _MAX_URL_KEPT:
+        if len(_URLS) >= _MAX_URLS:
+            _URLS.clear()
+        _URLS[(value, limits.max_url)] = parsed
+    return parsed
 
 
 def _to_uri(parts: SplitResult) -> str:
@@ -168,6 +190,15 @@ def _check_text(field: str, value: Any) -> None:
                 stack.append((f"{where}[{i}]", x, depth + 1))
 
 
+def _plain_strings(d: dict) -> bool:
+    """Whether every key and value of ``d`` is an ASCII string (params, headers: then
+    ``_check_text`` has nothing to find, and is not walked)."""
+    for k, v in d.items():
+        if type(k) is not str or type(v) is not str or not k.isascii() or not v.isascii():
+            return False
+    return True
+
+
 def _headers(field: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValidationError(field, "must be an object of header names to strings")
@@ -208,6 +239,8 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     pulled = pull is not None and "url" not in fields and pull(_queue(fields, path_queue))
     _check_field_names(fields, needs_url=not pulled)
     url = check_url("url", fields["url"], limits) if "url" in fields else ""
+    if fields.keys() <= _PLAIN:
+        return _plain_task(fields, url, path_queue, idempotency_key, limits, now)
     method = _method(fields)
     params = _params(fields)
     body, content_type = _body(fields, method, params, limits)
@@ -237,12 +270,37 @@ def build_task(fields: Mapping[str, Any], *, path_queue: str | None, idempotency
     ), dedupe_mode)
 
 
+_PLAIN = frozenset({"url", "params", "headers", "queue"})  # a task with only these is plain
+
+
+def _plain_task(fields: Mapping[str, Any], url: str, path_queue: str | None,
+                idempotency_key: str | None, limits: Limits, now: float) -> Task:
+    """``build_task`` of a task that gives none of the optional fields (most do not):
+    the same checks in the same order, each optional field at the value its parser
+    gives when it is absent, without asking each parser (they were ~15 % of it)."""
+    params = _params(fields)
+    headers = _headers("headers", fields.get("headers") or {})
+    name = _name(fields, idempotency_key, limits)
+    return _PLAIN_TASK.evolve(  # (evolve copies slots: ~30 % quicker than Task's __init__)
+        id=new_id(), queue=_queue(fields, path_queue), url=url, params=params,
+        headers=headers, name=name, eta=now, created=now, fire_at=now, labels={})
+
+
+# every field at its default (each one _plain_task does not set is immutable)
+_PLAIN_TASK = Task(id="", queue="default", url="")
+
+
 def _check_field_names(fields: Mapping[str, Any], needs_url: bool = True) -> None:
     """Every key and value is storable text, every key a known field, url is given
     (unless the task's queue is a pull queue)."""
     for k, v in fields.items():
-        _check_text(k if _is_text(k) else "body", k)
-        _check_text(k, v)
+        if type(k) is not str or not k.isascii():  # (an ASCII string is text: O(1))
+            _check_text(k if _is_text(k) else "body", k)
+        if type(v) is str:
+            if not v.isascii() and not _is_text(v):
+                raise ValidationError(k, "is not valid Unicode text (a lone surrogate)")
+        elif type(v) is not dict or not _plain_strings(v):
+            _check_text(k, v)
     unknown = set(fields) - _JSON_FIELDS
     if unknown:
         raise ValidationError(sorted(unknown)[0], "unknown field")
@@ -266,7 +324,8 @@ def _params(fields: Mapping[str, Any]) -> dict[str, str | list[str]]:
         params_in = {}
     if not isinstance(params_in, dict):
         raise ValidationError("params", "must be an object")
-    return {str(k): _param_value(f"params.{k}", v) for k, v in params_in.items()}
+    return {str(k): v if type(v) is str else _param_value(f"params.{k}", v)
+            for k, v in params_in.items()}
 
 
 def _body(fields: Mapping[str, Any], method: str, params: dict,

@@ -254,9 +254,10 @@ def per_task_report(metrics: dict[str, float], cpu: dict[str, float],
                     delivered: int) -> dict[str, Any] | None:
     """What one delivered task cost the nodes: CPU ms (the bench's own excluded), journal
     commits, and cluster messages sent (each one inside a BATCH counted), by verb."""
-    if not delivered:
+    nodes = [v for k, v in cpu.items() if k != "bench"]
+    if not delivered or None in nodes:  # --server: a process not ours, its CPU unread
         return None
-    node_cpu = sum(v for k, v in cpu.items() if k != "bench")
+    node_cpu = sum(nodes)
     sent: dict[str, float] = {}
     for key, n in metrics.items():
         if key.startswith("cluster_messages_total{") and 'direction="sent"' in key:

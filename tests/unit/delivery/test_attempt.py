@@ -8,19 +8,21 @@ import base64
 import hashlib
 import hmac
 import time
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import qstash  # QStash's SDK (the test extra): its Receiver checks our signatures
 import standardwebhooks  # the reference HMAC receiver (the test extra)
 import ujson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from keymaker import ed_key
 from miyamoto.config.keys import whpk
 
-from miyamoto.delivery.attempt import Outcome, build_request
+from miyamoto.delivery.attempt import Outcome, build_request, form_encode
 from miyamoto.tasks.task import CLOUDTASKS, Task
 from miyamoto.version import __version__
 
@@ -319,3 +321,21 @@ def test_upstash_signature_claims_are_qstashs():
 def test_no_upstash_headers_without_a_key():
     _, _, headers, _ = build_request(Task(id="t", queue="q", url="http://w/"), 1.0)
     assert not {k for k in headers if k.lower().startswith("upstash-")}
+
+
+_TEXT = st.text(max_size=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(_TEXT, st.one_of(_TEXT, st.lists(_TEXT, max_size=3), st.integers(),
+                                        st.tuples(_TEXT), st.binary(max_size=4)), max_size=5))
+def test_a_form_body_is_what_urlencode_makes(params):
+    assert form_encode(params) == urlencode(params, doseq=True)
+
+
+def test_a_task_without_headers_of_its_own_sends_ours_only():
+    t = Task(id="t1", queue="q", url="http://w.example/", params={"a b": "ü", "c": ["1", "2"]})
+    _, _, headers, body = build_request(t, 1.0)
+    assert body == b"a+b=%C3%BC&c=1&c=2" and headers["X-Task-Id"] == "t1"
+    _, _, theirs, _ = build_request(t.evolve(headers={"x-task-id": "spoof", "X-Mine": "1"}), 1.0)
+    assert theirs == {"X-Mine": "1", **headers}

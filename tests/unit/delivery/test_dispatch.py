@@ -358,3 +358,49 @@ def test_new_settings_reach_a_queue_with_state_at_once() -> None:
     assert q.paused is True and d.queue_config("q").rate == 4  # a pause is not a setting
     d.reconfigure("nothing-yet")  # a queue without state gets its settings when made
     assert "nothing-yet" not in d.queues
+
+
+# ================================================================ workers
+
+
+def test_dispatch_a_targets_copies_follow_each_other_on_one_worker():
+    """A worker whose delivery ends starts its target's next copy itself: a busy
+    target's copies run on one greenlet, not on a greenlet each."""
+    ran: list[tuple[str, object]] = []
+
+    def run(task_id: str) -> None:
+        ran.append((task_id, gevent.getcurrent()))
+        gevent.sleep(0.001)
+
+    d = dispatcher(run, concurrency=1)
+    try:
+        for i in range(20):
+            d.submit("q", str(i), "http://h:80")
+        wait_for(lambda: len(ran) == 20, 5)
+        assert [t for t, _ in ran] == [str(i) for i in range(20)]
+        assert len({id(g) for _, g in ran}) == 1
+    finally:
+        d.stop(1)
+
+
+def test_dispatch_parked_workers_are_bounded_and_end_at_stop():
+    """Each of many targets leaves a worker parked; at most ``concurrency`` stay (the
+    oldest go first), a parked one is woken for its target's next copy, and stop ends
+    them all."""
+    ran: list[tuple[str, object]] = []
+
+    def run(task_id: str) -> None:
+        ran.append((task_id, gevent.getcurrent()))
+        gevent.sleep(0.001)
+
+    d = dispatcher(run, concurrency=3)
+    for i in range(10):
+        d.submit("q", f"t{i}", f"http://h{i}:80")
+    wait_for(lambda: len(ran) == 10 and d.busy == 0, 5)
+    wait_for(lambda: len(d.group) <= 3, 2)
+    worker_of_h9 = ran[-1][1]
+    d.submit("q", "again", "http://h9:80")  # h9's worker is parked: it runs this one
+    wait_for(lambda: len(ran) == 11, 2)
+    assert ran[-1] == ("again", worker_of_h9)
+    d.stop(1)
+    assert len(d.group) == 0

@@ -811,3 +811,52 @@ def test_form_async_and_lease():
     ({"async": False, "lease": 60}, "lease")])
 def test_bad_async_or_lease_is_named(fields, field):
     rejects(js, {"url": "http://w.example/x", **fields}, field=field)
+
+
+# ================================================================ the fast paths
+
+
+@pytest.mark.parametrize("fields", [
+    {"url": "http://w.example/a"},
+    {"url": "http://w.example/a", "params": {"a": "1", "b": ["x", "y"]}, "queue": "q"},
+    {"url": "http://w.example/a", "params": {"n": 3, "t": True, "é": "ü"}},
+    {"url": "http://w.example/a", "headers": {"X-A": "1", "X-B": 2}, "params": None},
+    {"url": "http://bücher.example/ä?q=ö"},
+])
+@pytest.mark.parametrize("key", [None, "idem-1"])
+def test_a_plain_task_is_built_as_the_full_path_builds_it(fields, key):
+    """``_plain_task`` (only url, params, headers, queue given) answers the Task the
+    general path answers (forced here with a field given at its default value)."""
+    kw = {"path_queue": None, "idempotency_key": key, "limits": LIMITS, "now": NOW}
+    plain = build_task(dict(fields), **kw)
+    full = build_task({**fields, "method": "POST"}, **kw)
+    assert plain.evolve(id=full.id) == full
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"url": "http://w.example/a", "params": {"a": "\ud800"}}, "params.a"),
+    ({"url": "http://w.example/a", "params": {"\ud800": "a"}}, "params"),
+    ({"url": "http://w.example/a", "params": {"a": float("nan")}}, "params.a"),
+    ({"url": "http://w.example/a", "headers": {"X-A": "\udfff"}}, "headers.X-A"),
+    ({"url": "http://w.example/a", "queue": "\ud800"}, "queue"),
+    ({"url": "http://w.example/\ud800"}, "url"),
+])
+def test_a_plain_task_still_refuses_what_is_not_text(fields, field):
+    """The checks' fast path (ASCII strings) lets no lone surrogate or NaN through."""
+    with pytest.raises(ValidationError) as e:
+        build_task(fields, path_queue=None, idempotency_key=None, limits=LIMITS, now=NOW)
+    assert e.value.field == field
+    assert "Unicode text" in e.value.message or "finite number" in e.value.message
+
+
+def test_a_remembered_url_still_asks_the_target_rules_each_time():
+    denied: set[tuple[str, int]] = set()
+    limits = Limits(targets=lambda h, p: "deny" if (h, p) in denied else None)
+    fields = {"url": "http://w.example:8080/a"}
+    kw = {"path_queue": None, "idempotency_key": None, "limits": limits, "now": NOW}
+    assert build_task(dict(fields), **kw).url == fields["url"]
+    denied.add(("w.example", 8080))  # the cluster's endpoints changed
+    with pytest.raises(ValidationError, match="denied address"):
+        build_task(dict(fields), **kw)
+    with pytest.raises(ValidationError, match="longer than 10"):  # a limit is part of the key
+        build_task(dict(fields), **{**kw, "limits": Limits(max_url=10)})
