@@ -48,8 +48,8 @@ from miyamoto.membership.roster import JOINING
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Refresh, Replay, Restore, RestoreLost,
-                                       SetReplicas, Update)
+                                       MoveLone, Ready, Reconcile, Refresh, Replay, Restore,
+                                       RestoreLost, SetReplicas, TakeEnd, Update)
 from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
@@ -156,6 +156,9 @@ class Cluster:
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
+        self._reconciling: gevent.Greenlet | None = None  # the walk of a Reconcile
+        self._unsettled: dict[str, set[str]] = {}  # its page's probes: id -> not answered
+        self._settled = gevent.event.Event()  # set when the page's last answer came
         # cluster-wide definitions (schedules, topics, queue settings): their own loop, in self.group
         self.defs = DefSync(self.me, cfg.data_dir, self.send, cfg.advertise,
                             monotonic=monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
@@ -184,7 +187,7 @@ class Cluster:
                                      first_start=not self.journal.existed)
         self.joinlog = JoinLog(self.me, seeds, self.monotonic())
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
-            self._step(ev.Reloaded(tuple(self.engine.live)))  # (those paged in later: _Hooks)
+            self._step(ev.Reloaded(tuple(self.engine.live), start=self.journal.existed))
         else:  # none asks: nothing went on without this node
             self.engine.live.ask_mark = 0
         if self.solo:
@@ -424,6 +427,12 @@ class Cluster:
                     self.group.spawn(_restore_lost, self, e.lost)
                 case AskWhenPaged():
                     self.group.spawn(_mark_lapse, self)
+                case Reconcile():
+                    if self._reconciling is not None:  # a later mark reads more
+                        self._reconciling.kill(block=False)
+                    self._reconciling = self.group.spawn(_reconcile, self)
+                case TakeEnd():
+                    engine.take_end(e.id, e.state, e.reruns, e.attempts, e.last, e.finished)
                 case MoveLone():
                     self.coordinator.move_lone_copies(list(e.copies))
                 case Replay():
@@ -575,7 +584,13 @@ class Cluster:
 
     def _on_sibling(self, sender: str, msg: rm.SiblingNews) -> None:
         if not isinstance(msg, rm.Ask):
-            self._step(ev.Received(sender, msg, self.engine.live.get(msg.id)))
+            if isinstance(msg, rm.Answer) and msg.id in self._unsettled:
+                self._probe_answered(sender, msg.id)
+            copy = self.engine.live.get(msg.id)
+            if copy is None and isinstance(msg, rm.Answer) and \
+                    msg.verdict in (rm.ENDED, rm.REHOMED) and msg.id not in self.siblings.asking:
+                copy = self.engine.get(msg.id)  # a probe's news of our ended copy
+            self._step(ev.Received(sender, msg, copy))
             return
         copy = self.engine.get(msg.id)
         behind = False
@@ -583,6 +598,14 @@ class Cluster:
             queue, key, seq = msg.order
             behind = self.engine.lines.ahead_of(queue, key, seq, msg.id) is not None
         self._step(ev.Received(sender, msg, copy, behind))
+
+    def _probe_answered(self, sender: str, task_id: str) -> None:
+        waiting = self._unsettled[task_id]
+        waiting.discard(sender)
+        if not waiting:
+            del self._unsettled[task_id]
+            if not self._unsettled:
+                self._settled.set()
 
     def _admit(self, sender: str, msg: rm.Store, admitted: list[tuple[rm.Store, Task]]) -> None:
         got = self.coordinator.admit(sender, msg)
@@ -656,6 +679,9 @@ class Cluster:
             return False, "not yet in the cluster roster"
         if self.membership is None or self.membership.leader is None:
             return False, "no leader"
+        if self.siblings.rejoining or self._reconciling is not None:
+            # what it reads of its copies may be stale: restored elsewhere, ended
+            return False, "back in the cluster: settling its copies with their siblings"
         p = self.placement  # said, not refused: a node just admitted is unplaced for a
         if p.skewed or not p.placed:  # heartbeat, and a skewed one corrects its times
             return True, "ok, but our clock is " + _placement_words(p, self.clocks.max_skew)
@@ -729,6 +755,43 @@ def _mark_lapse(c: Cluster) -> None:
         c.engine.live.ask_mark = c.journal.last_rowid()
     except Exception as e:
         log.warning("cluster: could not mark the journal's copies to ask: %s", e)
+
+
+def _reconcile(c: Cluster, page: int = 1000) -> None:
+    """Every copy written before now, live or ended, a page at a time as the engine
+    has it (memory's record is the newer), stepped as ``events.Reconciling``; each
+    page's probes leave through the outbox before the next page is read."""
+    try:
+        mark, after, n = c.journal.last_rowid(), 0, 0
+        while True:
+            rows = c.journal.rows(after, mark, page)
+            if not rows:
+                break
+            after = rows[-1][0]
+            copies = tuple(c.engine.live.mem.get(t.id, t) for _, t in rows)
+            n += len(copies)
+            _settle_page(c, c._step(ev.Reconciling(copies)))
+    except Exception as e:  # a journal that cannot read now: the copies ask when due
+        log.warning("cluster: could not reconcile our copies with their siblings: %s", e)
+        return
+    finally:
+        if c._reconciling is gevent.getcurrent():
+            c._reconciling = None
+    if n:
+        log.info("cluster: back in the cluster: %d copies probed their siblings", n)
+
+
+def _settle_page(c: Cluster, ready: Ready) -> None:
+    """Wait for the answers to a page's probes (each is answered, news or not), at most
+    ``ask_timeout``: the pace of the walk, and the end of a node's staleness."""
+    c._unsettled.clear()
+    for e in ready.effects:
+        if isinstance(e, Send) and isinstance(e.msg, rm.Ask) and e.to is not None:
+            c._unsettled.setdefault(e.msg.id, set()).add(e.to)
+    c._settled.clear()
+    if c._unsettled:
+        c._settled.wait(c.siblings.t.ask_timeout)
+    c._unsettled.clear()
 
 
 def _restore_lost(c: Cluster, lost: frozenset[str]) -> None:

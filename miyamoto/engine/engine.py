@@ -822,11 +822,24 @@ class Engine:
         self.live[task_id] = t
 
     def drop(self, task_id: str) -> None:
-        """Forget a stale copy whose task lives on elsewhere; tell nobody."""
+        """Forget a stale copy whose task lives on elsewhere, live or the record of an
+        ended one; tell nobody."""
         t = self.live.pop(task_id, None)
-        if t is not None:
+        if t is not None or self.journal.get(task_id) is not None:
             self.journal.delete(task_id)
         self._wake_ordered(self.lines.remove(task_id))
+
+    def take_end(self, task_id: str, state: State, reruns: int, attempts: int,
+                 last: dict | None, finished: float) -> Task | None:
+        """Our ended copy is of an earlier run (``Task.reruns``) than a sibling's end:
+        record that end instead (None: no ended copy of an earlier run here)."""
+        t = None if task_id in self.live.mem else self.journal.get(task_id)
+        if t is None or not t.state.ended or t.reruns >= reruns or not state.ended:
+            return None
+        t = t.evolve(state=state, reruns=reruns, attempts=attempts, last=last,
+                     finished=finished, first_attempt=None, expires_at=None)
+        self.journal.put(t)
+        return t
 
     # ------------------------------------------------------------ what clients do
     def cancel(self, task_id: str) -> Task | None:
