@@ -156,9 +156,7 @@ class Cluster:
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
-        self._reconciling: gevent.Greenlet | None = None  # the walk of a Reconcile
-        self._unsettled: dict[str, set[str]] = {}  # its page's probes: id -> not answered
-        self._settled = gevent.event.Event()  # set when the page's last answer came
+        self._settling = _Settling()  # a rejoin's walk (Reconcile) and its probes unanswered
         # cluster-wide definitions (schedules, topics, queue settings): their own loop, in self.group
         self.defs = DefSync(self.me, cfg.data_dir, self.send, cfg.advertise,
                             monotonic=monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
@@ -428,9 +426,9 @@ class Cluster:
                 case AskWhenPaged():
                     self.group.spawn(_mark_lapse, self)
                 case Reconcile():
-                    if self._reconciling is not None:  # a later mark reads more
-                        self._reconciling.kill(block=False)
-                    self._reconciling = self.group.spawn(_reconcile, self)
+                    if self._settling.walk is not None:  # a later mark reads more
+                        self._settling.walk.kill(block=False)
+                    self._settling.walk = self.group.spawn(_reconcile, self)
                 case TakeEnd():
                     engine.take_end(e.id, e.state, e.reruns, e.attempts, e.last, e.finished)
                 case MoveLone():
@@ -584,8 +582,8 @@ class Cluster:
 
     def _on_sibling(self, sender: str, msg: rm.SiblingNews) -> None:
         if not isinstance(msg, rm.Ask):
-            if isinstance(msg, rm.Answer) and msg.id in self._unsettled:
-                self._probe_answered(sender, msg.id)
+            if isinstance(msg, rm.Answer):
+                self._settling.answered(sender, msg.id)
             copy = self.engine.live.get(msg.id)
             if copy is None and isinstance(msg, rm.Answer) and \
                     msg.verdict in (rm.ENDED, rm.REHOMED) and msg.id not in self.siblings.asking:
@@ -598,14 +596,6 @@ class Cluster:
             queue, key, seq = msg.order
             behind = self.engine.lines.ahead_of(queue, key, seq, msg.id) is not None
         self._step(ev.Received(sender, msg, copy, behind))
-
-    def _probe_answered(self, sender: str, task_id: str) -> None:
-        waiting = self._unsettled[task_id]
-        waiting.discard(sender)
-        if not waiting:
-            del self._unsettled[task_id]
-            if not self._unsettled:
-                self._settled.set()
 
     def _admit(self, sender: str, msg: rm.Store, admitted: list[tuple[rm.Store, Task]]) -> None:
         got = self.coordinator.admit(sender, msg)
@@ -679,13 +669,45 @@ class Cluster:
             return False, "not yet in the cluster roster"
         if self.membership is None or self.membership.leader is None:
             return False, "no leader"
-        if self.siblings.rejoining or self._reconciling is not None:
+        if self.siblings.rejoining or self._settling.walk is not None:
             # what it reads of its copies may be stale: restored elsewhere, ended
             return False, "back in the cluster: settling its copies with their siblings"
         p = self.placement  # said, not refused: a node just admitted is unplaced for a
         if p.skewed or not p.placed:  # heartbeat, and a skewed one corrects its times
             return True, "ok, but our clock is " + _placement_words(p, self.clocks.max_skew)
         return True, "ok"
+
+
+class _Settling:
+    """A rejoin's walk over our copies (``effects.Reconcile``, ``_reconcile``): its
+    greenlet, and the probes of its page that are not answered yet (each is, news or
+    not: ``verdict same``), which pace the walk and say when the node is settled."""
+
+    def __init__(self) -> None:
+        self.walk: gevent.Greenlet | None = None
+        self.waiting: dict[str, set[str]] = {}  # task id -> siblings not answered yet
+        self.settled = gevent.event.Event()
+
+    def wait(self, sent: Iterable[Effect], timeout: float) -> None:
+        """Wait for the answers to the probes ``sent``, at most ``timeout``."""
+        self.waiting.clear()
+        for e in sent:
+            if isinstance(e, Send) and isinstance(e.msg, rm.Ask) and e.to is not None:
+                self.waiting.setdefault(e.msg.id, set()).add(e.to)
+        self.settled.clear()
+        if self.waiting:
+            self.settled.wait(timeout)
+        self.waiting.clear()
+
+    def answered(self, sender: str, task_id: str) -> None:
+        waiting = self.waiting.get(task_id)
+        if waiting is None:
+            return
+        waiting.discard(sender)
+        if not waiting:
+            del self.waiting[task_id]
+            if not self.waiting:
+                self.settled.set()
 
 
 class _Hooks(Hooks):
@@ -770,28 +792,15 @@ def _reconcile(c: Cluster, page: int = 1000) -> None:
             after = rows[-1][0]
             copies = tuple(c.engine.live.mem.get(t.id, t) for _, t in rows)
             n += len(copies)
-            _settle_page(c, c._step(ev.Reconciling(copies)))
+            c._settling.wait(c._step(ev.Reconciling(copies)).effects, c.siblings.t.ask_timeout)
     except Exception as e:  # a journal that cannot read now: the copies ask when due
         log.warning("cluster: could not reconcile our copies with their siblings: %s", e)
         return
     finally:
-        if c._reconciling is gevent.getcurrent():
-            c._reconciling = None
+        if c._settling.walk is gevent.getcurrent():
+            c._settling.walk = None
     if n:
         log.info("cluster: back in the cluster: %d copies probed their siblings", n)
-
-
-def _settle_page(c: Cluster, ready: Ready) -> None:
-    """Wait for the answers to a page's probes (each is answered, news or not), at most
-    ``ask_timeout``: the pace of the walk, and the end of a node's staleness."""
-    c._unsettled.clear()
-    for e in ready.effects:
-        if isinstance(e, Send) and isinstance(e.msg, rm.Ask) and e.to is not None:
-            c._unsettled.setdefault(e.msg.id, set()).add(e.to)
-    c._settled.clear()
-    if c._unsettled:
-        c._settled.wait(c.siblings.t.ask_timeout)
-    c._unsettled.clear()
 
 
 def _restore_lost(c: Cluster, lost: frozenset[str]) -> None:
