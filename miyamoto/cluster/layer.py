@@ -48,8 +48,8 @@ from miyamoto.membership.roster import JOINING
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Reconcile, Refresh, Replay, Restore,
-                                       RestoreLost, SetReplicas, TakeEnd, Update)
+                                       JoinRun, MoveLone, Ready, Reconcile, Refresh, Replay,
+                                       Restore, RestoreLost, SetReplicas, TakeEnd, Update)
 from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
@@ -431,6 +431,8 @@ class Cluster:
                     self._settling.walk = self.group.spawn(_reconcile, self)
                 case TakeEnd():
                     engine.take_end(e.id, e.state, e.reruns, e.attempts, e.last, e.finished)
+                case JoinRun():
+                    self.group.spawn(self.queries.join_run, e.id, e.reruns)
                 case MoveLone():
                     self.coordinator.move_lone_copies(list(e.copies))
                 case Replay():
@@ -585,8 +587,8 @@ class Cluster:
             if isinstance(msg, rm.Answer):
                 self._settling.answered(sender, msg.id)
             copy = self.engine.live.get(msg.id)
-            if copy is None and isinstance(msg, rm.Answer) and \
-                    msg.verdict in (rm.ENDED, rm.REHOMED) and msg.id not in self.siblings.asking:
+            if copy is None and isinstance(msg, rm.Answer) and rm.news_of_an_end(msg) and \
+                    msg.id not in self.siblings.asking:
                 copy = self.engine.get(msg.id)  # a probe's news of our ended copy
             self._step(ev.Received(sender, msg, copy))
             return

@@ -111,6 +111,14 @@ class TakeEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class JoinRun:
+    """Our ended copy is of an earlier run than a sibling's live one (the task was rerun
+    while we were away): run ours again, in run ``reruns``, as a rerun does each copy."""
+    id: str
+    reruns: int
+
+
+@dataclass(frozen=True, slots=True)
 class MoveLone:
     """On a graceful stop: store these copies, which have no live sibling, elsewhere."""
     copies: tuple[Task, ...]
@@ -133,7 +141,7 @@ class Refresh:
 
 
 Effect = (Send | Update | Fire | CancelCopy | Drop | SetReplicas | Restore | RestoreLost
-          | AskWhenPaged | Reconcile | TakeEnd | MoveLone | Replay | Refresh)
+          | AskWhenPaged | Reconcile | TakeEnd | JoinRun | MoveLone | Replay | Refresh)
 
 
 @dataclass(frozen=True, slots=True)

@@ -295,6 +295,12 @@ class Answer:
                    _seconds(d, "ago") if "ago" in d else 0.0)
 
 
+def news_of_an_end(a: Answer) -> bool:
+    """An answer that may be news to an ended copy (a probe's, ``Siblings._stale_end``):
+    the task moved, ended in some run, or runs again (``same`` with a later run)."""
+    return a.verdict in (ENDED, REHOMED) or (a.verdict == SAME and a.reruns > 0)
+
+
 # a sibling's news about one task (every message ``Siblings`` reads but HANDOFF, which
 # names many); SIBLING_NEWS is the same set, for isinstance
 SiblingNews = Claim | Retry | Done | Failed | Cancel | Replicas | Ask | Answer

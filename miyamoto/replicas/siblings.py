@@ -70,7 +70,8 @@ Back after a drop: every copy reconciles
     the ended ones too, a page at a time (``Reconcile``), and probes their live
     siblings. A ``rehomed`` answer drops the copy (live or ended), an ``ended`` one
     ends a live copy, and an ended copy of an earlier run takes the later run's end
-    (the answer carries its reruns and how long ago it ended). Why: a copy due beyond
+    (the answer carries its reruns and how long ago it ended), or joins the later run
+    still under way (``same``, with its reruns: the copy is run again in that run). Why: a copy due beyond
     the memory window probed only when paged in, and an ended one never: after a kill
     -9 and a restart, a label search showed a third of its tasks twice (the stale first
     copies beside the ones restored elsewhere) until they came due, and a bulk resend
@@ -116,8 +117,8 @@ from miyamoto.replicas import messages as m
 from miyamoto.replicas import placement as replication
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Reconcile, Refresh, Replay, RestoreLost,
-                                       SetReplicas, TakeEnd, Update)
+                                       JoinRun, MoveLone, Ready, Reconcile, Refresh, Replay,
+                                       RestoreLost, SetReplicas, TakeEnd, Update)
 from miyamoto.replicas.events import (EMPTY, Due, Event, Expiring, Folded, HandoffReceived,
                                       LeaseExtended, LostPage, Members, Outcome, Received,
                                       Reconciling, Reloaded, Restored, Stopping, Stored, Tick)
@@ -815,17 +816,21 @@ class Siblings:
             return answer(m.ENDED, **_end_of(t, now)) if msg.reruns <= t.reruns \
                 else answer(m.SAME)
         newer = [Refresh(t.id, sender)] if repeat.newer(t.revision, msg.revision) else []
-        return newer + answer(m.SAME)
+        return newer + answer(m.SAME, reruns=t.reruns)  # a later run is live here: said
 
     def _stale_end(self, msg: m.Answer, t: Task, now: float) -> list[Effect]:
         """A probe's answer about our ended copy ``t`` (``_reconcile``): the task moved
-        away from us (our record is dropped), or a later run of it ended (we take that
-        end, so a bulk resend of ends before a time does not rerun ours)."""
+        away from us (our record is dropped), a later run of it ended (we take that
+        end, so a bulk resend of ends before a time does not rerun ours), or a later
+        run is under way (our copy joins it, as a rerun reaches each copy: its DONE,
+        unread by an ended copy of an earlier run, left ours stale for good)."""
         if msg.verdict == m.REHOMED and self.me not in msg.replicas:
             return [Drop(t.id)]
         if msg.verdict == m.ENDED and msg.reruns > t.reruns and msg.state is not None:
             return [TakeEnd(t.id, State(msg.state), msg.reruns, msg.attempts, msg.last,
                             now - msg.ago)]
+        if msg.verdict == m.SAME and msg.reruns > t.reruns:  # a later run, live there
+            return [JoinRun(t.id, msg.reruns)]
         return []
 
     def _ack_hold(self, sender: str, msg: m.Ask, now: float) -> _Claim:

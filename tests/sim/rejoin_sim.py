@@ -105,11 +105,11 @@ def rejoin_scenario(seed: int, plant: Callable[[], ContextManager] | None = None
 
 def _drive(sim: Sim, rng: random.Random) -> Sim:
     sim.start()
-    sim.run_until(BOOT)
+    sim.run_until(BOOT + 1.0)  # every node in the roster and in touch
     for i in range(24):
         node = sim.ids[i % 3]
         sim.enqueue(node, FAR if i % 2 else rng.choice([0.0, 0.2]))
-    sim.run_until(BOOT + 3.0)  # the near tasks delivered, every copy ended
+    sim.run_until(BOOT + 4.0)  # the near tasks delivered, every copy ended
     victim, down = rng.choice(sim.ids), rng.uniform(3.5, 5.0)
     survivor = rng.choice([i for i in sim.ids if i != victim])
     sim.crash(victim, down)

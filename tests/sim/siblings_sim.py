@@ -295,7 +295,7 @@ class Sim:
             nd.claims_seen[msg.id] = (src, self.now + msg.lease)
         elif isinstance(msg, (m.Retry, m.Done, m.Failed)):
             nd.claims_seen.pop(msg.id, None)
-        probed = isinstance(msg, m.Answer) and msg.verdict in (m.ENDED, m.REHOMED) and \
+        probed = isinstance(msg, m.Answer) and m.news_of_an_end(msg) and \
             msg.id not in nd.machine.asking  # a probe's news of our ended copy, as the layer
         seen = copy if isinstance(msg, m.Ask) or (live is None and probed) else live
         effects = self._step(nd, ev.Received(src, msg, seen)).effects
@@ -527,6 +527,11 @@ class Sim:
                     if t is not None and t.state.ended and t.reruns < e.reruns:
                         nd.copies[e.id] = t.evolve(state=e.state, reruns=e.reruns,
                                                    attempts=e.attempts, finished=e.finished)
+                case fx.JoinRun():
+                    t = nd.copies.get(e.id)
+                    if t is not None and t.state.ended and t.reruns < e.reruns:
+                        nd.copies[e.id] = t.evolve(state=State.SCHEDULED, reruns=e.reruns,
+                                                   attempts=0, fire_at=self.now)
                 case fx.Replay():
                     self._receive(nd, e.sender, e.msg)
                 case _:  # MoveLone among them: no simulated node stops gracefully
