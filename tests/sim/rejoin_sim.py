@@ -57,10 +57,16 @@ class RejoinChecker:
             out[nd.id] = {t.id: c.engine.live.mem.get(t.id, t) for _, t in rows}
         return out
 
-    def check(self) -> None:
+    def check(self, only: str | None = None, live_only: bool = False) -> None:
+        """Raise on the first stale copy (of node ``only``, if given; live ones only,
+        with ``live_only``)."""
         held = self.copies()
         for node, mine in held.items():
+            if only not in (None, node):
+                continue
             for task_id, t in mine.items():
+                if live_only and t.state.ended:
+                    continue
                 for other, theirs in held.items():
                     d = theirs.get(task_id)
                     if other != node and d is not None and other in d.replicas:
@@ -116,6 +122,11 @@ def _drive(sim: Sim, rng: random.Random) -> Sim:
     crashed = sim.now() - START
     sim.run_until(crashed + rng.uniform(0.0, 2.5))
     _resend_all(sim, survivor)
+    sim.run_until(crashed + down)
+    _until_ready(sim, victim, crashed + down + QUIET_AFTER)
+    # ready: none of its live copies is one restored elsewhere while it was down (a
+    # search on it right then showed them beside the new ones)
+    RejoinChecker(sim).check(only=victim, live_only=True)
     sim.run_until(crashed + down + QUIET_AFTER)
     if sim.checker.violations:
         raise sim.checker.violations[0]
@@ -123,6 +134,16 @@ def _drive(sim: Sim, rng: random.Random) -> Sim:
         raise SafetyViolation("a node did not come back")
     RejoinChecker(sim).check()
     return sim
+
+
+def _until_ready(sim: Sim, node: str, deadline: float) -> None:
+    """Run until ``node`` is back and its /readyz would say ready (``Cluster.ready``)."""
+    while sim.now() - START < deadline:
+        c = sim.nodes[node].cluster
+        if sim.nodes[node].up and c is not None and c.membership is not None and c.ready()[0]:
+            return
+        sim.run_until(sim.now() - START + 0.01)
+    raise SafetyViolation(f"{node} was not ready {QUIET_AFTER} s after its restart")
 
 
 def _resend_all(sim: Sim, node: str) -> None:
