@@ -426,9 +426,7 @@ class Cluster:
                 case AskWhenPaged():
                     self.group.spawn(_mark_lapse, self)
                 case Reconcile():
-                    if self._settling.walk is not None:  # a later mark reads more
-                        self._settling.walk.kill(block=False)
-                    self._settling.walk = self.group.spawn(_reconcile, self)
+                    self._settling.start(self.group.spawn(_reconcile, self))
                 case TakeEnd():
                     engine.take_end(e.id, e.state, e.reruns, e.attempts, e.last, e.finished)
                 case JoinRun():
@@ -683,22 +681,31 @@ class Cluster:
 class _Settling:
     """A rejoin's walk over our copies (``effects.Reconcile``, ``_reconcile``): its
     greenlet, and the probes of its page that are not answered yet (each is, news or
-    not: ``verdict same``), which pace the walk and say when the node is settled."""
+    not: ``verdict same``), which pace the walk and say when the node is settled. A
+    sibling that let a page's wait run out (an older node, a stopped one not dropped
+    yet) is not waited for again in that walk: it is still probed."""
 
     def __init__(self) -> None:
         self.walk: gevent.Greenlet | None = None
         self.waiting: dict[str, set[str]] = {}  # task id -> siblings not answered yet
         self.settled = gevent.event.Event()
+        self.silent: set[str] = set()  # in this walk
+
+    def start(self, walk: gevent.Greenlet) -> None:
+        if self.walk is not None:  # a later mark reads more
+            self.walk.kill(block=False)
+        self.walk, self.silent = walk, set()
 
     def wait(self, sent: Iterable[Effect], timeout: float) -> None:
         """Wait for the answers to the probes ``sent``, at most ``timeout``."""
         self.waiting.clear()
         for e in sent:
-            if isinstance(e, Send) and isinstance(e.msg, rm.Ask) and e.to is not None:
+            if isinstance(e, Send) and isinstance(e.msg, rm.Ask) and e.to is not None \
+                    and e.to not in self.silent:
                 self.waiting.setdefault(e.msg.id, set()).add(e.to)
         self.settled.clear()
-        if self.waiting:
-            self.settled.wait(timeout)
+        if self.waiting and not self.settled.wait(timeout):
+            self.silent.update(*self.waiting.values())
         self.waiting.clear()
 
     def answered(self, sender: str, task_id: str) -> None:

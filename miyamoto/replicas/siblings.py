@@ -217,6 +217,7 @@ class Siblings:
         # back in touch, every copy we hold probes its siblings (``Reconcile``): set at a
         # start that reloaded a journal, a drop from the roster, a long time out of touch
         self._rejoin = False
+        self._joined = False  # a roster has named us (a drop from it is a drop)
 
     @property
     def rejoining(self) -> bool:
@@ -354,7 +355,8 @@ class Siblings:
             live = list(live)
             self.must_ask.update(live)
             self.away.update(live)
-            self._rejoin = True
+            self._rejoin = self._rejoin or self._joined  # not a joiner's first roster
+        self._joined = self._joined or self.me in new
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
@@ -722,11 +724,16 @@ class Siblings:
         showed a copy restored elsewhere twice, and a bulk resend reran (and counted)
         ends the cluster had rerun since. The answers that are news: ``rehomed`` (the
         copy is dropped), ``ended`` (a live copy ends; an ended one of an earlier run
-        takes the later end). A copy running or asking now says what it must itself."""
+        takes the later end). A copy running or asking now says what it must itself.
+        Not an ordered copy (an ordering key's): its stale record stays in our line of
+        the key until it comes due and asks, as before; dropped at once, it no longer
+        held the key's next task back here while the task it stood for ran elsewhere
+        (``tests/sim`` ordered runs with the owner killed: two of a key at a time)."""
         self.rounds += 1  # the page's probes are numbered: each is answered, news or not
         effects: list[Effect] = []
         for t in copies:
-            if t.id not in self.asking and t.state != State.RUNNING and len(t.replicas) > 1:
+            if t.id not in self.asking and t.state != State.RUNNING and len(t.replicas) > 1 \
+                    and t.ordering_key is None:
                 effects += self._probe_one(t, self.rounds)
         return effects
 

@@ -66,8 +66,17 @@ def test_a_page_fill_or_a_first_start_does_not_reconcile():
     assert not any(isinstance(e, fx.Reconcile) for e in tick(s, 100.0, True))
 
 
+def test_a_joiners_first_roster_without_it_is_no_drop():
+    s = Siblings("a", T)
+    s.step(ev.Members(("b", "c")), 99.0)  # the roster as a joiner first hears it
+    s.step(ev.Members(("a", "b", "c")), 99.5)
+    assert not s.rejoining
+    assert not any(isinstance(e, fx.Reconcile) for e in tick(s, 100.0, True))
+
+
 def test_a_drop_from_the_roster_or_a_long_absence_reconciles():
     s = Siblings("a", T, ("a", "b", "c"))
+    s.step(ev.Members(("a", "b", "c")), 99.0)
     tick(s, 100.0, True)
     s.step(ev.Members(("b", "c")), 100.5)  # the others dropped us
     assert s.rejoining
