@@ -257,7 +257,9 @@ class Answer:
     replicas: tuple[str, ...] = ()
     n: int = 0  # the round of the ASK answered
     # with ``ended``: the run that ended (the answerer's Task.reruns) and how long ago
-    # (seconds): a prober whose own copy ended in an earlier run takes this end instead
+    # (seconds): a prober whose own copy ended in an earlier run takes this end instead;
+    # with ``same``: the run the answerer's live copy is in (a prober's ended copy of an
+    # earlier run joins it)
     reruns: int = 0
     ago: float = 0.0
     verb: ClassVar[Verb]
