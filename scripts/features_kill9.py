@@ -424,7 +424,9 @@ def labels(c: Cluster, count: int = 30, page: int = 7) -> Result:
     victim = c.nodes[0]
     killed = c.kill(victim)
     survivor = c.others(victim)[0]
-    _searched(res, survivor, tag, page, ids, "down")
+    # a task whose first copy's node is down is missing until the roster drops the node
+    # and its copies are restored (browse lists first copies): a figure, not a problem
+    _searched(res, survivor, tag, page, ids, "down", complete=False)
     res.figures["down_complete_after_s"] = _until_clean(survivor, tag, page, ids, killed)
     c.restart(victim)
     for p in c.nodes:
@@ -455,15 +457,17 @@ def _until_clean(node: NodeProcess, tag: str, page: int, ids: set[str],
 
 
 def _searched(res: Result, node: NodeProcess, tag: str, page: int, ids: set[str],
-              key: str) -> None:
-    """Search on ``node``; its figures under ``key``; every id once, none missing."""
+              key: str, complete: bool = True) -> None:
+    """Search on ``node``; its figures under ``key``; every id once, none missing (with
+    ``complete``; without, only none twice)."""
     seen, nodes, secs = _search(node, tag, page)
     found, repeated = set(seen), len(seen) - len(set(seen))
     res.figures[key] = f"{len(found & ids)}/{len(ids)}"
     res.figures[key + "_repeated"] = repeated
     res.figures[key + "_nodes"] = "+".join(nodes)
     res.figures[key + "_s"] = secs
-    res.check(found == ids, f"{key}: found {len(found & ids)}/{len(ids)}")
+    res.check(found <= ids and (found == ids or not complete),
+              f"{key}: found {len(found & ids)}/{len(ids)}")
     res.check(not repeated, f"{key}: {repeated} ids on two pages "
                             f"(e.g. {[i for i in seen if seen.count(i) > 1][:1]})")
 

@@ -84,7 +84,8 @@ _SIBLINGS = [["tests/unit/replicas/test_siblings.py"],
              ["tests/sim/test_siblings_random.py::test_random_runs_are_safe[0]"]]
 # the same for replicas' own modules, the planted-bug checks last (~60 s of the ~80 s;
 # a slip they alone would catch is rare, so they only run for a mutant the rest miss)
-_REPLICAS = [["tests/unit/replicas/test_siblings.py", "-k", "not catches"], _SIBLINGS[1],
+_REPLICAS = [["tests/unit/replicas/test_siblings.py", "-k", "not catches"],
+             ["tests/unit/replicas/test_siblings_rejoin.py"], _SIBLINGS[1],
              ["tests/unit/replicas/test_siblings.py", "-k", "catches"]]
 _DEFINITIONS = [["tests/unit/definitions/test_definitions.py"],
                 ["tests/unit/definitions/test_sync.py"],

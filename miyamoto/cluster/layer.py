@@ -48,8 +48,8 @@ from miyamoto.membership.roster import JOINING
 from miyamoto.replicas import events as ev
 from miyamoto.replicas import messages as rm
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Refresh, Replay, Restore, RestoreLost,
-                                       SetReplicas, Update)
+                                       JoinRun, MoveLone, Ready, Reconcile, Refresh, Replay,
+                                       Restore, RestoreLost, SetReplicas, TakeEnd, Update)
 from miyamoto.replicas.siblings import Siblings, SiblingTiming
 from miyamoto.store.journal import Journal
 from miyamoto.tasks.task import Task
@@ -156,6 +156,7 @@ class Cluster:
         self.roster: Roster | None = None
         self._left = False
         self._restores = gevent.pool.Pool(64)
+        self._settling = _Settling()  # a rejoin's walk (Reconcile) and its probes unanswered
         # cluster-wide definitions (schedules, topics, queue settings): their own loop, in self.group
         self.defs = DefSync(self.me, cfg.data_dir, self.send, cfg.advertise,
                             monotonic=monotonic, resend=max(0.2, 2 * cfg.heartbeat_interval),
@@ -184,7 +185,7 @@ class Cluster:
                                      first_start=not self.journal.existed)
         self.joinlog = JoinLog(self.me, seeds, self.monotonic())
         if seeds:  # copies reloaded from the journal ask first: the cluster went on without us
-            self._step(ev.Reloaded(tuple(self.engine.live)))  # (those paged in later: _Hooks)
+            self._step(ev.Reloaded(tuple(self.engine.live), start=self.journal.existed))
         else:  # none asks: nothing went on without this node
             self.engine.live.ask_mark = 0
         if self.solo:
@@ -424,6 +425,12 @@ class Cluster:
                     self.group.spawn(_restore_lost, self, e.lost)
                 case AskWhenPaged():
                     self.group.spawn(_mark_lapse, self)
+                case Reconcile():
+                    self._settling.start(self.group.spawn(_reconcile, self))
+                case TakeEnd():
+                    engine.take_end(e.id, e.state, e.reruns, e.attempts, e.last, e.finished)
+                case JoinRun():
+                    self.group.spawn(self.queries.join_run, e.id, e.reruns)
                 case MoveLone():
                     self.coordinator.move_lone_copies(list(e.copies))
                 case Replay():
@@ -575,7 +582,13 @@ class Cluster:
 
     def _on_sibling(self, sender: str, msg: rm.SiblingNews) -> None:
         if not isinstance(msg, rm.Ask):
-            self._step(ev.Received(sender, msg, self.engine.live.get(msg.id)))
+            if isinstance(msg, rm.Answer):
+                self._settling.answered(sender, msg.id)
+            copy = self.engine.live.get(msg.id)
+            if copy is None and isinstance(msg, rm.Answer) and rm.news_of_an_end(msg) and \
+                    msg.id not in self.siblings.asking:
+                copy = self.engine.get(msg.id)  # a probe's news of our ended copy
+            self._step(ev.Received(sender, msg, copy))
             return
         copy = self.engine.get(msg.id)
         behind = False
@@ -656,10 +669,54 @@ class Cluster:
             return False, "not yet in the cluster roster"
         if self.membership is None or self.membership.leader is None:
             return False, "no leader"
+        if self.siblings.rejoining or self._settling.walk is not None:
+            # what it reads of its copies may be stale: restored elsewhere, ended
+            return False, "back in the cluster: settling its copies with their siblings"
         p = self.placement  # said, not refused: a node just admitted is unplaced for a
         if p.skewed or not p.placed:  # heartbeat, and a skewed one corrects its times
             return True, "ok, but our clock is " + _placement_words(p, self.clocks.max_skew)
         return True, "ok"
+
+
+class _Settling:
+    """A rejoin's walk over our copies (``effects.Reconcile``, ``_reconcile``): its
+    greenlet, and the probes of its page that are not answered yet (each is, news or
+    not: ``verdict same``), which pace the walk and say when the node is settled. A
+    sibling that let a page's wait run out (an older node, a stopped one not dropped
+    yet) is not waited for again in that walk: it is still probed."""
+
+    def __init__(self) -> None:
+        self.walk: gevent.Greenlet | None = None
+        self.waiting: dict[str, set[str]] = {}  # task id -> siblings not answered yet
+        self.settled = gevent.event.Event()
+        self.silent: set[str] = set()  # in this walk
+
+    def start(self, walk: gevent.Greenlet) -> None:
+        if self.walk is not None:  # a later mark reads more
+            self.walk.kill(block=False)
+        self.walk, self.silent = walk, set()
+
+    def wait(self, sent: Iterable[Effect], timeout: float) -> None:
+        """Wait for the answers to the probes ``sent``, at most ``timeout``."""
+        self.waiting.clear()
+        for e in sent:
+            if isinstance(e, Send) and isinstance(e.msg, rm.Ask) and e.to is not None \
+                    and e.to not in self.silent:
+                self.waiting.setdefault(e.msg.id, set()).add(e.to)
+        self.settled.clear()
+        if self.waiting and not self.settled.wait(timeout):
+            self.silent.update(*self.waiting.values())
+        self.waiting.clear()
+
+    def answered(self, sender: str, task_id: str) -> None:
+        waiting = self.waiting.get(task_id)
+        if waiting is None:
+            return
+        waiting.discard(sender)
+        if not waiting:
+            del self.waiting[task_id]
+            if not self.waiting:
+                self.settled.set()
 
 
 class _Hooks(Hooks):
@@ -729,6 +786,30 @@ def _mark_lapse(c: Cluster) -> None:
         c.engine.live.ask_mark = c.journal.last_rowid()
     except Exception as e:
         log.warning("cluster: could not mark the journal's copies to ask: %s", e)
+
+
+def _reconcile(c: Cluster, page: int = 1000) -> None:
+    """Every copy written before now, live or ended, a page at a time as the engine
+    has it (memory's record is the newer), stepped as ``events.Reconciling``; each
+    page's probes leave through the outbox before the next page is read."""
+    try:
+        mark, after, n = c.journal.last_rowid(), 0, 0
+        while True:
+            rows = c.journal.rows(after, mark, page)
+            if not rows:
+                break
+            after = rows[-1][0]
+            copies = tuple(c.engine.live.mem.get(t.id, t) for _, t in rows)
+            n += len(copies)
+            c._settling.wait(c._step(ev.Reconciling(copies)).effects, c.siblings.t.ask_timeout)
+    except Exception as e:  # a journal that cannot read now: the copies ask when due
+        log.warning("cluster: could not reconcile our copies with their siblings: %s", e)
+        return
+    finally:
+        if c._settling.walk is gevent.getcurrent():
+            c._settling.walk = None
+    if n:
+        log.info("cluster: back in the cluster: %d copies probed their siblings", n)
 
 
 def _restore_lost(c: Cluster, lost: frozenset[str]) -> None:

@@ -253,6 +253,19 @@ class Queries:
         self.peers.replay(task_id)  # a sibling's rerun copy may already have claimed or finished
         return (self.engine.get(task_id) or t).summary()
 
+    def join_run(self, task_id: str, reruns: int) -> None:
+        """Our ended copy joins run ``reruns`` of its task, under way on a sibling (a
+        rejoin's probe heard of it): rerun as ``rerun_local`` does, in that run."""
+        t = self.engine.get(task_id)
+        if t is None or not t.state.ended or t.reruns >= reruns:
+            return
+        try:
+            self.engine.rerun(task_id, delay=t.replica * self.offset, resend=True,
+                              reruns=reruns)
+        except Conflict:  # live meanwhile (a rerun reached it): nothing to join
+            return
+        self.peers.replay(task_id)
+
     # ------------------------------------------------------------ long tasks
     def complete(self, grant: completion.Grant,
                  report: completion.Report) -> dict[str, Any] | None:

@@ -813,20 +813,41 @@ class Engine:
         return t
 
     def set_replicas(self, task_id: str, replicas: tuple[str, ...], me: str) -> None:
-        """The replica set changed (a lost member's copy was restored elsewhere)."""
+        """The replica set changed (a lost member's copy was restored elsewhere), our
+        copy's or its ended record's: a restore that finished after our attempt ended
+        left the record naming the lost member, which told that member, back from a
+        restart, its stale copy was still one of the task's."""
+        if me not in replicas:
+            return
         t = self.live.get(task_id)
-        if t is None or me not in replicas:
+        ended = t is None
+        t = self.journal.get(task_id) if ended else t
+        if t is None or (ended and not t.state.ended):
             return
         t = t.evolve(replicas=replicas, replica=replicas.index(me))
         self.journal.put(t)
-        self.live[task_id] = t
+        if not ended:
+            self.live[task_id] = t
 
     def drop(self, task_id: str) -> None:
-        """Forget a stale copy whose task lives on elsewhere; tell nobody."""
+        """Forget a stale copy whose task lives on elsewhere, live or the record of an
+        ended one; tell nobody."""
         t = self.live.pop(task_id, None)
-        if t is not None:
+        if t is not None or self.journal.get(task_id) is not None:
             self.journal.delete(task_id)
         self._wake_ordered(self.lines.remove(task_id))
+
+    def take_end(self, task_id: str, state: State, reruns: int, attempts: int,
+                 last: dict | None, finished: float) -> Task | None:
+        """Our ended copy is of an earlier run (``Task.reruns``) than a sibling's end:
+        record that end instead (None: no ended copy of an earlier run here)."""
+        t = None if task_id in self.live.mem else self.journal.get(task_id)
+        if t is None or not t.state.ended or t.reruns >= reruns or not state.ended:
+            return None
+        t = t.evolve(state=state, reruns=reruns, attempts=attempts, last=last,
+                     finished=finished, first_attempt=None, expires_at=None)
+        self.journal.put(t)
+        return t
 
     # ------------------------------------------------------------ what clients do
     def cancel(self, task_id: str) -> Task | None:
@@ -876,12 +897,13 @@ class Engine:
             pass
 
     def rerun(self, task_id: str, *, wait: bool = True, delay: float = 0.0,
-              resend: bool = False) -> Task | None:
+              resend: bool = False, reruns: int | None = None) -> Task | None:
         """Run a task again now: a failed, cancelled or expired one with a fresh set of
         attempts (and no expiry: the new run is not bound by the old one's), a scheduled
         one at once. ``resend``: an ended task only, a succeeded one too (POST
-        /tasks/<id>/resend). None if unknown; Conflict if running or succeeded (resend:
-        if not ended)."""
+        /tasks/<id>/resend). ``reruns``: the run it becomes (a sibling's, joined; the
+        next one by default). None if unknown; Conflict if running or succeeded
+        (resend: if not ended)."""
         now = self.clock() + delay
         t = self.live.get(task_id)
         if t is not None:
@@ -899,7 +921,8 @@ class Engine:
         if t.state == State.SUCCEEDED and not resend:
             raise Conflict("task already succeeded")
         t = t.evolve(state=State.SCHEDULED, fire_at=now, attempts=0, first_attempt=None,
-                     finished=None, reruns=t.reruns + 1, expires_at=None)
+                     finished=None, expires_at=None,
+                     reruns=t.reruns + 1 if reruns is None else reruns)
         self.live.storing.add(task_id)  # news meanwhile waits (replayed by the caller)
         try:
             self.journal.put(t, wait=wait)

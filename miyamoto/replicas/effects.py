@@ -55,7 +55,8 @@ class CancelCopy:
 
 @dataclass(frozen=True, slots=True)
 class Drop:
-    """Forget this node's copy: the task was re-homed while this node was away."""
+    """Forget this node's copy (live, or the record of an ended one): the task was
+    re-homed while this node was away."""
     id: str
 
 
@@ -90,6 +91,34 @@ class AskWhenPaged:
 
 
 @dataclass(frozen=True, slots=True)
+class Reconcile:
+    """This node is back after it may have been dropped (a restart, a drop from the
+    roster, a long time out of touch): walk every copy it holds, the journal's too,
+    live or ended, a page at a time, stepping ``events.Reconciling`` with each; the
+    machine probes their siblings for what happened meanwhile (an end, a move)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TakeEnd:
+    """Our ended copy is of an earlier run than a sibling's, which ended too (the task
+    was rerun and ended again while we were away): take that run's end."""
+    id: str
+    state: State
+    reruns: int
+    attempts: int
+    last: dict | None
+    finished: float  # our clock
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRun:
+    """Our ended copy is of an earlier run than a sibling's live one (the task was rerun
+    while we were away): run ours again, in run ``reruns``, as a rerun does each copy."""
+    id: str
+    reruns: int
+
+
+@dataclass(frozen=True, slots=True)
 class MoveLone:
     """On a graceful stop: store these copies, which have no live sibling, elsewhere."""
     copies: tuple[Task, ...]
@@ -112,7 +141,7 @@ class Refresh:
 
 
 Effect = (Send | Update | Fire | CancelCopy | Drop | SetReplicas | Restore | RestoreLost
-          | AskWhenPaged | MoveLone | Replay | Refresh)
+          | AskWhenPaged | Reconcile | TakeEnd | JoinRun | MoveLone | Replay | Refresh)
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,8 +101,11 @@ class LeaseExtended:
 @dataclass(frozen=True)
 class Reloaded:
     """Copies read from the journal that the cluster may have handled without us (a
-    restart, or paged in after this node was out of touch): each asks first."""
+    restart, or paged in after this node was out of touch): each asks first. ``start``:
+    the node's start reloaded them (its journal's every copy reconciles once back in
+    touch, ``effects.Reconcile``)."""
     task_ids: tuple[str, ...]
+    start: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,10 +133,18 @@ class Restored:
 
 
 @dataclass(frozen=True)
+class Reconciling:
+    """A page of the copies this node held when it came back (``effects.Reconcile``),
+    live and ended, as the engine has them now: each asks its live siblings, by probe,
+    whether its task ended or moved meanwhile."""
+    copies: tuple[Task, ...]
+
+
+@dataclass(frozen=True)
 class Stopping:
     """A graceful stop: hand our scheduled ``copies`` to their next live siblings."""
     copies: tuple[Task, ...]
 
 
 Event = (Tick | Members | Received | HandoffReceived | Due | Expiring | Folded | Outcome
-         | LeaseExtended | Reloaded | Stored | LostPage | Restored | Stopping)
+         | LeaseExtended | Reloaded | Stored | LostPage | Restored | Reconciling | Stopping)

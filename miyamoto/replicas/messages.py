@@ -236,7 +236,8 @@ def _round(d: dict) -> int:
 
 
 GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED = "go", "wait", "claimed", "ended", "unknown", "rehomed"
-VERDICTS = frozenset({GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED})
+SAME = "same"  # to a numbered probe: no news (the prober's copy is settled with ours)
+VERDICTS = frozenset({GO, WAIT, CLAIMED, ENDED, UNKNOWN, REHOMED, SAME})
 ENDED_STATES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 
 
@@ -245,7 +246,8 @@ ENDED_STATES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 class Answer:
     """A sibling's answer to ASK: ``go`` (deliver; I hold my copy off for a lease),
     ``wait`` / ``claimed`` (ask again after ``lease`` seconds), ``ended`` (with the
-    end ``state``), ``rehomed`` (the task's ``replicas`` are now these), ``unknown``."""
+    end ``state``), ``rehomed`` (the task's ``replicas`` are now these), ``unknown``;
+    to a numbered probe (a rejoin's), ``same``: no news."""
     id: str
     verdict: str
     lease: float = 0.0
@@ -254,12 +256,22 @@ class Answer:
     last: dict | None = None
     replicas: tuple[str, ...] = ()
     n: int = 0  # the round of the ASK answered
+    # with ``ended``: the run that ended (the answerer's Task.reruns) and how long ago
+    # (seconds): a prober whose own copy ended in an earlier run takes this end instead;
+    # with ``same``: the run the answerer's live copy is in (a prober's ended copy of an
+    # earlier run joins it)
+    reruns: int = 0
+    ago: float = 0.0
     verb: ClassVar[Verb]
 
     def payload(self) -> dict:
         d: dict[str, Any] = {"id": self.id, "verdict": self.verdict}
         if self.n:
             d["n"] = self.n
+        if self.reruns:
+            d["reruns"] = self.reruns
+        if self.ago:
+            d["ago"] = self.ago
         if self.lease:
             d["lease"] = self.lease
         if self.state is not None:
@@ -281,7 +293,14 @@ class Answer:
             raise DecodeError("a rehomed answer needs the replicas")
         return cls(c.string(d, "id"), verdict, _seconds(d, "lease") if "lease" in d else 0.0,
                    state, c.integer(d, "attempts") if "attempts" in d else 0, _last(d), replicas,
-                   _round(d))
+                   _round(d), c.integer(d, "reruns") if "reruns" in d else 0,
+                   _seconds(d, "ago") if "ago" in d else 0.0)
+
+
+def news_of_an_end(a: Answer) -> bool:
+    """An answer that may be news to an ended copy (a probe's, ``Siblings._stale_end``):
+    the task moved, ended in some run, or runs again (``same`` with a later run)."""
+    return a.verdict in (ENDED, REHOMED) or (a.verdict == SAME and a.reruns > 0)
 
 
 # a sibling's news about one task (every message ``Siblings`` reads but HANDOFF, which

@@ -64,6 +64,21 @@ Out of touch: must ask, and probe
     would answer ``go``. (A rejoined node delivered again what its siblings delivered
     while it was cut off, measured with flapping links, until these two rules.)
 
+Back after a drop: every copy reconciles
+    A node back in touch after it may have been dropped (a start, a drop from the
+    roster, ``away_after`` out of touch) walks every copy it holds, the journal's and
+    the ended ones too, a page at a time (``Reconcile``), and probes their live
+    siblings. A ``rehomed`` answer drops the copy (live or ended), an ``ended`` one
+    ends a live copy, and an ended copy of an earlier run takes the later run's end
+    (the answer carries its reruns and how long ago it ended), or joins the later run
+    still under way (``same``, with its reruns: the copy is run again in that run). Why: a copy due beyond
+    the memory window probed only when paged in, and an ended one never: after a kill
+    -9 and a restart, a label search showed a third of its tasks twice (the stale first
+    copies beside the ones restored elsewhere) until they came due, and a bulk resend
+    of the ends before a time reran and counted 80 stale ends the cluster had resent
+    already, resending none. The cost: one probe per copy and sibling at a rejoin
+    (batched per peer by the outbox), an answer only where there is news.
+
 Contact: no deliveries without a majority
     A node that cannot hear a majority of the roster (``contact`` is False: its lease
     from them ran out, see ``Membership.in_contact``) starts no delivery; its due copies
@@ -102,11 +117,11 @@ from miyamoto.replicas import messages as m
 from miyamoto.replicas import placement as replication
 from miyamoto.replicas import restore
 from miyamoto.replicas.effects import (AskWhenPaged, CancelCopy, Drop, Effect, Fire, Move,
-                                       MoveLone, Ready, Refresh, Replay, RestoreLost, SetReplicas,
-                                       Update)
+                                       JoinRun, MoveLone, Ready, Reconcile, Refresh, Replay,
+                                       RestoreLost, SetReplicas, TakeEnd, Update)
 from miyamoto.replicas.events import (EMPTY, Due, Event, Expiring, Folded, HandoffReceived,
                                       LeaseExtended, LostPage, Members, Outcome, Received,
-                                      Reloaded, Restored, Stopping, Stored, Tick)
+                                      Reconciling, Reloaded, Restored, Stopping, Stored, Tick)
 from miyamoto.tasks import repeat
 from miyamoto.tasks.task import State, Task
 from miyamoto.wire.messages import Send
@@ -199,6 +214,16 @@ class Siblings:
         self.incarnations: dict[str, str] = {}  # member -> its latest incarnation seen
         self._restarted: set[str] = set()  # members seen with a new incarnation
         self._prune_at = PRUNE_MIN  # must-ask marks beyond this: drop those of ended copies
+        # back in touch, every copy we hold probes its siblings (``Reconcile``): set at a
+        # start that reloaded a journal, a drop from the roster, a long time out of touch
+        self._rejoin = False
+        self._joined = False  # a roster has named us (a drop from it is a drop)
+
+    @property
+    def rejoining(self) -> bool:
+        """A ``Reconcile`` is due once this node is back in touch (its copies are not
+        settled with their siblings' yet)."""
+        return self._rejoin
 
     # ------------------------------------------------------------ the door
     def step(self, event: Event, now: float) -> Ready:
@@ -231,7 +256,8 @@ class Siblings:
                 return Ready(tuple(self._outcome(copy, now)))
             case LeaseExtended(copy, lease):
                 return Ready(tuple(self._extend(copy, lease)))
-            case Reloaded(task_ids):
+            case Reloaded(task_ids, start):
+                self._rejoin = self._rejoin or start
                 self.must_ask.update(task_ids)
                 self.away.update(task_ids)
                 return Ready()
@@ -245,6 +271,8 @@ class Siblings:
             case Restored(plan, copy, deadline):
                 return Ready(tuple(restore.restored(self.me, plan, copy,
                                                     deadline + self.t.claim_lease, now)))
+            case Reconciling(copies):
+                return Ready(tuple(self._reconcile(copies)))
             case Stopping(copies):
                 sends, lone = restore.handoff_plan(self.me, self.members, copies, now)
                 return Ready(tuple(sends) + ((MoveLone(tuple(lone)),) if lone else ()))
@@ -280,7 +308,12 @@ class Siblings:
         elif self.contact and not was:
             if self._out_since is not None and now - self._out_since > self.t.away_after:
                 self.away.update(live)  # long enough to have been dropped and re-admitted
-            effects += self._probe(live)
+                self._rejoin = True
+            if self._rejoin:  # every copy probes, the journal's and the ended ones too
+                self._rejoin = False
+                effects.append(Reconcile())
+            else:
+                effects += self._probe(live)
             effects.append(AskWhenPaged())  # the copies outside memory ask as well
         if self.contact:
             self._out_since = None
@@ -322,6 +355,8 @@ class Siblings:
             live = list(live)
             self.must_ask.update(live)
             self.away.update(live)
+            self._rejoin = self._rejoin or self._joined  # not a joiner's first roster
+        self._joined = self._joined or self.me in new
         lost = self.members - new - {self.me}
         self.members = new
         self._lost = (self._lost | lost) - new
@@ -672,8 +707,34 @@ class Siblings:
         for task_id in list(self.must_ask)[:PROBE_MAX]:
             t = live.get(task_id)
             if t is not None and task_id not in self.asking:
-                probe = m.Ask(task_id, t.replica, probe=True, revision=t.revision)
-                effects += [Send(r, probe) for r in self._live_siblings(t)]
+                effects += self._probe_one(t)
+        return effects
+
+    def _probe_one(self, t: Task, n: int = 0) -> list[Effect]:
+        """ASK ``probe`` for copy ``t`` to its live siblings, with its run (reruns): an
+        end of an earlier run than ours is not news of ours. Numbered (``n``), it is
+        answered whatever the news (``_on_probe``)."""
+        probe = m.Ask(t.id, t.replica, probe=True, n=n, reruns=t.reruns, revision=t.revision)
+        return [Send(r, probe) for r in self._live_siblings(t)]
+
+    def _reconcile(self, copies: Iterable[Task]) -> list[Effect]:
+        """Back after we may have been dropped: every copy we held then, live or ended,
+        in memory or only in the journal, probes its live siblings. A copy due later
+        would ask only when it fires, and an ended one never: until then a search
+        showed a copy restored elsewhere twice, and a bulk resend reran (and counted)
+        ends the cluster had rerun since. The answers that are news: ``rehomed`` (the
+        copy is dropped), ``ended`` (a live copy ends; an ended one of an earlier run
+        takes the later end). A copy running or asking now says what it must itself.
+        Not an ordered copy (an ordering key's): its stale record stays in our line of
+        the key until it comes due and asks, as before; dropped at once, it no longer
+        held the key's next task back here while the task it stood for ran elsewhere
+        (``tests/sim`` ordered runs with the owner killed: two of a key at a time)."""
+        self.rounds += 1  # the page's probes are numbered: each is answered, news or not
+        effects: list[Effect] = []
+        for t in copies:
+            if t.id not in self.asking and t.state != State.RUNNING and len(t.replicas) > 1 \
+                    and t.ordering_key is None:
+                effects += self._probe_one(t, self.rounds)
         return effects
 
     # ------------------------------------------------------------ answering
@@ -700,9 +761,9 @@ class Siblings:
         stale = self._stalled(now)
         if stale and t is not None and not t.state.ended:
             self.must_ask.add(t.id)
+        if msg.probe:
+            return self._on_probe(sender, msg, t, now)
         if t is None:
-            if msg.probe:
-                return []
             # our copy may still be on its way (STORE and ASK travel apart): it holds
             # for this claim once stored
             if not stale:
@@ -715,18 +776,14 @@ class Siblings:
             # task twice after a kill -9 and a restart
             return answer(m.REHOMED, replicas=t.replicas)
         if t.state.ended and msg.reruns <= t.reruns:
-            return answer(m.ENDED, state=t.state.value, attempts=t.attempts, last=t.last)
+            return answer(m.ENDED, **_end_of(t, now))
         if t.state.ended:
             # the asker's copy was run again after ours ended (a retry of a failed task
             # reaches the copies one by one): our end is of the run before, so the asker
             # goes, as if we had no copy; our own rerun, when it comes, asks in turn
-            if msg.probe:
-                return []
             if not stale:
                 self._note_claim(t.id, self._ack_hold(sender, msg, now))
             return answer(m.GO)
-        if msg.probe:  # nothing the prober does not know, but a newer version of its copy
-            return [Refresh(t.id, sender)] if repeat.newer(t.revision, msg.revision) else []
         if t.state == State.RUNNING:
             return answer(m.CLAIMED, lease=self.t.ask_lease)
         claim = self.claims.get(t.id)
@@ -749,6 +806,40 @@ class Siblings:
         self.cleared.pop(t.id, None)
         return answer(m.GO)
 
+    @staticmethod
+    def _on_probe(sender: str, msg: m.Ask, t: Task | None, now: float) -> list[Effect]:
+        """ASK ``probe``: the prober is not about to deliver, so only an end or a move
+        is news to it (and a newer version of its copy, sent by ``Refresh``). A
+        rejoin's probe (numbered, ``_reconcile``) hears ``same`` (or ``unknown``: no
+        copy here) otherwise, so that its prober knows when its copies are settled."""
+        def answer(verdict: str, **kw: Any) -> list[Effect]:
+            return [Send(sender, m.Answer(msg.id, verdict, n=msg.n, **kw))] if msg.n or \
+                verdict in (m.ENDED, m.REHOMED) else []
+        if t is None:
+            return answer(m.UNKNOWN)
+        if sender not in t.replicas:
+            return answer(m.REHOMED, replicas=t.replicas)
+        if t.state.ended:
+            return answer(m.ENDED, **_end_of(t, now)) if msg.reruns <= t.reruns \
+                else answer(m.SAME)
+        newer = [Refresh(t.id, sender)] if repeat.newer(t.revision, msg.revision) else []
+        return newer + answer(m.SAME, reruns=t.reruns)  # a later run is live here: said
+
+    def _stale_end(self, msg: m.Answer, t: Task, now: float) -> list[Effect]:
+        """A probe's answer about our ended copy ``t`` (``_reconcile``): the task moved
+        away from us (our record is dropped), a later run of it ended (we take that
+        end, so a bulk resend of ends before a time does not rerun ours), or a later
+        run is under way (our copy joins it, as a rerun reaches each copy: its DONE,
+        unread by an ended copy of an earlier run, left ours stale for good)."""
+        if msg.verdict == m.REHOMED and self.me not in msg.replicas:
+            return [Drop(t.id)]
+        if msg.verdict == m.ENDED and msg.reruns > t.reruns and msg.state is not None:
+            return [TakeEnd(t.id, State(msg.state), msg.reruns, msg.attempts, msg.last,
+                            now - msg.ago)]
+        if msg.verdict == m.SAME and msg.reruns > t.reruns:  # a later run, live there
+            return [JoinRun(t.id, msg.reruns)]
+        return []
+
     def _ack_hold(self, sender: str, msg: m.Ask, now: float) -> _Claim:
         """The hold a ``go`` grants: ``ask_lease``, or, should the asker be lost from the
         roster meanwhile, the whole lease its ASK named (it may be delivering, paused or
@@ -760,7 +851,11 @@ class Siblings:
                    now: float) -> list[Effect]:
         a = self.asking.get(msg.id)
         if a is None:  # the answer to a probe: only an end or a move is news
-            if t is None or t.state != State.SCHEDULED or sender not in t.replicas:
+            if t is None or sender not in t.replicas:
+                return []
+            if t.state.ended:
+                return self._stale_end(msg, t, now)
+            if t.state != State.SCHEDULED:
                 return []
             if msg.verdict == m.ENDED:
                 self._forget(msg.id)
@@ -787,3 +882,10 @@ class Siblings:
         if not a.waiting:
             effects += self._decide(msg.id, a, now)
         return effects
+
+
+def _end_of(t: Task, now: float) -> dict[str, Any]:
+    """An ``ended`` answer's account of ended copy ``t``: its end state, attempts and last
+    response, its run (reruns) and how long ago it ended (times travel as durations)."""
+    return {"state": t.state.value, "attempts": t.attempts, "last": t.last,
+            "reruns": t.reruns, "ago": min(m.MAX_LEASE, max(0.0, now - (t.finished or now)))}

@@ -461,6 +461,15 @@ class Journal:
                            "ORDER BY rowid LIMIT ?", (after, *_LIVE, limit))
         return [(r[0], t) for r, t in ((r, decode_row(r)) for r in rows) if t is not None]
 
+    def rows(self, after: int, upto: int, limit: int) -> list[tuple[int, Task]]:
+        """(rowid, copy) of every copy, live or ended, with a rowid above ``after`` and
+        at most ``upto``, at most ``limit``: a walk over what was written before a mark
+        (``last_rowid``), one bounded step at a time (a rejoin's reconciling)."""
+        self._flush_for_read()
+        rows = self._query(f"SELECT {ROW} FROM tasks WHERE rowid > ? AND rowid <= ? "
+                           "ORDER BY rowid LIMIT ?", (after, upto, limit))
+        return [(r[0], t) for r, t in ((r, decode_row(r)) for r in rows) if t is not None]
+
     def last_rowid(self) -> int:
         """The newest row's rowid: every row written later has a higher one (REPLACE
         writes a new row), so it marks what was written before now."""

@@ -295,7 +295,10 @@ class Sim:
             nd.claims_seen[msg.id] = (src, self.now + msg.lease)
         elif isinstance(msg, (m.Retry, m.Done, m.Failed)):
             nd.claims_seen.pop(msg.id, None)
-        effects = self._step(nd, ev.Received(src, msg, copy if isinstance(msg, m.Ask) else live)).effects
+        probed = isinstance(msg, m.Answer) and m.news_of_an_end(msg) and \
+            msg.id not in nd.machine.asking  # a probe's news of our ended copy, as the layer
+        seen = copy if isinstance(msg, m.Ask) or (live is None and probed) else live
+        effects = self._step(nd, ev.Received(src, msg, seen)).effects
         if isinstance(msg, m.Ask) and live is not None and any(
                 isinstance(e, Send) and isinstance(e.msg, m.Answer) and e.msg.verdict == m.GO
                 for e in effects):  # an acknowledged claim
@@ -342,7 +345,7 @@ class Sim:
         self.incs[node_id] += 1  # a new process: its siblings void its earlier claims
         self._step(fresh, ev.Members(tuple(sorted(self.roster)), (), {}, self._incarnations()))
         fresh.contact = False
-        self._step(fresh, ev.Reloaded(tuple(self._live(fresh))))
+        self._step(fresh, ev.Reloaded(tuple(self._live(fresh)), start=True))
         self.nodes[node_id] = fresh
         self._at(self.now + TICK, "tick", node_id)
 
@@ -516,6 +519,19 @@ class Sim:
                     self._apply(nd, self._step(nd, page).effects)
                 case fx.AskWhenPaged():
                     pass  # no copy is outside memory to page in
+                case fx.Reconcile():  # every simulated copy, ended ones too: one page
+                    page = ev.Reconciling(tuple(nd.copies.values()))
+                    self._apply(nd, self._step(nd, page).effects)
+                case fx.TakeEnd():
+                    t = nd.copies.get(e.id)
+                    if t is not None and t.state.ended and t.reruns < e.reruns:
+                        nd.copies[e.id] = t.evolve(state=e.state, reruns=e.reruns,
+                                                   attempts=e.attempts, finished=e.finished)
+                case fx.JoinRun():
+                    t = nd.copies.get(e.id)
+                    if t is not None and t.state.ended and t.reruns < e.reruns:
+                        nd.copies[e.id] = t.evolve(state=State.SCHEDULED, reruns=e.reruns,
+                                                   attempts=0, fire_at=self.now)
                 case fx.Replay():
                     self._receive(nd, e.sender, e.msg)
                 case _:  # MoveLone among them: no simulated node stops gracefully

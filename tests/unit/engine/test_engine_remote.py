@@ -111,3 +111,32 @@ def test_a_dropped_copy_is_gone_from_memory_and_the_journal(engine) -> None:
     engine.add(_task())
     engine.drop("t1")
     assert engine.get("t1") is None and engine.journal.get("t1") is None
+
+
+def test_the_record_of_an_ended_copy_moved_away_is_dropped_too(engine) -> None:
+    engine.journal.put(_task(state=State.SUCCEEDED, finished=NOW - 5), wait=True)
+    engine.drop("t1")  # a rejoin's probe heard the task was re-homed without us
+    assert engine.get("t1") is None and engine.journal.get("t1") is None
+
+
+def test_an_ended_copy_of_an_earlier_run_takes_a_later_runs_end(engine) -> None:
+    engine.journal.put(_task(state=State.SUCCEEDED, attempts=1, finished=NOW - 50), wait=True)
+    t = engine.take_end("t1", State.FAILED, 1, 3, {"status": 500}, NOW - 2)
+    assert t is not None
+    got = engine.journal.get("t1")
+    assert (got.state, got.reruns, got.attempts, got.last, got.finished) == \
+        (State.FAILED, 1, 3, {"status": 500}, NOW - 2)
+    # an end of the same run or an earlier one changes nothing; nor does a live copy
+    assert engine.take_end("t1", State.SUCCEEDED, 1, 9, None, NOW) is None
+    assert engine.take_end("t1", State.SUCCEEDED, 0, 9, None, NOW) is None
+    assert engine.journal.get("t1").attempts == 3
+    engine.add(_task(id="t2"))
+    assert engine.take_end("t2", State.SUCCEEDED, 5, 1, None, NOW) is None
+    assert engine.get("t2").state == State.SCHEDULED
+
+
+def test_a_restore_renumbers_the_record_of_an_ended_copy_too(engine) -> None:
+    engine.journal.put(_task(state=State.SUCCEEDED, finished=NOW - 5), wait=True)
+    engine.set_replicas("t1", ("x", "w", "y"), "y")  # the restore ended after our attempt
+    got = engine.journal.get("t1")
+    assert got.replicas == ("x", "w", "y") and got.replica == 2 and got.state == State.SUCCEEDED

@@ -582,3 +582,16 @@ def test_journal_browse_by_label_and_time_range(journal_factory, monkeypatch):
         for plan in plans:
             assert "SEARCH l USING PRIMARY KEY" in plan and "SCAN" not in plan, plan
             assert "TEMP B-TREE" not in plan, plan  # in the page's order already
+
+
+def test_journal_rows_walks_every_copy_written_up_to_a_mark(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1), wait=True)
+    j.put(jtask(2, state=State.SUCCEEDED), wait=True)
+    mark = j.last_rowid()
+    j.put(jtask(3), wait=True)  # written after the mark: not in the walk
+    first = j.rows(0, mark, 1)
+    assert [t.id for _, t in first] == [jtask(1).id]
+    rest = j.rows(first[-1][0], mark, 10)
+    assert [(t.id, t.state) for _, t in rest] == [(jtask(2).id, State.SUCCEEDED)]
+    assert j.rows(rest[-1][0], mark, 10) == []
