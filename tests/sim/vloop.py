@@ -15,6 +15,7 @@ loops of other tests are untouched. Sockets, signals and child watchers are refu
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import sys
@@ -308,8 +309,15 @@ def run_virtual(main: Callable[[], Any], start: float = 1_800_000_000.0) -> Any:
             hub.destroy(destroy_loop=True)
 
     th = threading.Thread(target=thread, name="virtual-loop", daemon=True)
-    th.start()
-    th.join()
+    # what lived before the run is frozen out of the collector's sight until it ends: its
+    # collections, and the cluster simulator's search for a crashed node's greenlets
+    # (gc.get_referrers), then walk the run's own objects, not the whole test process's
+    gc.freeze()
+    try:
+        th.start()
+        th.join()
+    finally:
+        gc.unfreeze()
     if "error" in out:
         raise out["error"]
     return out["value"]
