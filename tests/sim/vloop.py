@@ -311,6 +311,23 @@ class _Idle(_Watcher):
             self._fire()
 
 
+_collected = {"frozen": 0}  # how many objects the last full collection left
+# A run's objects become garbage once its caller drops what it returned, after the thaw:
+# the next run would freeze them, and a file of runs would hoard every run's. So when the
+# frozen objects have grown by this many since the last full collection, one is made
+# (the garbage of a few runs at most: some tens of MB).
+_FULL_AFTER = 50_000
+
+
+def _freeze() -> None:
+    gc.freeze()
+    if gc.get_freeze_count() > _collected["frozen"] + _FULL_AFTER:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        _collected["frozen"] = gc.get_freeze_count()
+
+
 def run_virtual(main: Callable[[], Any], start: float = 1_800_000_000.0) -> Any:
     """Run ``main()`` in a greenlet of a new OS thread whose hub runs on a VirtualLoop
     starting at ``start``; return what it returned (or raise what it raised)."""
@@ -333,7 +350,7 @@ def run_virtual(main: Callable[[], Any], start: float = 1_800_000_000.0) -> Any:
     # what lived before the run is frozen out of the collector's sight until it ends: its
     # collections, and the cluster simulator's search for a crashed node's greenlets
     # (gc.get_referrers), then walk the run's own objects, not the whole test process's
-    gc.freeze()
+    _freeze()
     try:
         th.start()
         th.join()
