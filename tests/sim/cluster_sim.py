@@ -251,7 +251,10 @@ class SimNode:
         self.up = False
         self.db.crash()
         self.cluster.transport.stop()
-        mine = [g for g in gc.get_objects() if isinstance(g, greenlet)
+        # every greenlet of the tree holds its dict: the collector's referrers of it are
+        # the greenlets a scan of all objects finds, in the same order, without a pass in
+        # Python over the whole heap (that scan was a fifth of a run's time)
+        mine = [g for g in gc.get_referrers(self.tree) if isinstance(g, greenlet)
                 and getattr(g, "spawn_tree_locals", None) is self.tree and not g.dead
                 and g is not gevent.getcurrent()]
         gevent.killall(mine, block=True)

@@ -29,9 +29,9 @@ def _run(seed: int, faults: tuple[str, ...] = ps.FAULTS, **kw: Any) -> tuple[Any
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("chunk", range(2))
+@pytest.mark.parametrize("chunk", range(4))
 def test_seeded_runs_keep_the_lease_rules(chunk: int) -> None:
-    for seed in range(chunk * 40, (chunk + 1) * 40):
+    for seed in range(chunk * 20, (chunk + 1) * 20):  # seeds 0-79
         _run(seed)
 
 
