@@ -229,7 +229,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/clocks.py": [["tests/unit/cluster/test_clocks.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
                                           *_CLUSTER_SIM],
-    "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py",
+                                   "tests/unit/cluster/test_layer_roster.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py",
                                          "tests/unit/cluster/test_coordinator_ordered.py"],
                                         *_CLUSTER_SIM],
@@ -381,7 +382,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "how many tasks one pass sets aside before the pump yields: the tests use PARK_BATCH "
         "itself; every task still starts, in the same order",
     ("miyamoto/replicas/placement.py",
-     "order = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
+     "return sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
      "True -> False"):
         "lowest instead of highest rendezvous scores: an equally valid placement with the "
         "same properties (stable, moves by one member); only a mixed-version cluster "
@@ -696,6 +697,9 @@ _URL_CACHE = ("which URLs the client keeps split (a cache of at most ~0.5 MB): a
               "kept is split again, to the same parts")
 _ONE_PAST = ("only whether more than BULK_MAX rows came is read (``more``) and the first "
              "BULK_MAX are taken: one row past it or two says the same")
+_FOUND = ("_at and the lines' entries hold the same (seq, id) pairs (note inserts both, "
+          "remove drops both), so the copy's entry is always found at i < len(entries): "
+          "the guard is never false")
 EQUIVALENT.update({
     ("miyamoto/engine/window.py", "CACHE_MAX = 4096     # recently read copies outside the "
      "window", "4096 -> 4097"):
@@ -749,6 +753,24 @@ EQUIVALENT.update({
      "0.0 -> 1.0"):
         "an ended copy always has its end time; and since is a unix time (far above 1), "
         "0 or absent: a copy without one falls on the same side of it at 0.0 or 1.0",
+    ("miyamoto/cluster/queries.py", 'out = sorted(seen.values(), key=lambda s: s.get('
+     '"next_attempt") or s.get("finished") or 0)', "0 -> 1"):
+        "the list is of one state: scheduled copies all have next_attempt, ended ones all "
+        "have finished, running ones neither (all keyed 0, or all 1: a stable sort keeps "
+        "their order either way)",
+    ("miyamoto/cluster/layer.py", "self.carry_out(rest)", "drop the call"):
+        "a folded ASK is a fresh task's copy 0 asking with its STOREs (Coordinator.store "
+        "folds only a new local copy 0 due at once), and the copy it asks about is the one "
+        "just admitted from that STORE (a repeat is answered STORED before any fold): "
+        "_on_ask's only answer is then the Send of its go/claimed/wait, folded; nothing is "
+        "left in rest",
+    ("miyamoto/engine/ordering.py", "high: int = 0  # the highest seq given or held",
+     "0 -> 1"):
+        "next_seq takes max(high + 1, the clock in microseconds): a line's first seq is the "
+        "clock's (~1.7e15) whether a fresh line's high is 0 or 1; seqs are only compared "
+        "with each other, so even a clock at 0 (1 or 2 first, counting up) orders alike",
+    **{("miyamoto/engine/ordering.py", "if i < len(line.entries) and line.entries[i] == "
+        "(seq, task_id):", how): _FOUND for how in ("< -> <=", "and -> or")},
     ("miyamoto/cluster/joinlog.py", "self.clashes = 0  # membership messages from another "
      "node with our id", "0 -> 1"): _CLASHES,
     ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "+= -> -="): _CLASHES,
