@@ -97,7 +97,7 @@ _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
 # the engine driven through its door on real journals (~4 s in one run)
 _ENGINE_UNITS = [f"tests/unit/engine/test_engine_{n}.py"
                  for n in ("store", "replace", "remote", "leases", "expiry", "browse",
-                           "oldest_due", "traces")]
+                           "oldest_due", "traces", "pull", "ordering")]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
     "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],
@@ -194,7 +194,9 @@ MODULES: dict[str, list[list[str]]] = {
                                   ["tests/unit/engine/test_window.py"],
                                   ["tests/unit/cluster/test_queries.py"], *_CLUSTER_SIM],
     "miyamoto/engine/expiry.py": [["tests/unit/engine/test_engine_expiry.py"], _ENGINE_UNITS],
-    "miyamoto/engine/pull.py": [["tests/unit/engine/test_engine_pull.py"], _ENGINE_UNITS],
+    "miyamoto/engine/pull.py": [["tests/unit/engine/test_pull.py"],
+                                ["tests/unit/engine/test_engine_pull.py"],
+                                ["tests/unit/cluster/test_queries_peer.py"], _ENGINE_UNITS],
     "miyamoto/engine/ordering.py": [["tests/unit/engine/test_ordering.py"],
                                     ["tests/unit/engine/test_engine_ordering.py"]],
     "miyamoto/engine/queues.py": [["tests/unit/engine/test_queues.py"],
@@ -709,6 +711,13 @@ EQUIVALENT.update({
      "memory; the journal has them all", "100000 -> 100001"):
         "how many name reservations memory keeps: name_holder asks the journal's index "
         "for one it forgot, and gets the same answer",
+    ("miyamoto/engine/engine.py", '"response": t.last}, ensure_ascii=False)',
+     "False -> True"):
+        "a callback's JSON body with non-ASCII text as \\u escapes or as UTF-8: both "
+        "decode to the same values, no receiver's JSON parser can tell",
+    ("miyamoto/engine/engine.py", "ended += 1", "1 -> 2"):
+        "purge reads ended only as zero or not (the page ended nothing: done); the count "
+        "it returns is first's",
     ("miyamoto/engine/expiry.py", "COMPACT_MIN = 1024  # entries before a rebuild is worth "
      "it", "1024 -> 1025"): _EXPIRY_COMPACT,
     ("miyamoto/engine/expiry.py",
