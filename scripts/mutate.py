@@ -715,9 +715,10 @@ EQUIVALENT.update({
      "False -> True"):
         "a callback's JSON body with non-ASCII text as \\u escapes or as UTF-8: both "
         "decode to the same values, no receiver's JSON parser can tell",
-    ("miyamoto/engine/engine.py", "ended += 1", "1 -> 2"):
-        "purge reads ended only as zero or not (the page ended nothing: done); the count "
-        "it returns is first's",
+    **{("miyamoto/engine/engine.py", "ended += 1", how):
+       "purge reads ended only as zero or not (the page ended nothing: done), and a count "
+       "of 2 a copy or of -1 is as non-zero; the count it returns is first's"
+       for how in ("1 -> 2", "+= -> -=")},
     ("miyamoto/engine/expiry.py", "COMPACT_MIN = 1024  # entries before a rebuild is worth "
      "it", "1024 -> 1025"): _EXPIRY_COMPACT,
     ("miyamoto/engine/expiry.py",
