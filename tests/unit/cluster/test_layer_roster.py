@@ -137,3 +137,11 @@ def test_a_restore_stores_the_new_copies_of_a_live_task_only(cluster, monkeypatc
     cluster.engine.cancel("t1")
     cluster._restore(Restore("t1", ("a", "c"), (new,)))
     assert len(stored) == 1  # ended meanwhile: its copies are not made again
+
+
+def test_no_task_may_target_a_member_s_api_or_cluster_port() -> None:
+    members = [Member("a", "tcp://127.0.0.1:7001", "127.0.0.1:8001"),
+               Member("b", "tcp://[::1]:7002", "[::1]:8002"),
+               Member("c", "tcp://:7003", "no-port:http")]  # unusable: left out
+    assert layer._endpoints(members) == [("127.0.0.1", 8001), ("127.0.0.1", 7001),
+                                         ("::1", 8002), ("::1", 7002)]

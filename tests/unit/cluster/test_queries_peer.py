@@ -65,6 +65,10 @@ class Engine:
     def get(self, task_id: str):
         return None
 
+    def list(self, queue: str, state, limit: int) -> list[Task]:
+        self.asked.append(("list", (queue, state.value, limit)))
+        return []
+
 
 def queries(answers: dict[str, Any], engine: Engine | None = None) -> Queries:
     return Queries("a", engine or Engine(), Requests(answers), Peers(),  # type: ignore[arg-type]
@@ -200,3 +204,15 @@ def test_a_resumed_queue_fires_its_overdue_later_copies_an_offset_apart_from_now
     queries({}, engine).control_local("q", "resume")  # type: ignore[arg-type]
     assert engine.moved == {"due1": NOW + 1.0, "due2": NOW + 2.0}  # offset 1 s per replica
     assert engine.paused == [("q", False)]
+
+
+def test_a_peers_list_asks_for_one_to_a_thousand_copies_of_a_state() -> None:
+    engine = Engine()
+    q = queries({}, engine)
+    for limit in (1, 1000):
+        assert q.serve("list", {"queue": "q", "state": "failed", "limit": limit}) == []
+    for bad in ({"state": "failed", "limit": 0}, {"state": "failed", "limit": 1001},
+                {"state": "lost", "limit": 5}):
+        with pytest.raises(DecodeError):
+            q.serve("list", dict(bad, queue="q"))
+    assert engine.asked == [("list", ("q", "failed", 1)), ("list", ("q", "failed", 1000))]
