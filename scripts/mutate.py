@@ -490,6 +490,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     **{("miyamoto/wire/transport.py", "self._zap.setsockopt(zmq.LINGER, 0)", how):
        "stop closes the ZAP socket with linger=0 and destroys the context with linger 0: "
        "the option set at bind never applies" for how in ("drop the call", "0 -> 1")},
+    ("miyamoto/wire/transport.py",
+     "self._ctx.destroy(linger=0)  # closes anything left, then terminates", "0 -> 1"):
+        "every socket the context made (the DEALERs, the ROUTER, its monitor, the ZAP "
+        "socket) is closed with linger 0 just before: destroy's linger applies to none",
     ("miyamoto/wire/transport.py", "router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)", "1 -> 2"):
         "a boolean option: libzmq reads any non-zero value as on",
     ("miyamoto/wire/zmqio.py", "timeout.close()", "drop the call"): _WATCHER,
