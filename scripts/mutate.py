@@ -574,6 +574,13 @@ EQUIVALENT.update({
         ("MAX_CHUNK_BYTES = 512 * 1024", "1024 -> 1025"),
         ("n = len(json.dumps(line.task, ensure_ascii=False)) + 2", "False -> True"),
         ("chunk, used = [], 0", "0 -> 1"))},
+    ("miyamoto/client.py", "return False", "return None"):
+        "_never_sent is only read as ``not _never_sent(e)`` (the error's reached): None "
+        "and False are both false",
+    ("miyamoto/metrics.py", "late[q] = max(late.get(q, 0.0), seconds)", "0.0 -> 1.0"):
+        "oldest_due's queues hold due scheduled copies, which live_depth counted from the "
+        "same copies in the same pass of the collector (no yield between): their labels "
+        "are in names, so late holds each and the default is never read",
     ("miyamoto/errors.py", "super().__init__(original_id)", "drop the call"):
         "Duplicate is caught by every API that raises it through (api, cloudtasks, "
         "qstash), which read .original_id, never str(e)",

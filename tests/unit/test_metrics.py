@@ -157,7 +157,10 @@ def test_queues_past_the_label_cap_add_up_under_other() -> None:
     node.engine.dispatcher.queues = {"x": SimpleNamespace(ready=[1], paused=False),
                                      "y": SimpleNamespace(ready=[1, 2], paused=True)}
     node.engine.live_depth = lambda: {("x", "scheduled"): 1, ("y", "scheduled"): 4}
+    node.engine.queues = _Held(["q0", "x", "y"])
     got = scrape(node, m)
+    assert got[("miyamoto_queues", ())] == 3
+    assert got[("miyamoto_queues_unlabelled", ())] == 2  # x and y: summed under OTHER
     assert got[("miyamoto_queue_ready", (("queue", OTHER),))] == 3
     assert got[("miyamoto_queue_paused", (("queue", OTHER),))] == 1
     assert got[("miyamoto_queue_tasks", (("queue", OTHER), ("state", "scheduled")))] == 5
