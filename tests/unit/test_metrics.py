@@ -199,6 +199,9 @@ def test_cluster_role_offsets_and_messages() -> None:
     assert none == {r: 0 for r in mm.ROLES}
     offsets = {k[1]: v for k, v in got.items() if k[0] == "miyamoto_peer_clock_offset_seconds"}
     assert offsets == {(("peer", "n2"),): 0.25}  # not ourselves, not an unknown offset
+    # a view without a clock placing (a cluster of one): placed on its own clock, not skewed
+    assert (got[("miyamoto_cluster_clock_placed", ())],
+            got[("miyamoto_cluster_clock_skewed", ())]) == (1, 0)
     assert got[("miyamoto_cluster_messages_total", (("direction", "out"),
                                                     ("verb", "STORE")))] == 5
     assert got[("miyamoto_cluster_messages_total", (("direction", "dropped"),
