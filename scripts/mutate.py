@@ -98,7 +98,7 @@ _DELIVERY_UNITS = [["tests/unit/delivery/test_dispatch.py"],
 # the engine driven through its door on real journals (~4 s in one run)
 _ENGINE_UNITS = [f"tests/unit/engine/test_engine_{n}.py"
                  for n in ("store", "replace", "remote", "leases", "expiry", "browse",
-                           "oldest_due", "traces")]
+                           "oldest_due", "traces", "pull", "ordering")]
 MODULES: dict[str, list[list[str]]] = {
     # wire/
     "miyamoto/wire/verbs.py": [["tests/unit/wire/test_verbs.py"],
@@ -195,7 +195,9 @@ MODULES: dict[str, list[list[str]]] = {
                                   ["tests/unit/engine/test_window.py"],
                                   ["tests/unit/cluster/test_queries.py"], *_CLUSTER_SIM],
     "miyamoto/engine/expiry.py": [["tests/unit/engine/test_engine_expiry.py"], _ENGINE_UNITS],
-    "miyamoto/engine/pull.py": [["tests/unit/engine/test_engine_pull.py"], _ENGINE_UNITS],
+    "miyamoto/engine/pull.py": [["tests/unit/engine/test_pull.py"],
+                                ["tests/unit/engine/test_engine_pull.py"],
+                                ["tests/unit/cluster/test_queries_peer.py"], _ENGINE_UNITS],
     "miyamoto/engine/ordering.py": [["tests/unit/engine/test_ordering.py"],
                                     ["tests/unit/engine/test_engine_ordering.py"]],
     "miyamoto/engine/queues.py": [["tests/unit/engine/test_queues.py"],
@@ -230,7 +232,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/clocks.py": [["tests/unit/cluster/test_clocks.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
                                           *_CLUSTER_SIM],
-    "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py"], *_CLUSTER_SIM],
+    "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py",
+                                   "tests/unit/cluster/test_layer_roster.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py",
                                          "tests/unit/cluster/test_coordinator_ordered.py"],
                                         *_CLUSTER_SIM],
@@ -382,7 +385,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "how many tasks one pass sets aside before the pump yields: the tests use PARK_BATCH "
         "itself; every task still starts, in the same order",
     ("miyamoto/replicas/placement.py",
-     "order = sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
+     "return sorted(ring, key=lambda m: hashlib.sha1(key + m.encode()).digest(), reverse=True)",
      "True -> False"):
         "lowest instead of highest rendezvous scores: an equally valid placement with the "
         "same properties (stable, moves by one member); only a mixed-version cluster "
@@ -488,6 +491,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     **{("miyamoto/wire/transport.py", "self._zap.setsockopt(zmq.LINGER, 0)", how):
        "stop closes the ZAP socket with linger=0 and destroys the context with linger 0: "
        "the option set at bind never applies" for how in ("drop the call", "0 -> 1")},
+    ("miyamoto/wire/transport.py",
+     "self._ctx.destroy(linger=0)  # closes anything left, then terminates", "0 -> 1"):
+        "every socket the context made (the DEALERs, the ROUTER, its monitor, the ZAP "
+        "socket) is closed with linger 0 just before: destroy's linger applies to none",
     ("miyamoto/wire/transport.py", "router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)", "1 -> 2"):
         "a boolean option: libzmq reads any non-zero value as on",
     ("miyamoto/wire/zmqio.py", "timeout.close()", "drop the call"): _WATCHER,
@@ -568,6 +575,13 @@ EQUIVALENT.update({
         ("MAX_CHUNK_BYTES = 512 * 1024", "1024 -> 1025"),
         ("n = len(json.dumps(line.task, ensure_ascii=False)) + 2", "False -> True"),
         ("chunk, used = [], 0", "0 -> 1"))},
+    ("miyamoto/client.py", "return False", "return None"):
+        "_never_sent is only read as ``not _never_sent(e)`` (the error's reached): None "
+        "and False are both false",
+    ("miyamoto/metrics.py", "late[q] = max(late.get(q, 0.0), seconds)", "0.0 -> 1.0"):
+        "oldest_due's queues hold due scheduled copies, which live_depth counted from the "
+        "same copies in the same pass of the collector (no yield between): their labels "
+        "are in names, so late holds each and the default is never read",
     ("miyamoto/errors.py", "super().__init__(original_id)", "drop the call"):
         "Duplicate is caught by every API that raises it through (api, cloudtasks, "
         "qstash), which read .original_id, never str(e)",
@@ -697,6 +711,9 @@ _URL_CACHE = ("which URLs the client keeps split (a cache of at most ~0.5 MB): a
               "kept is split again, to the same parts")
 _ONE_PAST = ("only whether more than BULK_MAX rows came is read (``more``) and the first "
              "BULK_MAX are taken: one row past it or two says the same")
+_FOUND = ("_at and the lines' entries hold the same (seq, id) pairs (note inserts both, "
+          "remove drops both), so the copy's entry is always found at i < len(entries): "
+          "the guard is never false")
 EQUIVALENT.update({
     ("miyamoto/engine/window.py", "CACHE_MAX = 4096     # recently read copies outside the "
      "window", "4096 -> 4097"):
@@ -706,6 +723,14 @@ EQUIVALENT.update({
      "memory; the journal has them all", "100000 -> 100001"):
         "how many name reservations memory keeps: name_holder asks the journal's index "
         "for one it forgot, and gets the same answer",
+    ("miyamoto/engine/engine.py", '"response": t.last}, ensure_ascii=False)',
+     "False -> True"):
+        "a callback's JSON body with non-ASCII text as \\u escapes or as UTF-8: both "
+        "decode to the same values, no receiver's JSON parser can tell",
+    **{("miyamoto/engine/engine.py", "ended += 1", how):
+       "purge reads ended only as zero or not (the page ended nothing: done), and a count "
+       "of 2 a copy or of -1 is as non-zero; the count it returns is first's"
+       for how in ("1 -> 2", "+= -> -=")},
     ("miyamoto/engine/expiry.py", "COMPACT_MIN = 1024  # entries before a rebuild is worth "
      "it", "1024 -> 1025"): _EXPIRY_COMPACT,
     ("miyamoto/engine/expiry.py",
@@ -750,6 +775,24 @@ EQUIVALENT.update({
      "0.0 -> 1.0"):
         "an ended copy always has its end time; and since is a unix time (far above 1), "
         "0 or absent: a copy without one falls on the same side of it at 0.0 or 1.0",
+    ("miyamoto/cluster/queries.py", 'out = sorted(seen.values(), key=lambda s: s.get('
+     '"next_attempt") or s.get("finished") or 0)', "0 -> 1"):
+        "the list is of one state: scheduled copies all have next_attempt, ended ones all "
+        "have finished, running ones neither (all keyed 0, or all 1: a stable sort keeps "
+        "their order either way)",
+    ("miyamoto/cluster/layer.py", "self.carry_out(rest)", "drop the call"):
+        "a folded ASK is a fresh task's copy 0 asking with its STOREs (Coordinator.store "
+        "folds only a new local copy 0 due at once), and the copy it asks about is the one "
+        "just admitted from that STORE (a repeat is answered STORED before any fold): "
+        "_on_ask's only answer is then the Send of its go/claimed/wait, folded; nothing is "
+        "left in rest",
+    ("miyamoto/engine/ordering.py", "high: int = 0  # the highest seq given or held",
+     "0 -> 1"):
+        "next_seq takes max(high + 1, the clock in microseconds): a line's first seq is the "
+        "clock's (~1.7e15) whether a fresh line's high is 0 or 1; seqs are only compared "
+        "with each other, so even a clock at 0 (1 or 2 first, counting up) orders alike",
+    **{("miyamoto/engine/ordering.py", "if i < len(line.entries) and line.entries[i] == "
+        "(seq, task_id):", how): _FOUND for how in ("< -> <=", "and -> or")},
     ("miyamoto/cluster/joinlog.py", "self.clashes = 0  # membership messages from another "
      "node with our id", "0 -> 1"): _CLASHES,
     ("miyamoto/cluster/joinlog.py", "self.clashes += 1", "+= -> -="): _CLASHES,

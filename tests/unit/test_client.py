@@ -230,6 +230,10 @@ def test_answers_that_are_not_a_json_object(clock: Clock) -> None:
     assert c.cluster()["status"] == "error"  # an empty 2xx is still an answer
     c, _ = make(response(299, {"ok": 1}))
     assert c.cluster() == {"ok": 1}
+    c, _ = make(response(300, {"error": "moved"}))
+    with pytest.raises(MiyamotoError) as e:  # a 3xx is no answer (redirects not followed)
+        c.cluster()
+    assert e.value.status == 300
 
 
 def test_a_node_that_cannot_be_reached_is_unavailable(clock: Clock) -> None:
@@ -424,7 +428,10 @@ def test_a_with_block_gives_the_client_and_closes_its_session(clock: Clock) -> N
 def test_more_calls_safe_to_repeat_and_a_keyless_run_that_is_not(clock: Clock) -> None:
     ok = response(200, {})
     for safe in (lambda c: c.reset_queue("q"), lambda c: c.set_queue("q", rate=1),
-                 lambda c: c.run_schedule("s", idempotency_key="k")):
+                 lambda c: c.run_schedule("s", idempotency_key="k"),
+                 lambda c: c.retry("t"), lambda c: c.pause("q"), lambda c: c.resume("q"),
+                 lambda c: c.purge("q"), lambda c: c.retry_failed("q"),
+                 lambda c: c.delete_failed("q"), lambda c: c.lease("q")):
         c, s = make(UNAVAILABLE, ok)
         safe(c)
         assert len(s.sent) == 2

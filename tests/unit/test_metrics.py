@@ -157,7 +157,10 @@ def test_queues_past_the_label_cap_add_up_under_other() -> None:
     node.engine.dispatcher.queues = {"x": SimpleNamespace(ready=[1], paused=False),
                                      "y": SimpleNamespace(ready=[1, 2], paused=True)}
     node.engine.live_depth = lambda: {("x", "scheduled"): 1, ("y", "scheduled"): 4}
+    node.engine.queues = _Held(["q0", "x", "y"])
     got = scrape(node, m)
+    assert got[("miyamoto_queues", ())] == 3
+    assert got[("miyamoto_queues_unlabelled", ())] == 2  # x and y: summed under OTHER
     assert got[("miyamoto_queue_ready", (("queue", OTHER),))] == 3
     assert got[("miyamoto_queue_paused", (("queue", OTHER),))] == 1
     assert got[("miyamoto_queue_tasks", (("queue", OTHER), ("state", "scheduled")))] == 5
@@ -196,6 +199,9 @@ def test_cluster_role_offsets_and_messages() -> None:
     assert none == {r: 0 for r in mm.ROLES}
     offsets = {k[1]: v for k, v in got.items() if k[0] == "miyamoto_peer_clock_offset_seconds"}
     assert offsets == {(("peer", "n2"),): 0.25}  # not ourselves, not an unknown offset
+    # a view without a clock placing (a cluster of one): placed on its own clock, not skewed
+    assert (got[("miyamoto_cluster_clock_placed", ())],
+            got[("miyamoto_cluster_clock_skewed", ())]) == (1, 0)
     assert got[("miyamoto_cluster_messages_total", (("direction", "out"),
                                                     ("verb", "STORE")))] == 5
     assert got[("miyamoto_cluster_messages_total", (("direction", "dropped"),

@@ -7,7 +7,9 @@ turns tracing on (``wanted``) is checked alone."""
 
 from __future__ import annotations
 
+import sys
 import time
+import types
 from typing import Any, Callable, Iterator
 
 import gevent
@@ -187,6 +189,27 @@ def test_started_alone_it_exports_over_otlp_and_stop_flushes(monkeypatch) -> Non
         assert len(sent) == 1 and sent[0].method == "POST"
         body = sent[0].body
         assert b"miyamoto enqueue" in body and b"t-otlp" in body and b"node-7" in body
+
+
+def test_started_alone_its_own_provider_exports_and_stop_flushes(monkeypatch) -> None:
+    """The provider start() makes, without the OTLP package: its exporter stood in by one
+    that keeps the spans (the OTLP wire itself: the test above, where it is installed)."""
+    got = InMemorySpanExporter()
+    fake = types.ModuleType("trace_exporter")
+    fake.OTLPSpanExporter = lambda: got  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                        fake)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "billing")
+    own = Traces()
+    assert own.start("node-7") is True and own.on
+    with own.enqueue([Task(id="t-own", queue="q", url="http://w/x")]):
+        pass
+    assert got.get_finished_spans() == ()  # batched: sent later, or at stop
+    own.stop()
+    (span,) = got.get_finished_spans()
+    assert span.name == "miyamoto enqueue" and span.attributes["miyamoto.task.id"] == "t-own"
+    resource = span.resource.attributes
+    assert resource["service.instance.id"] == "node-7" and resource["service.name"] == "billing"
 
 
 def test_a_failed_enqueue_marks_its_spans_failed_and_goes_on_failing(exporter) -> None:

@@ -131,6 +131,11 @@ def test_a_node_without_a_majority_of_estimates_is_not_placed():
     p = c.place(members, "a", 100.1)  # 3 of 5: the median of 0, 30, 30 is 30
     assert p.placed and p.offset == pytest.approx(30.0) and p.skewed
     assert not c.place(members, "a", 100.1 + 61).placed  # every estimate went stale
+    # half is no majority, even when the two clocks agree: 2 of 4
+    d = PeerClocks(max_skew=1.0)
+    _probe(d, "b", 0.5, 100.0)
+    assert not d.place(["a", "b", "c", "d"], "a", 100.1).placed
+    assert d.place(["a", "b", "c"], "a", 100.1).placed  # 2 of 3
 
 
 def test_a_sample_is_used_for_sixty_seconds_inclusive():

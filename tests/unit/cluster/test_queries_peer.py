@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from miyamoto.cluster.queries import (IDS_FLAG, IDS_PREFIX, Queries,
-                                      _leased, _opt_delay, _replace_changes, leased_ok)
+                                      _leased, _opt_delay, _replace_changes, leased_ok,
+                                      merge_history)
 from miyamoto.tasks.task import Task
 from miyamoto.wire.verbs import DecodeError
 
@@ -63,6 +64,10 @@ class Engine:
 
     def get(self, task_id: str):
         return None
+
+    def list(self, queue: str, state, limit: int) -> list[Task]:
+        self.asked.append(("list", (queue, state.value, limit)))
+        return []
 
 
 def queries(answers: dict[str, Any], engine: Engine | None = None) -> Queries:
@@ -156,3 +161,58 @@ def test_among_ended_copies_the_one_that_knows_most_attempts_is_shown(more, less
 def test_an_ended_copy_is_shown_over_a_running_one() -> None:
     got = queries({"b": copy("running", 3, 0), "c": copy("cancelled", 1, 1)}).get_task("t1")
     assert got["state"] == "cancelled"
+
+
+def test_a_peers_replace_params_must_be_text() -> None:
+    for bad in ({"a": 1}, {"a": ["1", 2]}, ["a"], {"a": None}):
+        with pytest.raises(DecodeError, match="params are not text"):
+            _replace_changes({"changes": {"params": bad}})
+    assert _opt_delay({"delay": 0}) == 0.0  # due now: in range, like 1e8 s
+    assert _opt_delay({"delay": 1e8}) == 1e8
+
+
+def test_merged_history_keeps_each_well_typed_attempt_once_newest_first() -> None:
+    a1, a2, b1 = ({"start": 10, "node": "a"}, {"start": 30.5, "node": "a"},
+                  {"start": 20, "node": "b"})
+    ill = [{"start": "10", "node": "a"}, {"start": 40, "node": 7}, {"start": None},
+           {"node": "c"}, "junk"]
+    assert merge_history([[a1, a2, *ill], [b1, dict(a1)], "junk"]) == [a2, b1, a1]
+
+
+class Live:
+    """A node's live copies, and the fire times the restagger asks for."""
+
+    def __init__(self, *copies: Task) -> None:
+        self.live = {t.id: t for t in copies}
+        self.moved: dict[str, float] = {}
+        self.paused: list[tuple[str, bool]] = []
+
+    def apply_remote(self, task_id: str, *, fire_at: float) -> None:
+        self.moved[task_id] = fire_at
+
+    def pause(self, queue: str, paused: bool) -> None:
+        self.paused.append((queue, paused))
+
+
+def test_a_resumed_queue_fires_its_overdue_later_copies_an_offset_apart_from_now() -> None:
+    def copy(i: str, replica: int, fire_at: float, queue: str = "q") -> Task:
+        return Task(id=i, queue=queue, url="http://w.example/x", eta=NOW - 50, created=NOW - 60,
+                    fire_at=fire_at, replicas=("a", "b", "c"), replica=replica)
+    engine = Live(copy("due1", 1, NOW - 40), copy("due2", 2, NOW + 1.5),  # before now + 2
+                  copy("first", 0, NOW - 40), copy("later", 1, NOW + 5),
+                  copy("other", 1, NOW - 40, queue="r"))
+    queries({}, engine).control_local("q", "resume")  # type: ignore[arg-type]
+    assert engine.moved == {"due1": NOW + 1.0, "due2": NOW + 2.0}  # offset 1 s per replica
+    assert engine.paused == [("q", False)]
+
+
+def test_a_peers_list_asks_for_one_to_a_thousand_copies_of_a_state() -> None:
+    engine = Engine()
+    q = queries({}, engine)
+    for limit in (1, 1000):
+        assert q.serve("list", {"queue": "q", "state": "failed", "limit": limit}) == []
+    for bad in ({"state": "failed", "limit": 0}, {"state": "failed", "limit": 1001},
+                {"state": "lost", "limit": 5}):
+        with pytest.raises(DecodeError):
+            q.serve("list", dict(bad, queue="q"))
+    assert engine.asked == [("list", ("q", "failed", 1)), ("list", ("q", "failed", 1000))]

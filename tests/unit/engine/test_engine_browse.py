@@ -58,3 +58,13 @@ def test_a_filter_nothing_matches_reads_a_bounded_slice_and_moves_on(engine: Eng
     monkeypatch.setattr(browse, "SCAN_ROWS", 10)
     got = pages(engine, browse.Filter(State.SCHEDULED, name_prefix="nobody"), 5)
     assert got == [[], [], [], [], []]  # 40 rows, 10 a page, then the end
+
+
+def test_running_copies_page_from_memory_under_a_cursor(engine: Engine) -> None:
+    for i in (1, 2, 3, 5, 6, 8):  # t008 is a second copy: not listed
+        t = engine.live.get(f"t{i:03d}")
+        engine.live[t.id] = t.evolve(state=State.RUNNING)  # an attempt started
+    got = pages(engine, browse.Filter(State.RUNNING), 2)
+    assert [i for p in got for i in p] == ["t001", "t002", "t003", "t005", "t006"]
+    assert all(len(p) <= 2 for p in got) and len(got) >= 3
+    assert pages(engine, browse.Filter(State.RUNNING, queue="r"), 2) == [["t003", "t006"], []]

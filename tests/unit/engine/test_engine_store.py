@@ -53,7 +53,12 @@ def test_admitted_copies_are_seen_by_an_ask_at_once_and_committed_in_one_group(p
     # settle's own flush then commits what is left: nothing), never one commit a copy
     assert journal.commits - commits in (1, 2)
     assert all(engine.live.get(t.id) is not None for t in copies)
-    assert engine.admit(_task(3)).id == "t3" and engine.stats.stored == 5  # a repeat
+    # a repeat (the copies are due beyond the window: only the journal holds them) is
+    # answered with the copy held, not handed to the journal again
+    repeat = _task(3)
+    held = engine.admit(repeat)
+    assert held is not repeat and held.id == "t3" and engine.stats.stored == 5
+    assert "t3" not in engine.live.storing
 
 
 def test_a_failed_settle_refuses_every_copy_and_commits_none_of_them_later(parts, monkeypatch):
@@ -130,3 +135,16 @@ def test_a_cloud_tasks_name_is_held_past_its_schedule_time_a_native_one_from_its
     engine.add(cloud)
     assert engine.name_holder("q", "a") == ("t1", 1.0 + window)
     assert engine.name_holder("q", "b") == ("t2", 1e12 + window)  # eta + window
+
+
+def test_abort_undoes_a_refused_enqueue_s_copy_and_frees_its_name(parts):
+    engine, journal, _ = parts
+    engine.add(_task(1, name="inv-1"), wait=True)
+    assert engine.name_holder("q", "inv-1")[0] == "t1"
+    engine.abort("t1")
+    assert engine.get("t1").state.value == "cancelled"
+    assert engine.name_holder("q", "inv-1") is None  # the name may be used again
+    engine.abort("t1")  # already ended: nothing more
+    engine.abort("t-unknown")  # no copy here: nothing to undo
+    engine.add(_task(2, name="inv-1"), wait=True)
+    assert engine.name_holder("q", "inv-1")[0] == "t2"

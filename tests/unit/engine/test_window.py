@@ -192,6 +192,19 @@ def test_pinned_copies_stay_in_memory_untimed_until_released(parts):
 
 
 @pytest.mark.timeout(30)
+def test_a_pinned_copy_that_ends_is_timed_again_when_it_comes_back(parts):
+    journal, clock, sched, make = parts
+    w = make()
+    w.fill()
+    t = task(1, clock.now + 1)
+    journal.put(t, wait=True)
+    w.pin(t)
+    w.forget(t.id)  # it ended while held (a refused enqueue's copy, cancelled)
+    store(journal, w, t.evolve(fire_at=clock.now + 2))  # run again: a copy of its own
+    assert scheduled(sched) == [t.id]
+
+
+@pytest.mark.timeout(30)
 def test_a_running_copy_is_in_memory_but_untimed_until_it_is_scheduled_again(parts):
     journal, clock, sched, make = parts
     w = make()

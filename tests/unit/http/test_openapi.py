@@ -21,7 +21,7 @@ from miyamoto.definitions.schedules import parse_schedule
 from miyamoto.config.settings import QueueConfig
 from miyamoto.delivery.dispatch import Dispatcher
 from miyamoto.engine import browse
-from miyamoto.http.api import Api
+from miyamoto.http.api import Api, HTTPError, _opt_number
 from miyamoto.http.openapi import SPEC
 from miyamoto.tasks import repeat
 from miyamoto.tasks.options import check_lease
@@ -342,3 +342,26 @@ def test_the_browse_limit_and_a_heartbeat_body_are_documented_as_the_server_take
         # the server: at most a lease (api.heartbeat_task), in bounds (options.check_lease)
         server = set(body) <= {"lease"} and ("lease" not in body or check_lease(body["lease"]))
         assert beat.is_valid(body) is taken is server, body
+
+
+@pytest.mark.parametrize("key", ["since", "until"])
+def test_a_browse_time_bound_is_documented_as_the_server_takes_it(key: str) -> None:
+    check = Draft202012Validator(_param("/tasks", key)["schema"])
+    for at, taken in ((0, True), (0.5, True), (NOW, True), (1e11 - 1, True), (-1, False),
+                      (-0.5, False), (1e11, False)):
+        try:
+            server = _opt_number({key: [repr(float(at))]}, key) == at
+        except HTTPError:
+            server = False
+        assert check.is_valid(at) is taken is server, (key, at)
+
+
+def test_a_workers_ack_and_nack_bodies_name_only_their_fields() -> None:
+    # http/pull.py refuses any other field (400 naming it): so does the document
+    ack, nack = schema("Ack"), schema("Nack")
+    assert ack.is_valid({}) and ack.is_valid({"token": "t"})
+    assert not ack.is_valid({"token": "t", "delay": 5}) and not ack.is_valid({"x": 1})
+    for body, taken in (({}, True), ({"token": "t", "delay": 0}, True),
+                        ({"delay": 30 * 86400}, True), ({"delay": 30 * 86400 + 1}, False),
+                        ({"delay": -1}, False), ({"token": "t", "lease_s": 5}, False)):
+        assert nack.is_valid(body) is taken, body

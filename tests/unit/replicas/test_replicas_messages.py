@@ -33,3 +33,24 @@ def test_a_lease_of_up_to_thirty_days_is_read_and_a_longer_one_refused() -> None
     for bad in (30 * 86400.0 + 1, -1.0):
         with pytest.raises(DecodeError):
             wire(m.Claim("t1", 2, bad))
+
+
+def test_answers_round_trip_with_and_without_their_optional_fields() -> None:
+    for answer in (m.Answer("t1", m.GO), m.Answer("t1", m.GO, lease=2.5, n=3),
+                   m.Answer("t1", m.ENDED, state="failed", attempts=4, last={"status": 500}),
+                   m.Answer("t1", m.ENDED, state="succeeded"),
+                   m.Answer("t1", m.REHOMED, replicas=("a", "c"))):
+        assert wire(answer) == answer, answer
+    with pytest.raises(DecodeError):
+        wire(m.Answer("t1", m.ENDED))  # an ended answer names its end state
+
+
+def test_a_store_names_its_reply_address_and_maybe_a_folded_ask() -> None:
+    task = {"id": "t1"}
+    for store in (m.Store("r1", "tcp://10.0.0.1:6000", task),
+                  m.Store("r1", "tcp://10.0.0.1:6000", task, ask=2, lease=40.0),
+                  m.Store("r1", "tcp://" + "h" * 294, task)):  # 300 characters: the most
+        assert wire(store) == store, store
+    for address in ("tcp://" + "h" * 295, "http://10.0.0.1:6000", "10.0.0.1:6000"):
+        with pytest.raises(DecodeError):
+            wire(m.Store("r1", address, task))

@@ -5,6 +5,7 @@ path (a real ROUTER refusing a peer's key): tests/unit/wire/test_transport.py.""
 
 from __future__ import annotations
 
+import socket
 import struct
 from typing import Iterator
 
@@ -96,3 +97,29 @@ def test_the_reader_tells_events_and_ends_quietly_only_when_stopped(stopping: bo
         reader.kill()
         feed.close(linger=0)
         ctx.term()
+
+
+class _Peer6:
+    """A socket whose peer is an IPv6 address (host, port, flowinfo, scope id)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def getpeername(self):
+        return ("::1", 6001, 0, 0)
+
+
+def test_the_peer_of_a_connection_is_its_host_and_port(monkeypatch) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with socket.create_connection(server.getsockname()) as client:
+            conn, _ = server.accept()
+            with conn:
+                port = client.getsockname()[1]
+                assert handshakes.peer_of(conn.fileno()) == f"127.0.0.1:{port}"
+    with socket.create_server(("127.0.0.1", 0)) as unconnected:
+        assert handshakes.peer_of(unconnected.fileno()) == "?"  # no peer: not connected
+    monkeypatch.setattr(handshakes.socket, "fromfd", lambda fd, family, kind: _Peer6())
+    assert handshakes.peer_of(3) == "::1:6001"  # IPv6: its host and port, no more
