@@ -396,14 +396,8 @@ def _read(sock: Any, parser: Any, answer: _Answer, deadline: float, timeout: flo
                     raise stdsocket.timeout()
                 sock.settimeout(left)
             reads += 1
-            chunk = sock.recv(_RECV)
-            if not chunk:
-                if answer.headers_done and not answer.framed:
-                    return  # an answer delimited by the end of the connection (RFC 9112 §6.3)
-                raise DeliveryError("connection closed before a whole answer")
-            parser.feed_data(chunk)
-            if answer.size > MAX_RESPONSE:
-                raise DeliveryError("response body larger than 1 MiB")
+            if _ended(sock.recv(_RECV), parser, answer):
+                return
     finally:
         if reads > 1:
             sock.settimeout(timeout)
@@ -430,10 +424,17 @@ def _read_plain(sock: Any, parser: Any, answer: _Answer, deadline: float) -> Non
             finally:
                 timer.close()
             continue
-        if not chunk:
-            if answer.headers_done and not answer.framed:
-                return  # an answer delimited by the end of the connection (RFC 9112 §6.3)
-            raise DeliveryError("connection closed before a whole answer")
-        parser.feed_data(chunk)
-        if answer.size > MAX_RESPONSE:
-            raise DeliveryError("response body larger than 1 MiB")
+        if _ended(chunk, parser, answer):
+            return
+
+
+def _ended(chunk: bytes, parser: Any, answer: _Answer) -> bool:
+    """Feed one read to the parser; True when the connection's end ends the answer."""
+    if not chunk:
+        if answer.headers_done and not answer.framed:
+            return True  # an answer delimited by the end of the connection (RFC 9112 §6.3)
+        raise DeliveryError("connection closed before a whole answer")
+    parser.feed_data(chunk)
+    if answer.size > MAX_RESPONSE:
+        raise DeliveryError("response body larger than 1 MiB")
+    return False
