@@ -175,6 +175,22 @@ def test_a_delivery_that_ends_before_its_claim_is_due_sends_none():
     assert sends(tick(s, 150.0, True, {"t1": task(state=State.SUCCEEDED)}), m.Claim) == {}
 
 
+def test_a_claim_due_only_once_its_lease_is_over_is_not_sent():
+    """A CLAIM sent late (our loop stalled) claims what is left of its lease; at the lease's
+    very end nothing is left, and a lease of 0 would only tell the siblings to hold nothing."""
+    def running_late(at: float) -> dict[str, object]:
+        s = machine()
+        fire(s, task(fire_at=110.0), 110.0, 30.0)
+        recv(s, "b", ans(s, m.GO), None, 110.0)
+        recv(s, "c", ans(s, m.GO), None, 110.0)
+        assert fire(s, task(fire_at=110.0), 110.0, 30.0) == (True, [])  # lease ends at 200
+        return sends(tick(s, at, True, {"t1": task(fire_at=110.0, state=State.RUNNING)}),
+                     m.Claim)
+    late = running_late(199.5)
+    assert set(late) == {"b", "c"} and late["b"].lease == pytest.approx(0.5)
+    assert running_late(200.0) == {}
+
+
 def test_a_sibling_that_ended_the_task_stands_the_asking_copy_down():
     s = machine()
     fire(s, task(), 110.0, 30.0)
