@@ -191,6 +191,39 @@ def test_batch_publish_schedule_and_topic_bodies(clock: Clock) -> None:
     assert s.sent[-1]["json"] == {"urls": ["a", "b"]}
 
 
+def test_long_task_and_pull_bodies_leave_out_what_is_not_given(clock: Clock) -> None:
+    c, s = make()
+    c.complete("t1", token="tk")
+    assert (s.sent[-1]["json"], s.sent[-1]["params"]) == ({"state": "succeeded"},
+                                                          {"token": "tk"})
+    c.complete("t1", "failed", {"why": "x"}, token="tk")
+    assert s.sent[-1]["json"] == {"state": "failed", "result": {"why": "x"}}
+    c.complete("t1", result=0, token="tk")  # a falsy result is still sent
+    assert s.sent[-1]["json"] == {"state": "succeeded", "result": 0}
+    c.heartbeat("t1", token="tk")
+    assert s.sent[-1]["json"] == {}
+    c.heartbeat("t1", 30.0, token="tk")
+    assert s.sent[-1]["json"] == {"lease": 30.0}
+    leased = {"id": "t2", "token": "lt"}
+    c.nack(leased)
+    assert (s.sent[-1]["url"], s.sent[-1]["json"]) == (BASE + "/tasks/t2/nack",
+                                                       {"token": "lt"})
+    c.nack(leased, delay=0)
+    assert s.sent[-1]["json"] == {"token": "lt", "delay": 0}
+    c.extend("t2", "lt")
+    assert (s.sent[-1]["url"], s.sent[-1]["json"]) == (BASE + "/tasks/t2/extend",
+                                                       {"token": "lt"})
+    c.extend(leased, lease_s=5.0)
+    assert s.sent[-1]["json"] == {"token": "lt", "lease_s": 5.0}
+    c.ack(leased)
+    assert (s.sent[-1]["url"], s.sent[-1]["json"]) == (BASE + "/tasks/t2/ack",
+                                                       {"token": "lt"})
+    with pytest.raises(MiyamotoError):
+        c.ack({"id": "t2"})  # no token
+    with pytest.raises(MiyamotoError):
+        c.complete("t1")  # an id without its token
+
+
 # ---------------------------------------------------------------- answers
 
 @pytest.mark.parametrize("status,cls", [

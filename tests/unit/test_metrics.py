@@ -240,6 +240,22 @@ def test_an_unhealthy_journal_and_no_members() -> None:
     assert got[("miyamoto_cluster_members", ())] == 0 and got[("miyamoto_cluster_term", ())] == 0
 
 
+def test_watching_reads_nothing_the_node_is_read_at_each_scrape_only() -> None:
+    """watch() (in Node.__init__, before anything started) only registers: no collect
+    at registration (the registry's auto_describe would run one, a full pass over the
+    live copies); each render reads the node once."""
+    node = Node()
+    info, reads = node.cluster.info, []
+    node.cluster.info = lambda: reads.append(1) or info()
+    m = Metrics()
+    m.watch(node)  # type: ignore[arg-type]
+    assert reads == []
+    m.render()
+    assert reads == [1]
+    m.render()
+    assert reads == [1, 1]
+
+
 def test_the_process_collector_is_registered() -> None:
     got = scrape(Node())
     assert any(name.startswith("process_") for name, _ in got)

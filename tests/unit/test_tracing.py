@@ -171,6 +171,16 @@ def test_what_turns_tracing_on():
     assert not wanted(True, {"OTEL_TRACES_EXPORTER": "none"})
 
 
+def test_a_new_traces_is_off_and_stays_off_when_the_packages_are_missing(monkeypatch):
+    """Off until start() succeeds: without the opentelemetry packages start() says
+    False and the hot paths' ``traces.on`` check still skips every span."""
+    own = Traces()
+    assert own.on is False
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import fails: ImportError
+    assert own.start("n1", TracerProvider()) is False
+    assert own.on is False
+
+
 def test_started_alone_it_exports_over_otlp_and_stop_flushes(monkeypatch) -> None:
     """Without a provider given, start() makes one that sends OTLP over HTTP to the
     configured endpoint; stop() sends what it holds before it returns."""
