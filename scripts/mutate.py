@@ -160,7 +160,7 @@ MODULES: dict[str, list[list[str]]] = {
     # replicas/
     "miyamoto/replicas/placement.py": [["tests/unit/replicas/test_placement.py"]],
     "miyamoto/replicas/siblings.py": _REPLICAS,
-    "miyamoto/replicas/restore.py": _REPLICAS,
+    "miyamoto/replicas/restore.py": [["tests/unit/replicas/test_restore.py"], *_REPLICAS],
     "miyamoto/replicas/messages.py": [["tests/unit/replicas/test_replicas_messages.py"],
                                      *_REPLICAS],
     "miyamoto/replicas/events.py": _REPLICAS,
