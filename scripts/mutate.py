@@ -758,10 +758,6 @@ EQUIVALENT.update({
     ("miyamoto/delivery/egress.py",
      r'status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")', "1 -> 2"):
         "split's first part is the same however many splits follow it",
-    ("miyamoto/cluster/clocks.py",
-     "if est is None or t <= 0 or abs(est.offset) <= max(est.error, NEGLIGIBLE):", "0 -> 1"):
-        "t is a unix time (far above 1) or 0 for a time not set: no stored time lies in "
-        "(0, 1]",
     ("miyamoto/cluster/queries.py", '"running": 2,', "2 -> 3"):
         "only the ranks' order is read (max and >): scheduled 1 < running 3 < ended 4 "
         "keeps it",

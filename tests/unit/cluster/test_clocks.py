@@ -146,3 +146,13 @@ def test_a_sample_is_used_for_sixty_seconds_inclusive():
     d.sample("b", 99.5, 130.0, 100.0)
     assert d.estimate("b", 160.5) is None  # older than 60 s: not used
     assert d.to_local("b", 1000.0, 160.5) == 1000.0
+
+
+def test_every_set_time_is_corrected_even_one_just_past_the_epoch():
+    """0 is a time not set and stays 0; any other is on the peer's clock, however early
+    (a client's eta may be any unix time from 0 on: validate only refuses one below)."""
+    c = PeerClocks(max_skew=1.0)
+    c.sample("b", 100.0, 130.1, 100.2)  # b is 30 s ahead
+    assert c.to_local("b", 0.0, 100.2) == 0.0
+    assert c.to_local("b", 0.5, 100.2) == pytest.approx(-29.5)
+    assert c.to_local("b", 1.0, 100.2) == pytest.approx(-29.0)
