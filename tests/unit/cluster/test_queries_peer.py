@@ -237,8 +237,7 @@ def test_a_worker_gets_only_the_peers_well_formed_leases_and_no_more_than_it_ask
     assert all(d["lease_until"] == NOW + 30 for d in got)
 
 
-def test_a_task_list_takes_the_peers_copies_it_lacks_and_ignores_an_answer_that_is_no_list(
-        ) -> None:
+def test_a_task_list_takes_the_copies_it_lacks_from_the_peers_lists_only() -> None:
     def summary(task_id: str, at: float) -> dict[str, Any]:
         return {"id": task_id, "state": "failed", "finished": at}
     answers = {"b": [summary("t2", NOW - 5), summary("t1", NOW - 9), {"id": 7}, "t9"],
