@@ -233,7 +233,8 @@ MODULES: dict[str, list[list[str]]] = {
     "miyamoto/cluster/clockmessages.py": [["tests/unit/cluster/test_clockmessages.py"],
                                           *_CLUSTER_SIM],
     "miyamoto/cluster/layer.py": [["tests/unit/cluster/test_layer_solo.py",
-                                   "tests/unit/cluster/test_layer_roster.py"], *_CLUSTER_SIM],
+                                   "tests/unit/cluster/test_layer_roster.py",
+                                   "tests/unit/cluster/test_layer_messages.py"], *_CLUSTER_SIM],
     "miyamoto/cluster/coordinator.py": [["tests/unit/cluster/test_coordinator.py",
                                          "tests/unit/cluster/test_coordinator_ordered.py"],
                                         *_CLUSTER_SIM],
@@ -757,10 +758,6 @@ EQUIVALENT.update({
     ("miyamoto/delivery/egress.py",
      r'status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")', "1 -> 2"):
         "split's first part is the same however many splits follow it",
-    ("miyamoto/cluster/clocks.py",
-     "if est is None or t <= 0 or abs(est.offset) <= max(est.error, NEGLIGIBLE):", "0 -> 1"):
-        "t is a unix time (far above 1) or 0 for a time not set: no stored time lies in "
-        "(0, 1]",
     ("miyamoto/cluster/queries.py", '"running": 2,', "2 -> 3"):
         "only the ranks' order is read (max and >): scheduled 1 < running 3 < ended 4 "
         "keeps it",

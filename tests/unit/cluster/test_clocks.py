@@ -146,3 +146,21 @@ def test_a_sample_is_used_for_sixty_seconds_inclusive():
     d.sample("b", 99.5, 130.0, 100.0)
     assert d.estimate("b", 160.5) is None  # older than 60 s: not used
     assert d.to_local("b", 1000.0, 160.5) == 1000.0
+
+
+def test_every_set_time_is_corrected_even_one_just_past_the_epoch():
+    """0 is a time not set and stays 0; any other is on the peer's clock, however early
+    (a client's eta may be any unix time from 0 on: validate only refuses one below)."""
+    c = PeerClocks(max_skew=1.0)
+    c.sample("b", 100.0, 130.1, 100.2)  # b is 30 s ahead
+    assert c.to_local("b", 0.0, 100.2) == 0.0
+    assert c.to_local("b", 0.5, 100.2) == pytest.approx(-29.5)
+    assert c.to_local("b", 1.0, 100.2) == pytest.approx(-29.0)
+
+
+def test_an_offset_exactly_its_error_is_not_corrected_and_a_bit_more_is():
+    c = PeerClocks(max_skew=1.0)
+    c.sample("b", 100.0, 101.0, 101.0)  # offset 0.5 +- 0.5: b may agree with us
+    assert c.to_local("b", 500.0, 101.0) == 500.0
+    c.sample("b", 102.0, 103.0, 102.75)  # offset 0.625 +- 0.375: narrower, beyond it
+    assert c.to_local("b", 500.0, 103.0) == 499.375

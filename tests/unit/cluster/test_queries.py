@@ -16,6 +16,7 @@ from miyamoto.engine.engine import Stats
 from miyamoto.errors import Conflict, Unavailable
 from miyamoto.tasks import redact
 from miyamoto.tasks.task import State, Task
+from miyamoto.wire import checks
 from miyamoto.wire.verbs import DecodeError
 
 
@@ -234,3 +235,13 @@ def test_a_lease_long_poll_is_timed_by_the_nodes_monotonic_clock() -> None:
     assert q.lease("q", 1, 3.0, wait_s=5.0) == []
     assert 5.0 <= engine.now < 6.0, engine.now
     assert 8 <= wire.asked <= 12, wire.asked  # each peer at once, then once per PEER_POLL
+
+
+def test_a_peer_s_ids_may_be_as_long_as_any_wire_name() -> None:
+    longest = "x" * checks.MAX_NAME
+    for ids, believed in (([longest], True), ([longest + "x"], False)):
+        b = peer(B[0], {"succeeded": ["t1", *ids], "running": ["t2"]})
+        got = counts({"b": b, "c": peer(*C)})["q"]
+        # believed: t1 once, the long one once, t2 at its running copy; else the sums of
+        # the first copies (no running one)
+        assert got["succeeded"] == 2 and got["running"] == (1 if believed else 0), (ids, got)

@@ -193,3 +193,14 @@ def test_resend_many_since_takes_what_ended_after_it(node) -> None:
     q, _, _ = queries(engine, {})
     got = q.resend_many_local("q", {"state": "succeeded", "since": NOW - 40})
     assert sorted(got["ids"]) == ["t5", "t6"]  # ended at NOW - 10 and NOW - 30; t4 before
+
+
+def test_a_peers_resend_many_picks_by_target_when_it_names_one(node) -> None:
+    engine, _ = node
+    q, _, _ = queries(engine, {})
+    got = q.serve("resend_many", {"queue": "q", "state": "succeeded",
+                                  "target": "http://w.example"})
+    assert sorted(got["ids"]) == ["t4", "t5"]  # t6 is another target's
+    assert engine.get("t6").state == State.SUCCEEDED
+    got = q.serve("resend_many", {"queue": "q", "state": "succeeded"})  # no target: any
+    assert got["ids"] == ["t6"]

@@ -13,7 +13,7 @@ import pytest
 from miyamoto.cluster.queries import (IDS_FLAG, IDS_PREFIX, Queries,
                                       _leased, _opt_delay, _replace_changes, leased_ok,
                                       merge_history)
-from miyamoto.tasks.task import Task
+from miyamoto.tasks.task import State, Task
 from miyamoto.wire.verbs import DecodeError
 
 pytestmark = pytest.mark.timeout(10)
@@ -216,3 +216,31 @@ def test_a_peers_list_asks_for_one_to_a_thousand_copies_of_a_state() -> None:
         with pytest.raises(DecodeError):
             q.serve("list", dict(bad, queue="q"))
     assert engine.asked == [("list", ("q", "failed", 1)), ("list", ("q", "failed", 1000))]
+
+
+class PullEngine(Engine):
+    """A pull queue with no due copy here: every lease comes from the peers."""
+
+    def lease(self, queue: str, n: int, lease_s: float) -> SimpleNamespace:
+        self.asked.append(("lease", (queue, n, lease_s)))
+        return SimpleNamespace(leased=[], asking=False)
+
+
+def test_a_worker_gets_only_the_peers_well_formed_leases_and_no_more_than_it_asked() -> None:
+    t = Task(id="t1", queue="q", url="http://w.example/x", eta=NOW, created=NOW,
+             fire_at=NOW + 30, replicas=("b", "a"))
+    good = [_leased(t.evolve(id=f"t{i}"), f"tok{i}", NOW) for i in (1, 2, 3)]
+    bad = dict(good[0], id="t0", token=None)  # no token: a worker could not answer it
+    q = queries({"b": [bad, *good]}, PullEngine())
+    got = q.lease("q", 2, 30.0, 0.0)
+    assert [d["id"] for d in got] == ["t1", "t2"]
+    assert all(d["lease_until"] == NOW + 30 for d in got)
+
+
+def test_a_task_list_takes_the_copies_it_lacks_from_the_peers_lists_only() -> None:
+    def summary(task_id: str, at: float) -> dict[str, Any]:
+        return {"id": task_id, "state": "failed", "finished": at}
+    answers = {"b": [summary("t2", NOW - 5), summary("t1", NOW - 9), {"id": 7}, "t9"],
+               "c": {"id": "t3", "state": "failed", "finished": NOW}}
+    got = queries(answers).list_tasks("q", State.FAILED, 10)
+    assert [s["id"] for s in got] == ["t1", "t2"]  # by end time; c's answer is no list
