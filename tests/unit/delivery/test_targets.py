@@ -162,6 +162,19 @@ def test_member_endpoints_and_endpoints_read_on_each_check():
     assert g.check_literal("10.0.0.5", 8088) is None
 
 
+def test_own_endpoints_given_as_a_tuple_that_empties_free_their_port():
+    # Node._own_endpoints answers the same tuple while they stay the same (the guard then
+    # skips the rebuild); when they go away (an empty tuple, as the members' are), the
+    # port they held is no longer the cluster's
+    own: list[tuple] = [(("127.0.0.1", 9000),)]
+    g = TargetGuard(endpoints=lambda: own[0])
+    assert "cluster-endpoint" in (g.check_address("127.0.0.1", 9000) or "")
+    assert "cluster-endpoint" in (g.check_address("127.0.0.1", 9000) or "")  # the fast path
+    own[0] = ()
+    assert g.check_address("127.0.0.1", 9000) is None
+    assert g.check_literal("127.0.0.1", 9000) is None
+
+
 def test_check_url_refuses_with_400_naming_the_field():
     limits = Limits(targets=TargetGuard().check_literal)
     for url in ("http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/",
