@@ -750,6 +750,15 @@ EQUIVALENT.update({
      "split (a task's target repeats), <= 0.5 MB", "512 -> 513"): _URL_CACHE,
     ("miyamoto/delivery/httpclient.py", "MAX_URLS, MAX_URL_KEPT = 1024, 512  # URLs kept "
      "split (a task's target repeats), <= 0.5 MB", "1024 -> 1025"): _URL_CACHE,
+    ("miyamoto/delivery/httpclient.py", "if len(self._urls) >= MAX_URLS:", ">= -> >"):
+        _URL_CACHE,
+    ("miyamoto/delivery/httpclient.py", "if reads > 1:", "> -> >="):
+        "after a single read the socket's timeout was never changed: it is the origin's "
+        "(connect set it), so setting it again changes nothing",
+    ("miyamoto/delivery/httpclient.py", "if left <= 0:", "<= -> <"):
+        "left is exactly 0.0 only when a clock reading lands on the deadline; a 0 s timer "
+        "then throws the same socket.timeout on the loop's next turn (an answer landing "
+        "within that very turn is a race of no width)",
     ("miyamoto/delivery/httpclient.py", "return False", "return None"):
         "_alive is only used as a condition (checkout): None and False are both false",
     ("miyamoto/delivery/targets.py", "if key != self._index[0]:", "0 -> 1"):

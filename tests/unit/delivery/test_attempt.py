@@ -333,6 +333,14 @@ def test_a_form_body_is_what_urlencode_makes(params):
     assert form_encode(params) == urlencode(params, doseq=True)
 
 
+def test_a_form_with_a_key_that_is_not_text_is_urlencoded_with_lists_repeated():
+    # a key that is not a string (params built in Python, not from JSON) hands the whole
+    # form to urlencode, and a list is still sent as the key repeated
+    params = {1: ["a", "b c"], "d": "e"}
+    assert form_encode(params) == "1=a&1=b+c&d=e"
+    assert parse_qs(form_encode(params)) == {"1": ["a", "b c"], "d": ["e"]}
+
+
 def test_a_task_without_headers_of_its_own_sends_ours_only():
     t = Task(id="t1", queue="q", url="http://w.example/", params={"a b": "ü", "c": ["1", "2"]})
     _, _, headers, body = build_request(t, 1.0)

@@ -8,11 +8,13 @@ from __future__ import annotations
 import shutil
 import socket
 import ssl
+import select
 import subprocess
 import threading
 import time
 from typing import Any, Callable
 
+import gevent
 import pytest
 
 from miyamoto.delivery import httpclient
@@ -22,7 +24,8 @@ from miyamoto.delivery.targets import TargetGuard
 pytestmark = pytest.mark.timeout(30)
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-Reply = Callable[[int, bytes], "bytes | None"]  # (request number, request) -> answer
+# (request number, request) -> answer (a list: sent piece by piece; None: close)
+Reply = Callable[[int, bytes], "bytes | list[bytes] | None"]
 
 
 def _read_request(conn: socket.socket, buf: bytearray) -> bytes | None:
@@ -57,7 +60,7 @@ class RawServer:
         self.requests: list[bytes] = []
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
+        self.sock.listen(256)  # many clients may connect at once (the idle bound)
         self.sock.settimeout(0.1)
         self.port = self.sock.getsockname()[1]
         self.stopped = False
@@ -87,7 +90,10 @@ class RawServer:
                 answer = self.reply(len(self.requests), req)
                 if answer is None:
                     return
-                conn.sendall(answer)
+                for k, piece in enumerate(answer if isinstance(answer, list) else [answer]):
+                    if k:
+                        time.sleep(0.1)  # a list: its pieces a moment apart (separate reads)
+                    conn.sendall(piece)
         except OSError:
             pass
         finally:
@@ -179,6 +185,90 @@ def test_a_closed_idle_connection_is_not_reused(serve, client):
         time.sleep(0.01)
     assert client.request("POST", srv.url(), body=b"", headers={}, timeout=5).status == 200
     assert srv.connections == 2
+
+
+def test_the_liveness_check_peeks_and_reads_nothing(client):
+    """_alive looks at a pooled connection without taking from it (MSG_PEEK): a stray
+    byte is seen (the connection is out of step) and is still there to be read."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    sock = httpclient._open((socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                             lsock.getsockname()), 5)
+    peer, _ = lsock.accept()
+    try:
+        assert httpclient._alive(sock)  # nothing to read: usable
+        peer.sendall(b"x")
+        assert select.select([sock.fileno()], [], [], 5)[0]  # the byte has arrived
+        assert not httpclient._alive(sock)
+        assert not httpclient._alive(sock)  # peeked, not taken: seen again
+        sock.settimeout(1)
+        assert sock.recv(16) == b"x"
+    finally:
+        sock.close()
+        peer.close()
+        lsock.close()
+
+
+def test_at_most_128_idle_connections_are_kept_per_origin(serve, client):
+    """130 requests at once to one origin open 130 connections; the pool keeps 128 of
+    them (the other 2 are closed), so the next 130 at once open 2 anew."""
+    n = 130
+    cond = threading.Condition()
+
+    def all_at_once(i: int, req: bytes) -> bytes:  # answer once the whole round has come
+        goal = -(-i // n) * n
+        with cond:
+            cond.notify_all()
+            assert cond.wait_for(lambda: len(srv.requests) >= goal, timeout=10)
+        return OK
+    srv = serve(all_at_once)
+
+    def round_() -> None:
+        jobs = [gevent.spawn(client.request, "POST", srv.url(), body=b"", headers={},
+                             timeout=15) for _ in range(n)]
+        gevent.joinall(jobs, timeout=20, raise_error=True)
+        assert [j.value.status for j in jobs] == [200] * n
+    round_()
+    assert srv.connections == n
+    assert len(next(iter(client._origins.values())).idle) == 128
+    round_()
+    assert srv.connections == n + 2
+    assert len(next(iter(client._origins.values())).idle) == 128
+
+
+def test_a_url_without_a_port_goes_to_its_schemes_port(serve, client, monkeypatch):
+    """http: port 80 (and no port in the Host header), https: 443; a resolver stub
+    records the port asked for and points http at the test's server."""
+    srv = serve()
+    asked: list[int] = []
+
+    def fake(host, port, *args):
+        asked.append(port)
+        if port == 443:
+            raise OSError("no https server here")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", srv.port))]
+    monkeypatch.setattr(httpclient.gevent.socket, "getaddrinfo", fake)
+    resp = client.request("POST", "http://hook.example/x", body=b"", headers={}, timeout=5)
+    assert resp.status == 200 and asked == [80]
+    assert b"\r\nHost: hook.example\r\n" in srv.requests[0]
+    with pytest.raises(DeliveryError, match="cannot resolve hook.example"):
+        client.request("POST", "https://hook.example/x", body=b"", headers={}, timeout=5)
+    assert asked == [80, 443]
+
+
+def test_urls_that_repeat_are_split_once(serve, client, monkeypatch):
+    """A task's target URL repeats: each distinct URL is split once and kept."""
+    srv = serve()
+    splits: list[str] = []
+    real = httpclient.urlsplit
+    monkeypatch.setattr(httpclient, "urlsplit", lambda url: splits.append(url) or real(url))
+    urls = [srv.url(f"/hook/{i}") for i in range(3)]
+    for _ in range(2):
+        for url in urls:
+            assert client.request("POST", url, body=b"", headers={}, timeout=5).status == 200
+    assert splits == urls
+    assert [r.split(b" ")[1] for r in srv.requests] == [b"/hook/%d" % i for i in range(3)] * 2
 
 
 def _answer_then_close(n: int, req: bytes) -> bytes | None:
@@ -368,6 +458,33 @@ def cert(tmp_path_factory):
                     "subjectAltName=DNS:localhost,IP:127.0.0.1"],
                    check=True, capture_output=True, timeout=20)
     return d / "cert.pem", d / "key.pem"
+
+
+def test_a_pooled_tls_connection_gets_each_requests_whole_timeout(serve, cert):
+    """An answer read in more than one piece waits only the time left for each later
+    piece; the pooled connection then has the whole timeout back for the next request
+    (not what was left at the end of the last one)."""
+    certfile, keyfile = cert
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(certfile, keyfile)
+
+    def late(i: int, req: bytes) -> bytes | list[bytes]:
+        if i == 1:  # the head at 1.0 s of the 1.5, the body a moment after (a second read)
+            time.sleep(1.0)
+            return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"ok"]
+        time.sleep(0.9)  # more than the 0.5 s that was left, less than the 1.5 s
+        return OK
+    srv = serve(late, wrap=lambda s: server_ctx.wrap_socket(s, server_side=True))
+    c = HTTPClient(ssl_context=httpclient.gevent.ssl.create_default_context(cafile=str(certfile)))
+    try:
+        url = f"https://127.0.0.1:{srv.port}/t"
+        assert c.request("POST", url, body=b"", headers={}, timeout=1.5).body == b"ok"
+        (idle,) = next(iter(c._origins.values())).idle
+        assert idle.gettimeout() == 1.5
+        assert c.request("POST", url, body=b"", headers={}, timeout=1.5).body == b"ok"
+        assert srv.connections == 1
+    finally:
+        c.close()
 
 
 def test_https_verifies_the_certificate(serve, cert, monkeypatch):

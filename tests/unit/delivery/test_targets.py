@@ -162,6 +162,23 @@ def test_member_endpoints_and_endpoints_read_on_each_check():
     assert g.check_literal("10.0.0.5", 8088) is None
 
 
+def test_own_endpoints_given_as_one_tuple_follow_the_members_and_free_their_port():
+    # Node._own_endpoints answers the same tuple while they stay the same (the guard then
+    # skips the rebuild): the members' changes are still seen, and when the own ones go
+    # away (an empty tuple, as the members' are) the port they held is no longer refused
+    own: list[tuple] = [(("127.0.0.1", 9000),)]
+    g = TargetGuard(endpoints=lambda: own[0])
+    assert "cluster-endpoint" in (g.check_address("127.0.0.1", 9000) or "")
+    assert "cluster-endpoint" in (g.check_address("127.0.0.1", 9000) or "")  # the fast path
+    g.set_member_endpoints([("10.0.0.5", 8088)])  # the same own tuple, new members
+    assert "cluster-endpoint" in (g.check_address("10.0.0.5", 8088) or "")
+    g.set_member_endpoints([])
+    assert g.check_address("10.0.0.5", 8088) is None
+    own[0] = ()
+    assert g.check_address("127.0.0.1", 9000) is None
+    assert g.check_literal("127.0.0.1", 9000) is None
+
+
 def test_check_url_refuses_with_400_naming_the_field():
     limits = Limits(targets=TargetGuard().check_literal)
     for url in ("http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/",
