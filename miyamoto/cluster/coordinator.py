@@ -143,7 +143,11 @@ class Coordinator:
             raise
 
     def abort(self, copies: list[Task]) -> None:
-        """Undo a refused enqueue on every copy, releasing the name it reserved."""
+        """Undo a refused enqueue on every copy, releasing the name it reserved. A copy
+        restored here while the enqueue waited (a sibling lost meanwhile) is undone
+        too; one restored elsewhere, by the holders it was restored from."""
+        if all(c.replicas[c.replica] != self.me for c in copies):
+            self.engine.abort(copies[0].id)
         for c in copies:
             holder = c.replicas[c.replica]
             if holder == self.me:

@@ -568,7 +568,14 @@ class Siblings:
                            attempt=msg.attempt)]
         if isinstance(msg, m.Cancel):
             self._forget(t.id)
-            return [CancelCopy(t.id, msg.abort)]
+            if not msg.abort:
+                return [CancelCopy(t.id)]
+            # a refused enqueue: its entry node knows only where it placed the copies; a
+            # copy restored elsewhere meanwhile (a sibling lost during the enqueue) is
+            # known to us, its restorer: tell every sibling we name but the sender
+            return [CancelCopy(t.id, True)] + [Send(r, m.Cancel(t.id, abort=True))
+                                               for r in t.replicas
+                                               if r not in (self.me, sender)]
         if isinstance(msg, m.Replicas):
             return [SetReplicas(t.id, msg.replicas)] if self.me in msg.replicas else []
         return []

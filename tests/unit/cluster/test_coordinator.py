@@ -127,6 +127,19 @@ def test_a_stopping_node_refuses_a_store_and_the_enqueue_is_undone(pair) -> None
     assert ("b", m.Cancel("t1", abort=True)) in a.members.sent
 
 
+def test_an_abort_undoes_a_copy_restored_on_the_entry_node_placed_elsewhere(pair) -> None:
+    """An ordered task's copies sit on its key's members, not always on the entry node;
+    a sibling lost while the enqueue waited may have had its copy restored here: the
+    refusal undoes that copy too, not only the ones placed."""
+    a, b = pair
+    a.engine.add(_task(replicas=("b", "a"), replica=1), wait=True)  # restored from b
+    placed = [_task(replicas=("b", "c"), replica=i) for i in range(2)]
+    a.coordinator.abort(placed)
+    assert a.engine.get("t1").state == State.CANCELLED
+    assert a.members.sent == [("b", m.Cancel("t1", abort=True)),
+                              ("c", m.Cancel("t1", abort=True))]
+
+
 def test_a_store_from_outside_the_roster_or_for_another_node_is_refused(pair) -> None:
     a, b = pair
     copy = _task(replicas=("a", "b"), replica=1)

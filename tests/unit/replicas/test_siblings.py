@@ -1058,6 +1058,19 @@ def test_done_failed_and_cancel_end_the_copy_and_its_ask():
         assert "t1" not in s.must_ask
 
 
+def test_a_refused_enqueues_abort_reaches_the_copies_its_holder_restored_elsewhere():
+    """The entry node cancels where it placed the copies; a copy this holder restored
+    on another node while the enqueue waited is known only here: the abort goes on to
+    every sibling the copy names, but not back to its sender."""
+    s = machine(me="a", members=("a", "b", "c", "d"))
+    restored = task(replicas=("a", "d"))  # b was lost during the enqueue: d holds copy 1
+    assert recv(s, "b", m.Cancel("t1", abort=True), restored, 100.0) == [
+        fx.CancelCopy("t1", True), Send("d", m.Cancel("t1", abort=True))]
+    assert recv(s, "d", m.Cancel("t1", abort=True), restored, 100.0) == [
+        fx.CancelCopy("t1", True)]  # from the sibling it would tell: no echo
+    assert recv(s, "b", m.Cancel("t1"), restored, 100.0) == [fx.CancelCopy("t1", False)]
+
+
 def test_a_copy_expires_unless_a_sibling_it_answered_go_may_be_delivering_it():
     s = machine()
     assert s.step(ev.Expiring(task()), 100.0).go  # nobody holds it
