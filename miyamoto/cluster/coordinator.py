@@ -64,6 +64,7 @@ class Coordinator:
         self.requests = requests
         self.members = members
         self.cursor = cursor  # the next unnamed task's first replica, on the ring
+        self.enqueuing: dict[str, bool] = {}  # waiting enqueues: True once a copy is held
         self.stopping = False
 
     def stop_taking(self) -> None:
@@ -84,9 +85,21 @@ class Coordinator:
         if task.name is None:
             self.cursor += 1
         copies = replication.copies(task, replicas, self.config.replica_offset)
-        stored: list[Task] = []
         need = min(self.config.min_replicas, len(copies))
         hold = need > 1  # our copy must not fire before the others confirm: 503 may come
+        if not hold:
+            return self._store_copies(task, copies, need, hold)
+        # a copy of it restored here while we wait (its holder lost meanwhile) is held
+        # like ours until the answer (settle); a refusal's abort then undoes it
+        self.enqueuing[task.id] = False
+        try:
+            return self._store_copies(task, copies, need, hold)
+        finally:
+            if self.enqueuing.pop(task.id, False):
+                self.engine.release(task.id)
+
+    def _store_copies(self, task: Task, copies: list[Task], need: int, hold: bool) -> Task:
+        stored: list[Task] = []
         try:
             self._store_all(task, copies, stored, hold)
         except Unavailable:  # our own journal refused: undo the copies sent elsewhere
@@ -269,8 +282,15 @@ class Coordinator:
     def settle(self, admitted: list[tuple[m.Store, Task]]) -> list[tuple[m.Store, m.Stored]]:
         """Commit the admitted copies (one wait for all); each STORE's answer."""
         tasks = [t for _, t in admitted]
+        held = [t for t in tasks if t.id in self.enqueuing]
         try:
-            self.engine.settle(tasks)
+            if held:  # restored here while our own enqueue of it waits: not timed yet
+                for t in held:
+                    self.enqueuing[t.id] = True
+                self.engine.settle(held, hold=True)
+            rest = [t for t in tasks if t.id not in self.enqueuing]
+            if rest:
+                self.engine.settle(rest)
         except Exception as e:
             log.error("cluster: could not store %d copies: %s", len(tasks), e)
             return [(msg, m.Stored(msg.req, t.id, False, error=type(e).__name__))

@@ -17,6 +17,7 @@ from miyamoto.cluster.coordinator import Coordinator
 from miyamoto.cluster.requests import Requests
 from miyamoto.errors import Duplicate, Unavailable
 from miyamoto.replicas import messages as m
+from miyamoto.replicas import placement as replication
 from miyamoto.tasks.task import State, Task
 
 pytestmark = pytest.mark.timeout(30)
@@ -138,6 +139,36 @@ def test_an_abort_undoes_a_copy_restored_on_the_entry_node_placed_elsewhere(pair
     assert a.engine.get("t1").state == State.CANCELLED
     assert a.members.sent == [("b", m.Cancel("t1", abort=True)),
                               ("c", m.Cancel("t1", abort=True))]
+
+
+def _restored_during_the_enqueue(a: Node, monkeypatch, stored: int) -> None:
+    """a enqueues t1 (placed on b and c); while it waits, b restores c's copy on a."""
+    def store_all(task, copies, out, hold):
+        copy = _task(replicas=("b", "a"), replica=1, fire_at=NOW)  # due at once
+        store = m.Store("r1", "a", copy.encode())
+        ((_, answer),) = a.coordinator.settle([(store, a.coordinator.admit("b", store))])
+        assert answer.ok and "t1" in a.engine.live.pinned  # held, not timed
+        out += copies[:stored]
+    monkeypatch.setattr(a.coordinator, "_store_all", store_all)
+    monkeypatch.setattr(replication, "place", lambda *args, **kw: ("b", "c"))
+
+
+def test_a_copy_restored_here_while_our_enqueue_of_it_waits_fires_only_once_it_is_taken(
+        pair, monkeypatch) -> None:
+    a, _ = pair
+    _restored_during_the_enqueue(a, monkeypatch, stored=2)
+    a.coordinator.enqueue(_task())
+    assert "t1" not in a.engine.live.pinned and "t1" in a.engine.live.mem
+    assert a.engine.get("t1").state == State.SCHEDULED and not a.coordinator.enqueuing
+
+
+def test_a_copy_restored_here_while_our_enqueue_of_it_waits_is_undone_by_its_refusal(
+        pair, monkeypatch) -> None:
+    a, _ = pair
+    _restored_during_the_enqueue(a, monkeypatch, stored=1)
+    with pytest.raises(Unavailable, match="stored on 1 of 2"):
+        a.coordinator.enqueue(_task())
+    assert a.engine.get("t1").state == State.CANCELLED and not a.coordinator.enqueuing
 
 
 def test_a_store_from_outside_the_roster_or_for_another_node_is_refused(pair) -> None:
