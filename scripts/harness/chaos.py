@@ -316,6 +316,20 @@ class Scenario:
             "elapsed_s": round(time.time() - self.t0, 1),
             "loadavg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "faults": [f.report(self.t0) for f in self.faults],
+            "duplicate_deliveries": self._duplicate_times(counts),
             "workdir": str(self.workdir),
         })
+        return out
+
+    def _duplicate_times(self, counts: dict[str, int], most: int = 60) -> dict[str, list]:
+        """For up to ``most`` duplicated tasks, when each delivery reached the sink (s
+        from the start) and its X-Task-Retry-Count: what tells a sibling's copy firing
+        after its hold from a restarted node's reloaded copy."""
+        dup = {t for t, n in counts.items() if n > 1}
+        out: dict[str, list] = {}
+        for req in sorted(self.sink.requests(HOOK), key=lambda r: r.time):
+            tid = req.task_id or ""
+            if tid in dup and (tid in out or len(out) < most):
+                out.setdefault(tid, []).append(
+                    [round(req.time - self.t0, 3), req.headers.get("X-Task-Retry-Count")])
         return out
