@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BUSY_WINDOW = 0.002  # a group that follows the last one this closely means load
-LINGER = 0.0005
+LINGER = 0.0005  # under load a group waits in steps this long ...
+MAX_LINGER = 0.003  # ... while each step brought a waited record, up to this in all
 # a write nobody waits for (a copy's end, a sibling's news) is committed at most this
 # long after it was handed in, or with the next group someone waits for: in a cluster
 # such writes come one at a time, and a group each cost a thread hand-off and a commit
@@ -224,11 +225,24 @@ class Journal:
             if self._closed:
                 break
             if self._monotonic() - last_done < BUSY_WINDOW:
-                # under load: let the records of the other ready greenlets join this
-                # group, instead of paying a thread hand-off and a commit for each
-                gevent.sleep(LINGER)
+                self._linger()
             self._flush_once()
             last_done = self._monotonic()
+
+    def _linger(self) -> None:
+        """Under load, let the records of the other ready greenlets join this group
+        instead of paying a thread hand-off and a commit each: wait a step, and another
+        while the last one brought a waited record (on a cluster node the STOREs of a
+        receive drain arrive one greenlet at a time), at most MAX_LINGER in all. A
+        lone waiter waits one step only: an idle node's latency is not spent."""
+        waited, start = len(self._waiters), self._monotonic()
+        while True:
+            gevent.sleep(LINGER)
+            now_waited = len(self._waiters)
+            if (now_waited == waited or self._closed
+                    or self._monotonic() - start + LINGER > MAX_LINGER):
+                return
+            waited = now_waited
 
     def _flush_once(self) -> None:
         """Commit everything pending as one group and answer the group's waiters.

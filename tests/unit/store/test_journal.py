@@ -13,6 +13,7 @@ import gevent
 import pytest
 
 from miyamoto.errors import Unavailable
+from miyamoto.store import journal as journal_mod
 from miyamoto.store.journal import Journal, JournalClosed
 from miyamoto.tasks.task import State, Task
 
@@ -164,6 +165,28 @@ def test_journal_group_commit(journal_factory):
     commits = j.commits - before
     assert 1 <= commits <= 20, commits  # many tasks per transaction, not one each
     assert len(j.load()[0]) == 200
+
+
+def test_under_load_a_group_lingers_while_each_wait_brings_a_record(journal_factory,
+                                                                     monkeypatch):
+    """A cluster node's waited STOREs come one greenlet at a time: under load a group
+    waits while each short wait brought another (up to MAX_LINGER), so records that come
+    a step apart share a few groups instead of taking one group each. (The steps are
+    scaled up 10x here: gevent's timers cannot wait less than a millisecond.)"""
+    monkeypatch.setattr(journal_mod, "BUSY_WINDOW", 0.02)
+    monkeypatch.setattr(journal_mod, "LINGER", 0.005)
+    monkeypatch.setattr(journal_mod, "MAX_LINGER", 0.03)
+    j = journal_factory()
+    j.put(jtask(0), wait=True)  # a group just ended: the next one is under load
+    before, writers = j.commits, []
+    for i in range(1, 41):
+        writers.append(gevent.spawn(j.put, jtask(i), wait=True))
+        gevent.sleep(0.002)
+    gevent.joinall(writers, raise_error=True, timeout=30)
+    assert all(w.successful() for w in writers)
+    assert len(j.load()[0]) == 41
+    # ~80 ms of arrivals in groups of up to 30 ms: 3-4; one step per group gives ~16
+    assert j.commits - before <= 8, j.commits - before
 
 
 def test_journal_wait_means_committed(journal_factory, tmp_path):
