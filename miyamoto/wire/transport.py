@@ -81,6 +81,12 @@ HEARTBEAT_TIMEOUT_MS = 3000
 # Yield to the hub after this many back-to-back messages, so a flood on the
 # ROUTER cannot starve the other greenlets of the process.
 YIELD_EVERY = 64
+# Under load (a drain that took frames follows the last such drain within RX_BUSY), the
+# loop waits RX_LINGER before the next drain, and again while each drain took frames:
+# the frames of a busy peer then arrive many to a drain (one wake, one turn of the
+# handlers: the STOREs among them share a waited commit) instead of one wake each.
+RX_BUSY = 0.002
+RX_LINGER = 0.002
 # Warnings about malformed input: at most WARN_BURST per WARN_WINDOW seconds.
 WARN_BURST = 10
 WARN_WINDOW = 10.0
@@ -453,13 +459,23 @@ class Transport:
     # -- receiving -----------------------------------------------------------
 
     def _receive_loop(self) -> None:
-        """Drain the ROUTER, yield to the hub every YIELD_EVERY messages, wait on its FD."""
+        """Drain the ROUTER, yield to the hub every YIELD_EVERY messages, wait on its FD;
+        under load, let frames pile up between drains (RX_LINGER)."""
         sock = self._router
         assert sock is not None
         readable = Readable(sock)
+        last = -RX_BUSY  # when the last drain that took frames ended
         try:
             while not self._stopped:
-                if self._drain(sock):
+                taken = self._drain(sock)
+                if 0 < taken < YIELD_EVERY:
+                    busy = time.monotonic() - last < RX_BUSY
+                    while busy and not self._stopped:  # under load: frames pile up
+                        gevent.sleep(RX_LINGER)
+                        taken = self._drain(sock)
+                        busy = 0 < taken < YIELD_EVERY
+                    last = time.monotonic()
+                if taken >= YIELD_EVERY:
                     gevent.sleep(0)  # fairness: a flood must not starve the process
                 elif not self._stopped:
                     readable.wait()
@@ -468,16 +484,17 @@ class Transport:
         finally:
             readable.close()
 
-    def _drain(self, sock: zmq.Socket) -> bool:
-        """Handle queued messages until EAGAIN (False) or YIELD_EVERY of them (True).
+    def _drain(self, sock: zmq.Socket) -> int:
+        """Handle queued messages until EAGAIN or YIELD_EVERY of them: how many it took
+        (YIELD_EVERY, too, after a receive error: the loop yields before it tries again).
 
         Frames past the fourth are read and thrown away, never kept. A multipart
         message is delivered whole, so its later frames never raise Again.
         """
         recv = sock.recv
-        for _ in range(YIELD_EVERY):
+        for taken in range(YIELD_EVERY):
             if self._stopped:
-                return False
+                return taken
             try:
                 first = part = recv(NOBLOCK, False)
                 frames = [first.bytes]
@@ -488,15 +505,15 @@ class Transport:
                     if count <= FRAMES:
                         frames.append(part.bytes)
             except zmq.Again:
-                return False
+                return taken
             except zmq.ZMQError as e:
                 if self._stopped or e.errno in (zmq.ETERM, zmq.ENOTSOCK):
                     raise  # the socket or its context is gone: the loop ends
                 log.error("receive failed on %s: %s", self._address, e)
                 gevent.sleep(0.1)
-                return True
+                return YIELD_EVERY
             self._handle(frames, count, first)
-        return True
+        return YIELD_EVERY
 
     def _handle(self, frames: list[bytes], count: int, first: zmq.Frame) -> None:
         """One message: its sender, key and freshness are checked before its payload is

@@ -784,6 +784,64 @@ def test_an_idle_loop_sleeps_and_wakes_promptly(make):
     assert sorted(latencies)[len(latencies) // 2] < 0.1, latencies
 
 
+def drains_of(t: Transport, monkeypatch) -> list[int]:
+    """How many frames each of ``t``'s drains took from now on."""
+    taken: list[int] = []
+    drain = t._drain
+
+    def counted(sock):
+        n = drain(sock)
+        taken.append(n)
+        return n
+
+    monkeypatch.setattr(t, "_drain", counted)
+    return taken
+
+
+def paced_sends(peer, n: int, first: int = 0) -> None:
+    for i in range(first, first + n):
+        peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
+        gevent.sleep(0.0001)  # about a millisecond: gevent's shortest timer
+
+
+@pytest.mark.timeout(30)
+def test_under_load_the_receive_loop_lets_frames_pile_up_for_one_drain(no_safety_net, make,
+                                                                        raw, monkeypatch):
+    """A busy peer's frames come a millisecond apart: once drains follow each other that
+    closely, the loop waits RX_LINGER between them and takes several frames a drain."""
+    target, inbox = make("target")
+    peer = raw(b"peer")
+    peer.connect(target.address)
+    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {}))
+    inbox.wait_for(lambda m: True)
+    taken = drains_of(target, monkeypatch)
+    paced_sends(peer, 200)
+    wait_until(lambda: len(inbox.messages) == 201, timeout=20, what="the paced frames")
+    productive = [n for n in taken if n]
+    assert sum(productive) == 200
+    # one frame a drain without the linger; about two with it
+    assert len(productive) <= 150, (len(productive), productive[:40])
+
+
+@pytest.mark.timeout(30)
+def test_an_idle_loop_does_not_linger_after_a_lone_frame(no_safety_net, make, raw,
+                                                          monkeypatch):
+    """Frames far apart are each taken by one drain and the loop goes back to waiting on
+    its socket at once: no drain that finds nothing, no RX_LINGER added to a reply."""
+    target, inbox = make("target")
+    peer = raw(b"peer")
+    peer.connect(target.address)
+    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {}))
+    inbox.wait_for(lambda m: True)
+    taken = drains_of(target, monkeypatch)
+    for i in range(5):
+        gevent.sleep(0.03)  # idle between frames: the pacing under test, not a wait
+        peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
+        inbox.wait_for(lambda m, i=i: m[2] == {"i": i})
+    gevent.sleep(0.03)  # a lingering loop's next drain would come within this
+    assert taken == [1] * 5, taken
+
+
 @pytest.mark.timeout(20)
 def test_stop_inside_on_message_ends_a_burst_there(no_safety_net, make, raw):
     holder: dict = {"seen": []}
