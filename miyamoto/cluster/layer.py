@@ -139,7 +139,7 @@ class Cluster:
         self._keys: dict[str, str] = {}  # member (or former) -> the key it joined with
         self._down: dict[str, dict[str, Any]] = {}  # dropped members as /cluster shows them
         self.zones: dict[str, str] = {}  # member -> failure domain
-        self.outbox = Outbox(self.transport.send, self.transport.stats.count)
+        self.outbox = Outbox(self.transport.send, self.transport.stats.count, monotonic)
         self.requests = Requests(self.send, cfg.advertise)
         self.clocks = PeerClocks(cfg.max_clock_skew)
         self.placement: Placement = ALONE  # our clock against the cluster's, every tick

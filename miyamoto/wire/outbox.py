@@ -10,11 +10,19 @@ tenth of a busy node's greenlet spawns). It never blocks: sends do not, nor do t
 ``on_fail`` callbacks, which only hand a stand-in answer to a waiting request.
 A message that cannot be sent (peer not connected) calls its ``on_fail``, so callers
 waiting for an answer can give up at once instead of at their timeout.
+
+Under load (the last flush was less than BUSY ago) a flush waits LINGER instead, so
+that the STOREs and STOREDs of the next turns of the loop join the same frames: a
+cluster node's enqueues come one HTTP request per turn, and each turn's lone STORE
+otherwise costs its own send, wake and drain on the sibling. A message whose lateness
+could change what a sibling decides (URGENT: the end of an attempt, a claim, a clock
+probe) never waits: it takes everything queued with it at the end of its turn.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable
 
 import gevent
@@ -25,20 +33,31 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 256  # messages in one BATCH frame
 MAX_BATCH_BYTES = 1024 * 1024  # a larger message (a big STORE) travels alone
+BUSY = 0.002  # a flush this soon after the last one means load ...
+LINGER = 0.001  # ... and waits this long (gevent's timers: about a millisecond at least)
+# an attempt's end and its claims decide when a sibling's copy may fire; a clock probe's
+# delay would read as an offset
+URGENT = frozenset({Verb.DONE, Verb.RETRY, Verb.FAILED, Verb.CLAIM, Verb.CANCEL,
+                    Verb.CLOCK, Verb.CLOCK_ECHO})
 
 Send = Callable[[str | None, str, Verb, dict], bool]
 Count = Callable[[str, str], None]
 
 
 class Outbox:
-    def __init__(self, send: Send, count: Count | None = None):
+    def __init__(self, send: Send, count: Count | None = None,
+                 monotonic: Callable[[], float] = time.monotonic):
         """``count(verb, "sent")`` is told of each message sent inside a BATCH (the
-        transport counts frames: a BATCH once, by its own verb)."""
+        transport counts frames: a BATCH once, by its own verb); ``monotonic`` times
+        the flushes (on virtual time, the simulation's clock)."""
         self._send = send
         self._count = count
+        self._monotonic = monotonic
         self._loop = gevent.get_hub().loop
         self._queued: dict[str, tuple[str | None, list[tuple[Verb, dict, Callable | None]]]] = {}
-        self._scheduled = False
+        self._scheduled = False  # a flush at the end of this turn
+        self._timer = self._loop.timer(LINGER)  # or, under load, after LINGER
+        self._last = -BUSY  # when the last flush ran
 
     def put(self, to: str | None, address: str, verb: Verb, payload: dict,
             on_fail: Callable[[], Any] | None = None) -> None:
@@ -46,12 +65,19 @@ class Outbox:
         if entry is None:
             entry = self._queued[address] = (to, [])
         entry[1].append((verb, payload, on_fail))
-        if not self._scheduled:
+        if self._scheduled:
+            return
+        if verb in URGENT or self._monotonic() - self._last >= BUSY:
+            self._timer.stop()
             self._scheduled = True
             self._loop.run_callback(self.flush)  # runs once the current greenlet yields
+        elif not self._timer.active:
+            self._timer.start(self.flush)
 
     def flush(self) -> None:
         self._scheduled = False
+        self._timer.stop()
+        self._last = self._monotonic()
         queued, self._queued = self._queued, {}
         for address, (to, items) in queued.items():
             if len(items) == 1:

@@ -9,7 +9,8 @@ import pytest
 import ujson
 
 from helpers import REPO
-from miyamoto.wire.outbox import MAX_BATCH, Outbox, unbatch
+from dispatchkit import wait_for as wait_until
+from miyamoto.wire.outbox import BUSY, MAX_BATCH, URGENT, Outbox, unbatch
 from miyamoto.wire.verbs import Verb
 
 pytestmark = pytest.mark.timeout(30)
@@ -163,6 +164,51 @@ def test_a_batch_holds_at_most_max_batch_messages():
     box.put("b", "tcp://b", Verb.DONE, {"i": 1})  # a later turn schedules its own flush
     _turn()
     assert len(box._send.sent) == 2
+
+
+def sent_ids(send: FakeSend) -> list[list[int]]:
+    """The ids each frame carried, frame by frame."""
+    return [[p["i"] for _, p in unbatch(ujson.loads(data))] if verb == Verb.BATCH
+             else [data["i"]] for _, _, verb, data in send.sent]
+
+
+def test_under_load_a_flush_waits_for_the_next_turns_messages():
+    """One enqueue a turn, each with its STORE: under load (a flush less than BUSY ago)
+    the next flush waits LINGER, and the STOREs of the turns meanwhile leave as one."""
+    now = [100.0]
+    send = FakeSend()
+    box = Outbox(send, monotonic=lambda: now[0])
+    box.put("b", "tcp://b", Verb.STORE, {"i": 0})
+    _turn()
+    assert sent_ids(send) == [[0]]  # idle: at the end of the turn
+    now[0] += BUSY / 2
+    for i in (1, 2, 3):
+        box.put("b", "tcp://b", Verb.STORE, {"i": i})
+        _turn()
+    assert sent_ids(send) == [[0]]  # under load: waiting for more
+    wait_until(lambda: len(send.sent) == 2, timeout=5)
+    assert sent_ids(send) == [[0], [1, 2, 3]]
+    now[0] += 2 * BUSY  # quiet again: the next one leaves at the end of its turn
+    box.put("b", "tcp://b", Verb.STORED, {"i": 4})
+    _turn()
+    assert sent_ids(send) == [[0], [1, 2, 3], [4]]
+
+
+@pytest.mark.parametrize("verb", sorted(URGENT))
+def test_an_urgent_message_never_waits_and_takes_the_waiting_ones_along(verb):
+    """An attempt's end, a claim or a clock probe leaves at the end of its turn even under
+    load, and what waited for the linger goes in the same frame, in order."""
+    now = [100.0]
+    send = FakeSend()
+    box = Outbox(send, monotonic=lambda: now[0])
+    box.put("b", "tcp://b", Verb.STORE, {"i": 0})
+    _turn()
+    box.put("b", "tcp://b", Verb.STORE, {"i": 1})  # under load: waits
+    box.put("b", "tcp://b", verb, {"i": 2})
+    _turn()
+    assert sent_ids(send) == [[0], [1, 2]]
+    gevent.sleep(0.005)  # past the linger: the stopped timer sends nothing more
+    assert len(send.sent) == 2
 
 
 def test_unbatch_reads_at_most_max_batch_entries():
