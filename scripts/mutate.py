@@ -424,6 +424,20 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
        "the watcher is unreferenced by then (it keeps no hub alive, test_only_a_call_"
        "outstanding_keeps_the_hub_alive) and the thread that sends to it has ended: an open "
        "one is a few bytes, never an event"},
+    ("miyamoto/wire/outbox.py", "BUSY = 0.002  # a flush this soon after the last one means "
+     "load ...", "0.002 -> 0.004"):
+        "when a flush waits LINGER for more messages: how many share a frame, never whether "
+        "or in what order one is sent (test_under_load_a_flush_waits_for_the_next_turns_messages)",
+    ("miyamoto/wire/outbox.py", "LINGER = 0.001  # ... and waits this long (gevent's timers: "
+     "about a millisecond at least)", "0.001 -> 0.002"):
+        "how long a flush under load waits: latency and frame sizes only (the tests wait for "
+        "the flush on a condition)",
+    **{("miyamoto/wire/outbox.py", "self._timer.stop()", "drop the call"):
+       "a timer left running flushes what is queued when it fires: sooner than LINGER, never "
+       "later, in the same order; with nothing queued it sends nothing"},
+    ("miyamoto/wire/transport.py", "if 0 < taken < YIELD_EVERY:", "< -> <="):
+        "a full drain then yields by RX_LINGER's sleep instead of sleep(0): other greenlets "
+        "still run between every YIELD_EVERY frames (test_a_burst_past_yield_every_...)",
     ("miyamoto/wire/outbox.py", "self._scheduled = True", "True -> False"):
         "a flush scheduled per put rather than per turn: the first one sends all that is "
         "queued, in the same batches, and the others find nothing",
@@ -450,7 +464,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "drop not"):
         "build_task's _check_field_names has refused every non-finite number, in any field "
         "at any depth, before params are read: no float here is NaN or infinite",
-    ("miyamoto/store/journal.py", "LINGER = 0.0005", "0.0005 -> 0.001"):
+    ("miyamoto/store/journal.py", "LINGER = 0.0005  # under load a group waits in steps this long ...",
+     "0.0005 -> 0.001"):
         "how long a group under load waits for more records: how many share a commit, "
         "never whether one is committed",
     ("miyamoto/store/journal.py", "LAZY_COMMIT = 0.005", "0.005 -> 0.01"):
