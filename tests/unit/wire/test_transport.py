@@ -798,6 +798,17 @@ def drains_of(t: Transport, monkeypatch) -> list[int]:
     return taken
 
 
+def connected_and_counted(make, raw, monkeypatch):
+    """A target with a peer connected (its first frame through), and its drains counted
+    from then on: (inbox, peer, the frames each drain took)."""
+    target, inbox = make("target")
+    peer = raw(b"peer")
+    peer.connect(target.address)
+    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {}))
+    inbox.wait_for(lambda m: True)
+    return inbox, peer, drains_of(target, monkeypatch)
+
+
 def paced_sends(peer, n: int, first: int = 0) -> None:
     for i in range(first, first + n):
         peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
@@ -809,12 +820,7 @@ def test_under_load_the_receive_loop_lets_frames_pile_up_for_one_drain(no_safety
                                                                         raw, monkeypatch):
     """A busy peer's frames come a millisecond apart: once drains follow each other that
     closely, the loop waits RX_LINGER between them and takes several frames a drain."""
-    target, inbox = make("target")
-    peer = raw(b"peer")
-    peer.connect(target.address)
-    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {}))
-    inbox.wait_for(lambda m: True)
-    taken = drains_of(target, monkeypatch)
+    inbox, peer, taken = connected_and_counted(make, raw, monkeypatch)
     paced_sends(peer, 200)
     wait_until(lambda: len(inbox.messages) == 201, timeout=20, what="the paced frames")
     productive = [n for n in taken if n]
@@ -829,12 +835,7 @@ def test_an_idle_loop_does_not_linger_after_a_lone_frame(no_safety_net, make, ra
                                                           monkeypatch):
     """Frames far apart are each taken by one drain and the loop goes back to waiting on
     its socket at once: no drain that finds nothing, no RX_LINGER added to a reply."""
-    target, inbox = make("target")
-    peer = raw(b"peer")
-    peer.connect(target.address)
-    peer.send_multipart(protocol.encode(Verb.HEARTBEAT, {}))
-    inbox.wait_for(lambda m: True)
-    taken = drains_of(target, monkeypatch)
+    inbox, peer, taken = connected_and_counted(make, raw, monkeypatch)
     for i in range(5):
         gevent.sleep(0.03)  # idle between frames: the pacing under test, not a wait
         peer.send_multipart(protocol.encode(Verb.STORE, {"i": i}))
