@@ -618,3 +618,37 @@ def test_journal_rows_walks_every_copy_written_up_to_a_mark(journal_factory):
     rest = j.rows(first[-1][0], mark, 10)
     assert [(t.id, t.state) for _, t in rest] == [(jtask(2).id, State.SUCCEEDED)]
     assert j.rows(rest[-1][0], mark, 10) == []
+
+
+def test_journal_a_rewritten_record_stays_among_the_recent_ones(journal_factory, monkeypatch):
+    """The recent records are kept newest last: a copy written again moves to the end,
+    so the ones the next writes push out are those not written for longest."""
+    monkeypatch.setattr(journal_mod, "RECENT_MAX", 3)
+    j = journal_factory()
+    for i in range(3):
+        j.put(jtask(i), wait=True)
+    j.put(jtask(0).evolve(attempts=1), wait=True)  # t00000 written again: now the newest
+    j.put(jtask(3), wait=True)
+    assert list(j._recent) == ["t00002", "t00000", "t00003"]
+
+
+def test_journal_load_running_gives_the_running_copies_and_the_paused_queues(journal_factory):
+    j = journal_factory()
+    j.put(jtask(1, state=State.RUNNING, accepted=1), wait=True)
+    j.put(jtask(2), wait=True)
+    j.set_paused("q", True)
+    tasks, queues = j.load_running()
+    assert [t.id for t in tasks] == ["t00001"] and tasks[0].state == State.RUNNING
+    assert queues == {"q": True}
+
+
+def test_journal_walks_include_the_writes_still_waiting_for_their_group(journal_factory):
+    """live_rows and rows read the file, so they commit what was handed in first: a
+    copy put a moment ago (not waited for) is in the walk."""
+    j = journal_factory()
+    j.put(jtask(1), wait=True)
+    mark = j.last_rowid()
+    j.put(jtask(2))  # no wait: still in the journal's group
+    assert [t.id for _, t in j.live_rows(0, 10)] == ["t00001", "t00002"]
+    j.put(jtask(3))
+    assert [t.id for _, t in j.rows(mark, 10**9, 10)] == ["t00002", "t00003"]
