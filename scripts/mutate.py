@@ -709,6 +709,16 @@ EQUIVALENT.update({
     ("miyamoto/replicas/effects.py", "go: bool = False", "False -> True"):
         "Ready.go is read only for a Due or an Expiring, and the machine names go in both "
         "answers: the default is never read",
+    ("miyamoto/replicas/effects.py", "n: int = 0", "0 -> 1"):
+        "Ready.n is read only for a Folded, whose answer always names n (_fold's round, 0 "
+        "when it does not fold): the default is never read",
+    ("miyamoto/replicas/messages.py",
+     "return a.verdict in (ENDED, REHOMED) or (a.verdict == SAME and a.reruns > 0)",
+     "and -> or"):
+        "news_of_an_end only spares the layer a journal read: an answer it lets through "
+        "as well (same of run 0, or another verdict with a run) reaches the machine with "
+        "the ended copy, and _stale_end acts only on rehomed, ended with a later run and "
+        "same with a later run, so it gives no effect",
     ("miyamoto/definitions/sync.py", "self._writes.pop(wid, None)", "drop the call"):
         "the write's Finished pops its waiter anyway, and the machine finishes every "
         "write by its deadline: a timed-out waiter stays a few seconds longer, unread",

@@ -569,7 +569,7 @@ class Siblings:
         if isinstance(msg, m.Cancel):
             self._forget(t.id)
             if not msg.abort:
-                return [CancelCopy(t.id)]
+                return [CancelCopy(t.id, False)]
             # a refused enqueue: its entry node knows only where it placed the copies; a
             # copy restored elsewhere meanwhile (a sibling lost during the enqueue) is
             # known to us, its restorer: tell every sibling we name but the sender
