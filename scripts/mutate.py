@@ -709,6 +709,11 @@ EQUIVALENT.update({
     ("miyamoto/replicas/effects.py", "go: bool = False", "False -> True"):
         "Ready.go is read only for a Due or an Expiring, and the machine names go in both "
         "answers: the default is never read",
+    ("miyamoto/cluster/coordinator.py",
+     "ask, lease = self.members.fold(first) if first is not None else (0, 0.0)",
+     "0.0 -> 1.0"):
+        "a STORE's lease is read only with its folded ASK (layer._admit answers it only "
+        "when ask is set): with ask 0 no one reads it",
     ("miyamoto/replicas/effects.py", "n: int = 0", "0 -> 1"):
         "Ready.n is read only for a Folded, whose answer always names n (_fold's round, 0 "
         "when it does not fold): the default is never read",

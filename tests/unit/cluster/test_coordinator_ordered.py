@@ -8,9 +8,11 @@ many lone copies it moved. The plain enqueue: test_coordinator.py."""
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import ExitStack
 from typing import Iterator
 
+import gevent
 import pytest
 
 from enginekit import memory_engine
@@ -151,3 +153,45 @@ def test_a_stopping_node_says_how_many_lone_copies_it_moved(pair, caplog) -> Non
     a.coordinator.move_lone_copies(lone)
     assert b.engine.get("t1") is not None and b.engine.get("t2") is not None
     assert "moved 2 of 2 tasks" in caplog.text, caplog.text
+
+
+def test_a_name_taken_only_on_the_second_copys_node_undoes_the_first_copy(pair) -> None:
+    """The key's owner numbers and stores copy 0; the other node refuses copy 1 for a
+    name it holds: the enqueue is refused and the owner's copy undone."""
+    owner = pair["a"].coordinator.enqueue(_task(1)).replicas[0]
+    other = pair["b" if owner == "a" else "a"]
+    other.engine.add(_task(7, ordering_key=None, name="inv-1", replicas=(other.me,)))
+    with pytest.raises(Duplicate):
+        pair[owner].coordinator.enqueue(_task(5, name="inv-1"))
+    copy = pair[owner].engine.get("t5")
+    assert copy is None or copy.state.ended, copy
+
+
+def test_a_stopping_node_with_nothing_lone_or_no_one_to_take_it_moves_nothing(
+        caplog) -> None:
+    with ExitStack() as stack:
+        a = Node("a", stack, ("a", "b"))
+        alone = Node("z", stack, ("z",))
+        caplog.set_level(logging.INFO, logger="miyamoto.cluster.coordinator")
+        a.coordinator.move_lone_copies([])
+        lone = _task(1, ordering_key=None, replicas=("z",), replica=0)
+        alone.engine.add(lone)
+        alone.coordinator.move_lone_copies([lone])
+        assert "moved" not in caplog.text, caplog.text
+        assert alone.engine.get("t1").state == lone.state
+
+
+def test_a_stopping_node_stops_moving_lone_copies_at_shutdown_timeout(caplog,
+                                                                      monkeypatch) -> None:
+    """A peer that does not answer keeps the copies here (they stay in the journal) and
+    the stop goes on after shutdown_timeout: no error."""
+    with ExitStack() as stack:
+        a = Node("a", stack, ("a", "b"), shutdown_timeout=0.2)
+        lone = _task(1, ordering_key=None, replicas=("a",), replica=0)
+        a.engine.add(lone)
+        monkeypatch.setattr(a.coordinator, "store", lambda copies: gevent.sleep(5))
+        caplog.set_level(logging.INFO, logger="miyamoto.cluster.coordinator")
+        took = time.monotonic()
+        a.coordinator.move_lone_copies([lone])
+        assert time.monotonic() - took < 3
+        assert "moved 0 of 1 tasks" in caplog.text and a.engine.get("t1") is not None
