@@ -52,6 +52,17 @@ def test_each_setting_takes_its_range_ends_and_nothing_beyond(field: str) -> Non
     assert _refused({field: lo - step}) == field and _refused({field: hi + step}) == field
 
 
+def test_an_out_of_range_value_is_told_the_range_as_the_setting_counts() -> None:
+    """A whole-number setting's range is shown in whole numbers, a fractional one's as it
+    is: a timeout of 0 is told 0.01, not 0."""
+    for data, said in [({"timeout": 0}, "must be between 0.01 and 1800"),
+                       ({"burst": 0}, "must be between 1 and 1e+06"),
+                       ({"rate": -1}, "must be between 0 and 1e+06")]:
+        with pytest.raises(ValidationError) as e:
+            q.parse_put(data)
+        assert said in str(e.value), (data, str(e.value))
+
+
 def test_a_null_drops_a_value_and_a_merge_keeps_the_rest() -> None:
     changes = q.parse_put({"rate": None, "burst": 3})
     assert changes == {"rate": None, "burst": 3}
