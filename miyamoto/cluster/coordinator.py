@@ -159,13 +159,10 @@ class Coordinator:
         """Undo a refused enqueue on every copy, releasing the name it reserved. A copy
         restored here while the enqueue waited (a sibling lost meanwhile) is undone
         too; one restored elsewhere, by the holders it was restored from."""
-        if all(c.replicas[c.replica] != self.me for c in copies):
-            self.engine.abort(copies[0].id)
+        self.engine.abort(copies[0].id)  # ours, placed or restored (a no-op if none)
         for c in copies:
             holder = c.replicas[c.replica]
-            if holder == self.me:
-                self.engine.abort(c.id)
-            else:
+            if holder != self.me:
                 self.members.send(holder, m.Cancel(c.id, abort=True))
 
     def store(self, copies: list[Task], hold: bool = False) -> list[Task]:
@@ -283,14 +280,15 @@ class Coordinator:
         """Commit the admitted copies (one wait for all); each STORE's answer."""
         tasks = [t for _, t in admitted]
         held = [t for t in tasks if t.id in self.enqueuing]
+        timed = tasks
         try:
             if held:  # restored here while our own enqueue of it waits: not timed yet
                 for t in held:
                     self.enqueuing[t.id] = True
                 self.engine.settle(held, hold=True)
-            rest = [t for t in tasks if t.id not in self.enqueuing]
-            if rest:
-                self.engine.settle(rest)
+                timed = [t for t in tasks if t.id not in self.enqueuing]
+            if timed:
+                self.engine.settle(timed)
         except Exception as e:
             log.error("cluster: could not store %d copies: %s", len(tasks), e)
             return [(msg, m.Stored(msg.req, t.id, False, error=type(e).__name__))
