@@ -271,12 +271,13 @@ class Scenario:
         return None
 
     # ------------------------------------------------------------ counting
-    def _charge_duplicates(self) -> tuple[int, int]:
-        """(extra deliveries, tasks delivered more than once); charges each to a fault."""
+    def _charge_duplicates(self, deliveries: list) -> tuple[int, int]:
+        """(extra deliveries, tasks delivered more than once) of the sink's ``deliveries``
+        in time order; charges each to a fault."""
         seen: set[str] = set()
         dup_ids: set[str] = set()
         extra = 0
-        for req in sorted(self.sink.requests(HOOK), key=lambda r: r.time):
+        for req in deliveries:
             tid = req.task_id or ""
             if tid not in seen:
                 seen.add(tid)
@@ -292,7 +293,8 @@ class Scenario:
         assert self.stream is not None
         acked = set(self.stream.acked)
         counts = self.sink.by_task_id(HOOK)
-        extra, dup_tasks = self._charge_duplicates()
+        deliveries = sorted(self.sink.requests(HOOK), key=lambda r: r.time)
+        extra, dup_tasks = self._charge_duplicates(deliveries)
         before_faults = extra - sum(f.duplicates for f in self.faults)
         in_flight = [f.in_flight for f in self.faults]
         out: dict[str, Any] = {"mode": self.opts.mode, "seed": self.seed,
@@ -316,18 +318,19 @@ class Scenario:
             "elapsed_s": round(time.time() - self.t0, 1),
             "loadavg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "faults": [f.report(self.t0) for f in self.faults],
-            "duplicate_deliveries": self._duplicate_times(counts),
+            "duplicate_deliveries": self._duplicate_times(deliveries, counts),
             "workdir": str(self.workdir),
         })
         return out
 
-    def _duplicate_times(self, counts: dict[str, int], most: int = 60) -> dict[str, list]:
+    def _duplicate_times(self, deliveries: list, counts: dict[str, int],
+                         most: int = 60) -> dict[str, list]:
         """For up to ``most`` duplicated tasks, when each delivery reached the sink (s
         from the start) and its X-Task-Retry-Count: what tells a sibling's copy firing
         after its hold from a restarted node's reloaded copy."""
         dup = {t for t, n in counts.items() if n > 1}
         out: dict[str, list] = {}
-        for req in sorted(self.sink.requests(HOOK), key=lambda r: r.time):
+        for req in deliveries:
             tid = req.task_id or ""
             if tid in dup and (tid in out or len(out) < most):
                 out.setdefault(tid, []).append(
