@@ -36,6 +36,8 @@ class DbRunner(Protocol):
 
     def apply(self, fn: Callable[..., T], *args: Any) -> T: ...
 
+    def apply_here(self, fn: Callable[..., T], *args: Any) -> T: ...
+
     def close(self) -> None: ...
 
 
@@ -61,6 +63,16 @@ class DbThread:
             self._async.ref = True
         self._jobs.put((fn, args, waiter))
         return waiter.get()
+
+    def apply_here(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the calling thread, the hub, when no call is outstanding: the
+        thread is idle in its queue, so the connection is free, and the hand-off (a wake of
+        the thread, the GIL passed to it and back at each of SQLite's steps, a wake of the
+        hub) is not paid. Behind an outstanding call it runs on the thread after it, in
+        order, like ``apply``. For calls that do not wait on the disk (no fsync)."""
+        if self._outstanding or self._closed:
+            return self.apply(fn, *args)
+        return fn(*args)
 
     def close(self) -> None:
         """Let the thread end once the calls made so far have run. Idempotent."""

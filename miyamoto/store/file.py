@@ -160,6 +160,11 @@ class JournalFile:
             self.db.close()
             self.db = None
 
+    def checkpoint(self) -> None:
+        """Copy the WAL's frames into the file (PASSIVE: writers are not waited for)."""
+        if self.identity is not None:
+            self.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     def release(self) -> None:
         if self.lock is not None:
             self.lock.release()
@@ -245,6 +250,8 @@ def connect(path: str, sync_full: bool) -> tuple[sqlite3.Connection, Identity | 
         if path != ":memory:":
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'FULL' if sync_full else 'NORMAL'}")
+            if not sync_full:  # its commits run on the hub: the fsyncs of a checkpoint
+                db.execute("PRAGMA wal_autocheckpoint=0")  # do not (Journal checkpoints)
         db.execute("PRAGMA recursive_triggers = ON")
         db.executescript(SCHEMA)
         migrate(db)

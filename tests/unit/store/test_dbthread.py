@@ -146,3 +146,38 @@ def _only_a_call_keeps_the_hub_alive() -> None:
     assert pending.get(timeout=5) is True
     assert gevent.wait(timeout=2) is True
     db.close()
+
+
+def test_a_call_made_here_while_the_thread_is_idle_runs_on_the_callers_thread():
+    db = DbThread()
+    assert db.apply(threading.get_ident) != threading.get_ident()  # (done: idle again)
+    assert db.apply_here(threading.get_ident) == threading.get_ident()
+    with pytest.raises(OSError, match="disk full"):  # its exception, raised as it is
+        db.apply_here(lambda: (_ for _ in ()).throw(OSError("disk full")))
+    db.close()
+
+
+def test_a_call_made_here_behind_an_outstanding_one_runs_on_the_thread_after_it():
+    """The connection is the thread's while a call of its runs: a call made here then
+    waits its turn there, and the order of the calls is kept."""
+    db = DbThread()
+    release = threading.Event()
+    call, running = _blocking_call(release)
+    order: list[str] = []
+    first = gevent.spawn(db.apply, lambda: (call(), order.append("first")))
+    running()
+    here = gevent.spawn(db.apply_here, lambda: (order.append("here"), threading.get_ident())[1])
+    gevent.sleep(0.05)
+    assert not here.ready() and order == []  # it waits behind the thread's call
+    release.set()
+    assert here.get(timeout=5) != threading.get_ident()
+    first.join(timeout=5)
+    assert order == ["first", "here"]
+    db.close()
+
+
+def test_a_call_made_here_after_close_is_refused():
+    db = DbThread()
+    db.close()
+    with pytest.raises(DbThreadClosed):
+        db.apply_here(lambda: None)

@@ -418,9 +418,10 @@ def test_journal_close_ends_its_greenlets_thread_and_files(tmp_path):
 
 
 def test_journal_close_waits_for_the_commit_in_flight(tmp_path, monkeypatch):
-    """The writer finishes the group it is committing: its waiter hears success."""
+    """The writer finishes the group it is committing: its waiter hears success. (With
+    fsync on: the commit runs on the database thread, where a close can find it.)"""
     import threading
-    j = Journal(str(tmp_path / "d"))
+    j = Journal(str(tmp_path / "d"), sync_full=True)
     j.open()
     started, release = threading.Event(), threading.Event()
     real = j._commit
@@ -652,3 +653,52 @@ def test_journal_walks_include_the_writes_still_waiting_for_their_group(journal_
     assert [t.id for _, t in j.live_rows(0, 10)] == ["t00001", "t00002"]
     j.put(jtask(3))
     assert [t.id for _, t in j.rows(mark, 10**9, 10)] == ["t00002", "t00003"]
+
+
+def test_a_commit_without_fsync_runs_on_the_hub_and_one_with_fsync_on_the_thread(tmp_path):
+    """No fsync: the group commit only writes the WAL, cheaper than a hand-off to the
+    database thread, so the hub runs it (when the thread is idle); with fsync the
+    thread does, and the hub goes on meanwhile."""
+    import threading
+    for sync_full, on_hub in ((False, True), (True, False)):
+        j = Journal(str(tmp_path / f"d{sync_full}"), sync_full=sync_full)
+        j.open()
+        real, threads = j._commit, []
+
+        def commit(*args, real=real, threads=threads):
+            threads.append(threading.get_ident())
+            return real(*args)
+        j._commit = commit
+        j.put(jtask(1), wait=True)
+        assert (threads == [threading.get_ident()]) is on_hub, (sync_full, threads)
+        j.close()
+
+
+def test_the_wal_is_checkpointed_by_the_journal_not_inside_a_commit(tmp_path, monkeypatch):
+    """SQLite's own checkpoint (an fsync, inside the commit that crosses its mark) is off
+    where commits run on the hub; the journal checkpoints on the thread, at most every
+    CHECKPOINT_EVERY, and only after commits."""
+    monkeypatch.setattr(journal_mod, "CHECKPOINT_EVERY", 0.05)
+    j = Journal(str(tmp_path / "d"))
+    j.open()
+    assert j._file.conn().execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    real, done = j._file.checkpoint, []
+    monkeypatch.setattr(j._file, "checkpoint", lambda: (real(), done.append(1)))
+    j.put(jtask(1), wait=True)  # the first commit: the first checkpoint
+    deadline = time.monotonic() + 5
+    while not done:
+        assert time.monotonic() < deadline, "no checkpoint after a commit"
+        gevent.sleep(0.005)
+    gevent.sleep(0.1)
+    assert len(done) == 1  # none without commits
+    j.put(jtask(2), wait=True)
+    while len(done) < 2:
+        assert time.monotonic() < deadline, "no checkpoint after a later commit"
+        gevent.sleep(0.005)
+    busy, wal, moved = j._file.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and wal == moved  # every frame is in the file
+    j.close()
+    full = Journal(str(tmp_path / "f"), sync_full=True)
+    full.open()  # commits on the thread, which may fsync: SQLite's checkpoint stays on
+    assert full._file.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 0
+    full.close()
