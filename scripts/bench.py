@@ -28,6 +28,7 @@ Examples:
   .venv/bin/python scripts/bench.py --memory --plot latency.png
   .venv/bin/python scripts/bench.py --delayed 100000
   .venv/bin/python scripts/bench.py --nodes 3 --replication 2 --pin 0,1,2,3  # a core each
+  .venv/bin/python scripts/bench.py --nodes 3 --standalone      # 3 single nodes, no cluster
   .venv/bin/python scripts/bench.py --server http://127.0.0.1:8088 --tasks 2000
 
 Result keys (times from this process's perf_counter; the sink runs in-process):
@@ -169,6 +170,10 @@ def _node_options(nodes: argparse._ArgumentGroup) -> None:
     nodes.add_argument("--nodes", type=int, default=1,
                        help="number of nodes to start; >1 forms a cluster seeded by node 1 "
                             "(default 1)")
+    nodes.add_argument("--standalone", action="store_true",
+                       help="with --nodes N: N single nodes, not a cluster (enqueues still go "
+                            "round-robin): what N processes cost on this machine without any "
+                            "cluster traffic, the floor a cluster's CPU per task is measured on")
     nodes.add_argument("--replication", type=int, default=None,
                        help="--replication passed to the nodes (default: the server's)")
     nodes.add_argument("--memory", action="store_true",
@@ -197,7 +202,7 @@ def _measurement_options(out: argparse._ArgumentGroup) -> None:
                      help="s to wait for all deliveries after the last enqueue (default 120)")
     out.add_argument("--grace", type=float, default=None,
                      help="s to keep counting after the last delivery, to catch duplicates "
-                          "(default: replica offset + 1 with several nodes, else 0.5)")
+                          "(default: replica offset + 1 with a cluster, else 0.5)")
     out.add_argument("--settle", type=float, default=2.0,
                      help="--delayed: s to wait after the last enqueue before measuring "
                           "(default 2)")
@@ -237,6 +242,9 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             if parts.scheme != "http" or parts.hostname != LOCALHOST or not parts.port:
                 p.error(f"--server must be http://127.0.0.1:PORT, got {url!r}")
         args.nodes = len(args.server)
+    if args.standalone and (args.server or args.replication is not None or args.nodes < 2):
+        p.error("--standalone starts --nodes N (2 or more) single nodes: not with --server "
+                "or --replication")
     if args.restart and (args.delayed is None or args.server or args.memory):
         p.error("--restart needs --delayed and started nodes with a disk journal")
     args.pin_cpus = _pin_cpus(p, args)
@@ -257,7 +265,7 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.grace is None:
         offset = float(dict(kv.split("=", 1) for kv in args.node_env).get(
             "MIYAMOTO_REPLICA_OFFSET", DEFAULT_REPLICA_OFFSET))
-        args.grace = offset + 1.0 if args.nodes > 1 else 0.5
+        args.grace = offset + 1.0 if args.nodes > 1 and not args.standalone else 0.5
 
 
 
@@ -312,8 +320,9 @@ def node_cpu(args: argparse.Namespace, i: int) -> int | None:
 
 
 def plan_nodes(args: argparse.Namespace, workdir: str) -> list[NodeProcess]:
-    """The nodes to start: n1 unseeded, the others seeded with n1 (harness.plan_cluster);
-    with --pin each node's command starts under taskset on its CPU."""
+    """The nodes to start: n1 unseeded, the others seeded with n1 (harness.plan_cluster),
+    or with --standalone none seeded (each its own one-node cluster); with --pin each
+    node's command starts under taskset on its CPU."""
     extra = ["--log-level", args.log_level]
     if args.replication is not None:
         extra += ["--replication", str(args.replication)]
@@ -322,6 +331,8 @@ def plan_nodes(args: argparse.Namespace, workdir: str) -> list[NodeProcess]:
                          raw_env=dict(kv.split("=", 1) for kv in args.node_env),
                          inherit_miyamoto_env=True, cwd=REPO_ROOT, own_session=True)
     for i, n in enumerate(nodes):
+        if args.standalone:
+            n.seeds = []
         cpu = node_cpu(args, i)
         if cpu is not None:
             n.program = ["taskset", "-c", str(cpu), *n.program]
@@ -340,8 +351,14 @@ def wait_healthy(nodes: Sequence[ExternalNode], timeout: float) -> None:
 
 
 def start_nodes(args: argparse.Namespace, nodes: list[NodeProcess]) -> dict[str, Any]:
-    """Start node 1, then the others seeded with node 1; wait for a formed cluster."""
+    """Start node 1, then the others seeded with node 1; wait for a formed cluster (with
+    --standalone: each node leads its own)."""
     deadline = time.monotonic() + args.startup_timeout
+    if args.standalone:
+        for n in nodes:
+            n.start()
+        views = [wait_converged([n], max(0.1, deadline - time.monotonic())) for n in nodes]
+        return views[0]
     nodes[0].start().wait_ready(args.startup_timeout, ready=False)
     for n in nodes[1:]:
         n.start()
@@ -369,6 +386,7 @@ def base_report(args: argparse.Namespace, view: dict[str, Any] | None,
         journal = "memory" if args.memory else "disk"
     return {"mode": mode, "tasks": args.tasks, "nodes": args.nodes, "replication": replication,
             "journal": journal, "connections": args.connections,
+            **({"standalone": True} if args.standalone else {}),
             "loadavg_1m": None if (la := loadavg()) is None else round(la, 2)}
 
 
