@@ -139,7 +139,7 @@ class Cluster:
         self._keys: dict[str, str] = {}  # member (or former) -> the key it joined with
         self._down: dict[str, dict[str, Any]] = {}  # dropped members as /cluster shows them
         self.zones: dict[str, str] = {}  # member -> failure domain
-        self.outbox = Outbox(self.transport.send, self.transport.stats.count, monotonic)
+        self.outbox = Outbox(self.transport.send, self.transport.stats.count_all, monotonic)
         self.requests = Requests(self.send, cfg.advertise)
         self.clocks = PeerClocks(cfg.max_clock_skew)
         self.placement: Placement = ALONE  # our clock against the cluster's, every tick
@@ -498,10 +498,10 @@ class Cluster:
                     admitted: list[tuple[rm.Store, Task]]) -> None:
         try:
             if verb == Verb.BATCH:
-                count = self.transport.stats.count
-                for inner_verb, inner in unbatch(payload):
-                    count(inner_verb.value, "received")
-                    self._on_message(sender, key, inner_verb, inner, admitted)
+                inner = unbatch(payload)
+                self.transport.stats.count_all([v for v, _ in inner], "received")
+                for inner_verb, inner_payload in inner:
+                    self._on_message(sender, key, inner_verb, inner_payload, admitted)
             elif self._keys.get(sender, key) != key and verb != Verb.JOIN:
                 self._spoofed(sender, verb)  # a JOIN: membership's rule (live_namesake)
             elif verb not in _OPEN and sender not in self._members:

@@ -35,7 +35,7 @@ def task_row(t: Task) -> tuple:
         at = d.pop("fire_at")
     # ensure_ascii: any str (even a lone surrogate) round-trips as an escape
     data = ujson.dumps(d, escape_forward_slashes=False)
-    return (t.id, t.queue, t.state.value, t.finished, t.replica, at, data)
+    return (t.id, t.queue, t.state._value_, t.finished, t.replica, at, data)
 
 
 def decode_row(row: tuple) -> Task | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import math
 import os
 import re
@@ -160,13 +161,16 @@ class Task:
                 raise DecodeError("task has a bad method")
             for k in ("params", "headers"):
                 v = kwargs.get(k, {})
-                if not isinstance(v, dict) or not all(isinstance(x, str) for x in v):
+                if not isinstance(v, dict) or not _all_str(v):
                     raise DecodeError(f"task {k} is not an object")
-            if not all(isinstance(v, str) for v in kwargs.get("headers", {}).values()):
+            if not _all_str(kwargs.get("headers", {}).values()):
                 raise DecodeError("task header values are not strings")
-            kwargs["state"] = State(kwargs.get("state", "scheduled"))
+            state = _STATES.get(kwargs.get("state", "scheduled"))  # (State(x): Enum machinery)
+            if state is None:
+                raise DecodeError(f"malformed task: {kwargs['state']!r} is not a valid State")
+            kwargs["state"] = state
             replicas = kwargs.get("replicas", [])
-            if not isinstance(replicas, list) or not all(isinstance(r, str) for r in replicas):
+            if not isinstance(replicas, list) or not _all_str(replicas):
                 raise DecodeError("task replicas are not a list of ids")
             kwargs["replicas"] = tuple(replicas)
             if "history" in kwargs:
@@ -212,6 +216,14 @@ def add_attempt(history: tuple[dict[str, Any], ...],
     return (*history[-(HISTORY_MAX - 1):], attempt)
 
 
+def _all_str(xs: Any) -> bool:
+    """Every item of ``xs`` is a str: in C (map over isinstance), with no generator frame
+    per item; a task from a peer is checked this way on every STORE."""
+    return all(map(isinstance, xs, _STR))
+
+
+_STR = itertools.repeat(str)  # endless: map stops at the end of xs
+_STATES: dict[Any, State] = {s._value_: s for s in State}
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Task))
 _MISSING = object()
 _DEFAULTS: dict[str, Any] = {

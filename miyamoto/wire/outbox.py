@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import gevent
 
-from miyamoto.wire.verbs import Verb, dump
+from miyamoto.wire.verbs import VERB_BYTES, VERB_NAMED, Verb, dump
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,15 @@ URGENT = frozenset({Verb.DONE, Verb.RETRY, Verb.FAILED, Verb.CLAIM, Verb.CANCEL,
                     Verb.CLOCK, Verb.CLOCK_ECHO})
 
 Send = Callable[[str | None, str, Verb, dict], bool]
-Count = Callable[[str, str], None]
+Count = Callable[[list[Verb], str], None]  # the verbs inside a BATCH, "sent"
 
 
 class Outbox:
     def __init__(self, send: Send, count: Count | None = None,
                  monotonic: Callable[[], float] = time.monotonic):
-        """``count(verb, "sent")`` is told of each message sent inside a BATCH (the
-        transport counts frames: a BATCH once, by its own verb); ``monotonic`` times
+        """``count(verbs, "sent")`` is told of the messages sent inside a BATCH, in one
+        call per BATCH (the transport counts frames: a BATCH once, by its own verb;
+        ``Stats.count_all``); ``monotonic`` times
         the flushes (on virtual time, the simulation's clock)."""
         self._send = send
         self._count = count
@@ -89,8 +90,7 @@ class Outbox:
                 if not self._send(to, address, verb, data):
                     _failed(fails)
                 elif self._count is not None:
-                    for v in inner:
-                        self._count(v.value, "sent")
+                    self._count(inner, "sent")
 
 
 def _chunks(items: list[tuple[Verb, dict, Callable | None]]):
@@ -108,7 +108,7 @@ def _chunks(items: list[tuple[Verb, dict, Callable | None]]):
         if parts and (size + len(data) > MAX_BATCH_BYTES or len(parts) >= MAX_BATCH):
             yield Verb.BATCH, b'{"m":[' + b",".join(parts) + b"]}", fails, verbs
             parts, fails, verbs, size = [], [], [], 0
-        parts.append(b'["' + verb.value.encode() + b'",' + data + b"]")
+        parts.append(b'["' + VERB_BYTES[verb] + b'",' + data + b"]")
         fails.append(on_fail)
         verbs.append(verb)
         size += len(data) + 16
@@ -133,9 +133,8 @@ def unbatch(payload: dict) -> list[tuple[Verb, dict]]:
     out = []
     for item in items[:MAX_BATCH]:
         if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(item[1], dict) and item[0] != Verb.BATCH.value):
-            try:
-                out.append((Verb(item[0]), item[1]))
-            except ValueError:
-                continue
+                and isinstance(item[1], dict)):
+            verb = VERB_NAMED.get(item[0])
+            if verb is not None and verb is not Verb.BATCH:
+                out.append((verb, item[1]))
     return out

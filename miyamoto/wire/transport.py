@@ -52,7 +52,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import gevent
 import zmq
@@ -163,6 +163,13 @@ class TransportStats:
     def count(self, verb: str, direction: str) -> None:
         key = (verb, direction)
         self.messages[key] = self.messages.get(key, 0) + 1
+
+    def count_all(self, verbs: Iterable[Verb], direction: str) -> None:
+        """``count`` of each verb (a BATCH's messages), in one call."""
+        messages = self.messages
+        for verb in verbs:
+            key = (verb._value_, direction)
+            messages[key] = messages.get(key, 0) + 1
 
 
 def parse_head(frames: list[bytes]) -> tuple[str, tuple[int, int]]:
@@ -405,7 +412,7 @@ class Transport:
             log.debug("%s to %s at %s not sent: %s", verb.value, to or "?", address, e)
             return False
         self.stats.sent += 1
-        self.stats.count(verb.value, "sent")
+        self.stats.count(verb._value_, "sent")
         return True
 
     def connect(self, address: str) -> bool:
@@ -545,7 +552,7 @@ class Transport:
             self._malformed(frames, first, e)
             return
         self.stats.received += 1
-        self.stats.count(verb.value, "received")
+        self.stats.count(verb._value_, "received")
         try:
             self.on_message(sender, verb, payload, key)
         except Exception:

@@ -59,13 +59,18 @@ class Verb(str, enum.Enum):
 
 
 _VERBS = {v.value.encode(): v for v in Verb}
+# a verb's name as it goes on the wire, and a verb by its name: dict lookups (an Enum's
+# ``.value`` is a property, and ``Verb(name)`` a call through the Enum machinery: each a
+# few Python frames on every message)
+VERB_BYTES = {v: k for k, v in _VERBS.items()}
+VERB_NAMED: dict[str, Verb] = {v._value_: v for v in Verb}
 
 
 def encode(verb: Verb, payload: dict[str, Any] | bytes) -> list[bytes]:
     """The two frames; a payload already encoded (bytes of a JSON object) goes as is."""
     if isinstance(payload, bytes):
-        return [verb.value.encode(), payload]
-    return [verb.value.encode(), dump(payload)]
+        return [VERB_BYTES[verb], payload]
+    return [VERB_BYTES[verb], dump(payload)]
 
 
 def dump(payload: dict[str, Any]) -> bytes:

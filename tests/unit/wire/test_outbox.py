@@ -120,7 +120,8 @@ def test_batches_are_bounded_in_bytes_and_big_messages_travel_alone():
 @pytest.mark.parametrize("ok", [True, False])
 def test_each_message_sent_inside_a_batch_is_counted_by_its_verb(ok: bool):
     counted: list[tuple[str, str]] = []
-    box = Outbox(FakeSend(ok=ok), lambda verb, direction: counted.append((verb, direction)))
+    box = Outbox(FakeSend(ok=ok),
+                 lambda verbs, direction: counted.extend((v._value_, direction) for v in verbs))
     box.put("b", "tcp://b", Verb.DONE, {"id": "1"})
     box.put("b", "tcp://b", Verb.STORE, {"id": "2"})
     box.put("c", "tcp://c", Verb.CLAIM, {"id": "3"})  # alone: the transport counts it
