@@ -165,10 +165,7 @@ class Task:
                     raise DecodeError(f"task {k} is not an object")
             if not _all_str(kwargs.get("headers", {}).values()):
                 raise DecodeError("task header values are not strings")
-            state = _STATES.get(kwargs.get("state", "scheduled"))  # (State(x): Enum machinery)
-            if state is None:
-                raise DecodeError(f"malformed task: {kwargs['state']!r} is not a valid State")
-            kwargs["state"] = state
+            kwargs["state"] = _state(kwargs.get("state", "scheduled"))
             replicas = kwargs.get("replicas", [])
             if not isinstance(replicas, list) or not _all_str(replicas):
                 raise DecodeError("task replicas are not a list of ids")
@@ -220,6 +217,15 @@ def _all_str(xs: Any) -> bool:
     """Every item of ``xs`` is a str: in C (map over isinstance), with no generator frame
     per item; a task from a peer is checked this way on every STORE."""
     return all(map(isinstance, xs, _STR))
+
+
+def _state(value: Any) -> State:
+    """The State named ``value``: a dict lookup (``State(value)`` goes through the Enum
+    machinery, a few Python frames)."""
+    state = _STATES.get(value)
+    if state is None:
+        raise DecodeError(f"malformed task: {value!r} is not a valid State")
+    return state
 
 
 _STR = itertools.repeat(str)  # endless: map stops at the end of xs
