@@ -327,12 +327,11 @@ def plan_nodes(args: argparse.Namespace, workdir: str) -> list[NodeProcess]:
     if args.replication is not None:
         extra += ["--replication", str(args.replication)]
     nodes = plan_cluster(workdir, [f"n{i + 1}" for i in range(args.nodes)], seed_all=False,
+                         alone=args.standalone,
                          program=shlex.split(args.node_cmd), extra_args=extra,
                          raw_env=dict(kv.split("=", 1) for kv in args.node_env),
                          inherit_miyamoto_env=True, cwd=REPO_ROOT, own_session=True)
     for i, n in enumerate(nodes):
-        if args.standalone:
-            n.seeds = []
         cpu = node_cpu(args, i)
         if cpu is not None:
             n.program = ["taskset", "-c", str(cpu), *n.program]

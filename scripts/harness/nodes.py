@@ -416,15 +416,16 @@ def stop_all(nodes: Iterable[NodeProcess], timeout: float = 10.0) -> dict[str, i
 
 
 def plan_cluster(base_dir: os.PathLike | str, ids: Sequence[str], *,
-                 seed_all: bool = True, **kw: Any) -> list[NodeProcess]:
+                 seed_all: bool = True, alone: bool = False, **kw: Any) -> list[NodeProcess]:
     """``len(ids)`` nodes on fresh ports. With ``seed_all`` each is seeded with every
     cluster address (itself included, as in cluster.example.ini), else with the first
-    node's only (the first has none). ``kw`` goes to every ``NodeProcess``."""
+    node's only (the first has none); with ``alone`` none is seeded (each a cluster of
+    one). ``kw`` goes to every ``NodeProcess``."""
     ports = free_ports(2 * len(ids))
     addrs = [f"tcp://{LOCALHOST}:{ports[2 * i + 1]}" for i in range(len(ids))]
     nodes = []
     for i, node_id in enumerate(ids):
-        seeds = addrs if seed_all else ([] if i == 0 else addrs[:1])
+        seeds = [] if alone else addrs if seed_all else ([] if i == 0 else addrs[:1])
         nodes.append(NodeProcess(base_dir, node_id, http_port=ports[2 * i],
                                  cluster_port=ports[2 * i + 1], seeds=seeds, **kw))
     return nodes
