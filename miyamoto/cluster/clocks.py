@@ -90,13 +90,19 @@ class PeerClocks:
         return best
 
     def to_local(self, peer: str, t: float, now: float) -> float:
-        """A time on ``peer``'s clock, on ours. Unchanged while we know no offset, or the
-        offset is within its own error or under ``NEGLIGIBLE``: clocks that agree (one
-        host, or NTP) would only get the estimate's noise added to their copies."""
+        """A time on ``peer``'s clock, on ours: ``t`` less ``shift`` (a time of 0 or less
+        is a "not set", and stays)."""
+        return t - self.shift(peer, now) if t > 0 else t
+
+    def shift(self, peer: str, now: float) -> float:
+        """What to take off a time on ``peer``'s clock to put it on ours: 0 while we know
+        no offset, or the offset is within its own error or under ``NEGLIGIBLE``: clocks
+        that agree (one host, or NTP) would only get the estimate's noise added to their
+        copies."""
         est = self.estimate(peer, now)
-        if est is None or t <= 0 or abs(est.offset) <= max(est.error, NEGLIGIBLE):
-            return t
-        return t - est.offset
+        if est is None or abs(est.offset) <= max(est.error, NEGLIGIBLE):
+            return 0.0
+        return est.offset
 
     def check(self, peer: str, now: float) -> tuple[bool, Estimate] | None:
         """(skewed, estimate) when the peer just crossed ``max_skew`` either way."""

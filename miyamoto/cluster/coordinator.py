@@ -12,7 +12,7 @@ nodes cannot both win, nor both lose.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import gevent
 import gevent.pool
@@ -26,6 +26,8 @@ from miyamoto.replicas import placement as replication
 from miyamoto.tasks.task import State, Task
 
 log = logging.getLogger(__name__)
+# the times a copy from a peer carries on its clock (``admit`` moves them onto ours)
+_PEER_TIMES = ("eta", "fire_at", "created", "expires_at")
 
 
 class Members(Protocol):
@@ -51,8 +53,9 @@ class Members(Protocol):
         """Our new copy is about to be sent to its siblings: the round of the ASK its
         STOREs carry (0: none; ``events.Folded``) and the lease that ASK names."""
 
-    def to_local(self, peer: str, t: float) -> float:
-        """A peer's wall time on our clock."""
+    def clock_shift(self, peer: str) -> float:
+        """What to take off a peer's wall time (one above 0: 0 is "not set") to put it
+        on our clock."""
 
 
 class Coordinator:
@@ -260,11 +263,12 @@ class Coordinator:
         if self.stopping:
             return m.Stored(msg.req, task.id, False, error="stopping")
         # the copy's times are on the sender's clock: fire it by ours
-        local = {k: self.members.to_local(sender, getattr(task, k))
-                 for k in ("eta", "fire_at", "created")}
-        if task.expires_at is not None:
-            local["expires_at"] = self.members.to_local(sender, task.expires_at)
-        copy = self.engine.ordered(task.evolve(state=State.SCHEDULED, **local))
+        shift = self.members.clock_shift(sender)
+        if shift:
+            local = {k: t - shift for k in _PEER_TIMES if (t := getattr(task, k) or 0) > 0}
+            task = task.evolve(**local)
+        copy = self.engine.ordered(task.evolve(state=State.SCHEDULED) if task.state !=
+                                   State.SCHEDULED else task)
         try:
             held = self.engine.admit(copy)
             if held is not copy:  # a repeat of a copy held already
@@ -276,8 +280,12 @@ class Coordinator:
             return m.Stored(msg.req, task.id, False, error=type(e).__name__)
         return copy
 
-    def settle(self, admitted: list[tuple[m.Store, Task]]) -> list[tuple[m.Store, m.Stored]]:
-        """Commit the admitted copies (one wait for all); each STORE's answer."""
+    def settle(self, admitted: list[tuple[m.Store, Task]],
+               answer: Callable[[str], m.Answer | None] = lambda task_id: None,
+               ) -> list[tuple[m.Store, m.Stored]]:
+        """Commit the admitted copies (one wait for all); each STORE's answer, carrying
+        ``answer(task id)`` (to the ASK the STORE carried) where it was stored; a copy
+        not stored asks for its answer too, and sends none."""
         tasks = [t for _, t in admitted]
         held = [t for t in tasks if t.id in self.enqueuing]
         timed = tasks
@@ -291,11 +299,13 @@ class Coordinator:
                 self.engine.settle(timed)
         except Exception as e:
             log.error("cluster: could not store %d copies: %s", len(tasks), e)
+            for t in tasks:
+                answer(t.id)  # not stored: its answer is not sent
             return [(msg, m.Stored(msg.req, t.id, False, error=type(e).__name__))
                     for msg, t in admitted]
         for t in tasks:
             self.members.replay(t.id)
-        return [(msg, m.Stored(msg.req, t.id, True, seq=t.ordering_seq))
+        return [(msg, m.Stored(msg.req, t.id, True, answer=answer(t.id), seq=t.ordering_seq))
                 for msg, t in admitted]
 
     # ------------------------------------------------------------ a graceful stop

@@ -478,9 +478,10 @@ class Cluster:
         mem = self.membership
         return (None, 0, ()) if mem is None else (mem.leader, mem.term, self.ring())
 
-    def to_local(self, peer: str, t: float) -> float:
-        """A peer's wall time ``t`` on our clock (``clocks.PeerClocks``)."""
-        return self.clocks.to_local(peer, t, self.clock())
+    def clock_shift(self, peer: str) -> float:
+        """What to take off a peer's wall time to put it on our clock
+        (``clocks.PeerClocks.shift``)."""
+        return self.clocks.shift(peer, self.clock())
 
     # ------------------------------------------------------------ receiving
     def _receive(self, sender: str, verb: Verb, payload: dict, key: str) -> None:
@@ -621,10 +622,9 @@ class Cluster:
         self.carry_out(rest)
 
     def _settle(self, sender: str, admitted: list[tuple[rm.Store, Task]]) -> None:
-        for msg, stored in self.coordinator.settle(admitted):
-            answer = self._folded.pop((sender, stored.id), None)
-            if answer is not None and stored.ok:
-                stored = dataclasses.replace(stored, answer=answer)
+        folded = self._folded
+        for msg, stored in self.coordinator.settle(
+                admitted, lambda task_id: folded.pop((sender, task_id), None)):
             self.send(sender, stored, address=msg.reply_to)
 
     def _serve(self, sender: str, msg: rm.Request) -> None:

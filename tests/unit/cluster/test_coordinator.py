@@ -51,8 +51,8 @@ class Members:
     def fold(self, copy: Task) -> tuple[int, float]:
         return (0, 0.0)
 
-    def to_local(self, peer: str, t: float) -> float:
-        return t - self.offset
+    def clock_shift(self, peer: str) -> float:
+        return self.offset
 
 
 class Node:
@@ -185,6 +185,27 @@ def test_a_store_from_outside_the_roster_or_for_another_node_is_refused(pair) ->
     assert b.coordinator.settle([(store, got)]) == [(store, m.Stored("r1", "t1", True))]
     # the same STORE again (a retransmission): taken, not stored twice
     assert b.coordinator.admit("a", store) == m.Stored("r1", "t1", True)
+
+
+def test_a_stored_carries_the_answer_to_its_folded_ask_and_a_refused_one_none(
+        pair, monkeypatch) -> None:
+    """The answer to the ASK a STORE carried rides on its STORED once the copy is
+    stored; a copy the journal refused takes its answer out and sends none (an answer
+    about a copy we do not hold would let the asker deliver)."""
+    _, b = pair
+    folded = {"t1": m.Answer("t1", "go", 5.0), "t2": m.Answer("t2", "go", 5.0)}
+    store = m.Store("r1", "a", _task(replicas=("a", "b"), replica=1).encode())
+    ((_, stored),) = b.coordinator.settle([(store, b.coordinator.admit("a", store))],
+                                          folded.pop)
+    assert stored == m.Stored("r1", "t1", True, answer=m.Answer("t1", "go", 5.0))
+    store = m.Store("r2", "a", _task(id="t2", replicas=("a", "b"), replica=1).encode())
+    got = b.coordinator.admit("a", store)
+
+    def full(*args, **kw):
+        raise sqlite3.OperationalError("disk full")
+    monkeypatch.setattr(b.engine, "settle", full)
+    ((_, stored),) = b.coordinator.settle([(store, got)], folded.pop)
+    assert not stored.ok and stored.answer is None and not folded
 
 
 def test_a_taken_name_on_its_owner_refuses_the_enqueue_with_the_original(pair) -> None:
