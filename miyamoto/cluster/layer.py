@@ -20,6 +20,7 @@ message under a member's id from any other key is dropped (``_spoofed``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 from typing import Any, Callable, Iterable, Protocol
@@ -497,22 +498,31 @@ class Cluster:
 
     def _on_message(self, sender: str, key: str, verb: Verb, payload: dict,
                     admitted: list[tuple[rm.Store, Task]]) -> None:
-        try:
-            if verb == Verb.BATCH:
-                inner = unbatch(payload)
-                self.transport.stats.count_all([v for v, _ in inner], "received")
-                for inner_verb, inner_payload in inner:
-                    self._on_message(sender, key, inner_verb, inner_payload, admitted)
-            elif self._keys.get(sender, key) != key and verb != Verb.JOIN:
-                self._spoofed(sender, verb)  # a JOIN: membership's rule (live_namesake)
-            elif verb not in _OPEN and sender not in self._members:
-                self._stranger(sender, verb)
-            elif verb in _MEMBERSHIP:
-                self._on_membership(sender, key, m.decode(verb, payload))
-            else:
-                self._on_task_message(sender, verb, m.decode(verb, payload), admitted)
-        except DecodeError as e:
-            log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
+        """A frame's messages (a BATCH's, one at a time), each checked for its sender and
+        handed to the handler of its type (``_handlers``)."""
+        if verb == Verb.BATCH:
+            inner = unbatch(payload)
+            self.transport.stats.count_all([v for v, _ in inner], "received")
+        else:
+            inner = [(verb, payload)]
+        for verb, payload in inner:
+            try:
+                if self._keys.get(sender, key) != key and verb != Verb.JOIN:
+                    self._spoofed(sender, verb)  # a JOIN: membership's rule (live_namesake)
+                elif verb not in _OPEN and sender not in self._members:
+                    self._stranger(sender, verb)
+                elif verb in _MEMBERSHIP:
+                    self._on_membership(sender, key, m.decode(verb, payload))
+                else:
+                    msg = m.decode(verb, payload)
+                    handler = self._handlers.get(type(msg))
+                    if handler is None:
+                        log.warning("cluster: dropped %s from %r: not a task message",
+                                    verb.value, sender[:64])
+                    else:
+                        handler(sender, msg, admitted)
+            except DecodeError as e:
+                log.warning("cluster: dropped %s from %r: %s", verb.value, sender[:64], e)
 
     def _on_membership(self, sender: str, key: str, msg: mm.MembershipMessage) -> None:
         """Membership hears the sender with the key its connection authenticated with,
@@ -525,29 +535,29 @@ class Cluster:
         self._send_membership(self.membership.step(Received(sender, msg), self.monotonic()))
         self._check_roster()
 
-    def _on_task_message(self, sender: str, verb: Verb, msg: Any,
-                         admitted: list[tuple[rm.Store, Task]]) -> None:
-        if isinstance(msg, rm.Store):
-            self._admit(sender, msg, admitted)
-        elif isinstance(msg, rm.Request):  # it may wait on the journal
-            self.group.spawn(self._serve, sender, msg)
-        elif isinstance(msg, rm.Stored):
+    @functools.cached_property
+    def _handlers(self) -> dict[type, Callable[[str, Any, list], None]]:
+        """The handler of each task message's type: (sender, message, the frame's
+        admitted STOREs); made at the first message, then a plain attribute."""
+        def stored(sender: str, msg: rm.Stored, _: list) -> None:
             self.requests.answer(msg)
             if msg.answer is not None and msg.ok:  # to the ASK our STORE carried
                 self._on_sibling(sender, msg.answer)
-        elif isinstance(msg, rm.Reply):
-            self.requests.answer(msg)
-        elif isinstance(msg, (cm.Clock, cm.ClockEcho)):
-            _on_clock(self, sender, msg)
-        elif isinstance(msg, dm.DEFS_MESSAGES):  # schedules, topics, queues (defsync)
-            self.defs.on_message(sender, msg)
-        elif isinstance(msg, rm.Handoff):
-            self._step(ev.HandoffReceived(sender, msg))
-        elif isinstance(msg, rm.SIBLING_NEWS):
-            self._on_sibling(sender, msg)
-        else:
-            log.warning("cluster: dropped %s from %r: not a task message",
-                        verb.value, sender[:64])
+        handlers: dict[type, Callable[[str, Any, list], None]] = {
+            rm.Store: self._admit,
+            # it may wait on the journal
+            rm.Request: lambda sender, msg, _: self.group.spawn(self._serve, sender, msg),
+            rm.Stored: stored,
+            rm.Reply: lambda sender, msg, _: self.requests.answer(msg),
+            rm.Handoff: lambda sender, msg, _: self._step(ev.HandoffReceived(sender, msg)),
+            cm.Clock: lambda sender, msg, _: _on_clock(self, sender, msg),
+            cm.ClockEcho: lambda sender, msg, _: _on_clock(self, sender, msg),
+        }
+        for kind in dm.DEFS_MESSAGES:  # schedules, topics, queues (defsync)
+            handlers[kind] = lambda sender, msg, _: self.defs.on_message(sender, msg)
+        for kind in rm.SIBLING_NEWS:
+            handlers[kind] = lambda sender, msg, _: self._on_sibling(sender, msg)
+        return handlers
 
     def _spoofed(self, sender: str, verb: Verb) -> None:
         """A message under a member's id from another key than the one it joined with: a
