@@ -29,6 +29,7 @@ Examples:
   .venv/bin/python scripts/bench.py --delayed 100000
   .venv/bin/python scripts/bench.py --nodes 3 --replication 2 --pin 0,1,2,3  # a core each
   .venv/bin/python scripts/bench.py --nodes 3 --standalone      # 3 single nodes, no cluster
+  .venv/bin/python scripts/bench.py --nodes 3 --replication 2 --entry 1  # enqueue through n1
   .venv/bin/python scripts/bench.py --server http://127.0.0.1:8088 --tasks 2000
 
 Result keys (times from this process's perf_counter; the sink runs in-process):
@@ -46,6 +47,8 @@ Result keys (times from this process's perf_counter; the sink runs in-process):
   stored_per_task  tasks_stored_total / enqueued: the replication actually done
   per_task         per delivered task: the nodes' CPU ms, journal commits, cluster messages
                    sent (each inside a BATCH counted) and by verb
+  stores_sent      a cluster's STOREs sent by each node during the run (the copies its
+                   enqueues placed elsewhere: with --entry K only the first K send any)
   stop_s, stop_codes   SIGTERM-to-exit time and exit codes (-9 = had to be killed)
   --rss adds rss_peak_mb (VmHWM), rss_mb, journal_bytes (data dir while running) and
   journal_bytes_stopped; --delayed reports rss_before/after_mb, rss_growth_bytes_per_task,
@@ -88,7 +91,7 @@ import ujson
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # scripts/ is not a package: the shared harness (the tests use it too) is found beside us
 from harness import (LOCALHOST, HarnessError, NodeProcess, http_get_json,  # noqa: E402
-                     is_counter, plan_cluster, probe_view, server_metrics, stop_all, wait_converged,
+                     is_counter, metrics, plan_cluster, probe_view, server_metrics, stop_all, wait_converged,
                      wait_until)
 from harness.fastload import (Enqueuer, delivery_report, enqueue_report,  # noqa: E402
                               node_exits, per_task_report, replicas_per_task, resources,
@@ -104,6 +107,7 @@ DEFAULT_TASKS = 20000
 DEFAULT_PACED_TASKS = 1000
 DEFAULT_REPLICA_OFFSET = 5.0  # the server's default; the bench never changes it
 clock = time.perf_counter
+_STORES_SENT = 'cluster_messages_total{direction="sent",verb="STORE"}'
 
 
 def log(msg: str) -> None:
@@ -174,6 +178,10 @@ def _node_options(nodes: argparse._ArgumentGroup) -> None:
                        help="with --nodes N: N single nodes, not a cluster (enqueues still go "
                             "round-robin): what N processes cost on this machine without any "
                             "cluster traffic, the floor a cluster's CPU per task is measured on")
+    nodes.add_argument("--entry", type=int, default=None, metavar="K",
+                       help="enqueue through the first K nodes only (default: all, "
+                            "round-robin): a cluster whose clients know one node, and the "
+                            "same protocol's cost with its entry work on fewer processes")
     nodes.add_argument("--replication", type=int, default=None,
                        help="--replication passed to the nodes (default: the server's)")
     nodes.add_argument("--memory", action="store_true",
@@ -245,6 +253,10 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.standalone and (args.server or args.replication is not None or args.nodes < 2):
         p.error("--standalone starts --nodes N (2 or more) single nodes: not with --server "
                 "or --replication")
+    if args.entry is not None and not 1 <= args.entry <= args.nodes:
+        p.error(f"--entry K must be between 1 and the {args.nodes} node(s)")
+    if args.entry is not None and args.standalone:
+        p.error("--entry with --standalone would leave single nodes without load")
     if args.restart and (args.delayed is None or args.server or args.memory):
         p.error("--restart needs --delayed and started nodes with a disk journal")
     args.pin_cpus = _pin_cpus(p, args)
@@ -267,6 +279,11 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "MIYAMOTO_REPLICA_OFFSET", DEFAULT_REPLICA_OFFSET))
         args.grace = offset + 1.0 if args.nodes > 1 and not args.standalone else 0.5
 
+
+
+def stores_sent(nodes: Sequence[NodeProcess | ExternalNode]) -> dict[str, int]:
+    """Each node's STOREs sent so far (0 for a node that did not answer)."""
+    return {n.node_id: int((metrics(n) or {}).get(_STORES_SENT, 0)) for n in nodes}
 
 
 def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -386,6 +403,7 @@ def base_report(args: argparse.Namespace, view: dict[str, Any] | None,
     return {"mode": mode, "tasks": args.tasks, "nodes": args.nodes, "replication": replication,
             "journal": journal, "connections": args.connections,
             **({"standalone": True} if args.standalone else {}),
+            **({"entry": args.entry} if args.entry is not None else {}),
             "loadavg_1m": None if (la := loadavg()) is None else round(la, 2)}
 
 
@@ -397,10 +415,12 @@ def answered(load: Any) -> int:
 def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | ExternalNode], sink: Sink, run: str,
                  report: dict[str, Any]) -> None:
     """Throughput or paced run: enqueue, wait for deliveries, grace, measure."""
-    enq = Enqueuer(nodes, sink.url(), run, tasks=args.tasks, connections=args.connections,
+    enq = Enqueuer(nodes[:args.entry], sink.url(), run, tasks=args.tasks,
+                   connections=args.connections,
                    request_timeout=args.request_timeout, queue=args.queue, json=args.json,
                    qstash=args.qstash)
     cpu0, metrics0 = cpu_snapshot(nodes), server_metrics(nodes)
+    stores0 = stores_sent(nodes) if args.nodes > 1 else {}
     t0 = clock()
     load = enq.load
     if args.paced is not None:
@@ -433,6 +453,8 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
     if args.rss:
         report.update(resources(nodes))
     report["server_metrics"] = metrics_delta(metrics0, server_metrics(nodes))
+    if stores0:
+        report["stores_sent"] = {k: v - stores0.get(k, 0) for k, v in stores_sent(nodes).items()}
     report["stored_per_task"] = replicas_per_task(report["server_metrics"], load.acked)
     report["per_task"] = per_task_report(report["server_metrics"], cpu,
                                          report.get("delivered") or 0)
@@ -450,9 +472,9 @@ def run_delayed(args: argparse.Namespace, nodes: Sequence[NodeProcess | External
     """Enqueue far-future tasks; RSS before/after and the journal's size on disk."""
     before = {n.node_id: proc_status_kb(n.pid, "VmRSS") for n in nodes}
     metrics0 = server_metrics(nodes)
-    enq = Enqueuer(nodes, sink.url(), run, tasks=args.tasks, connections=args.connections,
-                   request_timeout=args.request_timeout, queue=args.queue,
-                   countdown=args.countdown, json=args.json)
+    enq = Enqueuer(nodes[:args.entry], sink.url(), run, tasks=args.tasks,
+                   connections=args.connections, request_timeout=args.request_timeout,
+                   queue=args.queue, countdown=args.countdown, json=args.json)
     log(f"enqueueing {args.tasks} tasks due in {args.countdown:g}s")
     try:
         with progress.bar(args.bars, "enqueued", args.tasks, lambda: answered(enq.load)):

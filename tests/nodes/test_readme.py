@@ -63,6 +63,8 @@ SKIPPED = {
     ".venv/bin/python scripts/bench.py --nodes 3 --replication 2": "a benchmark",
     ".venv/bin/python scripts/bench.py --nodes 3 --standalone":
         "a benchmark (tests/nodes/test_bench_standalone.py runs --standalone)",
+    ".venv/bin/python scripts/bench.py --nodes 3 --replication 2 --entry 1":
+        "a benchmark (tests/nodes/test_bench_entry.py runs --entry)",
     ".venv/bin/python scripts/bench.py --tasks 10000 --connections 20 --qstash": "a benchmark",
     ".venv/bin/python scripts/bench.py --memory --plot latency.png":
         "a benchmark (tests/nodes/test_bench_plot.py runs --plot)",
