@@ -263,12 +263,13 @@ class Coordinator:
         if self.stopping:
             return m.Stored(msg.req, task.id, False, error="stopping")
         # the copy's times are on the sender's clock: fire it by ours
+        changes: dict[str, Any] = {} if task.state == State.SCHEDULED else \
+            {"state": State.SCHEDULED}
         shift = self.members.clock_shift(sender)
         if shift:
-            local = {k: t - shift for k in _PEER_TIMES if (t := getattr(task, k) or 0) > 0}
-            task = task.evolve(**local)
-        copy = self.engine.ordered(task.evolve(state=State.SCHEDULED) if task.state !=
-                                   State.SCHEDULED else task)
+            changes.update({k: t - shift for k in _PEER_TIMES
+                            if (t := getattr(task, k) or 0) > 0})
+        copy = self.engine.ordered(task.evolve(**changes) if changes else task)
         try:
             held = self.engine.admit(copy)
             if held is not copy:  # a repeat of a copy held already
