@@ -179,7 +179,7 @@ class Coordinator:
         if first is not None and first.ordering_key is not None:
             first = None  # it starts when its key's line lets it: it asks then
         ask, lease = self.members.fold(first) if first is not None else (0, 0.0)
-        q, reqs = self.requests.send({
+        call = self.requests.send({
             i: (c.replicas[c.replica],
                 lambda req, to, c=c: m.Store(req, to, c.encode(), ask, lease))
             for i, c in enumerate(remote)})
@@ -194,7 +194,7 @@ class Coordinator:
                 except Duplicate as e:
                     duplicate = e.original_id
         finally:
-            answers = self.requests.collect(q, reqs, self.config.replication_timeout)
+            answers = self.requests.collect(call, self.config.replication_timeout)
         for i, answer in answers.items():
             if isinstance(answer, m.Stored) and answer.ok:
                 stored.append(remote[i].evolve(ordering_seq=answer.seq) if answer.seq
