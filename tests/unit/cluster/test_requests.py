@@ -138,10 +138,8 @@ def test_the_asker_is_woken_by_the_last_answer_not_the_timeout():
     call = r.send({mem: (mem, lambda req, to: m.Request(req, to, "op", {}))
                    for mem in ("b", "c")})
 
-    def answer_them():  # from another greenlet, after the asker began to wait
-        gevent.sleep(0.05)
+    def answer_them():  # runs once the asker waits (it is the first to yield)
         r.answer(m.Reply(wire.req_of("b"), True, 1))
-        gevent.sleep(0.05)
         r.answer(m.Reply(wire.req_of("c"), True, 2))
         r.answer(m.Reply(wire.req_of("c"), True, "after the last"))
 
