@@ -37,7 +37,7 @@ class Request:
     headers: CaseInsensitiveDict
     body: bytes
     time: float  # time.time() when the request (headers and body) was read
-    done: float | None = None  # time.time() when the answer was written
+    done: float | None = None  # time.time() when its answer began to be written
     client: str = ""  # the sender's address (which node, for nodes in harness.netns hosts)
 
     @property
@@ -175,6 +175,10 @@ class Sink:
             for k, v in reply.headers.items():
                 h.send_header(k, v)
             h.send_header("Content-Length", str(len(data)))
+            # ended before its bytes go: once they are out the node may start its next
+            # delivery at once, and a thread stamping it before this one went on would
+            # show two deliveries of one key (or path) at the same time that never were
+            self._ended(req)
             h.end_headers()
             if h.command != "HEAD":
                 h.wfile.write(data)
@@ -182,11 +186,17 @@ class Sink:
         except OSError:  # the node gave up on us (a timeout); that is what some tests want
             h.close_connection = True
         finally:
-            with self._cond:
-                req.done = time.time()
-                self.inflight -= 1
-                self._inflight_by_path[req.path] -= 1
-                self._cond.notify_all()
+            self._ended(req)
+
+    def _ended(self, req: Request) -> None:
+        """The request's answer is (being) written: ``done`` and the in-flight counts."""
+        with self._cond:
+            if req.done is not None:
+                return
+            req.done = time.time()
+            self.inflight -= 1
+            self._inflight_by_path[req.path] -= 1
+            self._cond.notify_all()
 
     # ------------------------------------------------------------ what arrived
     def requests(self, path: str | None = None) -> list[Request]:
