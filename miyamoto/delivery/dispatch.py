@@ -49,6 +49,7 @@ from miyamoto.delivery.breaker import Breakers, BreakerState, is_failure
 from miyamoto.delivery.fairness import DEFAULT_PRIORITY, HostSlots, ReadyLine, queue_limit
 from miyamoto.delivery.flow import Flow, FlowSpec, FlowTable
 from miyamoto.delivery.ratelimit import TokenBucket
+from miyamoto.delivery.stalls import INTERVAL, Stalls
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class Dispatcher:
         self.concurrency = concurrency
         self.hosts = HostSlots(min(max_per_host or concurrency, concurrency))
         self.breakers = Breakers(breaker_failures, breaker_cooldown)
+        self.stalls = Stalls(time.monotonic())  # ours: their failures are not the target's
+        self._told_stall = float("-inf")  # the stall whose forgiven failures were logged
         self.flows = FlowTable()
         self.busy = 0  # deliveries in flight; counted here, not read off the pool, so a
         #               finishing delivery's wake-up always sees its slot free
@@ -111,6 +114,7 @@ class Dispatcher:
         self._now = 0.0  # the clock, read once per pump pass for every gate check
         self._wake = gevent.event.Event()
         self._greenlet: gevent.Greenlet | None = None
+        self._watch: gevent.Greenlet | None = None
         self._stopping = False
         self._hub = get_hub()
         # parked workers: per target, the last parked last (it is woken first, so the
@@ -187,9 +191,17 @@ class Dispatcher:
         self._active[queue] = None
         self._wake.set()
 
-    def outcome(self, host: str, status: int | None) -> None:
-        """An attempt to ``host`` ended with ``status`` (None: no HTTP answer): the
-        target's breaker hears it."""
+    def outcome(self, host: str, status: int | None, began: float | None = None) -> None:
+        """An attempt to ``host`` begun at ``began`` (monotonic) ended with ``status``
+        (None: no HTTP answer): the target's breaker hears it, but not of an attempt
+        with no answer that ran across a stall of this node's own (``stalls``)."""
+        if status is None and began is not None and self.stalls.spanned(began, time.monotonic()):
+            self.stalls.forgiven += 1
+            if self._told_stall != self.stalls.ended:
+                self._told_stall = self.stalls.ended
+                log.info("breaker %s: attempts in flight across this node's own %.1f s "
+                         "pause are not counted against their targets", host, self.stalls.length)
+            return
         self.breakers.record(host, is_failure(status), self._clock())
 
     def targets(self) -> list[dict[str, Any]]:
@@ -207,12 +219,15 @@ class Dispatcher:
 
     def start(self) -> None:
         self._greenlet = gevent.spawn(self._pump)
+        self._watch = gevent.spawn(self._watch_stalls)
 
     def stop(self, timeout: float) -> None:
         """Stop starting deliveries; give those in flight ``timeout`` seconds, then kill."""
         self._stopping = True
         if self._greenlet is not None:
             self._greenlet.kill()
+        if self._watch is not None:
+            self._watch.kill()
         while self._idle:  # parked workers end (they run nothing more)
             self._unpark(next(iter(self._idle)))
         self.group.join(timeout=timeout)
@@ -226,6 +241,11 @@ class Dispatcher:
                 gevent.sleep(0)
                 continue
             self._wake.wait(wait)
+
+    def _watch_stalls(self) -> None:
+        while not self._stopping:
+            self.stalls.note(time.monotonic())
+            gevent.sleep(INTERVAL)
 
     def dispatch_ready(self) -> float | None:
         """One pass of the pump: start what may start; return how long to wait (None:

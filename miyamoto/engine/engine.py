@@ -554,7 +554,7 @@ class Engine:
         if span is not None:
             traces.attempted(span, outcome.status, outcome.error)
         target = origin(t.url)
-        self.dispatcher.outcome(target, outcome.status)  # the target's breaker
+        self.dispatcher.outcome(target, outcome.status, started)  # the target's breaker
         self.stats.attempted(t.queue, target)
         action = self.finish(t.id, outcome)
         self.metrics.attempt(t.queue, outcome.status, action.value if action else "record",

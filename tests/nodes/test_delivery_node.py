@@ -81,6 +81,41 @@ def test_node_a_dead_target_costs_few_attempts_and_does_not_slow_a_healthy_one(n
         healthy.stop()
 
 
+@pytest.mark.timeout(90)
+def test_node_its_own_pause_does_not_open_a_healthy_targets_breaker(node_factory):
+    """Six deliveries in flight to a target that answers in 1 s; the node is paused
+    (SIGSTOP) for 3.5 s, past their 2 s timeout, so on resume each ends with no answer.
+    Those failures are the node's, not the target's: with breaker_failures 3 and a 30 s
+    cooldown, counting them would hold the target's next tasks for 30 s. They go at
+    once, and the breaker stays closed."""
+    sink = Sink().start()
+    try:
+        sink.reply("/slow", Reply(200, delay=1.0))
+        node = node_factory(data_dir=":memory:", options={
+            "breaker_failures": 3, "breaker_cooldown": 30.0},
+            queues={"q": {"timeout": 2, "min_backoff": 0.1, "max_backoff": 0.2}})
+        for i in range(6):
+            node.enqueue("q", url=sink.url_for("/slow"), params={"i": i})
+        wait_until(lambda: sink.inflight >= 6, 20, what="six deliveries in flight")
+        node.pause()
+        try:
+            time.sleep(3.5)  # the fault itself: a pause longer than the attempts' timeout
+        finally:
+            node.resume()
+        for i in range(5):
+            node.enqueue("q", url=sink.url_for("/ok"), params={"i": i})
+        sink.wait_for(count=5, path="/ok", timeout=10)  # not after a 30 s cooldown
+        states = {t["origin"]: t["state"] for t in Client(node.url).targets()}
+        assert states[f"http://127.0.0.1:{sink.port}"] == "closed", states
+        assert "miyamoto_target_breaker_opens_total 0.0" in node.get("/metrics").text
+        wait_until(lambda: "not counted against their targets" in node.log_text(), 10,
+                   what="the log line saying the pause's failures were not counted")
+        wait_until(lambda: {r.form["i"][0] for r in sink.requests("/slow") if r.done}
+                   == {str(i) for i in range(6)}, 30, what="the six retried and answered")
+    finally:
+        sink.stop()
+
+
 # ================================================================ fair slots: a hanging queue, a capped host, a stuck target
 
 
