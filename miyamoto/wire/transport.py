@@ -2,7 +2,8 @@
 
 Why this shape (DESIGN.md §2): the ROUTER tells us who sent each message,
 because every node's DEALERs carry its node id (plus a per-connection random tag, so
-two connections never share a routing id) as their ZeroMQ identity; and
+two connections never share a routing id: a dropped connection is redialled with a new
+DEALER, ``_redial``) as their ZeroMQ identity; and
 sending through a DEALER per peer address with ``ZMQ_IMMEDIATE`` set means a
 message to a peer that is not connected fails at once (``send`` returns False)
 instead of queueing forever. The protocol state machines decide what to retry.
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import logging
 import os
 import time
@@ -78,6 +80,10 @@ HANDSHAKE_IVL_MS = 5000
 # after HEARTBEAT_TIMEOUT_MS, so sends to it fail fast instead of queueing.
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 3000
+# A DEALER whose connection dropped is replaced by a fresh one (see ``_redial``), at most
+# once per REDIAL_EVERY seconds per address: a peer that drops every handshake (another
+# cluster key) is not redialled in a loop.
+REDIAL_EVERY = 1.0
 # Yield to the hub after this many back-to-back messages, so a flood on the
 # ROUTER cannot starve the other greenlets of the process.
 YIELD_EVERY = 64
@@ -285,6 +291,9 @@ class Transport:
         self._zap_greenlet: gevent.Greenlet | None = None
         self._monitor: zmq.Socket | None = None
         self._dealers: dict[str, zmq.Socket] = {}
+        self._redials: dict[str, gevent.Greenlet] = {}  # address -> its DEALER's watcher
+        self._redialed: dict[str, float] = {}  # address -> when its DEALER was replaced
+        self._monitors = itertools.count()
         self._group = Group()
         self._started = False
         self._stopped = False
@@ -348,6 +357,7 @@ class Transport:
         for sock in list(self._dealers.values()):
             sock.close(linger=0)
         self._dealers.clear()
+        self._redials.clear()  # (killed above: each closed its monitor)
         for sock in (self._monitor, self._router, self._zap):
             if sock is not None:
                 sock.close(linger=0)
@@ -425,12 +435,16 @@ class Transport:
     def forget(self, address: str) -> None:
         """Close the DEALER for `address` (dropping anything queued for it)."""
         sock = self._dealers.pop(address, None)
+        watcher = self._redials.pop(address, None)
+        if watcher is not None and watcher is not gevent.getcurrent():
+            watcher.kill(block=False)  # it closes its monitor on the way out
         if sock is not None:
             sock.close(linger=0)
 
     def _connect(self, address: str) -> zmq.Socket | None:
         assert self._ctx is not None
         sock = self._ctx.socket(zmq.DEALER)
+        monitor: zmq.Socket | None = None
         try:
             self._common_options(sock)
             # node id, NUL, a fresh random tag: every connection has its own routing id,
@@ -444,13 +458,48 @@ class Transport:
                 sock.setsockopt(zmq.CURVE_PUBLICKEY, self.node_key.public.encode("ascii"))
                 sock.setsockopt(zmq.CURVE_SECRETKEY, self.node_key.secret.encode("ascii"))
                 sock.setsockopt(zmq.CURVE_SERVERKEY, self.curve.public.encode("ascii"))
+            monitor = sock.get_monitor_socket(
+                zmq.EVENT_DISCONNECTED, addr=f"inproc://miyamoto.dealer.{next(self._monitors)}")
             sock.connect(address)
         except zmq.ZMQError as e:
+            if monitor is not None:
+                monitor.close(linger=0)
             sock.close(linger=0)
             self._warn.warning("cannot connect to %r: %s", address[:200], e)
             return None
         self._dealers[address] = sock
+        self._redials[address] = self._group.spawn(self._redial, address, sock, monitor)
         return sock
+
+    def _redial(self, address: str, sock: zmq.Socket, monitor: zmq.Socket) -> None:
+        """Replace ``sock``, the DEALER for ``address``, by a fresh one once its connection
+        drops. libzmq would reconnect it under the same routing id, and a peer that was
+        paused past HEARTBEAT_TIMEOUT_MS still holds the old connection under that id when
+        it resumes: its ROUTER then takes the new connection as a duplicate and silently
+        discards everything that comes over it, for good (libzmq 4.3.5, no handover). The
+        fresh DEALER has a fresh routing id, so it can never collide."""
+        readable = Readable(monitor)
+        try:
+            while True:
+                try:
+                    monitor.recv_multipart(NOBLOCK)  # DISCONNECTED (or the monitor's end)
+                    break
+                except zmq.Again:
+                    readable.wait()
+                except zmq.ZMQError:
+                    return  # the DEALER or the context was closed
+        finally:
+            readable.close()
+            monitor.close(linger=0)
+        wait = self._redialed.get(address, float("-inf")) + REDIAL_EVERY - time.monotonic()
+        if wait > 0:
+            gevent.sleep(wait)
+        if self._stopped or self._dealers.get(address) is not sock:
+            return  # forgotten, stopped, or replaced already
+        self._redialed[address] = time.monotonic()
+        log.debug("connection to %s dropped: redialling with a fresh routing id", address)
+        self.forget(address)
+        self._connect(address)
 
     def _common_options(self, sock: zmq.Socket) -> None:
         sock.setsockopt(zmq.LINGER, 0)

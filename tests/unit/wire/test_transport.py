@@ -338,6 +338,45 @@ def test_send_to_nobody_fails_fast_then_reconnects(make):
 
 
 @pytest.mark.timeout(20)
+def test_a_dropped_connection_is_redialled_under_a_fresh_routing_id(make):
+    # libzmq reconnects a DEALER under its old routing id; a peer that was paused past
+    # the heartbeat timeout still holds the old connection under that id when it resumes,
+    # and its ROUTER then discards everything the new connection brings, for good. So a
+    # dropped connection is replaced by a new DEALER, whose routing id is new too.
+    a, _ = make("a")
+    b, _ = make("b")
+    address = b.address
+    send_until_ok(a, "b", address, Verb.HEARTBEAT, {"n": 1})
+    first = a._dealers[address]
+    first_id = first.getsockopt(zmq.ROUTING_ID)
+    b.stop()  # the connection drops
+    b2, inbox_b2 = make("b", bind=address)
+    wait_until(lambda: a._dealers.get(address) not in (None, first), what="a new DEALER")
+    assert first.closed
+    assert a._dealers[address].getsockopt(zmq.ROUTING_ID) != first_id
+    send_until_ok(a, "b", address, Verb.HEARTBEAT, {"n": 2})
+    inbox_b2.wait_for(lambda m: m == ("a", Verb.HEARTBEAT, {"n": 2}))
+    watchers = list(a._redials.values())
+    assert len(watchers) == 1 and not watchers[0].dead  # one watcher, for the new DEALER
+    a.forget(address)
+    wait_until(lambda: watchers[0].dead, what="the forgotten DEALER's watcher to end")
+    assert a._redials == {}
+
+
+@pytest.mark.timeout(20)
+def test_a_peer_that_drops_every_connection_is_redialled_at_most_once_a_second(make):
+    a, _ = make("a")
+    b, _ = make("b", curve=keygen())  # another cluster: it drops every handshake of ours
+    started = time.monotonic()
+    a.connect(b.address)
+    made = {id(a._dealers[b.address])}
+    while time.monotonic() - started < 2.5:
+        made.add(id(a._dealers.get(b.address)))
+        gevent.sleep(0.01)
+    assert 2 <= len(made) <= 4, f"{len(made)} DEALERs in 2.5 s"
+
+
+@pytest.mark.timeout(20)
 def test_forget_closes_the_dealer(make):
     a, _ = make("a")
     b, inbox_b = make("b")
