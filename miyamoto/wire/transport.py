@@ -353,6 +353,9 @@ class Transport:
         self._stopped = True
         current = gevent.getcurrent()
         others = [g for g in self._group if g is not current]
+        # monitoring ends before any monitor socket closes (see _unmonitor)
+        for sock in [*self._dealers.values(), self._router]:
+            _unmonitor(sock)
         gevent.killall(others, block=True, timeout=2)
         for sock in list(self._dealers.values()):
             sock.close(linger=0)
@@ -439,6 +442,7 @@ class Transport:
         if watcher is not None and watcher is not gevent.getcurrent():
             watcher.kill(block=False)  # it closes its monitor on the way out
         if sock is not None:
+            _unmonitor(sock)
             sock.close(linger=0)
 
     def _connect(self, address: str) -> zmq.Socket | None:
@@ -490,6 +494,7 @@ class Transport:
                     return  # the DEALER or the context was closed
         finally:
             readable.close()
+            _unmonitor(sock)
             monitor.close(linger=0)
         wait = self._redialed.get(address, float("-inf")) + REDIAL_EVERY - time.monotonic()
         if wait > 0:
@@ -690,6 +695,20 @@ class Transport:
         else:
             self._warn.warning("dropped a connection from %s to %s: not a ZeroMQ peer (an "
                                "HTTP client at the cluster port?)", address[:64], self._address)
+
+
+def _unmonitor(sock: zmq.Socket | None) -> None:
+    """End `sock`'s socket monitor, if it is open and has one. Do this before its monitor
+    socket closes: libzmq sends a monitor event without NOBLOCK, from its I/O thread, so
+    an event for a monitor socket that is gone blocks that thread, and with it every
+    socket of the context, for good (a DEALER that kept reconnecting to a peer that
+    refused its key, after its watcher had closed the monitor, left the node deaf)."""
+    if sock is None or sock.closed:
+        return
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:
+        pass  # it had none, or the context is ending
 
 
 def _peer_address(frame: zmq.Frame) -> str:

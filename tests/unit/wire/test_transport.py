@@ -376,6 +376,25 @@ def test_a_peer_that_drops_every_connection_is_redialled_at_most_once_a_second(m
     assert 2 <= len(made) <= 4, f"{len(made)} DEALERs in 2.5 s"
 
 
+@pytest.mark.timeout(30)
+def test_a_dealer_refused_again_while_its_redial_waits_leaves_the_node_working(make):
+    """The watcher's redial waits out REDIAL_EVERY while libzmq keeps reconnecting the
+    refused DEALER. Its monitor socket must not close before its monitoring ends: an
+    event for a closed monitor blocked the context's I/O thread for good (the refusals
+    stopped at 3, and the node heard no one)."""
+    cluster = keygen()
+    a, _ = make("a", curve=cluster)
+    other, _ = make("other", curve=keygen())  # another cluster: it refuses a's key
+    a.connect(other.address)
+    wait_until(lambda: other.stats.auth_refused >= 3, 10, "the first refusals")
+    seen = other.stats.auth_refused
+    wait_until(lambda: other.stats.auth_refused >= seen + 5, 10,
+               "refusals to go on past the first redial's wait")
+    c, inbox_c = make("c", curve=cluster)
+    send_until_ok(a, "c", c.address, Verb.HEARTBEAT, {"n": 1})
+    inbox_c.wait_for(lambda m: m[2] == {"n": 1})
+
+
 @pytest.mark.timeout(20)
 def test_forget_closes_the_dealer(make):
     a, _ = make("a")
