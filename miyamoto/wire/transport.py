@@ -293,6 +293,8 @@ class Transport:
         self._dealers: dict[str, zmq.Socket] = {}
         self._redials: dict[str, gevent.Greenlet] = {}  # address -> its DEALER's watcher
         self._redialed: dict[str, float] = {}  # address -> when its DEALER was replaced
+        # each DEALER's monitor endpoint is numbered: pyzmq's default name is the socket's
+        # FD, which a new DEALER can reuse while the old monitor's endpoint is still bound
         self._monitors = itertools.count()
         self._group = Group()
         self._started = False
