@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -315,3 +316,28 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out == f"miyamoto {__version__}\n"
+
+
+PATCH_PROBE = """
+import socket
+from importlib import metadata
+read, reads = metadata.entry_points, []
+def counting(**params):
+    reads.append(params)
+    return read(**params)
+metadata.entry_points = counting
+from miyamoto.cli.main import _patch_all
+_patch_all()
+from gevent import monkey
+print(len(reads), metadata.entry_points is counting, monkey.is_module_patched("socket"),
+      list(metadata.entry_points(group="console_scripts")) == list(read(group="console_scripts")))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_serve_patches_with_one_read_of_the_entry_points_and_puts_the_reader_back():
+    # gevent's patch_all looks its plugin hooks up once per module it patches; each
+    # lookup reads every installed distribution's metadata (a quarter of a start-up)
+    out = subprocess.run([sys.executable, "-c", PATCH_PROBE], capture_output=True,
+                         text=True, timeout=50, check=True).stdout.split()
+    assert out == ["1", "True", "True", "True"]
