@@ -43,10 +43,16 @@ Result keys (times from this process's perf_counter; the sink runs in-process):
                    whose X-Task-Id differs from the enqueue's id; deliveries not of this run
   elapsed_s        first enqueue -> all delivered (or timeout), without the grace
   cpu_s            CPU seconds of the bench and of each node during the run
+  switches         each node's hub thread during the run: "woke" (voluntary context
+                   switches: sleeps it was woken from) and "preempted" (involuntary: another
+                   process took its core); with more processes than cores, and at rates
+                   where each task wakes a node, these (and the cold caches each wake
+                   brings) are what co-location adds to a cluster's CPU per task
   server_metrics   the nodes' /metrics summed (counters as the run's increase)
   stored_per_task  tasks_stored_total / enqueued: the replication actually done
   per_task         per delivered task: the nodes' CPU ms, journal commits, cluster messages
-                   sent (each inside a BATCH counted) and by verb
+                   sent (each inside a BATCH counted) and by verb, the nodes' wakes and
+                   preemptions (switches, summed)
   stores_sent      a cluster's STOREs sent by each node during the run (the copies its
                    enqueues placed elsewhere: with --entry K only the first K send any)
   stop_s, stop_codes   SIGTERM-to-exit time and exit codes (-9 = had to be killed)
@@ -100,6 +106,7 @@ from harness.fastsink import Sink  # noqa: E402
 from harness import plot, progress  # noqa: E402
 from harness.prefill import measure_prefill  # noqa: E402
 from harness.procfs import (cpu_delta, cpu_snapshot, dir_bytes, loadavg, mb,  # noqa: E402
+                            switch_delta, switch_snapshot,
                             proc_status_kb)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -420,6 +427,7 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
                    request_timeout=args.request_timeout, queue=args.queue, json=args.json,
                    qstash=args.qstash)
     cpu0, metrics0 = cpu_snapshot(nodes), server_metrics(nodes)
+    switches0 = switch_snapshot(nodes)
     stores0 = stores_sent(nodes) if args.nodes > 1 else {}
     t0 = clock()
     load = enq.load
@@ -441,6 +449,7 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
         wait_deliveries(sink, load, nodes, args.timeout, log)
     done = clock()
     cpu = cpu_delta(cpu0, cpu_snapshot(nodes))
+    switches = switch_delta(switches0, switch_snapshot(nodes))
     if args.grace > 0:
         log(f"grace {args.grace:g}s for duplicates")
         gevent.sleep(args.grace)
@@ -448,6 +457,7 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
     report.update(delivery_report(sink, load))
     report["elapsed_s"] = round(done - load.first_send, 3)
     report["cpu_s"] = cpu
+    report["switches"] = switches
     if args.paced is not None:
         report["paced_rate"] = args.paced
     if args.rss:
@@ -457,7 +467,7 @@ def run_delivery(args: argparse.Namespace, nodes: Sequence[NodeProcess | Externa
         report["stores_sent"] = {k: v - stores0.get(k, 0) for k, v in stores_sent(nodes).items()}
     report["stored_per_task"] = replicas_per_task(report["server_metrics"], load.acked)
     report["per_task"] = per_task_report(report["server_metrics"], cpu,
-                                         report.get("delivered") or 0)
+                                         report.get("delivered") or 0, switches)
     if args.plot is not None:
         try:
             plot.write_png(args.plot, plot.latency_samples(sink, load), report)

@@ -250,10 +250,12 @@ def replicas_per_task(metrics: dict[str, float], acked: int) -> float | None:
     return None if stored is None or not acked else round(stored / acked, 2)
 
 
-def per_task_report(metrics: dict[str, float], cpu: dict[str, float],
-                    delivered: int) -> dict[str, Any] | None:
+def per_task_report(metrics: dict[str, float], cpu: dict[str, float], delivered: int,
+                    switches: dict[str, dict[str, int]] | None = None,
+                    ) -> dict[str, Any] | None:
     """What one delivered task cost the nodes: CPU ms (the bench's own excluded), journal
-    commits, and cluster messages sent (each one inside a BATCH counted), by verb."""
+    commits, cluster messages sent (each one inside a BATCH counted), by verb, and the
+    nodes' wakes and preemptions (``procfs.switch_delta``), when read."""
     nodes = [v for k, v in cpu.items() if k != "bench"]
     if not delivered or None in nodes:  # --server: a process not ours, its CPU unread
         return None
@@ -264,10 +266,15 @@ def per_task_report(metrics: dict[str, float], cpu: dict[str, float],
             verb = key.split('verb="', 1)[1].split('"', 1)[0]
             sent[verb] = sent.get(verb, 0) + n
     sent.pop("BATCH", None)
-    return {"cpu_ms": round(1000 * node_cpu / delivered, 3),
-            "commits": round(metrics.get("journal_commits_total", 0) / delivered, 3),
-            "messages": round(sum(sent.values()) / delivered, 3),
-            "by_verb": {v: round(n / delivered, 3) for v, n in sorted(sent.items()) if n}}
+    out: dict[str, Any] = {
+        "cpu_ms": round(1000 * node_cpu / delivered, 3),
+        "commits": round(metrics.get("journal_commits_total", 0) / delivered, 3),
+        "messages": round(sum(sent.values()) / delivered, 3),
+        "by_verb": {v: round(n / delivered, 3) for v, n in sorted(sent.items()) if n}}
+    if switches:
+        for kind in ("woke", "preempted"):
+            out[kind] = round(sum(s[kind] for s in switches.values()) / delivered, 3)
+    return out
 
 
 def enqueue_report(load: Load) -> dict[str, Any]:

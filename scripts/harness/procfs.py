@@ -62,6 +62,45 @@ def proc_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_switches(pid: int | None) -> tuple[int, int] | None:
+    """(voluntary, involuntary) context switches of a process's main thread, a node's
+    hub: each voluntary one is a sleep it was woken from, each involuntary one a
+    preemption by another runnable process on its core (/proc/<pid>/status)."""
+    if pid is None:
+        return None
+    counts: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                    counts[key] = int(value)
+    except (OSError, ValueError):
+        return None
+    if len(counts) != 2:
+        return None
+    return counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"]
+
+
+def switch_snapshot(nodes: Sequence[Any]) -> dict[str, tuple[int, int] | None]:
+    """Each node's hub's context switches so far (``proc_switches``)."""
+    return {n.node_id: proc_switches(n.pid) for n in nodes}
+
+
+def switch_delta(before: dict[str, tuple[int, int] | None],
+                 after: dict[str, tuple[int, int] | None]) -> dict[str, dict[str, int]] | None:
+    """Each node's wakes and preemptions between two snapshots; None if one is unread
+    (--server: a process not ours). On a box with fewer cores than processes the
+    preemptions, and the cold caches every wake starts with, are co-location's cost."""
+    out: dict[str, dict[str, int]] = {}
+    for key, end in after.items():
+        start = before.get(key)
+        if start is None or end is None:
+            return None
+        out[key] = {"woke": end[0] - start[0], "preempted": end[1] - start[1]}
+    return out
+
+
 def cpu_snapshot(nodes: Sequence[Any]) -> dict[str, float | None]:
     """CPU seconds used so far by the bench itself and by each node."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -25,6 +25,11 @@ def test_every_enqueue_goes_through_the_entry_node() -> None:
     assert report["stores_sent"] == {"n1": 300, "n2": 0}, report["stores_sent"]
     assert report["lost"] == 0 and report["duplicated"] == 0
     assert report["stored_per_task"] == 2.0
+    # each node's hub woke (or was preempted) during the run, and per task it is summed
+    switches = report["switches"]
+    assert set(switches) == {"n1", "n2"}, switches
+    assert all(s["woke"] + s["preempted"] > 0 for s in switches.values()), switches
+    assert report["per_task"]["woke"] > 0, report["per_task"]
 
 
 @pytest.mark.parametrize("bad", [["--entry", "2"], ["--nodes", "3", "--entry", "0"],
