@@ -10,18 +10,27 @@ import resource
 from typing import Any, Sequence
 
 
-def proc_status_kb(pid: int | None, key: str) -> int | None:
-    """A `VmXXX:` value (kB) from /proc/<pid>/status."""
+def proc_status(pid: int | None, *keys: str) -> dict[str, int] | None:
+    """The integer values of ``keys`` in /proc/<pid>/status (a ``VmXXX`` in kB, a count);
+    None if the process is gone or one of them is missing."""
     if pid is None:
         return None
+    values: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
+                key, _, value = line.partition(":")
+                if key in keys:
+                    values[key] = int(value.split()[0])
+    except (OSError, ValueError, IndexError):
         return None
-    return None
+    return values if len(values) == len(keys) else None
+
+
+def proc_status_kb(pid: int | None, key: str) -> int | None:
+    """A `VmXXX:` value (kB) from /proc/<pid>/status."""
+    values = proc_status(pid, key)
+    return None if values is None else values[key]
 
 
 def dir_bytes(path: str | None) -> int | None:
@@ -66,20 +75,10 @@ def proc_switches(pid: int | None) -> tuple[int, int] | None:
     """(voluntary, involuntary) context switches of a process's main thread, a node's
     hub: each voluntary one is a sleep it was woken from, each involuntary one a
     preemption by another runnable process on its core (/proc/<pid>/status)."""
-    if pid is None:
+    values = proc_status(pid, "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+    if values is None:
         return None
-    counts: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
-                    counts[key] = int(value)
-    except (OSError, ValueError):
-        return None
-    if len(counts) != 2:
-        return None
-    return counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"]
+    return values["voluntary_ctxt_switches"], values["nonvoluntary_ctxt_switches"]
 
 
 def switch_snapshot(nodes: Sequence[Any]) -> dict[str, tuple[int, int] | None]:

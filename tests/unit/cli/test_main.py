@@ -319,7 +319,6 @@ def test_version(capsys):
 
 
 PATCH_PROBE = """
-import socket
 from importlib import metadata
 read, reads = metadata.entry_points, []
 def counting(**params):
