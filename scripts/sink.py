@@ -3,7 +3,7 @@
 
     python scripts/sink.py --port 9099
 
-The sink itself (gevent.pywsgi, TCP_NODELAY, counts by X-Task-Id and by ``seq``) is
+The sink itself (httptools on a gevent StreamServer, counts by X-Task-Id and by ``seq``) is
 ``harness.fastsink``, shared with scripts/bench.py.
 """
 
@@ -19,9 +19,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness.fastsink import NoDelayHandler, Sink, SinkStats  # noqa: E402  (scripts/ is not a package)
+from harness.fastsink import Sink, SinkStats  # noqa: E402  (scripts/ is not a package)
 
-__all__ = ["NoDelayHandler", "Sink", "SinkStats", "main"]
+__all__ = ["Sink", "SinkStats", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,19 @@
 """A webhook sink for benchmarks and smoke tests: counts what Miyamoto delivers.
 
-The sink is a gevent.pywsgi server on 127.0.0.1 that answers every request with an
-empty 200 and records, per task, when the first delivery arrived and how many
-deliveries arrived -- keyed both by the ``X-Task-Id`` header and by the ``seq``
-param in the body (or the query string, for GET/DELETE tasks).
+The sink serves HTTP/1.1 on 127.0.0.1 (gevent's StreamServer, requests parsed by
+``httptools``) and answers every request with an empty 200. It records, per task, when
+the first delivery arrived and how many deliveries arrived. Deliveries are keyed by
+the ``X-Task-Id`` header and by the ``seq`` param in the body (or in the query string,
+for GET and DELETE tasks).
 
-Every accepted socket gets ``TCP_NODELAY``: gevent.pywsgi writes the headers and
-the body in two sends, and without it every keep-alive response after the first
-waits ~40 ms for a delayed ACK (gevent issue #1233), which would make the sink,
-not the server under test, the bottleneck.
+It is light on purpose, because it shares the box with the server it measures. It
+was gevent.pywsgi, whose header parsing (the stdlib email parser) made the sink about
+half of the bench process's CPU. That CPU was taken from the node, or from Celery's
+workers, under test.
+
+Every accepted socket gets ``TCP_NODELAY``. Keep-alive and pipelined requests are
+answered in order, one send for the answers to each read. A request httptools cannot
+parse is answered 400 and its connection closed.
 
 The module does not monkey-patch; the program that imports it does that once.
 ``scripts/sink.py`` runs it alone, to watch deliveries by hand.
@@ -17,30 +22,21 @@ The module does not monkey-patch; the program that imports it does that once.
 from __future__ import annotations
 
 import socket
-import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
-from gevent.pywsgi import WSGIHandler, WSGIServer
+import httptools
+from gevent.server import StreamServer
 
-__all__ = ["NoDelayHandler", "Sink", "SinkStats"]
+__all__ = ["Sink", "SinkStats"]
 
-MAX_BODY = 1 << 20  # bytes read from one delivery; the rest is ignored
+MAX_BODY = 1 << 20  # bytes kept of one delivery; the rest is read and ignored
 BACKLOG = 1024  # gevent's default 128 lets a burst of new connections wait in SYN retries
-EMPTY_200 = [("Content-Length", "0"), ("Content-Type", "text/plain")]
-
-
-class NoDelayHandler(WSGIHandler):
-    """A pywsgi handler that sets TCP_NODELAY on its accepted socket (gevent #1233)."""
-
-    def handle(self) -> None:
-        try:
-            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:  # the peer may already be gone; pywsgi handles that
-            pass
-        super().handle()
+READ = 65536
+BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+               b"Connection: close\r\n\r\n")
 
 
 class SinkStats:
@@ -85,21 +81,41 @@ class SinkStats:
         return [tid for tid, n in self.by_id.items() if n > 1]
 
 
-def _params(environ: dict[str, Any]) -> list[tuple[str, str]]:
+class _Request:
+    """httptools' callbacks for one connection: the requests completed by a feed."""
+
+    __slots__ = ("body", "close", "done", "parser", "task_id", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.task_id: str | None = None
+        self.body = b""
+        self.done: list[tuple[bytes, str | None, bytes]] = []
+        self.close = False  # a completed request asked to close (read as it completes:
+        # once the next one starts, the parser answers for that one)
+        self.parser = httptools.HttpRequestParser(self)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 9 and name.lower() == b"x-task-id":
+            self.task_id = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        if len(self.body) < MAX_BODY:
+            self.body += body[:MAX_BODY - len(self.body)]
+
+    def on_message_complete(self) -> None:
+        self.done.append((self.url, self.task_id, self.body))
+        self.url, self.task_id, self.body = b"", None, b""
+        self.close = self.close or not self.parser.should_keep_alive()
+
+
+def _params(url: bytes, body: bytes) -> dict[str, str]:
     """The delivery's params: the form body, else the query string."""
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
-    stream = environ["wsgi.input"]
-    if length > 0:
-        body = stream.read(min(length, MAX_BODY))
-    elif "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-        body = stream.read(MAX_BODY)
-    else:
-        body = b""
-    raw = body.decode("latin-1") if body else environ.get("QUERY_STRING", "")
-    return parse_qsl(raw, keep_blank_values=True)
+    raw = body if body else url.partition(b"?")[2]
+    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
 class Sink:
@@ -115,31 +131,50 @@ class Sink:
         run: str | None = None,
         status: int = 200,
         clock: Callable[[], float] = time.perf_counter,
-        error_log: Any = None,
         backlog: int = BACKLOG,
     ) -> None:
         self.stats = SinkStats()
         self.run = run
         self.clock = clock
-        self._status_line = f"{status} {'OK' if status == 200 else 'Sink'}"
-        self._server = WSGIServer(
-            ("127.0.0.1", port),
-            self._app,
-            handler_class=NoDelayHandler,
-            backlog=backlog,
-            log=None,
-            error_log=error_log if error_log is not None else sys.stderr,
-        )
+        reason = "OK" if status == 200 else "Sink"
+        self._answer = (f"HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\n"
+                        f"Content-Type: text/plain\r\n\r\n").encode()
+        self._server = StreamServer(("127.0.0.1", port), self._handle, backlog=backlog)
 
-    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def _handle(self, sock: socket.socket, _address: Any) -> None:
+        """Answer the requests of one connection until the client closes it."""
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # the peer may already be gone
+            return
+        req = _Request()
+        try:
+            while True:
+                data = sock.recv(READ)
+                if not data:
+                    return
+                try:
+                    req.parser.feed_data(data)
+                except httptools.HttpParserError:
+                    sock.sendall(BAD_REQUEST)
+                    return
+                if req.done:
+                    self._count(req.done)
+                    sock.sendall(self._answer * len(req.done))
+                    req.done.clear()
+                    if req.close:
+                        return
+        except OSError:  # the client went away
+            return
+
+    def _count(self, done: list[tuple[bytes, str | None, bytes]]) -> None:
         now = self.clock()
-        params = dict(_params(environ))
-        seq = params.get("seq")
-        if self.run is not None and params.get("run") != self.run:
-            seq = None
-        self.stats.record(seq, environ.get("HTTP_X_TASK_ID"), now)
-        start_response(self._status_line, EMPTY_200)
-        return [b""]
+        for url, task_id, body in done:
+            params = _params(url, body)
+            seq = params.get("seq")
+            if self.run is not None and params.get("run") != self.run:
+                seq = None
+            self.stats.record(seq, task_id, now)
 
     def start(self) -> Sink:
         """Bind and serve in the background (needs a running gevent hub)."""
