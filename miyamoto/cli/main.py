@@ -109,6 +109,25 @@ def _patch_all() -> None:
         metadata.entry_points = read
 
 
+# generation 0 of the cyclic collector every this many allocations (Python's default is
+# 700), and the older ones as by default: see _tune_collector
+COLLECT_EVERY = (10_000, 10, 10)
+
+
+def _tune_collector() -> None:
+    """Once the node is up, what start-up made (modules, the config, the node's parts)
+    lives as long as the process: it is frozen out of the collector's sweeps, and young
+    objects are collected every 10,000 allocations, not 700. A task's dicts and records
+    are mostly freed by their counts, not by the collector. With the defaults,
+    collections took about 6 % of a saturated node's CPU (gc.callbacks, 20,000 tasks;
+    each full one swept every module), and with these about 2 %."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*COLLECT_EVERY)
+
+
 def _serve(args: argparse.Namespace) -> int:
     _patch_all()
     # Everything below is imported after patch_all, so what it makes (sockets, locks,
@@ -159,6 +178,7 @@ def _run_node(config: Config) -> int:
         logging.getLogger("miyamoto").error("cannot start: %s", e)
         return 1
 
+    _tune_collector()
     sdnotify.notify(f"READY=1\nSTATUS=serving http://{config.http}")
 
     def on_signal() -> None:

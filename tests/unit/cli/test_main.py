@@ -340,3 +340,24 @@ def test_serve_patches_with_one_read_of_the_entry_points_and_puts_the_reader_bac
     out = subprocess.run([sys.executable, "-c", PATCH_PROBE], capture_output=True,
                          text=True, timeout=50, check=True).stdout.split()
     assert out == ["1", "True", "True", "True"]
+
+
+COLLECTOR_PROBE = """
+import gc, weakref
+from miyamoto.cli.main import COLLECT_EVERY, _tune_collector
+class Cycle:
+    pass
+c = Cycle()
+c.me = c  # garbage only the collector frees: not frozen with what lives
+gone = weakref.ref(c)
+del c
+_tune_collector()
+print(gc.get_threshold() == COLLECT_EVERY, gc.get_freeze_count() > 1000, gone() is None)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_started_node_freezes_what_start_up_made_and_collects_young_objects_less_often():
+    out = subprocess.run([sys.executable, "-c", COLLECTOR_PROBE], capture_output=True,
+                         text=True, timeout=50, check=True).stdout.split()
+    assert out == ["True", "True", "True"]
