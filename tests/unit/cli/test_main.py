@@ -177,6 +177,9 @@ def served(monkeypatch):
     monkeypatch.setattr(gevent, "signal_handler",
                         lambda signum, fn: seen["handlers"].__setitem__(signum, fn))
     monkeypatch.setattr(gevent, "spawn", lambda fn, *a: seen["spawned"].append(fn))
+    # the collector's tuning is the test process's own otherwise (a freeze for the session)
+    monkeypatch.setattr(cli, "_tune_collector",
+                        lambda: seen.__setitem__("tuned", [n.calls[:] for n in FakeNode.made]))
 
     def supervise(config, flags):
         seen["supervised"].append((config, dict(flags)))
@@ -200,6 +203,7 @@ def test_serve_patches_gevent_then_runs_a_node_with_the_flags_until_a_signal(ser
     assert served["patched"] == 1 and served["logs"] == [("INFO", "json")]
     assert node.config.http == "127.0.0.1:1234" and node.config.access_log is True
     assert node.calls == ["start", "serve_forever"]
+    assert served["tuned"] == [["start"]]  # the collector is tuned once the node is up
     assert set(served["handlers"]) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
     served["handlers"][signal.SIGTERM]()
     assert served["spawned"] == [node.stop]  # a signal stops the node, off the handler
